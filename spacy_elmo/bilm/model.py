@@ -1,0 +1,135 @@
+"""The bidirectional language model: character ids -> ELMo layer activations."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS
+from .encoder import CharCNNEncoder
+from .lstm import BiLSTMState, ElmoBiLSTM
+
+
+@dataclass(frozen=True)
+class BiLMOptions:
+    """The architecture, in the vocabulary of ELMo's ``options.json``."""
+
+    filters: Tuple[Tuple[int, int], ...]
+    char_embed_dim: int
+    n_characters: int
+    max_chars: int
+    n_highway: int
+    activation: str
+    cell_dim: int
+    projection_dim: int
+    n_layers: int
+    cell_clip: Optional[float]
+    proj_clip: Optional[float]
+    use_skip_connections: bool
+
+    @property
+    def output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def to_json(self) -> Dict[str, Any]:
+        """The ``options.json`` dictionary for these options."""
+        return {
+            "lstm": {
+                "cell_clip": self.cell_clip,
+                "use_skip_connections": self.use_skip_connections,
+                "n_layers": self.n_layers,
+                "proj_clip": self.proj_clip,
+                "projection_dim": self.projection_dim,
+                "dim": self.cell_dim,
+            },
+            "char_cnn": {
+                "embedding": {"dim": self.char_embed_dim},
+                "filters": [list(f) for f in self.filters],
+                "n_highway": self.n_highway,
+                "n_characters": self.n_characters,
+                "max_characters_per_token": self.max_chars,
+                "activation": self.activation,
+            },
+        }
+
+
+class BiLM(nn.Module):
+    """ELMo biLM. ``forward`` takes right-padded char ids ``(batch, time, 50)`` (no ``<S>``/``</S>``).
+
+    Returns activations ``(n_layers + 1, batch, time, 2 * projection_dim)`` (layer 0 is the token
+    embedding repeated, ``[x; x]``), the token mask, and the final LSTM state. By default every
+    sentence starts from a zero state (stateless); pass ``initial_state`` to carry state over.
+    """
+
+    def __init__(self, options: BiLMOptions) -> None:
+        super().__init__()
+        self.options = options
+        # the weight file has no row for char id 0; the model adds it (see weights.py)
+        n_chars = options.n_characters if options.n_characters >= 262 else options.n_characters + 1
+        self.token_encoder = CharCNNEncoder(
+            options.filters,
+            options.char_embed_dim,
+            n_chars,
+            options.n_highway,
+            options.projection_dim,
+            options.activation,
+            options.max_chars,
+        )
+        self.lstm = ElmoBiLSTM(
+            options.projection_dim,
+            options.cell_dim,
+            options.projection_dim,
+            options.n_layers,
+            options.cell_clip,
+            options.proj_clip,
+            options.use_skip_connections,
+        )
+        self.register_buffer("bos_ids", torch.as_tensor(BOS_CHAR_IDS), persistent=False)
+        self.register_buffer("eos_ids", torch.as_tensor(EOS_CHAR_IDS), persistent=False)
+
+    @property
+    def n_layers(self) -> int:
+        return self.options.n_layers
+
+    @property
+    def output_dim(self) -> int:
+        return self.options.output_dim
+
+    def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Token vectors for char ids of any leading shape ``(..., 50)``; each distinct token is encoded once."""
+        flat = char_ids.reshape(-1, char_ids.shape[-1])
+        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+        return self.token_encoder(unique)[inverse].reshape(*char_ids.shape[:-1], -1)
+
+    def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Insert ``<S>`` before and ``</S>`` after each sentence; returns new ids and lengths."""
+        batch, time, n_chars = char_ids.shape
+        lengths = mask.sum(dim=1)
+        out = char_ids.new_zeros(batch, time + 2, n_chars)
+        out[:, 1 : time + 1] = char_ids
+        out[:, 0] = self.bos_ids
+        out[torch.arange(batch, device=char_ids.device), lengths + 1] = self.eos_ids
+        return out, lengths + 2
+
+    def forward(
+        self, char_ids: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, BiLSTMState]:
+        mask = (char_ids > 0).any(dim=-1)
+        with_bounds, lengths = self.add_boundaries(char_ids, mask)
+        layers, final_state = self.contextualize(with_bounds, lengths, initial_state)
+        layers = layers[:, :, 1:-1]  # drop <S>; the </S> column of each row becomes padding below
+        layers = layers * mask[None, :, :, None].to(layers.dtype)
+        return layers, mask, final_state
+
+    def contextualize(
+        self, char_ids: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+    ) -> Tuple[torch.Tensor, BiLSTMState]:
+        """Activations ``(n_layers + 1, batch, time, dim)`` for ids that already hold the boundary tokens."""
+        tokens = self.encode_tokens(char_ids)
+        forward_layers, backward_layers, final_state = self.lstm(tokens, lengths, initial_state)
+        valid = (torch.arange(char_ids.shape[1], device=char_ids.device)[None, :] < lengths[:, None]).to(tokens.dtype)
+        layers: List[torch.Tensor] = [torch.cat([tokens, tokens], dim=-1) * valid[..., None]]
+        layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
+        return torch.stack(layers), final_state

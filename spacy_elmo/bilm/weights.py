@@ -1,0 +1,214 @@
+"""Read and write ELMo models in the bilm-tf / AllenNLP format: ``options.json`` + HDF5 weights.
+
+The HDF5 layout (all float32)::
+
+    char_embed                                  (n_characters - 1, char_dim)  no row for char id 0
+    CNN/W_cnn_{i}, CNN/b_cnn_{i}                (1, width, char_dim, n), (n,)
+    CNN_high_{k}/W_transform|W_carry|b_...      (F, F), (F,)
+    CNN_proj/W_proj, CNN_proj/b_proj            (F, proj), (proj,)
+    RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/  W_0 (proj + proj, 4 * cell), B (4 * cell,), W_P_0 (cell, proj)
+
+``d`` = 0 is the forward and 1 the backward direction; gate columns are in TF order (i, j, f, o).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, Tuple, Union
+
+import numpy as np
+import torch
+
+from .model import BiLM, BiLMOptions
+
+PathLike = Union[str, os.PathLike]
+
+
+class WeightFileError(ValueError):
+    """An options or weight file that is missing, unreadable or does not match the architecture."""
+
+
+def read_options(path: PathLike) -> BiLMOptions:
+    """Parse ``options.json``; extra training keys in released files are ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightFileError(f"options file not found: {path}")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise WeightFileError(f"options file {path} is not valid JSON: {err}") from err
+    return options_from_dict(raw, source=str(path))
+
+
+def options_from_dict(raw: Dict[str, Any], source: str = "options") -> BiLMOptions:
+    """Build :class:`BiLMOptions` from an ``options.json``-style dictionary."""
+
+    def need(section: Dict[str, Any], key: str, where: str) -> Any:
+        if key not in section:
+            raise WeightFileError(f"{source}: missing option {where}.{key}")
+        return section[key]
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("lstm"), dict) or not isinstance(raw.get("char_cnn"), dict):
+        raise WeightFileError(f"{source}: expected an object with 'lstm' and 'char_cnn' sections")
+    lstm, cnn = raw["lstm"], raw["char_cnn"]
+    try:
+        filters = tuple((int(w), int(n)) for w, n in need(cnn, "filters", "char_cnn"))
+        embedding = need(cnn, "embedding", "char_cnn")
+        options = BiLMOptions(
+            filters=filters,
+            char_embed_dim=int(need(embedding, "dim", "char_cnn.embedding")),
+            n_characters=int(cnn.get("n_characters", 262)),
+            max_chars=int(cnn.get("max_characters_per_token", 50)),
+            n_highway=int(cnn.get("n_highway", 0)),
+            activation=str(cnn.get("activation", "relu")),
+            cell_dim=int(need(lstm, "dim", "lstm")),
+            projection_dim=int(need(lstm, "projection_dim", "lstm")),
+            n_layers=int(need(lstm, "n_layers", "lstm")),
+            cell_clip=_optional_float(lstm.get("cell_clip")),
+            proj_clip=_optional_float(lstm.get("proj_clip")),
+            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+        )
+    except (TypeError, ValueError) as err:
+        if isinstance(err, WeightFileError):
+            raise
+        raise WeightFileError(f"{source}: malformed option value: {err}") from err
+    if options.activation not in ("relu", "tanh"):
+        raise WeightFileError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', not {options.activation!r}")
+    if options.max_chars != 50:
+        raise WeightFileError(f"{source}: char_cnn.max_characters_per_token must be 50, not {options.max_chars}")
+    if not filters or options.n_layers < 1:
+        raise WeightFileError(f"{source}: need at least one char_cnn filter and one lstm layer")
+    return options
+
+
+def _optional_float(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+def _lstm_prefix(direction: int, layer: int) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+
+def _datasets(model: BiLM) -> Iterator[Tuple[str, torch.Tensor, str]]:
+    """(hdf5 name, tensor, how the file stores it) for every parameter; kinds: plain, T, conv, char."""
+    enc = model.token_encoder
+    yield "char_embed", enc.char_embed.weight, "char"
+    for i, conv in enumerate(enc.convs):
+        yield f"CNN/W_cnn_{i}", conv.weight, "conv"
+        yield f"CNN/b_cnn_{i}", conv.bias, "plain"
+    for k, highway in enumerate(enc.highways):
+        yield f"CNN_high_{k}/W_transform", highway.transform.weight, "T"
+        yield f"CNN_high_{k}/b_transform", highway.transform.bias, "plain"
+        yield f"CNN_high_{k}/W_carry", highway.carry.weight, "T"
+        yield f"CNN_high_{k}/b_carry", highway.carry.bias, "plain"
+    yield "CNN_proj/W_proj", enc.projection.weight, "T"
+    yield "CNN_proj/b_proj", enc.projection.bias, "plain"
+    for direction, layers in enumerate((model.lstm.forward_layers, model.lstm.backward_layers)):
+        for layer, cell in enumerate(layers):
+            prefix = _lstm_prefix(direction, layer)
+            yield f"{prefix}/W_0", cell, "lstm_W"
+            yield f"{prefix}/B", cell.bias, "plain"
+            yield f"{prefix}/W_P_0", cell.projection, "plain"
+
+
+def _file_shape(tensor: Any, kind: str) -> Tuple[int, ...]:
+    if kind == "lstm_W":
+        return (tensor.input_dim + tensor.proj_dim, 4 * tensor.cell_dim)
+    shape = tuple(tensor.shape)
+    if kind == "T":
+        return shape[::-1]
+    if kind == "conv":  # torch (n, char_dim, width) <- tf (1, width, char_dim, n)
+        return (1, shape[2], shape[1], shape[0])
+    if kind == "char":
+        return (shape[0] - 1, shape[1])
+    return shape
+
+
+def load_weights(model: BiLM, weights_path: PathLike) -> None:
+    """Copy every dataset of an ELMo HDF5 file into ``model``, validating each shape."""
+    import h5py
+
+    path = Path(weights_path)
+    if not path.is_file():
+        raise WeightFileError(f"weight file not found: {path}")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise WeightFileError(f"weight file {path} is not a readable HDF5 file (truncated or corrupt?): {err}") from err
+    with handle, torch.no_grad():
+        for name, target, kind in _datasets(model):
+            if name not in handle:
+                raise WeightFileError(f"weight file {path}: missing dataset {name!r}")
+            expected = _file_shape(target, kind)
+            dataset = handle[name]
+            if tuple(dataset.shape) != expected:
+                raise WeightFileError(
+                    f"weight file {path}: dataset {name!r} has shape {tuple(dataset.shape)}, "
+                    f"expected {expected} from the options"
+                )
+            try:
+                array = np.asarray(dataset[...], dtype=np.float32)
+            except OSError as err:
+                raise WeightFileError(f"weight file {path}: cannot read dataset {name!r} (corrupt?): {err}") from err
+            _assign(target, kind, array)
+
+
+def _assign(target: Any, kind: str, array: np.ndarray) -> None:
+    if kind == "lstm_W":
+        target.input_weight.copy_(torch.from_numpy(array[: target.input_dim]))
+        target.state_weight.copy_(torch.from_numpy(array[target.input_dim :]))
+    elif kind == "T":
+        target.copy_(torch.from_numpy(array.T.copy()))
+    elif kind == "conv":
+        target.copy_(torch.from_numpy(array[0].transpose(2, 1, 0).copy()))
+    elif kind == "char":
+        target.zero_()
+        target[1:] = torch.from_numpy(array)
+    else:
+        target.copy_(torch.from_numpy(array))
+
+
+def _export(target: Any, kind: str) -> np.ndarray:
+    if kind == "lstm_W":
+        return torch.cat([target.input_weight, target.state_weight]).detach().cpu().numpy()
+    array = target.detach().cpu().numpy()
+    if kind == "T":
+        return array.T
+    if kind == "conv":
+        return array.transpose(2, 1, 0)[None]
+    if kind == "char":
+        return array[1:]
+    return array
+
+
+def save_weights(model: BiLM, weights_path: PathLike) -> None:
+    """Write ``model``'s parameters as an ELMo HDF5 file (atomically: a temp file, then rename)."""
+    import h5py
+
+    path = Path(weights_path)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w") as handle:
+        for name, target, kind in _datasets(model):
+            handle.create_dataset(name, data=np.ascontiguousarray(_export(target, kind), dtype=np.float32))
+    os.replace(tmp, path)
+
+
+def save_options(options: BiLMOptions, path: PathLike) -> None:
+    Path(path).write_text(json.dumps(options.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
+    """Build a :class:`BiLM` from ``options.json`` + HDF5 weights, in eval mode."""
+    model = BiLM(read_options(options_path))
+    load_weights(model, weights_path)
+    return model.eval()
+
+
+def save_model(model: BiLM, directory: PathLike, weights_name: str = "weights.hdf5") -> Path:
+    """Write ``options.json`` and the HDF5 weights into ``directory``; returns the directory."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_options(model.options, directory / "options.json")
+    save_weights(model, directory / weights_name)
+    return directory

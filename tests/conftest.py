@@ -1,0 +1,39 @@
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURE_DIR = SHARED / "fixtures" / "allennlp_elmo"
+DATA_DIR = SHARED / "data"
+
+
+def require_shared(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"reference data not found at {path} (expected ../shared beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    """The AllenNLP test ELMo (options.json, lm_weights.hdf5) with reference activations."""
+    return require_shared(FIXTURE_DIR)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return require_shared(DATA_DIR)
+
+
+@pytest.fixture(scope="session")
+def backend(fixture_dir):
+    from spacy_elmo import load_bilm
+
+    return load_bilm(fixture_dir)
+
+
+@pytest.fixture(scope="session")
+def fixture_sentences(fixture_dir):
+    import json
+
+    groups = json.loads((fixture_dir / "sentences.json").read_text())
+    return [s.split() for group in groups for s in group]

@@ -1,0 +1,39 @@
+import numpy as np
+import pytest
+
+from spacy_elmo.mix import layer_weights, mix_layers
+from spacy_elmo.pooling import pool, pooled_dim
+
+LAYERS = np.arange(3 * 2 * 2, dtype=np.float32).reshape(3, 2, 2)  # (layers, tokens, dim)
+
+
+def test_average_top_and_index():
+    np.testing.assert_allclose(mix_layers(LAYERS, "average"), LAYERS.mean(axis=0))
+    np.testing.assert_array_equal(mix_layers(LAYERS, "top"), LAYERS[2])
+    np.testing.assert_array_equal(mix_layers(LAYERS, 0), LAYERS[0])
+    np.testing.assert_array_equal(mix_layers(LAYERS, -2), LAYERS[1])
+
+
+def test_scalar_mix_is_softmax_times_gamma():
+    s = [0.0, np.log(2.0), np.log(5.0)]  # softmax -> 1/8, 2/8, 5/8
+    expected = 0.5 * (LAYERS[0] / 8 + 2 * LAYERS[1] / 8 + 5 * LAYERS[2] / 8)
+    np.testing.assert_allclose(mix_layers(LAYERS, s, gamma=0.5), expected, rtol=1e-6)
+    assert mix_layers(LAYERS, s).dtype == np.float32
+
+
+@pytest.mark.parametrize("bad", ["bottom", 3, -4, [1.0, 2.0], [1.0, float("nan"), 0.0], True])
+def test_bad_layer_specs(bad):
+    with pytest.raises((ValueError, TypeError), match="layers"):
+        layer_weights(bad, 3)
+
+
+def test_pooling():
+    v = np.array([[1.0, -2.0], [3.0, 4.0]], dtype=np.float32)
+    np.testing.assert_array_equal(pool(v, "mean"), [2.0, 1.0])
+    np.testing.assert_array_equal(pool(v, "max"), [3.0, 4.0])
+    np.testing.assert_array_equal(pool(v, "mean+max"), [2.0, 1.0, 3.0, 4.0])
+    assert pooled_dim(2, "mean+max") == 4
+    empty = pool(np.zeros((0, 2), dtype=np.float32), "mean+max")
+    assert empty.shape == (4,) and not empty.any()
+    with pytest.raises(ValueError, match="pooling='sum'"):
+        pool(v, "sum")
