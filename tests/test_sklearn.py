@@ -1,12 +1,15 @@
 """ElmoVectorizer: values against the backend by hand, scikit-learn conventions, pipelines, Doc reuse, errors."""
 import pickle
+import runpy
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import spacy
+import torch
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -320,3 +323,26 @@ def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_e
 def test_import_does_not_import_sklearn():
     code = "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; spacy_elmo.ElmoVectorizer; assert 'sklearn' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        ElmoVectorizer(model=str(fixture_dir), device="cuda").fit(["a"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_rows_match_cpu(fixture_dir):
+    cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
+    np.testing.assert_allclose(ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-4)
+
+
+def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
+    argv = ["sklearn_classify.py", "--dataset", "trec", "--model", str(fixture_dir), "--data-dir", str(data_dir),
+            "--max-train", "60", "--max-test", "20"]
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "sklearn_classify.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "trec: 60 train / 20 test" in out
+    accuracies = [float(line.split("test accuracy")[1].split()[0]) for line in out.splitlines() if "test accuracy" in line]
+    assert len(accuracies) == 2 and all(0.0 <= a <= 1.0 for a in accuracies)
