@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 import numpy as np
-
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
@@ -104,8 +103,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--device", default=None, help="e.g. cuda:0 (default: CPU)")
     parser.add_argument("--C", type=float, default=1.0, help="inverse regularisation of LogisticRegression")
-    parser.add_argument("--max-train", type=int, default=None, help="use a random (seeded) subset of N training sentences")
-    parser.add_argument("--max-test", type=int, default=None, help="use a random (seeded) subset of N test sentences")
+    parser.add_argument("--max-train", type=int, default=None, help="a seeded random subset of N training sentences")
+    parser.add_argument("--max-test", type=int, default=None, help="a seeded random subset of N test sentences")
     parser.add_argument("--combined", action="store_true", help="also score ELMo and TF-IDF features together")
     args = parser.parse_args()
     if args.layers.lstrip("-").isdigit():
@@ -118,7 +117,8 @@ def main() -> None:
     (train_x, train_y), (test_x, test_y) = load_dataset(args.dataset, args.data_dir)
     train_x, train_y = subsample(train_x, train_y, args.max_train)
     test_x, test_y = subsample(test_x, test_y, args.max_test)
-    print(f"{args.dataset}: {len(train_x)} train / {len(test_x)} test sentences, {len(set(train_y))} classes; model={args.model}")
+    sizes = f"{len(train_x)} train / {len(test_x)} test sentences, {len(set(train_y))} classes"
+    print(f"{args.dataset}: {sizes}; model={args.model}")
     for name, model in build_models(args).items():
         start = time.perf_counter()
         model.fit(train_x, train_y)

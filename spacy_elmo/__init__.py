@@ -5,7 +5,16 @@ from .bilm.weights import WeightFileError
 from .mix import layer_weights, mix_layers
 from .pooling import pool
 
-__all__ = ["ElmoBackend", "ElmoVectorizer", "WeightFileError", "__version__", "layer_weights", "load_bilm", "mix_layers", "pool"]
+__all__ = [
+    "ElmoBackend",
+    "ElmoVectorizer",
+    "WeightFileError",
+    "__version__",
+    "layer_weights",
+    "load_bilm",
+    "mix_layers",
+    "pool",
+]
 
 
 def __getattr__(name: str):

@@ -126,8 +126,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         if not isinstance(self.model, (str, os.PathLike)):
             raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
         check_pooling(self.pooling)
-        if self.batch_size is not None and (
-            isinstance(self.batch_size, bool) or not isinstance(self.batch_size, numbers.Integral) or self.batch_size < 1
+        batch_size = self.batch_size
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1
         ):
             raise ValueError(f"batch_size={self.batch_size!r}: expected None or a positive integer")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str) and not callable(self.tokenizer):
@@ -195,7 +196,7 @@ _KIND_NAMES = {"text": "a string", "tokens": "a token list", "doc": "a spaCy Doc
 
 def _as_samples(X: Any) -> List[Any]:
     """One column of samples as a list: a list/tuple/iterable, 1-D array, Series, or one-column table."""
-    if X is None or isinstance(X, (str, bytes, Doc)) or isinstance(X, dict):
+    if X is None or isinstance(X, (str, bytes, Doc, dict)):
         raise TypeError(
             f"X must be a list-like of texts, token lists or spaCy Docs (one sample per row), "
             f"not a single {type(X).__name__}"
@@ -249,7 +250,9 @@ def _sample_kind(samples: Sequence[Any]) -> str:
 
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ in ("NAType", "NaTType")
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):  # None, pandas.NA, pandas.NaT
+        return True
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
@@ -258,7 +261,9 @@ def _clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
     for j, token in enumerate(tokens):
         text = token if isinstance(token, str) else getattr(token, "text", None)
         if not isinstance(text, str):
-            raise TypeError(f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})")
+            raise TypeError(
+                f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})"
+            )
         if text.strip():
             texts.append(str(text))
     return tuple(texts)

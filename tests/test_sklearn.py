@@ -103,15 +103,16 @@ def test_identical_texts_are_embedded_once(vec, embed_spy):
 
 def test_input_containers_give_same_rows(vec):
     expected = vec.transform(TEXTS)
-    for X in (tuple(TEXTS), np.array(TEXTS, dtype=object), np.array(TEXTS), pd.Series(TEXTS), pd.DataFrame({"t": TEXTS}),
-              pd.Series(TEXTS, dtype="string"), (t for t in TEXTS)):
+    containers = (tuple(TEXTS), np.array(TEXTS, dtype=object), np.array(TEXTS), pd.Series(TEXTS),
+                  pd.DataFrame({"t": TEXTS}), pd.Series(TEXTS, dtype="string"), (t for t in TEXTS))
+    for X in containers:
         np.testing.assert_array_equal(vec.transform(X), expected)
     assert vec.fit_transform(t for t in TEXTS).shape == expected.shape  # a generator is read once
     assert vec.transform([]).shape == (0, expected.shape[1])
 
 
 def test_tokenizer_options(fixture_dir, blank_en):
-    base = dict(model=str(fixture_dir))
+    base = {"model": str(fixture_dir)}
     text = ["Don't stop-gap it, ok?"]
     default = ElmoVectorizer(**base).transform(text)
     np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="en").transform(text), default)
@@ -180,11 +181,13 @@ def test_feature_names_and_pandas_output(fixture_dir, backend):
     names = est.get_feature_names_out()
     assert list(names) == [f"elmo{i}" for i in range(backend.dim)]
     both = est.set_params(pooling="mean+max").get_feature_names_out()
-    assert list(both[:2]) == ["elmo_mean0", "elmo_mean1"] and both[backend.dim] == "elmo_max0" and len(both) == 2 * backend.dim
+    assert list(both[:2]) == ["elmo_mean0", "elmo_mean1"] and both[backend.dim] == "elmo_max0"
+    assert len(both) == 2 * backend.dim
     series = pd.Series(TEXTS, index=[10, 11, 12, 13], name="text")
     df = est.set_output(transform="pandas").fit_transform(series)
     assert isinstance(df, pd.DataFrame) and list(df.columns) == list(both) and list(df.index) == [10, 11, 12, 13]
-    np.testing.assert_array_equal(df.to_numpy(), ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").transform(TEXTS))
+    expected = ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").transform(TEXTS)
+    np.testing.assert_array_equal(df.to_numpy(), expected)
 
 
 def test_fit_returns_self_stores_params_untouched_and_is_stateless(fixture_dir, backend):
@@ -209,7 +212,8 @@ def test_clone_and_params_round_trip(fixture_dir):
     assert copy.layers == est.layers and copy.layers is not est.layers
     np.testing.assert_array_equal(copy.transform(TEXTS), est.transform(TEXTS))
     changed = clone(est).set_params(layers="top", pooling="mean+max")
-    assert changed.get_params()["layers"] == "top" and changed.transform(TEXTS).shape[1] == 2 * est.transform(TEXTS).shape[1]
+    assert changed.get_params()["layers"] == "top"
+    assert changed.transform(TEXTS).shape[1] == 2 * est.transform(TEXTS).shape[1]
 
 
 @pytest.mark.parametrize(
@@ -302,7 +306,8 @@ def test_doc_with_stored_layers_is_pooled_not_recomputed(fixture_dir, backend, b
         expected = by_hand(doc._.elmo_layers[:, keep], [1 / 3] * 3, "mean+max")
         np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-6)
     docs[0]._.elmo_layers = docs[0]._.elmo_layers * 2  # the stored values are what is read
-    np.testing.assert_allclose(ElmoVectorizer(model=str(fixture_dir)).transform(docs[:1])[0], 2 * X[0, : backend.dim], rtol=1e-5)
+    doubled = ElmoVectorizer(model=str(fixture_dir)).transform(docs[:1])[0]
+    np.testing.assert_allclose(doubled, 2 * X[0, : backend.dim], rtol=1e-5)
 
 
 def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_en, embed_spy):
@@ -315,13 +320,17 @@ def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_e
         retokenizer.merge(stale[0:2])
     embed_spy.clear()
     X = ElmoVectorizer(model=str(fixture_dir)).transform([plain, other_model, stale])
-    assert sorted(map(tuple, embed_spy[0])) == [("A", "new", "day", "."), ("Birds", "fly", "south", "."), ("It rained", ".")]
+    embedded = sorted(map(tuple, embed_spy[0]))
+    assert embedded == [("A", "new", "day", "."), ("Birds", "fly", "south", "."), ("It rained", ".")]
     np.testing.assert_array_equal(X, ElmoVectorizer(model=str(fixture_dir)).transform(
         [["Birds", "fly", "south", "."], ["A", "new", "day", "."], ["It rained", "."]]))
 
 
 def test_import_does_not_import_sklearn():
-    code = "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; spacy_elmo.ElmoVectorizer; assert 'sklearn' in sys.modules"
+    code = (
+        "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; "
+        "spacy_elmo.ElmoVectorizer; assert 'sklearn' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -344,5 +353,6 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "sklearn_classify.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "trec: 60 train / 20 test" in out
-    accuracies = [float(line.split("test accuracy")[1].split()[0]) for line in out.splitlines() if "test accuracy" in line]
+    scored = [line for line in out.splitlines() if "test accuracy" in line]
+    accuracies = [float(line.split("test accuracy")[1].split()[0]) for line in scored]
     assert len(accuracies) == 2 and all(0.0 <= a <= 1.0 for a in accuracies)
