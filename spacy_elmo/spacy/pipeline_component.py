@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import atexit
+import multiprocessing
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -65,6 +67,12 @@ def _single_thread_if_forked() -> None:
     if _forked:
         torch.set_num_threads(1)
         _forked = False
+
+
+def _quiet_in_workers() -> None:
+    """In nlp.pipe(n_process=...) workers spaCy sends docs back as bytes, warning (W109) about our hooks each time."""
+    if multiprocessing.parent_process() is not None:
+        warnings.filterwarnings("ignore", message=r"\[W109\]", category=UserWarning)
 
 
 @Language.factory(
@@ -194,6 +202,7 @@ class ElmoComponent(Pipe):
     def predict(self, docs: Sequence[Doc]) -> List[np.ndarray]:
         """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
         _single_thread_if_forked()
+        _quiet_in_workers()
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
         work = []  # (doc index, segment, words)
