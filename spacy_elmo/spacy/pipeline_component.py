@@ -246,11 +246,10 @@ class ElmoComponent(Pipe):
         return self
 
     def _model_payload(self, with_files: bool) -> Dict[str, Any]:
-        fingerprint = self._backend.fingerprint if self._backend is not None else None
-        if self.model_ref.is_default:
-            return {"source": "default", "fingerprint": fingerprint}
+        if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
+            return {"source": "default", "fingerprint": self._backend.fingerprint if self._backend else None}
         options, weights = self.model_ref.files()
-        payload: Dict[str, Any] = {"source": "files", "fingerprint": fingerprint}
+        payload: Dict[str, Any] = {"source": "files", "fingerprint": self.backend.fingerprint}
         if with_files:
             payload["options"] = options.read_bytes()
             payload["weights"] = weights.read_bytes()
