@@ -26,6 +26,7 @@ from ..mix import LayerSpec, layer_weights
 from .architectures import ElmoModelRef, as_model_ref, optional_device
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import set_hooks
+from .layers import elmo_scalar_mix_v1  # noqa: F401  (registers spacy_elmo.ElmoScalarMix.v1)
 from .windows import Segment, check_window_config, doc_segments
 
 MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds memory on huge docs
