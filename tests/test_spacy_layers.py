@@ -105,3 +105,36 @@ def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
     loaded = spacy.load(tmp_path / "p")
     for (text, _), cats in zip(TRAIN, predicted):
         assert loaded(text).cats == pytest.approx(cats, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_spacy_train_with_the_example_config(fixture_dir, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spacy.tokens import DocBin
+
+    blank = spacy.blank("en")
+    for name in ("train", "dev"):
+        docs = []
+        for text, cat in TRAIN:
+            doc = blank.make_doc(text)
+            doc.cats = {"MONEY": float(cat == "MONEY"), "RIVER": float(cat == "RIVER")}
+            docs.append(doc)
+        DocBin(docs=docs).to_disk(tmp_path / f"{name}.spacy")
+    config = Path(__file__).resolve().parents[1] / "examples" / "train_textcat.cfg"
+    command = [
+        sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
+        "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "dev.spacy"),
+        "--paths.elmo", str(fixture_dir), "--components.textcat.model.tok2vec.width", "32",
+        "--training.max_steps", "30", "--training.eval_frequency", "10", "--training.optimizer.learn_rate", "0.01",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    nlp = spacy.load(tmp_path / "out" / "model-best")
+    assert nlp.pipe_names == ["elmo", "textcat"]
+    cats = nlp("The bank approved the loan .").cats
+    assert set(cats) == {"MONEY", "RIVER"} and sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+    mix = nlp.get_pipe("textcat").model.get_ref("tok2vec")
+    assert np.abs(mix.get_param("s")).max() > 1e-4  # the scalar mix was trained and saved
