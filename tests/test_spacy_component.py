@@ -1,4 +1,6 @@
 """The spaCy "elmo" component against the backend's own numbers (AllenNLP test model from ../shared)."""
+import threading
+
 import numpy as np
 import pytest
 import spacy
@@ -164,7 +166,13 @@ def test_pipe_batches_across_docs_and_equals_per_doc(fixture_dir, backend, monke
 def test_pipe_n_process_keeps_vectors(fixture_dir):
     nlp = make_nlp(fixture_dir)
     texts = ["The bank will approve your loan.", "They sat on the bank of the river.", "", "One more."]
-    docs = list(nlp.pipe(texts, n_process=2, batch_size=1))
+    nlp(texts[1] * 20)  # the parent runs torch's thread pool before forking (forked workers used to deadlock)
+    docs = []
+    worker = threading.Thread(target=lambda: docs.extend(nlp.pipe(texts, n_process=2, batch_size=1)), daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "nlp.pipe(n_process=2) hung (torch in forked workers)"
+    assert len(docs) == len(texts)
     for doc, text in zip(docs, texts):
         expected = nlp(text)
         np.testing.assert_allclose(doc._.elmo_layers, expected._.elmo_layers, atol=ATOL)

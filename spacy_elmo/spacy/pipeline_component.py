@@ -222,7 +222,7 @@ class ElmoComponent(Pipe):
         for doc, array in zip(docs, layers):
             doc._.set(LAYERS, array)
             doc._.set(MODEL, fingerprint)
-            doc._.set(MIX, {"layers": self.layers, "gamma": self.gamma})
+            doc._.set(MIX, {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma})
             if self.set_vectors:
                 set_hooks(doc)
 
