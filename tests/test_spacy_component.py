@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import spacy
+import torch
 from spacy.tokens import Doc
 
 from spacy_elmo import WeightFileError, load_bilm
@@ -88,6 +89,9 @@ def test_bad_config_is_named(fixture_dir, tmp_path):
     too_high = make_nlp(fixture_dir, layers=3)
     with pytest.raises(ValueError, match="this model has 3 layers"):
         too_high.initialize()
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            make_nlp(fixture_dir, device="cuda:0")("a b")
     missing = spacy.blank("en")
     missing.add_pipe("elmo", config={"model": str(tmp_path / "nowhere")})  # loaded lazily (spacy.load needs that)
     with pytest.raises(WeightFileError, match="nowhere"):
