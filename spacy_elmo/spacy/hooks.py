@@ -1,0 +1,83 @@
+"""spaCy user hooks so ``.vector``, ``.has_vector`` and ``.similarity`` of Doc, Span and Token use ELMo.
+
+Whitespace (SPACE) tokens carry zero vectors and no vector; span and doc vectors average the
+other tokens. The vocab's static vectors stay reachable through ``token.lex.vector`` and
+``nlp.vocab.get_vector(...)``. Hooks are not serialised by spaCy: after ``DocBin``,
+``Doc.from_bytes`` or ``nlp.pipe(n_process=...)`` the ``._.elmo*`` data is still on the doc
+and :func:`set_hooks` puts the hooks back.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Union
+
+import numpy as np
+from spacy.tokens import Doc, Span, Token
+
+from .extensions import doc_layers, mixed
+
+
+def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
+    """Install the ELMo vector/similarity hooks on ``docs`` (a Doc or an iterable of Docs)."""
+    for doc in [docs] if isinstance(docs, Doc) else docs:
+        doc.user_hooks.update(vector=doc_vector, has_vector=doc_has_vector, similarity=similarity)
+        doc.user_span_hooks.update(vector=span_vector, has_vector=span_has_vector, similarity=similarity)
+        doc.user_token_hooks.update(vector=token_vector, has_vector=token_has_vector, similarity=similarity)
+
+
+def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:
+    """Mean mixed vector of the non-space tokens in ``start:end``; zeros when there are none."""
+    keep = [i - start for i in range(start, end) if not doc[i].is_space]
+    vectors = mixed(doc, start, end)
+    if vectors is None:
+        return np.zeros((0,), dtype=np.float32)
+    if not keep:
+        return np.zeros((vectors.shape[1],), dtype=np.float32)
+    return vectors[keep].mean(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def _has_content(doc: Doc, start: int, end: int) -> bool:
+    return doc_layers(doc) is not None and any(not doc[i].is_space for i in range(start, end))
+
+
+def doc_vector(doc: Doc) -> np.ndarray:
+    """``doc.vector``: mean ELMo vector of the doc's non-space tokens."""
+    return _mean_vector(doc, 0, len(doc))
+
+
+def span_vector(span: Span) -> np.ndarray:
+    """``span.vector``: mean ELMo vector of the span's non-space tokens."""
+    return _mean_vector(span.doc, span.start, span.end)
+
+
+def token_vector(token: Token) -> np.ndarray:
+    """``token.vector``: the token's mixed ELMo vector (zeros for SPACE tokens)."""
+    vectors = mixed(token.doc, token.i, token.i + 1)
+    return np.zeros((0,), dtype=np.float32) if vectors is None else vectors[0]
+
+
+def doc_has_vector(doc: Doc) -> bool:
+    """True when the doc has ELMo layers and at least one non-space token."""
+    return _has_content(doc, 0, len(doc))
+
+
+def span_has_vector(span: Span) -> bool:
+    """True when the span's doc has ELMo layers and the span has a non-space token."""
+    return _has_content(span.doc, span.start, span.end)
+
+
+def token_has_vector(token: Token) -> bool:
+    """True for a non-space token of a doc with ELMo layers."""
+    return _has_content(token.doc, token.i, token.i + 1)
+
+
+def similarity(obj: Any, other: Any) -> float:
+    """Cosine similarity of the two objects' ``.vector`` (0.0 when either is a zero vector)."""
+    a = np.asarray(obj.vector, dtype=np.float64)
+    b = np.asarray(other.vector, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(
+            f"cannot compare a {a.shape[0]}-d vector with a {b.shape[0]}-d one "
+            f"(is the other object from a doc without ELMo vectors?)"
+        )
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return 0.0 if norm == 0.0 else float(a @ b / norm)

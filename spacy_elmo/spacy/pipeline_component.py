@@ -1,0 +1,340 @@
+"""The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc."""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import srsly
+import torch
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc
+from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, minibatch, to_bytes, to_disk
+from spacy.vocab import Vocab
+from thinc.api import Config
+
+from ..backend import ElmoBackend
+from ..bilm.weights import WeightFileError
+from ..mix import LayerSpec, layer_weights
+from .architectures import ElmoModelRef, as_model_ref, optional_device
+from .extensions import LAYERS, MIX, MODEL, install_extensions
+from .hooks import set_hooks
+from .layers import elmo_scalar_mix_v1  # noqa: F401  (registers spacy_elmo.ElmoScalarMix.v1)
+from .windows import Segment, check_window_config, doc_segments
+
+MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds memory on huge docs
+
+DEFAULT_CONFIG_STR = """
+[elmo]
+layers = "average"
+gamma = 1.0
+batch_size = 64
+max_length = 128
+window_overlap = 32
+use_sentences = true
+set_vectors = true
+device = null
+
+[elmo.model]
+@misc = "spacy_elmo.ElmoBiLM.v1"
+path = "default"
+"""
+DEFAULT_CONFIG = Config().from_str(DEFAULT_CONFIG_STR)
+
+install_extensions()
+
+_forked = False
+
+
+def _mark_forked() -> None:
+    global _forked
+    _forked = True
+
+
+# libgomp's thread pool does not survive fork(): a forked child (nlp.pipe(n_process=...) on Linux)
+# that runs a multi-threaded torch op after the parent did hangs forever. Such children use one thread.
+os.register_at_fork(after_in_child=_mark_forked)
+
+
+def _single_thread_if_forked() -> None:
+    global _forked
+    if _forked:
+        torch.set_num_threads(1)
+        _forked = False
+
+
+def _quiet_in_workers() -> None:
+    """In nlp.pipe(n_process=...) workers spaCy sends docs back as bytes, warning (W109) about our hooks each time."""
+    if multiprocessing.parent_process() is not None:
+        warnings.filterwarnings("ignore", message=r"\[W109\]", category=UserWarning)
+
+
+@Language.factory(
+    "elmo",
+    assigns=[f"doc._.{LAYERS}", f"doc._.{MODEL}", f"doc._.{MIX}"],
+    default_config=DEFAULT_CONFIG["elmo"],
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Union[str, ElmoModelRef],
+    layers: Union[str, int, List[float]],
+    gamma: float,
+    batch_size: int,
+    max_length: int,
+    window_overlap: int,
+    use_sentences: bool,
+    set_vectors: bool,
+    device: Optional[str],
+) -> "ElmoComponent":
+    """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
+    return ElmoComponent(
+        nlp.vocab,
+        model,
+        name,
+        layers=layers,
+        gamma=gamma,
+        batch_size=batch_size,
+        max_length=max_length,
+        window_overlap=window_overlap,
+        use_sentences=use_sentences,
+        set_vectors=set_vectors,
+        device=device,
+    )
+
+
+class ElmoComponent(Pipe):
+    """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
+
+    model (str | ElmoModelRef): directory with options.json + weights, or "default"; loaded lazily, shared.
+    layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
+    gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
+    batch_size (int): sentences/windows per biLM forward pass.
+    max_length (int): longest biLM input in tokens; longer sentences/docs are cut into windows.
+    window_overlap (int): tokens shared by consecutive windows (stitched at the middle of the overlap).
+    use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
+    set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
+    device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Union[str, ElmoModelRef] = "default",
+        name: str = "elmo",
+        *,
+        layers: LayerSpec = "average",
+        gamma: float = 1.0,
+        batch_size: int = 64,
+        max_length: int = 128,
+        window_overlap: int = 32,
+        use_sentences: bool = True,
+        set_vectors: bool = True,
+        device: Optional[str] = None,
+    ) -> None:
+        install_extensions()
+        self.vocab = vocab
+        self.name = name
+        self.model_ref = as_model_ref(model)
+        self.layers = _check_layer_spec(layers)
+        self.gamma = _check_gamma(gamma)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
+        check_window_config(max_length, window_overlap)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.window_overlap = window_overlap
+        self.use_sentences = bool(use_sentences)
+        self.set_vectors = bool(set_vectors)
+        self.device = optional_device(device)
+        self._backend: Optional[ElmoBackend] = None
+        self._expected_fingerprint: Optional[str] = None
+
+    # -- the model -----------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> ElmoBackend:
+        """The shared biLM backend, loaded on first use (or by ``initialize``/``from_disk``)."""
+        if self._backend is None:
+            backend = self.model_ref.load(self.device)
+            if self._expected_fingerprint is not None and backend.fingerprint != self._expected_fingerprint:
+                raise WeightFileError(
+                    f"component {self.name!r}: the ELMo model in {self.model_ref.path} has fingerprint "
+                    f"{backend.fingerprint}, but the pipeline was saved with {self._expected_fingerprint}"
+                )
+            layer_weights(self.layers, backend.n_layers + 1)  # a bad layer spec fails here, naming the model's layers
+            self._backend = backend
+        return self._backend
+
+    def initialize(self, get_examples: Optional[Callable[[], Iterable[Any]]] = None, *, nlp: Optional[Language] = None) -> None:
+        """Load the biLM now (rather than on the first doc), so a bad model path fails early."""
+        self.backend
+
+    # -- processing ----------------------------------------------------------------------------
+
+    def __call__(self, doc: Doc) -> Doc:
+        """Embed one doc and set its extensions (and hooks)."""
+        install_extensions()
+        error_handler = self.get_error_handler()
+        try:
+            self.set_annotations([doc], self.predict([doc]))
+        except Exception as e:
+            error_handler(self.name, self, [doc], e)
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes."""
+        install_extensions()
+        error_handler = self.get_error_handler()
+        for docs in minibatch(stream, size=batch_size):
+            try:
+                self.set_annotations(docs, self.predict(docs))
+            except Exception as e:
+                error_handler(self.name, self, docs, e)
+            yield from docs
+
+    def predict(self, docs: Sequence[Doc]) -> List[np.ndarray]:
+        """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
+        _single_thread_if_forked()
+        _quiet_in_workers()
+        backend = self.backend
+        outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
+        work = []  # (doc index, segment, words)
+        for d, doc in enumerate(docs):
+            for segment in doc_segments(doc, self.max_length, self.window_overlap, self.use_sentences):
+                work.append((d, segment, [doc[i].text for i in segment.positions]))
+        for chunk in _chunks(work, MAX_TOKENS_PER_CALL):
+            activations = backend.embed([words for _, _, words in chunk], batch_size=self.batch_size)
+            for (d, segment, _), acts in zip(chunk, activations):
+                _write(outputs[d], segment, acts)
+        return outputs
+
+    def set_annotations(self, docs: Sequence[Doc], layers: Sequence[np.ndarray]) -> None:
+        """Store the layers, the model fingerprint and the layer mix on each doc; install hooks if asked."""
+        fingerprint = self.backend.fingerprint
+        for doc, array in zip(docs, layers):
+            doc._.set(LAYERS, array)
+            doc._.set(MODEL, fingerprint)
+            doc._.set(MIX, {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma})
+            if self.set_vectors:
+                set_hooks(doc)
+
+    # -- serialization -------------------------------------------------------------------------
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
+        """Save the model: a copy of options.json + weights, or only a reference for the bundled default."""
+        to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
+        """Load the model saved by :meth:`to_disk` (from the pipeline's own copy)."""
+        from_disk(ensure_path(path), {"model": self._load_model_dir}, exclude)
+        return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
+        """The model as bytes (options.json + weights, or a reference for the bundled default)."""
+        return to_bytes({"model": lambda: srsly.msgpack_dumps(self._model_payload(with_files=True))}, exclude)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
+        """Load the model from :meth:`to_bytes` output (files go to a temporary directory kept for the process)."""
+        from_bytes(bytes_data, {"model": lambda b: self._load_payload(srsly.msgpack_loads(b))}, exclude)
+        return self
+
+    def _model_payload(self, with_files: bool) -> Dict[str, Any]:
+        if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
+            return {"source": "default", "fingerprint": self._backend.fingerprint if self._backend else None}
+        options, weights = self.model_ref.files()
+        payload: Dict[str, Any] = {"source": "files", "fingerprint": self.backend.fingerprint}
+        if with_files:
+            payload["options"] = options.read_bytes()
+            payload["weights"] = weights.read_bytes()
+        return payload
+
+    def _save_model_dir(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = self._model_payload(with_files=False)
+        if payload["source"] == "files":
+            options, weights = self.model_ref.files()
+            _copy(options, directory / "options.json")
+            _copy(weights, directory / "weights.hdf5")
+        srsly.write_json(directory / "model.json", payload)
+
+    def _load_model_dir(self, directory: Path) -> None:
+        meta_path = directory / "model.json"
+        if not meta_path.is_file():
+            raise WeightFileError(f"component {self.name!r}: {meta_path} is missing (not saved by the elmo component?)")
+        meta = srsly.read_json(meta_path)
+        self._use_model("default" if meta["source"] == "default" else str(directory), meta.get("fingerprint"))
+
+    def _load_payload(self, payload: Dict[str, Any]) -> None:
+        if payload["source"] == "default":
+            self._use_model("default", payload.get("fingerprint"))
+            return
+        directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
+        atexit.register(shutil.rmtree, directory, True)
+        (directory / "options.json").write_bytes(payload["options"])
+        (directory / "weights.hdf5").write_bytes(payload["weights"])
+        self._use_model(str(directory), payload.get("fingerprint"))
+
+    def _use_model(self, path: str, fingerprint: Optional[str]) -> None:
+        self.model_ref = ElmoModelRef(path)
+        self._expected_fingerprint = fingerprint
+        self._backend = None
+        self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
+
+
+def _chunks(work: List[Any], max_tokens: int) -> Iterator[List[Any]]:
+    """Consecutive groups of segments with at most ``max_tokens`` tokens (at least one segment each)."""
+    chunk: List[Any] = []
+    size = 0
+    for item in work:
+        n = len(item[1].positions)
+        if chunk and size + n > max_tokens:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _write(output: np.ndarray, segment: Segment, activations: np.ndarray) -> None:
+    """Copy the kept part of a segment's activations into the doc's layer array."""
+    positions = np.asarray(segment.positions[segment.keep_start : segment.keep_end], dtype=np.intp)
+    output[:, positions, :] = activations[:, segment.keep_start : segment.keep_end, :]
+
+
+def _copy(source: Path, target: Path) -> None:
+    if target.exists() and target.resolve() == source.resolve():
+        return  # re-saving a loaded pipeline into its own folder
+    shutil.copyfile(source, target)
+
+
+def _check_layer_spec(layers: Any) -> LayerSpec:
+    """The layer spec as given, after the checks possible before the model is loaded."""
+    if isinstance(layers, str):
+        if layers not in ("average", "top"):
+            raise ValueError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+        return layers
+    if isinstance(layers, bool):
+        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+    if isinstance(layers, (int, np.integer)):
+        return int(layers)
+    if isinstance(layers, (list, tuple)):
+        values = [float(x) for x in layers if not isinstance(x, bool)]
+        if len(values) != len(layers) or not all(np.isfinite(values)):
+            raise ValueError(f"layers={list(layers)!r}: expected finite numbers, one per layer")
+        return values
+    raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+
+
+def _check_gamma(gamma: Any) -> float:
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not np.isfinite(gamma):
+        raise ValueError(f"gamma={gamma!r}: expected a finite number")
+    return float(gamma)
