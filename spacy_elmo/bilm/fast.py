@@ -1,0 +1,175 @@
+"""Inference-only biLSTM: both directions in one time loop over packed data, outputs written in place.
+
+Same arithmetic as :meth:`ProjectedLSTMCell.run` (which autograd and training use), reorganised
+for speed: rows are sorted by length once, the forward and the (per-row reversed) backward
+sequences share one packed layout, so at every step both directions run on the same shrinking
+prefix of rows; each layer's input projection is one matmul per chunk of steps; gates, cell and
+outputs live in preallocated buffers; the zero initial state skips the first recurrent matmul.
+Nothing here records autograd history, so callers use it only when no gradient is needed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
+
+# rows x 4*cell_dim floats per direction for one chunk of precomputed input projections
+GATE_CHUNK_ELEMENTS = 1 << 23
+
+
+@dataclass
+class PackedLayout:
+    """Where each packed (step, row) lives: rows sorted by length, steps time-major."""
+
+    step_sizes: List[int]  # active rows at each step (non-increasing)
+    step_offsets: List[int]  # start of each step in the packed data
+    forward_index: torch.Tensor  # (N,) flat index row * time + t into (batch, time)
+    backward_index: torch.Tensor  # (N,) flat index row * time + (length - 1 - t)
+    last_index: torch.Tensor  # (batch,) packed position of each sorted row's last step
+    sorted_rows: torch.Tensor  # (batch,) original row of each sorted row
+    unsorted_rows: torch.Tensor  # (batch,) sorted position of each original row
+
+
+def packed_layout(lengths: torch.Tensor, time: int, device: torch.device) -> PackedLayout:
+    """Build the packed layout for right-padded sequences of the given ``lengths`` (all >= 1)."""
+    lengths_cpu = lengths.to("cpu", torch.int64)
+    if lengths_cpu.numel() == 0 or int(lengths_cpu.min()) < 1:
+        raise ValueError("every sequence needs at least one position")
+    sorted_lengths, sorted_rows = torch.sort(lengths_cpu, descending=True, stable=True)
+    steps = torch.arange(int(sorted_lengths[0]))
+    active = steps[:, None] < sorted_lengths[None, :]  # (steps, batch), a prefix of rows per step
+    step_sizes = active.sum(dim=1)
+    offsets = torch.cumsum(step_sizes, 0) - step_sizes
+    t_idx, r_idx = active.nonzero(as_tuple=True)  # time-major order = packed order
+    orig = sorted_rows[r_idx]
+    forward_index = orig * time + t_idx
+    backward_index = orig * time + (sorted_lengths[r_idx] - 1 - t_idx)
+    last_index = offsets[sorted_lengths - 1] + torch.arange(len(sorted_lengths))
+    unsorted_rows = torch.empty_like(sorted_rows)
+    unsorted_rows[sorted_rows] = torch.arange(len(sorted_rows))
+    to = lambda x: x.to(device, non_blocking=True)  # noqa: E731
+    return PackedLayout(
+        step_sizes.tolist(),
+        offsets.tolist(),
+        to(forward_index),
+        to(backward_index),
+        to(last_index),
+        to(sorted_rows),
+        to(unsorted_rows),
+    )
+
+
+def run_packed(
+    lstm: "ElmoBiLSTM", inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional["BiLSTMState"] = None
+):
+    """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
+
+    ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
+    """
+    batch, time, dim = inputs.shape
+    flat = inputs.reshape(batch * time, dim)
+    x = torch.stack([flat.index_select(0, layout.forward_index), flat.index_select(0, layout.backward_index)])
+    outputs: List[torch.Tensor] = []
+    finals = []
+    for layer_index, cells in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
+        h0 = c0 = None
+        if initial_state is not None:
+            states = initial_state[layer_index]
+            h0 = torch.stack([states[d][0] for d in range(2)]).index_select(1, layout.sorted_rows)
+            c0 = torch.stack([states[d][1] for d in range(2)]).index_select(1, layout.sorted_rows)
+        out, last_c = _run_layer(cells, x, layout, h0, c0)
+        last_h = out.index_select(1, layout.last_index)
+        if lstm.use_skip_connections and layer_index > 0:
+            out.add_(x)
+        outputs.append(out)
+        h_final = last_h.index_select(1, layout.unsorted_rows)
+        c_final = last_c.index_select(1, layout.unsorted_rows)
+        finals.append([(h_final[0], c_final[0]), (h_final[1], c_final[1])])
+        x = out
+    return outputs, finals
+
+
+def _run_layer(
+    cells: Sequence["ProjectedLSTMCell"],
+    x: torch.Tensor,
+    layout: PackedLayout,
+    h0: Optional[torch.Tensor],
+    c0: Optional[torch.Tensor],
+):
+    """One layer, both directions: packed inputs ``(2, N, in)`` -> packed outputs ``(2, N, proj)``, last cells."""
+    fwd, bwd = cells
+    c_dim, n_total = fwd.cell_dim, x.shape[1]
+    batch = layout.step_sizes[0]
+    in_w = (fwd.input_weight, bwd.input_weight)
+    state_w = (fwd.state_weight, bwd.state_weight)
+    proj_w = (fwd.projection, bwd.projection)
+    biases = (fwd.bias + fwd.forget_offset, bwd.bias + bwd.forget_offset)
+    cell_clip, proj_clip = fwd.cell_clip, fwd.proj_clip
+    out = x.new_empty(2, n_total, fwd.proj_dim)
+    last_c = x.new_empty(2, batch, c_dim)
+    split_sigmoid = c_dim >= 256
+    hidden = x.new_empty(2, batch, c_dim)  # o * tanh(c)
+    c = c0.clone() if c0 is not None else x.new_zeros(2, batch, c_dim)
+    h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
+
+    chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
+    for first, stop in chunk_steps:
+        start_row = layout.step_offsets[first]
+        end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
+        gx = x.new_empty(2, end_row - start_row, 4 * c_dim)
+        for d in range(2):
+            torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
+        for step in range(first, stop):
+            n = layout.step_sizes[step]
+            begin = layout.step_offsets[step] - start_row
+            if n < c.shape[1]:  # rows n.. ended at the previous step: keep their final cell
+                last_c[:, n : c.shape[1]] = c[:, n:]
+                c = c[:, :n]
+            g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
+            if h_prev is not None:  # None: the zero state adds nothing
+                for d in range(2):
+                    g[d].addmm_(h_prev[d, :n], state_w[d])
+            j = torch.tanh(g[:, :, c_dim : 2 * c_dim])
+            if split_sigmoid:  # skip the unused sigmoid of the j block
+                g[:, :, :c_dim].sigmoid_()
+                g[:, :, 2 * c_dim :].sigmoid_()
+            else:  # one call is cheaper for small cells
+                g.sigmoid_()
+            c = torch.addcmul(g[:, :, 2 * c_dim : 3 * c_dim] * c, g[:, :, :c_dim], j)
+            if cell_clip:
+                c.clamp_(-cell_clip, cell_clip)
+            hid = hidden[:, :n]
+            torch.tanh(c, out=hid)
+            hid.mul_(g[:, :, 3 * c_dim :])
+            row = layout.step_offsets[step]
+            h = out[:, row : row + n]
+            for d in range(2):
+                torch.mm(hid[d], proj_w[d], out=h[d])
+            if proj_clip:
+                h.clamp_(-proj_clip, proj_clip)
+            h_prev = h
+    last_c[:, : c.shape[1]] = c
+    return out, last_c
+
+
+def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
+    """Split the steps into consecutive ranges whose packed rows fit ``max_rows`` (at least one step each)."""
+    ranges, first, rows = [], 0, 0
+    for step, n in enumerate(layout.step_sizes):
+        if rows and rows + n > max_rows:
+            ranges.append((first, step))
+            first, rows = step, 0
+        rows += n
+    ranges.append((first, len(layout.step_sizes)))
+    return ranges
+
+
+def unpack(packed: torch.Tensor, index: torch.Tensor, batch: int, time: int) -> torch.Tensor:
+    """Scatter packed rows ``(N, dim)`` back to a zero-padded ``(batch, time, dim)`` tensor."""
+    padded = packed.new_zeros(batch * time, packed.shape[-1])
+    padded.index_copy_(0, index, packed)
+    return padded.view(batch, time, -1)
