@@ -22,6 +22,7 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
+SMALL_WORK_MACS = 2_000_000  # recurrent multiply-adds per step below which a batch runs on one thread
 _WEIGHT_NAMES = ("weights.hdf5", "lm_weights.hdf5")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -55,6 +56,7 @@ class ElmoBackend:
         directory = env_cache_dir()
         if directory:
             self.disk_cache = open_disk_cache(directory, env_disk_mb())
+        self.small_work_threads: Optional[int] = 1
         self._lock = threading.RLock()
 
     def configure_cache(
@@ -161,11 +163,39 @@ class ElmoBackend:
 
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
         """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
-        with self._lock, torch.inference_mode():
+        with self._lock, torch.inference_mode(), self._threads_for(len(batch)):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
             activations, _ = self.model.contextualize_vectors(tokens, lengths)
             activations = activations.float().cpu().numpy()
         return [np.ascontiguousarray(activations[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
+
+    def _threads_for(self, rows: int) -> "_ThreadLimit":
+        """Small CPU batches run on ``small_work_threads`` threads (``None``: torch's setting).
+
+        Each step of a small batch is a few microseconds of work, less than what waking a thread
+        team costs (and far less on a busy machine), so more threads only make it slower.
+        """
+        options = self.model.options
+        macs = rows * options.projection_dim * 4 * options.cell_dim
+        small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
+        return _ThreadLimit(self.small_work_threads if small else None)
+
+
+class _ThreadLimit:
+    """Temporarily lower torch's intra-op thread count (``None``: no change)."""
+
+    def __init__(self, threads: Optional[int]) -> None:
+        self.threads, self.previous = threads, None
+
+    def __enter__(self) -> None:
+        current = torch.get_num_threads()
+        if self.threads is not None and self.threads < current:
+            self.previous = current
+            torch.set_num_threads(self.threads)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            torch.set_num_threads(self.previous)
 
 
 def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> List[List[int]]:

@@ -111,8 +111,10 @@ def _run_layer(
     cell_clip, proj_clip = fwd.cell_clip, fwd.proj_clip
     out = x.new_empty(2, n_total, fwd.proj_dim)
     last_c = x.new_empty(2, batch, c_dim)
-    split_sigmoid = c_dim >= 256
-    hidden = x.new_empty(2, batch, c_dim)  # o * tanh(c)
+    # On CPU, torch sends tanh of contiguous float tensors to MKL's vector math, which starts its
+    # own thread team even for a few hundred elements; on a busy machine each call can then wait
+    # milliseconds. The sigmoid form stays on torch's own vectorised kernels.
+    sigmoid_tanh = x.device.type == "cpu"
     c = c0.clone() if c0 is not None else x.new_zeros(2, batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
@@ -133,18 +135,21 @@ def _run_layer(
             if h_prev is not None:  # None: the zero state adds nothing
                 for d in range(2):
                     g[d].addmm_(h_prev[d, :n], state_w[d])
-            j = torch.tanh(g[:, :, c_dim : 2 * c_dim])
-            if split_sigmoid:  # skip the unused sigmoid of the j block
-                g[:, :, :c_dim].sigmoid_()
-                g[:, :, 2 * c_dim :].sigmoid_()
-            else:  # one call is cheaper for small cells
+            i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
+            if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
+                g[:, :, c_dim : 2 * c_dim].mul_(2)
                 g.sigmoid_()
-            c = torch.addcmul(g[:, :, 2 * c_dim : 3 * c_dim] * c, g[:, :, :c_dim], j)
+                c = torch.addcmul(f * c, i, g[:, :, c_dim : 2 * c_dim], value=2).sub_(i)
+            else:
+                j = torch.tanh(g[:, :, c_dim : 2 * c_dim])
+                g.sigmoid_()  # i, f, o (the sigmoid of the j block is unused)
+                c = torch.addcmul(f * c, i, j)
             if cell_clip:
                 c.clamp_(-cell_clip, cell_clip)
-            hid = hidden[:, :n]
-            torch.tanh(c, out=hid)
-            hid.mul_(g[:, :, 3 * c_dim :])
+            if sigmoid_tanh:  # o * tanh(c) = 2 o sigmoid(2c) - o
+                hid = torch.mul(c, 2).sigmoid_().mul_(o).mul_(2).sub_(o)
+            else:
+                hid = torch.tanh(c).mul_(o)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
             for d in range(2):
