@@ -13,9 +13,14 @@ from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 ATOL = 2e-6
 
 
-def _close(ours, ref, rel=5e-6):
-    """Equal up to float32 reassociation: ``max|diff| <= rel * (1 + max|ref|)``."""
-    return (ours - ref).abs().max().item() <= rel * (1 + ref.abs().max().item())
+def _close(ours, ref, rel=1e-5):
+    """Equal up to float32 rounding: ``max|diff| <= rel * (1 + max|ref|)``.
+
+    The fast path computes tanh as 2 sigmoid(2x) - 1 (1e-7 apart) and these random weights are
+    large enough to amplify that over the steps; the real fixture agrees to 1e-6 (test_parity).
+    """
+    worst = (ours - ref).abs().max().item()
+    return worst <= rel * (1 + ref.abs().max().item())
 
 
 def _options(**kw):
