@@ -69,7 +69,13 @@ def _random_state(model, batch, seed):
     ],
 )
 @pytest.mark.parametrize("stateful", [False, True])
-def test_fast_path_equals_reference_path(kw, stateful):
+@pytest.mark.parametrize("direction_threads", [False, True])
+def test_fast_path_equals_reference_path(kw, stateful, direction_threads, monkeypatch):
+    if direction_threads:  # force the two-thread branch (one thread per direction) on this tiny model
+        monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        monkeypatch.setattr(fast, "_POOL", None)
     torch.manual_seed(1)
     model = BiLM(_options(**kw)).eval()
     for p in model.parameters():  # realistic spread, so the clips are hit
@@ -95,6 +101,9 @@ def test_fast_path_equals_reference_path(kw, stateful):
     f_ref, b_ref, _ = model.lstm.forward_reference(tokens, lengths, state)
     for ours, ref in zip(f_fast + b_fast, f_ref + b_ref):
         assert _close(ours, ref)
+    if direction_threads:
+        assert torch.get_num_threads() == 2  # the caller's setting survives the pool threads
+        torch.set_num_threads(threads)
 
 
 def test_chunked_input_projection_is_exact(monkeypatch):
@@ -192,3 +201,18 @@ def test_cuda_embed_and_training_step(fixture_dir, fixture_sentences, backend):
     assert all(p.grad is not None for p in model.lstm.parameters())
     half = load_bilm(fixture_dir, device="cuda", dtype="float16")
     assert len(half.embed(fixture_sentences[:4])) == 4
+
+
+def test_token_cache_splits_big_batches_over_two_threads(fixture_dir, monkeypatch):
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    words = [f"w{i}x" * (i % 5 + 1) for i in range(150)]  # 150 new tokens: more than SPLIT_TOKENS
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            ours = TokenVectorCache(model, max_tokens=1000).vectors(words)
+            direct = model.encode_tokens(torch.as_tensor(batch_to_char_ids([words])))[0]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert (ours - direct).abs().max().item() < 1e-6

@@ -9,6 +9,8 @@ Nothing here records autograd history, so callers use it only when no gradient i
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
@@ -69,28 +71,101 @@ def run_packed(
     """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
 
     ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
+    The two directions are independent language models: with two or more CPU threads and enough
+    work per step they run on two threads of their own (one core each, no per-operation thread
+    team), otherwise interleaved in one loop.
     """
     batch, time, dim = inputs.shape
     flat = inputs.reshape(batch * time, dim)
     x = torch.stack([flat.index_select(0, layout.forward_index), flat.index_select(0, layout.backward_index)])
-    outputs: List[torch.Tensor] = []
+    h0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    c0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    if initial_state is not None:
+        for layer, states in enumerate(initial_state):
+            h0[layer] = torch.stack([states[d][0] for d in range(2)]).index_select(1, layout.sorted_rows)
+            c0[layer] = torch.stack([states[d][1] for d in range(2)]).index_select(1, layout.sorted_rows)
+    stacks = [list(lstm.forward_layers), list(lstm.backward_layers)]
+    skip = lstm.use_skip_connections
+    if _use_direction_threads(x, lstm, layout):
+        threads = torch.get_num_threads()
+        try:
+            futures = [
+                _pool().submit(_run_stack_on_thread, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip)
+                for d in range(2)
+            ]
+            (out_f, h_f, c_f), (out_b, h_b, c_b) = [f.result() for f in futures]
+        finally:  # the pool threads set one thread for themselves; keep the caller's setting
+            torch.set_num_threads(threads)
+        outputs = [torch.cat(pair) for pair in zip(out_f, out_b)]
+        last_h = [torch.cat(pair, dim=0) for pair in zip(h_f, h_b)]
+        last_c = [torch.cat(pair, dim=0) for pair in zip(c_f, c_b)]
+    else:
+        outputs, last_h, last_c = _run_stack(list(zip(*stacks)), x, layout, h0, c0, skip)
     finals = []
-    for layer_index, cells in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
-        h0 = c0 = None
-        if initial_state is not None:
-            states = initial_state[layer_index]
-            h0 = torch.stack([states[d][0] for d in range(2)]).index_select(1, layout.sorted_rows)
-            c0 = torch.stack([states[d][1] for d in range(2)]).index_select(1, layout.sorted_rows)
-        out, last_c = _run_layer(cells, x, layout, h0, c0)
-        last_h = out.index_select(1, layout.last_index)
-        if lstm.use_skip_connections and layer_index > 0:
+    for h, c in zip(last_h, last_c):
+        h, c = h.index_select(1, layout.unsorted_rows), c.index_select(1, layout.unsorted_rows)
+        finals.append([(h[0], c[0]), (h[1], c[1])])
+    return outputs, finals
+
+
+DIRECTION_THREADS_MIN_MACS = 2_000_000  # recurrent multiply-adds per step and direction
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_LOCK = threading.Lock()
+
+
+def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLayout) -> bool:
+    macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim
+    return x.device.type == "cpu" and torch.get_num_threads() >= 2 and macs >= DIRECTION_THREADS_MIN_MACS
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spacy-elmo-direction")
+        return _POOL
+
+
+def run_split(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    """``module(rows)`` with the rows split in two halves computed on the two pool threads (CPU, no autograd)."""
+    threads = torch.get_num_threads()
+    half = (rows.shape[0] + 1) // 2
+    try:
+        futures = [_pool().submit(_call_on_thread, module, part) for part in (rows[:half], rows[half:])]
+        return torch.cat([f.result() for f in futures])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _call_on_thread(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        return module(rows)
+
+
+def _pick(states: List[Optional[torch.Tensor]], d: int) -> List[Optional[torch.Tensor]]:
+    return [None if s is None else s[d : d + 1] for s in states]
+
+
+def _run_stack_on_thread(cells, x, layout, h0, c0, skip):
+    """One direction's stack on a pool thread: single-threaded ops, no autograd (thread-local modes)."""
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        return _run_stack([(cell,) for cell in cells], x, layout, h0, c0, skip)
+
+
+def _run_stack(layers, x, layout, h0, c0, skip):
+    """All layers for the directions stacked in ``x`` ``(D, N, in)``; ``layers[l]`` holds D cells."""
+    outputs, last_h, last_c = [], [], []
+    for index, cells in enumerate(layers):
+        out, c = _run_layer(cells, x, layout, h0[index], c0[index])
+        last_h.append(out.index_select(1, layout.last_index))
+        last_c.append(c)
+        if skip and index > 0:
             out.add_(x)
         outputs.append(out)
-        h_final = last_h.index_select(1, layout.unsorted_rows)
-        c_final = last_c.index_select(1, layout.unsorted_rows)
-        finals.append([(h_final[0], c_final[0]), (h_final[1], c_final[1])])
         x = out
-    return outputs, finals
+    return outputs, last_h, last_c
 
 
 def _run_layer(
@@ -100,30 +175,31 @@ def _run_layer(
     h0: Optional[torch.Tensor],
     c0: Optional[torch.Tensor],
 ):
-    """One layer, both directions: packed inputs ``(2, N, in)`` -> packed outputs ``(2, N, proj)``, last cells."""
-    fwd, bwd = cells
-    c_dim, n_total = fwd.cell_dim, x.shape[1]
+    """One layer, D directions: packed inputs ``(D, N, in)`` -> packed outputs ``(D, N, proj)``, last cells."""
+    first = cells[0]
+    dirs = range(len(cells))
+    c_dim, n_total = first.cell_dim, x.shape[1]
     batch = layout.step_sizes[0]
-    in_w = (fwd.input_weight, bwd.input_weight)
-    state_w = (fwd.state_weight, bwd.state_weight)
-    proj_w = (fwd.projection, bwd.projection)
-    biases = (fwd.bias + fwd.forget_offset, bwd.bias + bwd.forget_offset)
-    cell_clip, proj_clip = fwd.cell_clip, fwd.proj_clip
-    out = x.new_empty(2, n_total, fwd.proj_dim)
-    last_c = x.new_empty(2, batch, c_dim)
+    in_w = [cell.input_weight for cell in cells]
+    state_w = [cell.state_weight for cell in cells]
+    proj_w = [cell.projection for cell in cells]
+    biases = [cell.bias + cell.forget_offset for cell in cells]
+    cell_clip, proj_clip = first.cell_clip, first.proj_clip
+    out = x.new_empty(len(cells), n_total, first.proj_dim)
+    last_c = x.new_empty(len(cells), batch, c_dim)
     # On CPU, torch sends tanh of contiguous float tensors to MKL's vector math, which starts its
     # own thread team even for a few hundred elements; on a busy machine each call can then wait
     # milliseconds. The sigmoid form stays on torch's own vectorised kernels.
     sigmoid_tanh = x.device.type == "cpu"
-    c = c0.clone() if c0 is not None else x.new_zeros(2, batch, c_dim)
+    c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
     chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
     for first, stop in chunk_steps:
         start_row = layout.step_offsets[first]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
-        gx = x.new_empty(2, end_row - start_row, 4 * c_dim)
-        for d in range(2):
+        gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
+        for d in dirs:
             torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
         for step in range(first, stop):
             n = layout.step_sizes[step]
@@ -133,7 +209,7 @@ def _run_layer(
                 c = c[:, :n]
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
-                for d in range(2):
+                for d in dirs:
                     g[d].addmm_(h_prev[d, :n], state_w[d])
             i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
             if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
@@ -152,7 +228,7 @@ def _run_layer(
                 hid = torch.tanh(c).mul_(o)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
-            for d in range(2):
+            for d in dirs:
                 torch.mm(hid[d], proj_w[d], out=h[d])
             if proj_clip:
                 h.clamp_(-proj_clip, proj_clip)
