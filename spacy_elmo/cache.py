@@ -26,6 +26,7 @@ DB_NAME = "embeddings.sqlite3"
 DEFAULT_MEMORY_MB = 256.0
 DEFAULT_DISK_MB = 4096.0
 _BUSY_TIMEOUT_S = 60.0
+_TOUCH_AFTER_S = 1.0  # an entry's last-use time is refreshed at most this often
 _QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or more)
 
 
@@ -166,6 +167,8 @@ class DiskCache:
         by_hash = {tokens_key(k): k for k in keys}
         found: Dict[Tuple[str, ...], np.ndarray] = {}
         bad: List[bytes] = []
+        touched: List[int] = []
+        now = time.time()
         try:
             with self._lock:
                 con = self._connection()
@@ -173,24 +176,24 @@ class DiskCache:
                 for start in range(0, len(hashes), _QUERY_CHUNK):
                     chunk = hashes[start : start + _QUERY_CHUNK]
                     rows = con.execute(
-                        f"SELECT key, layers, tokens, dim, data FROM vectors WHERE fingerprint = ? "
+                        f"SELECT id, key, layers, tokens, dim, data, used FROM vectors WHERE fingerprint = ? "
                         f"AND key IN ({','.join('?' * len(chunk))})",
                         [fingerprint, *chunk],
                     ).fetchall()
-                    for key, layers, n_tokens, width, data in rows:
+                    for row_id, key, layers, n_tokens, width, data, used in rows:
                         tokens = by_hash[key]
                         shape = (layers, n_tokens, width)
                         if shape != (n_layers, len(tokens), dim) or len(data) != 4 * n_layers * len(tokens) * dim:
                             bad.append(key)  # written by a foreign or broken writer: recompute
                             continue
                         found[tokens] = np.frombuffer(data, dtype="<f4").reshape(shape).astype(np.float32)
-                if found or bad:
-                    now = time.time()
+                        if used < now - _TOUCH_AFTER_S:
+                            touched.append(row_id)
+                if touched or bad:  # mark as recently used (for eviction) and drop broken entries
                     with _transaction(con):
-                        con.executemany(
-                            "UPDATE vectors SET used = ? WHERE fingerprint = ? AND key = ?",
-                            [(now, fingerprint, tokens_key(k)) for k in found],
-                        )
+                        for start in range(0, len(touched), _QUERY_CHUNK):
+                            chunk = touched[start : start + _QUERY_CHUNK]
+                            con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(chunk))})", [now, *chunk])
                         con.executemany("DELETE FROM vectors WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in bad])
         except sqlite3.Error as err:
             self._fail(err)

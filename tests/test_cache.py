@@ -5,11 +5,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import h5py
 import numpy as np
 import pytest
 
+import spacy_elmo.cache
 from spacy_elmo import load_bilm
 from spacy_elmo.cache import CACHE_DIR_ENV, DB_NAME, DiskCache, MemoryCache, tokens_key
 
@@ -113,7 +115,8 @@ def test_other_weights_never_get_stale_vectors(fresh_model, tmp_path, fixture_se
 _WRITER = textwrap.dedent(
     """
     import json, sys
-    from spacy_elmo import load_bilm
+    import spacy_elmo.cache
+from spacy_elmo import load_bilm
     model, cache_dir, sentences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     backend = load_bilm(model, cache_dir=cache_dir, cache_mb=0)
     for start in range(0, len(sentences), 2):  # many small transactions, interleaved with the other process
@@ -195,17 +198,24 @@ def test_corrupt_database_file_warns_and_still_embeds(fresh_model, tmp_path, fix
         np.testing.assert_allclose(a, exact[tuple(s)], atol=1e-6)
 
 
-def test_disk_cache_evicts_least_recently_used(tmp_path):
-    cache = DiskCache(tmp_path, max_mb=0.1)  # 104857 bytes
-    arrays = {(f"s{i}",): np.full((3, 1, 1000), i, dtype=np.float32) for i in range(20)}  # 12000 bytes each
+def test_disk_cache_evicts_least_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(spacy_elmo.cache, "_TOUCH_AFTER_S", 0.0)  # refresh last-use times on every read
+    cache = DiskCache(tmp_path, max_mb=0.1)  # 104857 bytes: 8 entries of 12000 bytes fit
+    arrays = {(f"s{i}",): np.full((3, 1, 1000), i, dtype=np.float32) for i in range(20)}
     items = list(arrays.items())
     cache.put_many("fp", items[:5])
-    assert cache.get_many("fp", [items[0][0]], 3, 1000)  # touch s0: now the most recently used
-    cache.put_many("fp", items[5:])
+    time.sleep(0.01)
+    assert cache.get_many("fp", [items[0][0]], 3, 1000)  # s0 is now used more recently than s1..s4
+    time.sleep(0.01)
+    cache.put_many("fp", items[5:8])  # 8 entries, 96000 bytes: nothing evicted
+    assert len(cache) == 8
+    cache.put_many("fp", items[8:9])  # over the bound: evict the LRU entries, 10% below the bound
+    stored = cache.get_many("fp", list(arrays), 3, 1000)
+    assert sorted(k[0] for k in stored) == sorted(["s0", "s3", "s4", "s5", "s6", "s7", "s8"])
+    cache.put_many("fp", items[9:])
     assert cache.total_bytes() <= 0.1 * 2**20
     stored = cache.get_many("fp", list(arrays), 3, 1000)
-    assert 4 <= len(stored) <= 8
-    assert ("s19",) in stored and ("s1",) not in stored
+    assert ("s19",) in stored and 4 <= len(stored) <= 8
     for key, value in stored.items():
         np.testing.assert_array_equal(value, arrays[key])
     assert cache.total_bytes() == 12000 * len(cache)

@@ -216,3 +216,20 @@ def test_token_cache_splits_big_batches_over_two_threads(fixture_dir, monkeypatc
     finally:
         torch.set_num_threads(threads)
     assert (ours - direct).abs().max().item() < 1e-6
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_direction_pool_is_renewed_in_a_forked_child():
+    """The pool's threads do not survive fork; the child must get a new pool, not hang on the old one."""
+    import os
+
+    assert fast._pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
+    pid = os.fork()
+    if pid == 0:  # child: plain Python work through the pool (torch's OpenMP is another matter)
+        code = 1
+        try:
+            code = 0 if fast._pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

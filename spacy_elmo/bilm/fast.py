@@ -9,6 +9,7 @@ Nothing here records autograd history, so callers use it only when no gradient i
 """
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -116,6 +117,16 @@ _POOL_LOCK = threading.Lock()
 def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLayout) -> bool:
     macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim
     return x.device.type == "cpu" and torch.get_num_threads() >= 2 and macs >= DIRECTION_THREADS_MIN_MACS
+
+
+def _forget_pool() -> None:
+    """After ``fork`` the pool's threads are gone in the child: start a new pool there on first use."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _pool() -> ThreadPoolExecutor:
