@@ -115,8 +115,7 @@ def test_other_weights_never_get_stale_vectors(fresh_model, tmp_path, fixture_se
 _WRITER = textwrap.dedent(
     """
     import json, sys
-    import spacy_elmo.cache
-from spacy_elmo import load_bilm
+    from spacy_elmo import load_bilm
     model, cache_dir, sentences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     backend = load_bilm(model, cache_dir=cache_dir, cache_mb=0)
     for start in range(0, len(sentences), 2):  # many small transactions, interleaved with the other process
