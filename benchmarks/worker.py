@@ -112,6 +112,15 @@ def main() -> None:
             reply.update(rss_mb=marks, peak_rss_mb=peak_rss_mb())
         elif cmd == "cache":  # ours: first pass vs cached passes (memory, then disk) on one corpus
             reply.update(cache_passes(model.backend, msg["sentences"], msg["cache_dir"]))
+        elif cmd == "sgemm":  # this machine's matmul rate right now, with this worker's threads
+            size, a, b = 2048, torch.randn(2048, 2048), torch.randn(2048, 2048)
+            a @ b
+            best = float("inf")
+            for _ in range(5):
+                t = time.perf_counter()
+                a @ b
+                best = min(best, time.perf_counter() - t)
+            reply.update(gflops=2 * size**3 / best / 1e9)
         elif cmd == "quit":
             break
         else:
