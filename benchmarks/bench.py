@@ -151,12 +151,13 @@ def main(argv=None) -> int:
     parser.add_argument("--peer-python", default="/tmp/peer-venv/bin/python")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timed passes per side (best is reported)")
-    parser.add_argument("--quick", action="store_true", help="tiny workloads, for a smoke test")
+    parser.add_argument("--quick", action="store_true", help="tiny workloads, for a smoke test (--scale 0.1)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the workload sizes")
     parser.add_argument("--sets", default="fixture,small,original")
     parser.add_argument("--out", help="also write the markdown report here")
     parser.add_argument("--json", help="write the raw numbers here")
     args = parser.parse_args(argv)
-    scale = 0.1 if args.quick else 1.0
+    scale = 0.1 if args.quick else args.scale
     # sentences per workload and weight set: (batch-1 sentences, batch-32 sentences, corpus sentences)
     # (AllenNLP runs at a few tokens/s on the big models on a busy 2-core machine; these keep the run ~15 min)
     sizes = {"fixture": (32, 256, 2000), "small": (8, 96, 400), "original": (4, 64, 128)}

@@ -5,7 +5,8 @@ for speed: rows are sorted by length once, the forward and the (per-row reversed
 sequences share one packed layout, so at every step both directions run on the same shrinking
 prefix of rows; each layer's input projection is one matmul per chunk of steps; gates, cell and
 outputs live in preallocated buffers; the zero initial state skips the first recurrent matmul.
-Nothing here records autograd history, so callers use it only when no gradient is needed.
+With several CPU threads and enough work per step, the two directions (independent language
+models) instead run on two single-threaded pool threads, one core each. Nothing here records autograd history, so callers use it only when no gradient is needed.
 """
 from __future__ import annotations
 
@@ -206,13 +207,13 @@ def _run_layer(
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
     chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
-    for first, stop in chunk_steps:
-        start_row = layout.step_offsets[first]
+    for first_step, stop in chunk_steps:
+        start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
         gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
         for d in dirs:
             torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
-        for step in range(first, stop):
+        for step in range(first_step, stop):
             n = layout.step_sizes[step]
             begin = layout.step_offsets[step] - start_row
             if n < c.shape[1]:  # rows n.. ended at the previous step: keep their final cell
