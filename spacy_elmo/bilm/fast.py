@@ -199,10 +199,10 @@ def _run_layer(
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
     last_c = x.new_empty(len(cells), batch, c_dim)
-    # On CPU, torch sends tanh of contiguous float tensors to MKL's vector math, which starts its
-    # own thread team even for a few hundred elements; on a busy machine each call can then wait
-    # milliseconds. The sigmoid form stays on torch's own vectorised kernels.
-    sigmoid_tanh = x.device.type == "cpu"
+    # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
+    # math, which starts its own thread team even for a few hundred elements; on a busy machine
+    # each call can then wait milliseconds. The sigmoid form stays on torch's own kernels.
+    sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
