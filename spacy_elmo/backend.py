@@ -11,16 +11,20 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .bilm.chars import batch_to_char_ids
 from .bilm.model import BiLM
+from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
+from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 
 PathLike = Union[str, os.PathLike]
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
+DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
+SMALL_WORK_MACS = 2_000_000  # recurrent multiply-adds per step below which a batch runs on one thread
 _WEIGHT_NAMES = ("weights.hdf5", "lm_weights.hdf5")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class ElmoBackend:
@@ -29,13 +33,71 @@ class ElmoBackend:
     Get one with :func:`spacy_elmo.load_bilm`, which shares one object per model and device.
     """
 
-    def __init__(self, model: BiLM, options_path: Path, weights_path: Path, device: torch.device) -> None:
-        self.model = model.to(device).eval()
+    def __init__(
+        self,
+        model: BiLM,
+        options_path: Path,
+        weights_path: Path,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.model = model.to(device=device, dtype=dtype).eval()
         self.options_path = options_path
         self.weights_path = weights_path
         self.device = device
+        self.dtype = dtype
         self.fingerprint = _fingerprint(options_path, weights_path)
+        if dtype != torch.float32:  # other precisions give other vectors: never share cache entries
+            self.fingerprint = hashlib.sha256(f"{self.fingerprint}:{dtype}".encode()).hexdigest()[:32]
         self.token_budget = DEFAULT_TOKEN_BUDGET
+        self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
+        self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)
+        self.disk_cache: Optional[DiskCache] = None
+        directory = env_cache_dir()
+        if directory:
+            self.disk_cache = open_disk_cache(directory, env_disk_mb())
+        self.small_work_threads: Optional[int] = 1
+        self._lock = threading.RLock()
+
+    def configure_cache(
+        self,
+        *,
+        cache_mb: Optional[float] = None,
+        cache_dir: Union[None, bool, PathLike] = None,
+        disk_cache_mb: Optional[float] = None,
+        token_cache_size: Optional[int] = None,
+    ) -> "ElmoBackend":
+        """Change the caches; ``None`` leaves a setting as it is. Returns ``self``.
+
+        ``cache_mb``: in-memory LRU of sentence activations, in MiB (0 turns it off).
+        ``cache_dir``: a directory for the persistent sqlite cache, or ``False`` to stop using one.
+        ``disk_cache_mb``: bound on the disk cache's size (least recently used entries are evicted).
+        ``token_cache_size``: char-CNN token vectors kept between batches (0 turns it off).
+        """
+        with self._lock:
+            if cache_mb is not None:
+                self.memory_cache.max_mb = cache_mb
+            if cache_dir is False:
+                self.disk_cache = None
+            elif cache_dir is not None and cache_dir is not True:
+                size = disk_cache_mb if disk_cache_mb is not None else env_disk_mb()
+                self.disk_cache = open_disk_cache(cache_dir, size)
+            elif disk_cache_mb is not None and self.disk_cache is not None:
+                self.disk_cache = open_disk_cache(self.disk_cache.directory, disk_cache_mb)
+            if token_cache_size is not None:
+                if int(token_cache_size) < 0:
+                    raise ValueError(f"token_cache_size must be >= 0, not {token_cache_size!r}")
+                self.token_cache.max_tokens = int(token_cache_size)
+                self.token_cache.clear()
+        return self
+
+    def clear_cache(self, disk: bool = False) -> None:
+        """Empty the in-memory caches (and this model's disk cache entries when ``disk=True``)."""
+        with self._lock:
+            self.memory_cache.clear()
+            self.token_cache.clear()
+            if disk and self.disk_cache is not None:
+                self.disk_cache.clear(self.fingerprint)
 
     @property
     def n_layers(self) -> int:
@@ -51,34 +113,89 @@ class ElmoBackend:
         return f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, n_layers={self.n_layers}, dim={self.dim})"
 
     def __reduce__(self):  # pickles as a reference: the unpickled backend comes from the shared cache
-        return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device)))
+        dtype = str(self.dtype).replace("torch.", "")
+        return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device), dtype))
 
     def embed(self, sentences: Iterable[Sequence[str]], *, batch_size: Optional[int] = None) -> List[np.ndarray]:
         """ELMo activations for each sentence, float32 ``(n_layers + 1, n_tokens, dim)``, in input order.
 
-        Sentences are sorted by length and batched under ``batch_size`` sentences and a padded
-        token budget; an empty sentence gives ``(n_layers + 1, 0, dim)``.
+        Sentences are looked up in the caches (memory, then disk), repeated sentences are computed
+        once, and the rest are sorted by length and batched under ``batch_size`` sentences and a
+        padded token budget; an empty sentence gives ``(n_layers + 1, 0, dim)``. Every returned
+        array is the caller's own (writable, not shared with the cache).
         """
         sentences = validate_sentences(sentences)
         max_rows = DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size)
         if max_rows < 1:
             raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
         results: List[Optional[np.ndarray]] = [None] * len(sentences)
-        empty = np.zeros((self.n_layers + 1, 0, self.dim), dtype=np.float32)
+        pending: Dict[Tuple[str, ...], List[int]] = {}
+        use_memory = self.memory_cache.max_mb > 0
         for i, tokens in enumerate(sentences):
             if not tokens:
-                results[i] = empty.copy()
-        for batch in length_batches([len(s) for s in sentences], max_rows, self.token_budget):
-            for i, array in zip(batch, self._embed_batch([sentences[i] for i in batch])):
-                results[i] = array
+                results[i] = np.zeros((self.n_layers + 1, 0, self.dim), dtype=np.float32)
+                continue
+            key = tuple(tokens)
+            hit = self.memory_cache.get(key) if use_memory else None
+            if hit is not None:
+                results[i] = hit.copy()
+            else:
+                pending.setdefault(key, []).append(i)
+        disk = self.disk_cache
+        if pending and disk is not None:
+            for key, array in disk.get_many(self.fingerprint, list(pending), self.n_layers + 1, self.dim).items():
+                self._deliver(results, pending.pop(key), key, array, use_memory)
+        keys = list(pending)
+        for batch in length_batches([len(k) for k in keys], max_rows, self.token_budget):
+            arrays = self._embed_batch([keys[j] for j in batch])
+            for j, array in zip(batch, arrays):
+                self._deliver(results, pending[keys[j]], keys[j], array, use_memory)
+            if disk is not None:
+                disk.put_many(self.fingerprint, ((keys[j], a) for j, a in zip(batch, arrays)))
         return results  # type: ignore[return-value]
 
+    def _deliver(self, results: List, rows: List[int], key: Tuple[str, ...], array: np.ndarray, use_memory: bool) -> None:
+        if use_memory:
+            self.memory_cache.put(key, array)
+        results[rows[0]] = array
+        for row in rows[1:]:
+            results[row] = array.copy()
+
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
-        char_ids = torch.as_tensor(batch_to_char_ids(batch), device=self.device)
-        with torch.inference_mode():
-            activations, _, _ = self.model(char_ids)
-        activations = activations.float().cpu().numpy()
-        return [np.ascontiguousarray(activations[:, row, : len(tokens)]) for row, tokens in enumerate(batch)]
+        """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
+        with self._lock, torch.inference_mode(), self._threads_for(len(batch)):
+            tokens, lengths = batch_token_vectors(self.token_cache, batch)
+            activations, _ = self.model.contextualize_vectors(tokens, lengths)
+            activations = activations.float().cpu().numpy()
+        return [np.ascontiguousarray(activations[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
+
+    def _threads_for(self, rows: int) -> "_ThreadLimit":
+        """Small CPU batches run on ``small_work_threads`` threads (``None``: torch's setting).
+
+        Each step of a small batch is a few microseconds of work, less than what waking a thread
+        team costs (and far less on a busy machine), so more threads only make it slower.
+        """
+        options = self.model.options
+        macs = rows * options.projection_dim * 4 * options.cell_dim
+        small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
+        return _ThreadLimit(self.small_work_threads if small else None)
+
+
+class _ThreadLimit:
+    """Temporarily lower torch's intra-op thread count (``None``: no change)."""
+
+    def __init__(self, threads: Optional[int]) -> None:
+        self.threads, self.previous = threads, None
+
+    def __enter__(self) -> None:
+        current = torch.get_num_threads()
+        if self.threads is not None and self.threads < current:
+            self.previous = current
+            torch.set_num_threads(self.threads)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            torch.set_num_threads(self.previous)
 
 
 def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> List[List[int]]:
@@ -190,31 +307,56 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
     return resolved
 
 
+def resolve_dtype(dtype: Union[None, str, torch.dtype]) -> torch.dtype:
+    """``None`` means float32; half precision ("float16"/"bfloat16") trades ~1e-3 accuracy for speed on GPUs."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).replace("torch.", "")
+    else:
+        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32"}.get(str(dtype), str(dtype))
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    return DTYPES[name]
+
+
 def load_bilm(
     model: Optional[PathLike] = "default",
     *,
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
     device: Union[None, str, torch.device] = None,
+    dtype: Union[None, str, torch.dtype] = None,
+    cache_mb: Optional[float] = None,
+    cache_dir: Union[None, bool, PathLike] = None,
+    disk_cache_mb: Optional[float] = None,
+    token_cache_size: Optional[int] = None,
 ) -> ElmoBackend:
     """Load (once per process) the ELMo model in ``model`` (a directory or ``"default"``).
 
-    The same resolved files and device always give the same :class:`ElmoBackend` object, so
-    every spaCy component and scikit-learn transformer shares one model in memory.
+    The same resolved files, device and dtype always give the same :class:`ElmoBackend` object,
+    so every spaCy component and scikit-learn transformer shares one model and one cache. The
+    cache arguments (see :meth:`ElmoBackend.configure_cache`) reconfigure that shared object;
+    ``None`` keeps its settings (defaults: 256 MiB in memory, a disk cache only when given or
+    named by ``SPACY_ELMO_CACHE_DIR``).
     """
     options_path, weights_path = resolve_model_files(model, options, weights)
     torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype)
     if not weights_path.is_file():
         raise WeightFileError(f"weight file not found: {weights_path}")
     stat = weights_path.stat()
-    key = (str(options_path), str(weights_path), stat.st_size, stat.st_mtime_ns, str(torch_device))
+    key = (str(options_path), str(weights_path), stat.st_size, stat.st_mtime_ns, str(torch_device), str(torch_dtype))
     with _CACHE_LOCK:
         backend = _CACHE.get(key)
         if backend is None:
-            backend = ElmoBackend(load_model(options_path, weights_path), options_path, weights_path, torch_device)
+            model_ = load_model(options_path, weights_path)
+            backend = ElmoBackend(model_, options_path, weights_path, torch_device, torch_dtype)
             _CACHE[key] = backend
-        return backend
+    return backend.configure_cache(
+        cache_mb=cache_mb, cache_dir=cache_dir, disk_cache_mb=disk_cache_mb, token_cache_size=token_cache_size
+    )
 
 
-def _load_from_paths(options: str, weights: str, device: str) -> ElmoBackend:
-    return load_bilm(options=options, weights=weights, device=device)
+def _load_from_paths(options: str, weights: str, device: str, dtype: str = "float32") -> ElmoBackend:
+    return load_bilm(options=options, weights=weights, device=device, dtype=dtype)

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from .fast import packed_layout, run_packed, unpack
+
 # (h, c) for one direction of one layer, each (batch, dim)
 State = Tuple[torch.Tensor, torch.Tensor]
 # [layer][direction] -> State, direction 0 = forward, 1 = backward
@@ -114,6 +116,14 @@ class ElmoBiLSTM(nn.Module):
         Returns per-layer forward outputs and backward outputs, each (batch, time, proj) with
         zeros at padding, and the final state of every layer and direction (batch order).
         """
+        if not needs_autograd(self, inputs, initial_state):
+            return self._forward_inference(inputs, lengths, initial_state)
+        return self.forward_reference(inputs, lengths, initial_state)
+
+    def forward_reference(
+        self, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+    ) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+        """The autograd-friendly path (one packed run per direction); ``forward`` uses it when gradients are needed."""
         batch, time = inputs.shape[:2]
         lengths_cpu = lengths.to("cpu", torch.int64)
         state = initial_state if initial_state is not None else self.zero_state(batch, inputs)
@@ -141,6 +151,34 @@ class ElmoBiLSTM(nn.Module):
         (fwd_out, fwd_final), (bwd_out, bwd_final) = directions
         final_state = [[fwd_final[layer], bwd_final[layer]] for layer in range(self.n_layers)]
         return fwd_out, bwd_out, final_state
+
+
+    def _forward_inference(
+        self, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState]
+    ) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+        batch, time = inputs.shape[:2]
+        layout = packed_layout(lengths, time, inputs.device)
+        packed, final_state = run_packed(self, inputs, layout, initial_state)
+        fwd = [unpack(p[0], layout.forward_index, batch, time) for p in packed]
+        bwd = [unpack(p[1], layout.backward_index, batch, time) for p in packed]
+        return fwd, bwd, final_state
+
+
+def needs_autograd(module: nn.Module, *tensors: object) -> bool:
+    """True when gradients are on and a parameter or an input tensor (nested lists too) requires them."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(p.requires_grad for p in module.parameters()):
+        return True
+    stack = list(tensors)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.requires_grad:
+                return True
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 def _reverse_index(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -9,7 +9,8 @@ from torch import nn
 
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS
 from .encoder import CharCNNEncoder
-from .lstm import BiLSTMState, ElmoBiLSTM
+from .fast import packed_layout, run_packed
+from .lstm import BiLSTMState, ElmoBiLSTM, needs_autograd
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,30 @@ class BiLM(nn.Module):
         self, char_ids: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
     ) -> Tuple[torch.Tensor, BiLSTMState]:
         """Activations ``(n_layers + 1, batch, time, dim)`` for ids that already hold the boundary tokens."""
-        tokens = self.encode_tokens(char_ids)
-        forward_layers, backward_layers, final_state = self.lstm(tokens, lengths, initial_state)
-        valid = (torch.arange(char_ids.shape[1], device=char_ids.device)[None, :] < lengths[:, None]).to(tokens.dtype)
-        layers: List[torch.Tensor] = [torch.cat([tokens, tokens], dim=-1) * valid[..., None]]
-        layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
-        return torch.stack(layers), final_state
+        return self.contextualize_vectors(self.encode_tokens(char_ids), lengths, initial_state)
+
+    def contextualize_vectors(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+    ) -> Tuple[torch.Tensor, BiLSTMState]:
+        """Like :meth:`contextualize`, from token vectors ``(batch, time, proj)`` (e.g. cached ones).
+
+        Without autograd (inference mode, or nothing requires grad) this takes the fused inference
+        path of :mod:`.fast`, which writes every layer straight into the output tensor.
+        """
+        if needs_autograd(self, tokens, initial_state):
+            forward_layers, backward_layers, final_state = self.lstm.forward_reference(tokens, lengths, initial_state)
+            valid = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]).to(tokens.dtype)
+            layers: List[torch.Tensor] = [torch.cat([tokens, tokens], dim=-1) * valid[..., None]]
+            layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
+            return torch.stack(layers), final_state
+        batch, time, dim = tokens.shape
+        layout = packed_layout(lengths, time, tokens.device)
+        packed, final_state = run_packed(self.lstm, tokens, layout, initial_state)
+        acts = tokens.new_zeros(self.n_layers + 1, batch * time, 2, dim)
+        token_rows = tokens.reshape(batch * time, dim).index_select(0, layout.forward_index)
+        acts[0, :, 0].index_copy_(0, layout.forward_index, token_rows)
+        acts[0, :, 1].index_copy_(0, layout.forward_index, token_rows)
+        for layer, out in enumerate(packed, start=1):
+            acts[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
+            acts[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
+        return acts.view(self.n_layers + 1, batch, time, 2 * dim), final_state

@@ -1,0 +1,268 @@
+"""Inference-only biLSTM: both directions in one time loop over packed data, outputs written in place.
+
+Same arithmetic as :meth:`ProjectedLSTMCell.run` (which autograd and training use), reorganised
+for speed: rows are sorted by length once, the forward and the (per-row reversed) backward
+sequences share one packed layout, so at every step both directions run on the same shrinking
+prefix of rows; each layer's input projection is one matmul per chunk of steps; gates, cell and
+outputs live in preallocated buffers; the zero initial state skips the first recurrent matmul.
+With several CPU threads and enough work per step, the two directions (independent language
+models) instead run on two single-threaded pool threads, one core each. Nothing here records autograd history, so callers use it only when no gradient is needed.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
+
+# rows x 4*cell_dim floats per direction for one chunk of precomputed input projections
+GATE_CHUNK_ELEMENTS = 1 << 23
+
+
+@dataclass
+class PackedLayout:
+    """Where each packed (step, row) lives: rows sorted by length, steps time-major."""
+
+    step_sizes: List[int]  # active rows at each step (non-increasing)
+    step_offsets: List[int]  # start of each step in the packed data
+    forward_index: torch.Tensor  # (N,) flat index row * time + t into (batch, time)
+    backward_index: torch.Tensor  # (N,) flat index row * time + (length - 1 - t)
+    last_index: torch.Tensor  # (batch,) packed position of each sorted row's last step
+    sorted_rows: torch.Tensor  # (batch,) original row of each sorted row
+    unsorted_rows: torch.Tensor  # (batch,) sorted position of each original row
+
+
+def packed_layout(lengths: torch.Tensor, time: int, device: torch.device) -> PackedLayout:
+    """Build the packed layout for right-padded sequences of the given ``lengths`` (all >= 1)."""
+    lengths_cpu = lengths.to("cpu", torch.int64)
+    if lengths_cpu.numel() == 0 or int(lengths_cpu.min()) < 1:
+        raise ValueError("every sequence needs at least one position")
+    sorted_lengths, sorted_rows = torch.sort(lengths_cpu, descending=True, stable=True)
+    steps = torch.arange(int(sorted_lengths[0]))
+    active = steps[:, None] < sorted_lengths[None, :]  # (steps, batch), a prefix of rows per step
+    step_sizes = active.sum(dim=1)
+    offsets = torch.cumsum(step_sizes, 0) - step_sizes
+    t_idx, r_idx = active.nonzero(as_tuple=True)  # time-major order = packed order
+    orig = sorted_rows[r_idx]
+    forward_index = orig * time + t_idx
+    backward_index = orig * time + (sorted_lengths[r_idx] - 1 - t_idx)
+    last_index = offsets[sorted_lengths - 1] + torch.arange(len(sorted_lengths))
+    unsorted_rows = torch.empty_like(sorted_rows)
+    unsorted_rows[sorted_rows] = torch.arange(len(sorted_rows))
+    to = lambda x: x.to(device, non_blocking=True)  # noqa: E731
+    return PackedLayout(
+        step_sizes.tolist(),
+        offsets.tolist(),
+        to(forward_index),
+        to(backward_index),
+        to(last_index),
+        to(sorted_rows),
+        to(unsorted_rows),
+    )
+
+
+def run_packed(
+    lstm: "ElmoBiLSTM", inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional["BiLSTMState"] = None
+):
+    """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
+
+    ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
+    The two directions are independent language models: with two or more CPU threads and enough
+    work per step they run on two threads of their own (one core each, no per-operation thread
+    team), otherwise interleaved in one loop.
+    """
+    batch, time, dim = inputs.shape
+    flat = inputs.reshape(batch * time, dim)
+    x = torch.stack([flat.index_select(0, layout.forward_index), flat.index_select(0, layout.backward_index)])
+    h0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    c0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    if initial_state is not None:
+        for layer, states in enumerate(initial_state):
+            h0[layer] = torch.stack([states[d][0] for d in range(2)]).index_select(1, layout.sorted_rows)
+            c0[layer] = torch.stack([states[d][1] for d in range(2)]).index_select(1, layout.sorted_rows)
+    stacks = [list(lstm.forward_layers), list(lstm.backward_layers)]
+    skip = lstm.use_skip_connections
+    if _use_direction_threads(x, lstm, layout):
+        threads = torch.get_num_threads()
+        try:
+            futures = [
+                _pool().submit(_run_stack_on_thread, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip)
+                for d in range(2)
+            ]
+            (out_f, h_f, c_f), (out_b, h_b, c_b) = [f.result() for f in futures]
+        finally:  # the pool threads set one thread for themselves; keep the caller's setting
+            torch.set_num_threads(threads)
+        outputs = [torch.cat(pair) for pair in zip(out_f, out_b)]
+        last_h = [torch.cat(pair, dim=0) for pair in zip(h_f, h_b)]
+        last_c = [torch.cat(pair, dim=0) for pair in zip(c_f, c_b)]
+    else:
+        outputs, last_h, last_c = _run_stack(list(zip(*stacks)), x, layout, h0, c0, skip)
+    finals = []
+    for h, c in zip(last_h, last_c):
+        h, c = h.index_select(1, layout.unsorted_rows), c.index_select(1, layout.unsorted_rows)
+        finals.append([(h[0], c[0]), (h[1], c[1])])
+    return outputs, finals
+
+
+DIRECTION_THREADS_MIN_MACS = 2_000_000  # recurrent multiply-adds per step and direction
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_LOCK = threading.Lock()
+
+
+def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLayout) -> bool:
+    macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim
+    return x.device.type == "cpu" and torch.get_num_threads() >= 2 and macs >= DIRECTION_THREADS_MIN_MACS
+
+
+def _forget_pool() -> None:
+    """After ``fork`` the pool's threads are gone in the child: start a new pool there on first use."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spacy-elmo-direction")
+        return _POOL
+
+
+def run_split(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    """``module(rows)`` with the rows split in two halves computed on the two pool threads (CPU, no autograd)."""
+    threads = torch.get_num_threads()
+    half = (rows.shape[0] + 1) // 2
+    try:
+        futures = [_pool().submit(_call_on_thread, module, part) for part in (rows[:half], rows[half:])]
+        return torch.cat([f.result() for f in futures])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _call_on_thread(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        return module(rows)
+
+
+def _pick(states: List[Optional[torch.Tensor]], d: int) -> List[Optional[torch.Tensor]]:
+    return [None if s is None else s[d : d + 1] for s in states]
+
+
+def _run_stack_on_thread(cells, x, layout, h0, c0, skip):
+    """One direction's stack on a pool thread: single-threaded ops, no autograd (thread-local modes)."""
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        return _run_stack([(cell,) for cell in cells], x, layout, h0, c0, skip)
+
+
+def _run_stack(layers, x, layout, h0, c0, skip):
+    """All layers for the directions stacked in ``x`` ``(D, N, in)``; ``layers[l]`` holds D cells."""
+    outputs, last_h, last_c = [], [], []
+    for index, cells in enumerate(layers):
+        out, c = _run_layer(cells, x, layout, h0[index], c0[index])
+        last_h.append(out.index_select(1, layout.last_index))
+        last_c.append(c)
+        if skip and index > 0:
+            out.add_(x)
+        outputs.append(out)
+        x = out
+    return outputs, last_h, last_c
+
+
+def _run_layer(
+    cells: Sequence["ProjectedLSTMCell"],
+    x: torch.Tensor,
+    layout: PackedLayout,
+    h0: Optional[torch.Tensor],
+    c0: Optional[torch.Tensor],
+):
+    """One layer, D directions: packed inputs ``(D, N, in)`` -> packed outputs ``(D, N, proj)``, last cells."""
+    first = cells[0]
+    dirs = range(len(cells))
+    c_dim, n_total = first.cell_dim, x.shape[1]
+    batch = layout.step_sizes[0]
+    in_w = [cell.input_weight for cell in cells]
+    state_w = [cell.state_weight for cell in cells]
+    proj_w = [cell.projection for cell in cells]
+    biases = [cell.bias + cell.forget_offset for cell in cells]
+    cell_clip, proj_clip = first.cell_clip, first.proj_clip
+    out = x.new_empty(len(cells), n_total, first.proj_dim)
+    last_c = x.new_empty(len(cells), batch, c_dim)
+    # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
+    # math, which starts its own thread team even for a few hundred elements; on a busy machine
+    # each call can then wait milliseconds. The sigmoid form stays on torch's own kernels.
+    sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
+    c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
+    h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
+
+    chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
+    for first_step, stop in chunk_steps:
+        start_row = layout.step_offsets[first_step]
+        end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
+        gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
+        for d in dirs:
+            torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
+        for step in range(first_step, stop):
+            n = layout.step_sizes[step]
+            begin = layout.step_offsets[step] - start_row
+            if n < c.shape[1]:  # rows n.. ended at the previous step: keep their final cell
+                last_c[:, n : c.shape[1]] = c[:, n:]
+                c = c[:, :n]
+            g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
+            if h_prev is not None:  # None: the zero state adds nothing
+                for d in dirs:
+                    g[d].addmm_(h_prev[d, :n], state_w[d])
+            i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
+            if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
+                g[:, :, c_dim : 2 * c_dim].mul_(2)
+                g.sigmoid_()
+                c = torch.addcmul(f * c, i, g[:, :, c_dim : 2 * c_dim], value=2).sub_(i)
+            else:
+                j = torch.tanh(g[:, :, c_dim : 2 * c_dim])
+                g.sigmoid_()  # i, f, o (the sigmoid of the j block is unused)
+                c = torch.addcmul(f * c, i, j)
+            if cell_clip:
+                c.clamp_(-cell_clip, cell_clip)
+            if sigmoid_tanh:  # o * tanh(c) = 2 o sigmoid(2c) - o
+                hid = torch.mul(c, 2).sigmoid_().mul_(o).mul_(2).sub_(o)
+            else:
+                hid = torch.tanh(c).mul_(o)
+            row = layout.step_offsets[step]
+            h = out[:, row : row + n]
+            for d in dirs:
+                torch.mm(hid[d], proj_w[d], out=h[d])
+            if proj_clip:
+                h.clamp_(-proj_clip, proj_clip)
+            h_prev = h
+    last_c[:, : c.shape[1]] = c
+    return out, last_c
+
+
+def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
+    """Split the steps into consecutive ranges whose packed rows fit ``max_rows`` (at least one step each)."""
+    ranges, first, rows = [], 0, 0
+    for step, n in enumerate(layout.step_sizes):
+        if rows and rows + n > max_rows:
+            ranges.append((first, step))
+            first, rows = step, 0
+        rows += n
+    ranges.append((first, len(layout.step_sizes)))
+    return ranges
+
+
+def unpack(packed: torch.Tensor, index: torch.Tensor, batch: int, time: int) -> torch.Tensor:
+    """Scatter packed rows ``(N, dim)`` back to a zero-padded ``(batch, time, dim)`` tensor."""
+    padded = packed.new_zeros(batch * time, packed.shape[-1])
+    padded.index_copy_(0, index, packed)
+    return padded.view(batch, time, -1)

@@ -1,0 +1,324 @@
+"""Embedding caches keyed by (model fingerprint, token tuple): an in-memory LRU and an sqlite disk cache.
+
+The disk cache is one sqlite3 database in WAL mode: every write is a transaction (a killed writer
+leaves nothing behind), several processes can read and write it at once, entries of different
+models never mix (the fingerprint is part of the key), and the total size stays under a bound by
+evicting the least recently used entries.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
+CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
+DB_NAME = "embeddings.sqlite3"
+DEFAULT_MEMORY_MB = 256.0
+DEFAULT_DISK_MB = 4096.0
+_BUSY_TIMEOUT_S = 60.0
+_TOUCH_AFTER_S = 1.0  # an entry's last-use time is refreshed at most this often
+_QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or more)
+
+
+class MemoryCache:
+    """A thread-safe LRU of float32 arrays bounded by their total size in MiB (0 disables it)."""
+
+    def __init__(self, max_mb: float = DEFAULT_MEMORY_MB) -> None:
+        self._items: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
+        self._lock = threading.Lock()
+        self.nbytes = 0
+        self.max_mb = max_mb
+
+    @property
+    def max_mb(self) -> float:
+        return self._max_bytes / 2**20
+
+    @max_mb.setter
+    def max_mb(self, value: float) -> None:
+        if value is None or float(value) < 0:
+            raise ValueError(f"cache_mb must be a number >= 0, not {value!r}")
+        self._max_bytes = int(float(value) * 2**20)
+        with self._lock:
+            self._evict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Optional[np.ndarray]:
+        """The cached (read-only) array for ``key``, or ``None``."""
+        with self._lock:
+            array = self._items.get(key)
+            if array is not None:
+                self._items.move_to_end(key)
+            return array
+
+    def put(self, key: Hashable, array: np.ndarray) -> None:
+        """Store a read-only copy of ``array`` unless it alone exceeds the budget."""
+        if array.nbytes > self._max_bytes:
+            return
+        stored = np.array(array, dtype=np.float32, copy=True)
+        stored.setflags(write=False)
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old.nbytes
+            self._items[key] = stored
+            self.nbytes += stored.nbytes
+            self._evict()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.nbytes = 0
+
+    def _evict(self) -> None:
+        while self.nbytes > self._max_bytes and self._items:
+            _, old = self._items.popitem(last=False)
+            self.nbytes -= old.nbytes
+
+
+def tokens_key(tokens: Sequence[str]) -> bytes:
+    """sha256 of the token tuple (JSON, so token boundaries are unambiguous)."""
+    return hashlib.sha256(json.dumps(list(tokens), ensure_ascii=False).encode("utf-8")).digest()
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    key BLOB NOT NULL,
+    layers INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    dim INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    used REAL NOT NULL,
+    UNIQUE (fingerprint, key)
+);
+CREATE INDEX IF NOT EXISTS vectors_used ON vectors (used);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('bytes', 0);
+CREATE TRIGGER IF NOT EXISTS vectors_added AFTER INSERT ON vectors
+    BEGIN UPDATE meta SET value = value + length(NEW.data) WHERE name = 'bytes'; END;
+CREATE TRIGGER IF NOT EXISTS vectors_removed AFTER DELETE ON vectors
+    BEGIN UPDATE meta SET value = value - length(OLD.data) WHERE name = 'bytes'; END;
+"""
+
+
+class DiskCache:
+    """ELMo activations on disk in ``directory/embeddings.sqlite3``, at most ``max_mb`` MiB of vectors.
+
+    Safe to share between threads and processes. If the database cannot be opened or read (e.g.
+    it is not an sqlite file), a warning names the file and the cache turns itself off.
+    """
+
+    def __init__(self, directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> None:
+        if float(max_mb) <= 0:
+            raise ValueError(f"disk_cache_mb must be > 0, not {max_mb!r}")
+        self.directory = Path(directory).expanduser().resolve()
+        self.path = self.directory / DB_NAME
+        self.max_bytes = int(float(max_mb) * 2**20)
+        self.disabled = False
+        self._lock = threading.Lock()
+        self._con: Optional[sqlite3.Connection] = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"DiskCache({str(self.path)!r}, max_mb={self.max_bytes / 2**20:g})"
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._con is None or self._pid != os.getpid():  # never reuse a connection across fork
+            self.directory.mkdir(parents=True, exist_ok=True)
+            con = sqlite3.connect(
+                str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")
+            with _transaction(con):
+                for statement in _statements(_SCHEMA):
+                    con.execute(statement)
+            self._con, self._pid = con, os.getpid()
+        return self._con
+
+    def _fail(self, err: Exception) -> None:
+        self.disabled = True
+        warnings.warn(
+            f"spacy_elmo: disk cache {self.path} is unusable and is turned off ({err}); "
+            f"delete the file to start a fresh cache",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def get_many(
+        self, fingerprint: str, keys: Sequence[Tuple[str, ...]], n_layers: int, dim: int
+    ) -> Dict[Tuple[str, ...], np.ndarray]:
+        """Cached arrays ``(n_layers, len(tokens), dim)`` for those ``keys`` (token tuples) that are stored."""
+        if self.disabled or not keys:
+            return {}
+        by_hash = {tokens_key(k): k for k in keys}
+        found: Dict[Tuple[str, ...], np.ndarray] = {}
+        bad: List[bytes] = []
+        touched: List[int] = []
+        now = time.time()
+        try:
+            with self._lock:
+                con = self._connection()
+                hashes = list(by_hash)
+                for start in range(0, len(hashes), _QUERY_CHUNK):
+                    chunk = hashes[start : start + _QUERY_CHUNK]
+                    rows = con.execute(
+                        f"SELECT id, key, layers, tokens, dim, data, used FROM vectors WHERE fingerprint = ? "
+                        f"AND key IN ({','.join('?' * len(chunk))})",
+                        [fingerprint, *chunk],
+                    ).fetchall()
+                    for row_id, key, layers, n_tokens, width, data, used in rows:
+                        tokens = by_hash[key]
+                        shape = (layers, n_tokens, width)
+                        if shape != (n_layers, len(tokens), dim) or len(data) != 4 * n_layers * len(tokens) * dim:
+                            bad.append(key)  # written by a foreign or broken writer: recompute
+                            continue
+                        found[tokens] = np.frombuffer(data, dtype="<f4").reshape(shape).astype(np.float32)
+                        if used < now - _TOUCH_AFTER_S:
+                            touched.append(row_id)
+                if touched or bad:  # mark as recently used (for eviction) and drop broken entries
+                    with _transaction(con):
+                        for start in range(0, len(touched), _QUERY_CHUNK):
+                            chunk = touched[start : start + _QUERY_CHUNK]
+                            con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(chunk))})", [now, *chunk])
+                        con.executemany("DELETE FROM vectors WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in bad])
+        except sqlite3.Error as err:
+            self._fail(err)
+            return {}
+        return found
+
+    def put_many(self, fingerprint: str, items: Iterable[Tuple[Tuple[str, ...], np.ndarray]]) -> None:
+        """Store arrays in one transaction, then evict the least recently used entries beyond the bound."""
+        if self.disabled:
+            return
+        now = time.time()
+        rows = []
+        for tokens, array in items:
+            array = np.ascontiguousarray(array, dtype="<f4")
+            if array.nbytes <= self.max_bytes:
+                rows.append((fingerprint, tokens_key(tokens), *array.shape, array.tobytes(), now))
+        if not rows:
+            return
+        try:
+            with self._lock:
+                con = self._connection()
+                with _transaction(con):
+                    con.executemany(
+                        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, used) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, key) DO UPDATE SET used = excluded.used",
+                        rows,
+                    )
+                    self._evict(con)
+        except sqlite3.Error as err:
+            self._fail(err)
+
+    def _evict(self, con: sqlite3.Connection) -> None:
+        excess = self.total_bytes(con) - self.max_bytes
+        if excess <= 0:
+            return
+        target = excess + self.max_bytes // 10  # free 10% more, so eviction is not on every write
+        victims, freed = [], 0
+        for row_id, size in con.execute("SELECT id, length(data) FROM vectors ORDER BY used, id"):
+            victims.append((row_id,))
+            freed += size
+            if freed >= target:
+                break
+        con.executemany("DELETE FROM vectors WHERE id = ?", victims)
+
+    def total_bytes(self, con: Optional[sqlite3.Connection] = None) -> int:
+        """Bytes of vector data now stored (all models)."""
+        if con is None:
+            with self._lock:
+                return self.total_bytes(self._connection())
+        return int(con.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()[0])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._connection().execute("SELECT COUNT(*) FROM vectors").fetchone()[0])
+
+    def clear(self, fingerprint: Optional[str] = None) -> None:
+        """Delete every entry (of one model, if ``fingerprint`` is given)."""
+        with self._lock:
+            con = self._connection()
+            with _transaction(con):
+                if fingerprint is None:
+                    con.execute("DELETE FROM vectors")
+                else:
+                    con.execute("DELETE FROM vectors WHERE fingerprint = ?", (fingerprint,))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None and self._pid == os.getpid():
+                self._con.close()
+            self._con = None
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error (so nothing half-written is kept)."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.con.execute("BEGIN IMMEDIATE")
+        return self.con
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.con.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _statements(script: str) -> List[str]:
+    """Split the schema into statements (trigger bodies contain ';', so split on 'END;' too)."""
+    out, current = [], []
+    for line in script.strip().splitlines():
+        current.append(line)
+        text = "\n".join(current).strip()
+        if text.endswith("END;") or (text.endswith(";") and "TRIGGER" not in text):
+            out.append(text)
+            current = []
+    return out
+
+
+_DISK_CACHES: Dict[Tuple[str, int], DiskCache] = {}
+_DISK_LOCK = threading.Lock()
+
+
+def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:
+    """One :class:`DiskCache` object per directory and size bound in this process."""
+    resolved = str(Path(directory).expanduser().resolve())
+    key = (resolved, int(float(max_mb) * 2**20))
+    with _DISK_LOCK:
+        cache = _DISK_CACHES.get(key)
+        if cache is None:
+            cache = _DISK_CACHES[key] = DiskCache(resolved, max_mb)
+        return cache
+
+
+def env_cache_dir() -> Optional[str]:
+    """The disk cache directory named by ``SPACY_ELMO_CACHE_DIR`` (unset or empty: none)."""
+    value = os.environ.get(CACHE_DIR_ENV, "").strip()
+    return value or None
+
+
+def env_disk_mb() -> float:
+    """The disk cache bound from ``SPACY_ELMO_CACHE_MB`` (default 4096 MiB)."""
+    value = os.environ.get(CACHE_MB_ENV, "").strip()
+    if not value:
+        return DEFAULT_DISK_MB
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{CACHE_MB_ENV}={value!r} is not a number of MiB") from None

@@ -1,0 +1,235 @@
+"""The fused inference path (spacy_elmo.bilm.fast) against the autograd reference path, and the token-vector LRU."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, load_model
+from spacy_elmo.bilm import fast
+from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
+
+ATOL = 2e-6
+
+
+def _close(ours, ref, rel=1e-5):
+    """Equal up to float32 rounding: ``max|diff| <= rel * (1 + max|ref|)``.
+
+    The fast path computes tanh as 2 sigmoid(2x) - 1 (1e-7 apart) and these random weights are
+    large enough to amplify that over the steps; the real fixture agrees to 1e-6 (test_parity).
+    """
+    worst = (ours - ref).abs().max().item()
+    return worst <= rel * (1 + ref.abs().max().item())
+
+
+def _options(**kw):
+    base = dict(
+        filters=((1, 4), (2, 8), (3, 8)),
+        char_embed_dim=4,
+        n_characters=262,
+        max_chars=50,
+        n_highway=1,
+        activation="relu",
+        cell_dim=24,
+        projection_dim=8,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=True,
+    )
+    base.update(kw)
+    return BiLMOptions(**base)
+
+
+def _random_batch(seed, n=9, longest=13):
+    rng = random.Random(seed)
+    vocab = ["the", "of", "bank", "river", "approved", ",", ".", "Zürich", "x" * 60, "1965"]
+    lengths = [rng.randint(1, longest) for _ in range(n)]
+    lengths[rng.randrange(n)] = longest
+    return [[rng.choice(vocab) for _ in range(k)] for k in lengths]
+
+
+def _random_state(model, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    o = model.options
+    return [
+        [(torch.randn(batch, o.projection_dim, generator=g), torch.randn(batch, o.cell_dim, generator=g)) for _ in range(2)]
+        for _ in range(o.n_layers)
+    ]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"use_skip_connections": False, "n_layers": 3},
+        {"cell_clip": None, "proj_clip": None, "n_layers": 1},
+        {"cell_dim": 300},  # the split-sigmoid branch (cell_dim >= 256)
+    ],
+)
+@pytest.mark.parametrize("stateful", [False, True])
+@pytest.mark.parametrize("direction_threads", [False, True])
+def test_fast_path_equals_reference_path(kw, stateful, direction_threads, monkeypatch):
+    if direction_threads:  # force the two-thread branch (one thread per direction) on this tiny model
+        monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        monkeypatch.setattr(fast, "_POOL", None)
+    torch.manual_seed(1)
+    model = BiLM(_options(**kw)).eval()
+    for p in model.parameters():  # realistic spread, so the clips are hit
+        torch.nn.init.uniform_(p, -0.5, 0.5)
+    sentences = _random_batch(seed=len(kw) + stateful)
+    ids = torch.as_tensor(batch_to_char_ids(sentences))
+    state = _random_state(model, len(sentences), 3) if stateful else None
+    ref_acts, ref_mask, ref_state = model(ids, state)  # parameters require grad: the reference path
+    assert ref_acts.requires_grad
+    with torch.inference_mode():
+        acts, mask, final = model(ids, state)
+    assert torch.equal(mask, ref_mask)
+    assert _close(acts, ref_acts)
+    for layer in range(model.n_layers):
+        for d in range(2):
+            for ours, ref in zip(final[layer][d], ref_state[layer][d]):
+                assert _close(ours, ref)
+    # the public ElmoBiLSTM.forward takes the same fast path without autograd
+    tokens = model.encode_tokens(ids).detach()
+    lengths = mask.sum(dim=1)
+    with torch.no_grad():
+        f_fast, b_fast, _ = model.lstm(tokens, lengths, state)
+    f_ref, b_ref, _ = model.lstm.forward_reference(tokens, lengths, state)
+    for ours, ref in zip(f_fast + b_fast, f_ref + b_ref):
+        assert _close(ours, ref)
+    if direction_threads:
+        assert torch.get_num_threads() == 2  # the caller's setting survives the pool threads
+        torch.set_num_threads(threads)
+
+
+def test_chunked_input_projection_is_exact(monkeypatch):
+    model = BiLM(_options()).eval()
+    sentences = _random_batch(seed=5, n=6, longest=20)
+    ids = torch.as_tensor(batch_to_char_ids(sentences))
+    with torch.inference_mode():
+        whole, _, _ = model(ids)
+        monkeypatch.setattr(fast, "GATE_CHUNK_ELEMENTS", 4 * 24 * 7)  # 7 packed rows per chunk
+        chunked, _, _ = model(ids)
+    assert torch.equal(whole, chunked)
+
+
+def test_autograd_still_flows_through_bilm():
+    model = BiLM(_options()).train()
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=2)))
+    acts, mask, _ = model(ids)
+    acts[1:].sum().backward()
+    grads = [p.grad for p in model.lstm.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert all(g.abs().sum() > 0 for g in grads)
+    assert model.token_encoder.projection.weight.grad.abs().sum() > 0
+
+
+def test_packed_layout_orders_rows_by_length():
+    layout = fast.packed_layout(torch.tensor([2, 4, 1, 4]), time=4, device=torch.device("cpu"))
+    assert layout.step_sizes == [4, 3, 2, 2]
+    assert layout.step_offsets == [0, 4, 7, 9]
+    assert layout.sorted_rows.tolist() == [1, 3, 0, 2]  # stable: equal lengths keep their order
+    # step 0 reads position 0 of rows 1, 3, 0, 2 forward; backward starts at each row's last token
+    assert layout.forward_index[:4].tolist() == [4, 12, 0, 8]
+    assert layout.backward_index[:4].tolist() == [7, 15, 1, 8]
+    assert layout.last_index.tolist() == [9, 10, 4 + 2, 0 + 3]  # offset of the last step + sorted row
+    with pytest.raises(ValueError, match="at least one position"):
+        fast.packed_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
+
+
+def test_token_cache_gives_encoder_vectors_and_evicts(fixture_dir):
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    cache = TokenVectorCache(model, max_tokens=5)
+    with torch.inference_mode():
+        words = ["a", "b", "c", "d"]
+        direct = model.encode_tokens(torch.as_tensor(batch_to_char_ids([words])))[0]
+        assert torch.allclose(cache.vectors(words), direct, atol=1e-6)
+        assert len(cache) == 4
+        assert torch.allclose(cache.vectors(["e", "f", "a"]), model.encode_tokens(
+            torch.as_tensor(batch_to_char_ids([["e", "f", "a"]])))[0], atol=1e-6)
+        assert len(cache) == 5 and "a" in cache._slots  # "a" was used last, so "b" went first
+        assert "b" not in cache._slots
+        too_many = [f"w{i}" for i in range(7)]  # more than the cache holds: encoded directly
+        assert cache.vectors(too_many).shape == (7, 16)
+        assert len(cache) == 5
+        tokens, lengths = batch_token_vectors(cache, [["a", "b"], ["c"]])
+        assert lengths.tolist() == [4, 3] and tokens.shape == (2, 4, 16)
+        bos = model.encode_tokens(torch.as_tensor(model.bos_ids)[None])[0]
+        assert torch.allclose(tokens[1, 0], bos, atol=1e-6)
+        assert torch.allclose(tokens[0, 1], direct[0], atol=1e-6)
+
+
+def test_backend_embed_matches_plain_forward(backend, fixture_sentences):
+    """The backend's cached, fused path gives what BiLM.forward gives, sentence by sentence."""
+    backend.clear_cache()
+    out = backend.embed(fixture_sentences[:12], batch_size=5)
+    with torch.inference_mode():
+        for sentence, ours in zip(fixture_sentences[:12], out):
+            acts, _, _ = backend.model(torch.as_tensor(batch_to_char_ids([sentence])))
+            np.testing.assert_allclose(ours, acts[:, 0].numpy(), atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float16", 2e-3), ("bfloat16", 1e-2)])
+def test_half_precision_within_documented_tolerance(fixture_dir, fixture_sentences, backend, dtype, tolerance):
+    half = load_bilm(fixture_dir, dtype=dtype)
+    assert half is not backend and half.fingerprint != backend.fingerprint
+    assert half is load_bilm(fixture_dir, dtype=dtype)
+    ours = half.embed(fixture_sentences[:6])
+    exact = backend.embed(fixture_sentences[:6])
+    assert all(a.dtype == np.float32 for a in ours)
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(ours, exact))
+    scale = max(float(np.abs(b).max()) for b in exact)
+    print(f"{dtype}: max abs diff {worst:.3g} (activations up to {scale:.3g})")
+    assert 0 < worst < tolerance * scale  # README: relative to the largest activation
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_bilm(fixture_dir, dtype="int8")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_embed_and_training_step(fixture_dir, fixture_sentences, backend):
+    gpu = load_bilm(fixture_dir, device="cuda")
+    assert gpu.device.type == "cuda"
+    for a, b in zip(gpu.embed(fixture_sentences[:8]), backend.embed(fixture_sentences[:8])):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").cuda().train()
+    acts, _, _ = model(torch.as_tensor(batch_to_char_ids(fixture_sentences[:4])).cuda())
+    acts.sum().backward()
+    assert all(p.grad is not None for p in model.lstm.parameters())
+    half = load_bilm(fixture_dir, device="cuda", dtype="float16")
+    assert len(half.embed(fixture_sentences[:4])) == 4
+
+
+def test_token_cache_splits_big_batches_over_two_threads(fixture_dir, monkeypatch):
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    words = [f"w{i}x" * (i % 5 + 1) for i in range(150)]  # 150 new tokens: more than SPLIT_TOKENS
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            ours = TokenVectorCache(model, max_tokens=1000).vectors(words)
+            direct = model.encode_tokens(torch.as_tensor(batch_to_char_ids([words])))[0]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert (ours - direct).abs().max().item() < 1e-6
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_direction_pool_is_renewed_in_a_forked_child():
+    """The pool's threads do not survive fork; the child must get a new pool, not hang on the old one."""
+    import os
+
+    assert fast._pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
+    pid = os.fork()
+    if pid == 0:  # child: plain Python work through the pool (torch's OpenMP is another matter)
+        code = 1
+        try:
+            code = 0 if fast._pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
