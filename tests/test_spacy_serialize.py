@@ -26,8 +26,12 @@ def nlp(fixture_dir):
     return nlp
 
 
-def assert_same_vectors(doc, expected):
-    np.testing.assert_array_equal(doc._.elmo_layers, expected._.elmo_layers)
+def assert_same_vectors(doc, expected, recomputed=False):
+    """Stored arrays must round-trip exactly; vectors recomputed by another backend object agree to 1e-6."""
+    if recomputed:
+        np.testing.assert_allclose(doc._.elmo_layers, expected._.elmo_layers, atol=1e-6, rtol=1e-5)
+    else:
+        np.testing.assert_array_equal(doc._.elmo_layers, expected._.elmo_layers)
     np.testing.assert_allclose(doc._.elmo, expected._.elmo, atol=1e-6)
     assert doc._.elmo_model == expected._.elmo_model
 
@@ -116,7 +120,7 @@ def test_nlp_to_bytes_from_bytes(nlp):
     component = fresh.get_pipe("elmo")
     assert component.model_ref.path != "/nonexistent/elmo" and component.backend.fingerprint == nlp.get_pipe("elmo").backend.fingerprint
     for text in TEXTS:
-        assert_same_vectors(fresh(text), nlp(text))
+        assert_same_vectors(fresh(text), nlp(text), recomputed=True)
 
 
 def test_config_assembles_from_example(fixture_dir, backend):
