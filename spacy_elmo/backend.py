@@ -163,6 +163,7 @@ class ElmoBackend:
 
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
         """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
+        _single_thread_if_forked()
         with self._lock, torch.inference_mode(), self._threads_for(len(batch)):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
             activations, _ = self.model.contextualize_vectors(tokens, lengths)
@@ -179,6 +180,28 @@ class ElmoBackend:
         macs = rows * options.projection_dim * 4 * options.cell_dim
         small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
         return _ThreadLimit(self.small_work_threads if small else None)
+
+
+_forked = False
+
+
+def _mark_forked() -> None:
+    global _forked
+    _forked = True
+
+
+# libgomp's thread pool does not survive fork(): a forked child (nlp.pipe(n_process=...), a user's
+# multiprocessing pool) that runs a multi-threaded torch op after the parent did hangs forever.
+# Such children use one thread, as PyTorch's own DataLoader workers do.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
+
+
+def _single_thread_if_forked() -> None:
+    global _forked
+    if _forked:
+        torch.set_num_threads(1)
+        _forked = False
 
 
 class _ThreadLimit:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
-import os
 import shutil
 import tempfile
 import warnings
@@ -12,7 +11,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import numpy as np
 import srsly
-import torch
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
@@ -49,26 +47,6 @@ path = "default"
 DEFAULT_CONFIG = Config().from_str(DEFAULT_CONFIG_STR)
 
 install_extensions()
-
-_forked = False
-
-
-def _mark_forked() -> None:
-    global _forked
-    _forked = True
-
-
-# libgomp's thread pool does not survive fork(): a forked child (nlp.pipe(n_process=...) on Linux)
-# that runs a multi-threaded torch op after the parent did hangs forever. Such children use one thread.
-os.register_at_fork(after_in_child=_mark_forked)
-
-
-def _single_thread_if_forked() -> None:
-    global _forked
-    if _forked:
-        torch.set_num_threads(1)
-        _forked = False
-
 
 def _quiet_in_workers() -> None:
     """In nlp.pipe(n_process=...) workers spaCy sends docs back as bytes, warning (W109) about our hooks each time."""
@@ -202,7 +180,6 @@ class ElmoComponent(Pipe):
 
     def predict(self, docs: Sequence[Doc]) -> List[np.ndarray]:
         """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
-        _single_thread_if_forked()
         _quiet_in_workers()
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
