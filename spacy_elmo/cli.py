@@ -1,0 +1,154 @@
+"""The ``spacy-elmo`` command line (also ``python -m spacy_elmo``): train, evaluate, info."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="spacy-elmo",
+    help="ELMo contextual word vectors for spaCy and scikit-learn: train, evaluate and inspect biLMs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def train(
+    output_dir: Path = typer.Argument(..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"),
+    train_files: List[Path] = typer.Option([], "--train", "-t", help="Training text, one sentence (or paragraph) per line; repeatable; a directory means its *.txt files"),
+    raw_files: List[Path] = typer.Option([], "--raw", help="Training text as running prose (paragraphs split into sentences); repeatable"),
+    valid_files: List[Path] = typer.Option([], "--valid", "-v", help="Validation text, one sentence or paragraph per line; repeatable"),
+    arch: str = typer.Option("small", "--arch", "-a", help="Preset (tiny, small, original) or an options.json-style JSON file"),
+    tokenizer: str = typer.Option("whitespace", help="Tokenizer for --train/--valid lines: whitespace or spacy"),
+    raw_tokenizer: str = typer.Option("spacy", help="Tokenizer for --raw text: spacy or whitespace"),
+    vocab_size: int = typer.Option(50000, help="Most softmax words (<S>, </S>, <UNK> included)"),
+    min_count: int = typer.Option(3, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"),
+    epochs: float = typer.Option(1.0, help="Passes over the training text (a fraction is allowed)"),
+    token_budget: int = typer.Option(4096, help="Padded tokens per batch"),
+    lr: float = typer.Option(2e-3, help="Adam learning rate"),
+    lr_schedule: str = typer.Option("linear", help="linear (decay over --epochs or --max-minutes) or constant"),
+    warmup_steps: int = typer.Option(100, help="Steps of linear learning-rate warm-up"),
+    clip_norm: float = typer.Option(1.0, help="Gradient norm clipping (0: off)"),
+    dropout: float = typer.Option(0.0, help="Dropout between LSTM layers and before the softmax"),
+    cutoffs: str = typer.Option("2000,10000", help="Adaptive softmax cluster boundaries (word ranks)"),
+    div_value: float = typer.Option(2.0, help="Adaptive softmax: each tail cluster's width shrinks by this factor"),
+    max_length: int = typer.Option(100, help="Cut sentences longer than this many tokens"),
+    seed: int = typer.Option(0, help="Random seed: the same seed and data give the same model"),
+    eval_every: int = typer.Option(0, help="Also validate (and export if better) every N steps"),
+    checkpoint_every: int = typer.Option(200, help="Save checkpoint.pt every N steps"),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after this much wall time (the lr schedule ends there)"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)"),
+    lstm_impl: str = typer.Option("auto", help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
+    init_from: Optional[Path] = typer.Option(None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.pt"),
+    progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
+) -> None:
+    """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout."""
+    from .train import TrainConfig, make_sources
+    from .train import train as run_training
+
+    try:
+        train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
+        valid_sources = make_sources(valid_files, "lines", tokenizer)
+        if not train_sources and not resume:
+            raise ValueError("give training text with --train FILE and/or --raw FILE")
+        config = TrainConfig(
+            train=[s.to_json() for s in train_sources],
+            valid=[s.to_json() for s in valid_sources],
+            architecture=arch,
+            vocab_size=vocab_size,
+            min_count=min_count,
+            epochs=epochs,
+            token_budget=token_budget,
+            lr=lr,
+            lr_schedule=lr_schedule,
+            warmup_steps=warmup_steps,
+            clip_norm=clip_norm,
+            dropout=dropout,
+            seed=seed,
+            max_length=max_length,
+            cutoffs=tuple(int(c) for c in cutoffs.split(",") if c.strip()),
+            div_value=div_value,
+            eval_every=eval_every,
+            checkpoint_every=checkpoint_every,
+            max_steps=max_steps,
+            max_minutes=max_minutes,
+            threads=threads,
+            lstm_impl=lstm_impl,
+            init_from=str(init_from) if init_from else None,
+        )
+        if lr_schedule not in ("linear", "constant"):
+            raise ValueError(f"--lr-schedule must be linear or constant, not {lr_schedule!r}")
+        metrics = run_training(config, output_dir, resume=resume, progress=progress)
+    except (ValueError, FileNotFoundError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
+    best = metrics.get("best") or {}
+    typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
+
+
+@app.command()
+def evaluate(
+    model_dir: Path = typer.Argument(..., help="A model directory written by `spacy-elmo train` (or 'default')"),
+    text_files: List[Path] = typer.Argument(..., help="Text files, one sentence or paragraph per line"),
+    raw: bool = typer.Option(False, "--raw", help="The files are running prose (split paragraphs into sentences)"),
+    tokenizer: str = typer.Option("whitespace", help="whitespace or spacy"),
+    max_length: Optional[int] = typer.Option(None, help="Cut sentences longer than this many tokens (default: as in training)"),
+    output: Optional[Path] = typer.Option(None, help="Also write the result as JSON here"),
+    record: Optional[str] = typer.Option(None, help="Store the result under this name in the model's metrics.json (and its README.md card)"),
+) -> None:
+    """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
+    from .train import evaluate as run_evaluate
+    from .bilm.weights import WeightFileError
+
+    try:
+        result = run_evaluate(
+            "default" if str(model_dir) == "default" else model_dir,
+            text_files,
+            format="raw" if raw else "lines",
+            tokenizer=tokenizer,
+            max_length=max_length,
+        )
+    except (ValueError, FileNotFoundError, WeightFileError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
+    typer.echo(
+        f"perplexity forward {result['forward']:.2f}  backward {result['backward']:.2f}  mean {result['mean']:.2f}"
+        f"  ({result['words']} words, {result['sentences']} sentences)"
+    )
+    if output:
+        output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if record:
+        from .train.evaluate import record_result
+
+        record_result(model_dir, record, result)
+
+
+@app.command()
+def info(
+    model_dir: str = typer.Argument("default", help="A model directory, or 'default' for the bundled model"),
+) -> None:
+    """Print a biLM's architecture, parameter count, training corpus and perplexities."""
+    from .backend import resolve_model_files
+    from .bilm.weights import WeightFileError, read_options
+    from .info import describe
+
+    try:
+        options_path, weights_path = resolve_model_files(model_dir)
+        read_options(options_path)
+    except (ValueError, FileNotFoundError, WeightFileError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
+    typer.echo(describe(options_path, weights_path))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""A readable summary of a biLM directory: architecture, size, training corpus and perplexities."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+from .bilm.weights import read_options
+
+
+def parameter_count(options_path: Path) -> int:
+    """Parameters of the biLM that ``options.json`` describes (the softmax is not part of it)."""
+    from .bilm.model import BiLM
+
+    model = BiLM(read_options(options_path))
+    return sum(p.numel() for p in model.parameters()) - model.options.char_embed_dim  # the added char-0 row
+
+
+def describe(options_path: Path, weights_path: Path) -> str:
+    """Lines of text describing the model whose files these are."""
+    options = read_options(options_path)
+    directory = options_path.parent
+    lines: List[str] = [
+        f"model:        {directory}",
+        f"weights:      {weights_path.name} ({weights_path.stat().st_size / 1e6:.1f} MB)",
+        f"architecture: char CNN {[list(f) for f in options.filters]} (char dim {options.char_embed_dim}, "
+        f"{options.n_highway} highway) -> {options.n_layers} x biLSTM {options.cell_dim} cells, projection "
+        f"{options.projection_dim}, skip connections {'on' if options.use_skip_connections else 'off'}, "
+        f"clipping cell={options.cell_clip} proj={options.proj_clip}",
+        f"output:       {options.n_layers + 1} layers x {options.output_dim} dims",
+        f"parameters:   {parameter_count(options_path):,} (biLM, without the softmax)",
+    ]
+    metrics_path = directory / "metrics.json"
+    if metrics_path.is_file():
+        lines += _metrics_lines(json.loads(metrics_path.read_text(encoding="utf-8")))
+    else:
+        lines.append("training:     no metrics.json (not trained by spacy-elmo train)")
+    return "\n".join(lines)
+
+
+def _metrics_lines(metrics: Dict[str, Any]) -> List[str]:
+    lines: List[str] = []
+    corpus = metrics.get("corpus", {})
+    files = [Path(s["path"]).name for s in corpus.get("train", [])]
+    if files:
+        lines.append(f"corpus:       {', '.join(files)} ({corpus.get('words', 0):,} words)")
+    if "vocab_size" in metrics:
+        lines.append(f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} parameters")
+    best = metrics.get("best") or {}
+    if "valid_ppl_forward" in best:
+        lines.append(
+            f"valid ppl:    forward {best['valid_ppl_forward']}, backward {best['valid_ppl_backward']} "
+            f"(step {best.get('step')}, epoch {float(best.get('epoch', 0)):.2f})"
+        )
+    for name, result in (metrics.get("test") or {}).items():
+        lines.append(f"test ppl:     forward {result['forward']:.2f}, backward {result['backward']:.2f} ({name})")
+    if "wall_time_s" in metrics:
+        wall, words, runs, previous = metrics["wall_time_s"], metrics.get("words_seen", 0), 1, metrics.get("init_from")
+        while previous and previous.get("command"):  # fine-tuned from an earlier run: count the whole history
+            wall, words, runs = wall + (previous.get("wall_time_s") or 0), words + (previous.get("words_seen") or 0), runs + 1
+            previous = previous.get("init_from")
+        lines.append(f"train time:   {wall / 60:.1f} min wall, {words:,} words seen ({runs} run{'s' if runs > 1 else ''})")
+    return lines

@@ -1,0 +1,127 @@
+"""Training text -> sentences of tokens, streamed: line files, raw text, tokenizers, sentence splitting.
+
+Two kinds of source:
+
+- ``lines``: one sentence (or paragraph) per line, e.g. WikiText. Blank lines are skipped.
+- ``raw``: running text (e.g. Project Gutenberg books); paragraphs are separated by blank lines,
+  hard line wraps are joined, and each paragraph is tokenized and split into sentences.
+
+Sentences are split after ``.``, ``!`` or ``?`` tokens (closing quotes and brackets that follow stay
+with the sentence), and sentences longer than ``max_length`` tokens are cut into pieces, so that a
+WikiText paragraph becomes its sentences and no batch holds a 500-token row.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, List, Sequence, Union
+
+PathLike = Union[str, os.PathLike]
+Tokenizer = Callable[[str], List[str]]
+
+SENTENCE_END = frozenset({".", "!", "?"})
+CLOSERS = frozenset({'"', "'", "''", ")", "]", "}", "”", "’", "»"})
+TOKENIZERS = ("whitespace", "spacy")
+FORMATS = ("lines", "raw")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One training/evaluation text file and how to read it."""
+
+    path: Path
+    format: str = "lines"  # "lines" or "raw"
+    tokenizer: str = "whitespace"  # "whitespace" or "spacy"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown text format {self.format!r} for {self.path}: expected one of {FORMATS}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {self.tokenizer!r} for {self.path}: expected one of {TOKENIZERS}")
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "format": self.format, "tokenizer": self.tokenizer}
+
+
+def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: str = "whitespace") -> List[Source]:
+    """Sources for existing files (a directory stands for its ``*.txt`` files), with a clear error otherwise."""
+    sources: List[Source] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            files = sorted(p for p in path.glob("*.txt") if p.is_file())
+            if not files:
+                raise FileNotFoundError(f"text directory {path} has no *.txt files")
+            sources.extend(Source(p.resolve(), format, tokenizer) for p in files)
+        elif path.is_file():
+            sources.append(Source(path.resolve(), format, tokenizer))
+        else:
+            raise FileNotFoundError(f"text file not found: {path}")
+    return sources
+
+
+@functools.lru_cache(maxsize=None)
+def get_tokenizer(name: str) -> Tokenizer:
+    """A function text -> tokens: ``whitespace`` (str.split) or ``spacy`` (spaCy's English rules)."""
+    if name == "whitespace":
+        return str.split
+    if name == "spacy":
+        import spacy
+
+        tokenizer = spacy.blank("en").tokenizer
+        return lambda text: [t.text for t in tokenizer(text) if not t.is_space]
+    raise ValueError(f"unknown tokenizer {name!r}: expected one of {TOKENIZERS}")
+
+
+def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[List[str]]:
+    """Split a token sequence after sentence-final punctuation, then into pieces of <= ``max_length``."""
+    current: List[str] = []
+    ended = False
+    for token in tokens:
+        if ended and token not in CLOSERS:
+            yield from _chop(current, max_length)
+            current, ended = [], False
+        current.append(token)
+        if token in SENTENCE_END:
+            ended = True
+    if current:
+        yield from _chop(current, max_length)
+
+
+def _chop(tokens: List[str], max_length: int) -> Iterator[List[str]]:
+    for start in range(0, len(tokens), max_length):
+        yield tokens[start : start + max_length]
+
+
+def read_sentences(source: Source, max_length: int = 100, split: bool = True) -> Iterator[List[str]]:
+    """Stream the token lists of one source (no sentence is ever empty)."""
+    tokenize = get_tokenizer(source.tokenizer)
+    for block in _blocks(source):
+        tokens = tokenize(block)
+        if not tokens:
+            continue
+        if split:
+            yield from split_sentences(tokens, max_length)
+        else:
+            yield from _chop(tokens, max_length)
+
+
+def _blocks(source: Source) -> Iterator[str]:
+    """Lines (``lines``) or blank-line separated paragraphs with wraps joined (``raw``)."""
+    with open(source.path, encoding="utf-8", errors="replace") as handle:
+        if source.format == "lines":
+            for line in handle:
+                if line.strip():
+                    yield line
+            return
+        paragraph: List[str] = []
+        for line in handle:
+            if line.strip():
+                paragraph.append(line.strip())
+            elif paragraph:
+                yield " ".join(paragraph)
+                paragraph = []
+        if paragraph:
+            yield " ".join(paragraph)

@@ -1,0 +1,151 @@
+"""A model card (README.md) for a trained biLM, written from its options.json and metrics.json."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List
+
+from ..info import parameter_count
+from .corpus import PathLike
+
+
+def display_command(command: str) -> str:
+    """The recorded ``sys.argv`` as a user would type it (``python -m spacy_elmo`` / ``spacy-elmo``), paths shortened."""
+    parts = shlex.split(command) if command else []
+    if parts and parts[0].endswith("__main__.py"):
+        parts[0] = "python -m spacy_elmo"
+    elif parts and parts[0].endswith("spacy-elmo"):
+        parts[0] = "spacy-elmo"
+    return " ".join(parts)
+
+
+def _ppl(record: Dict[str, Any], prefix: str) -> str:
+    return f"{record[prefix + '_forward']:.1f} / {record[prefix + '_backward']:.1f}"
+
+
+def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> str:
+    """The Markdown text of the card for the model in ``directory``."""
+    directory = Path(directory)
+    options = json.loads((directory / "options.json").read_text(encoding="utf-8"))
+    metrics = json.loads((directory / "metrics.json").read_text(encoding="utf-8"))
+    config = metrics.get("config", {})
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    corpus = metrics.get("corpus", {})
+    best = metrics.get("best") or {}
+    size = sum((directory / n).stat().st_size for n in ("options.json", "weights.hdf5") if (directory / n).is_file())
+    lines: List[str] = [
+        f"# {title}",
+        "",
+        "An ELMo bidirectional language model in the standard bilm-tf / AllenNLP layout (`options.json` + "
+        "`weights.hdf5`, float32), trained from scratch with `spacy-elmo train`.",
+        "",
+        "## Architecture",
+        "",
+        f"- character CNN: char embedding {cnn['embedding']['dim']}, filters {cnn['filters']}, "
+        f"{cnn['n_highway']} highway layer(s), projection to {lstm['projection_dim']}",
+        f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected to {lstm['projection_dim']}, "
+        f"skip connections {'on' if lstm.get('use_skip_connections') else 'off'}, clipping "
+        f"{'none' if lstm.get('cell_clip') is None else lstm['cell_clip']}",
+        f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions",
+        f"- parameters: {parameter_count(directory / 'options.json'):,} in the biLM (options.json + weights.hdf5: "
+        f"{size / 1e6:.1f} MB), plus {metrics.get('parameters', {}).get('softmax', 0):,} in the adaptive softmax "
+        f"(`softmax.pt`, only for perplexity and further training)",
+        f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` + the words "
+        f"seen at least {config.get('min_count', 1)} times (at most {config.get('vocab_size')}); adaptive softmax cutoffs "
+        f"{config.get('cutoffs')}, div_value {config.get('div_value')}, shared by both directions",
+        "",
+        "## Training data",
+        "",
+        "| file | format | tokenizer |",
+        "|---|---|---|",
+    ]
+    for source in corpus.get("train", []):
+        lines.append(f"| `{_short(source['path'])}` | {source['format']} | {source['tokenizer']} |")
+    lines += [
+        "",
+        f"{corpus.get('words', 0):,} words ({corpus.get('distinct_words', 0):,} distinct). Lines (`lines`) and paragraphs "
+        f"(`raw`, hard-wrapped lines joined) are split into sentences after `.`, `!` and `?` tokens and cut at "
+        f"{config.get('max_length')} tokens; blank lines are skipped, everything else (WikiText headings and its own "
+        "`<unk>` tokens included) is kept as text. Validation: "
+        + ", ".join(f"`{_short(s['path'])}`" for s in corpus.get("valid", []))
+        + ".",
+        "",
+        "## How it was trained",
+        "",
+        "```bash",
+        display_command(metrics.get("command", "")),
+        "```",
+        "",
+        f"- seed {config.get('seed')}, Adam lr {config.get('lr')} ({config.get('lr_schedule')} decay to "
+        f"{config.get('min_lr_ratio')} x lr, {config.get('warmup_steps')} warm-up steps), gradient clipping "
+        f"{config.get('clip_norm')}, dropout {config.get('dropout')}, {config.get('token_budget')} padded tokens per batch",
+        f"- {metrics.get('steps', best.get('step', 0)):,} steps, {metrics.get('words_seen', 0):,} words seen "
+        f"({metrics.get('words_seen', 0) / max(1, corpus.get('words', 1)):.2f} epochs), wall time "
+        f"{metrics.get('wall_time_s', 0) / 60:.0f} min (of which {metrics.get('train_seconds', 0) / 60:.0f} min "
+        f"in training steps), {config.get('threads') or 'default'} CPU thread(s)",
+        f"- the exported files are the checkpoint with the best validation perplexity (step {best.get('step')})",
+    ]
+    previous = metrics.get("init_from")
+    while previous:
+        lines += ["", f"Initialised from `{previous['model']}`" + (", trained with:" if previous.get("command") else "."), ""]
+        if previous.get("command"):
+            prev_best = previous.get("best") or {}
+            wall = previous.get("wall_time_s")
+            lines += ["```bash", display_command(previous["command"]), "```", ""]
+            lines.append(
+                f"- {previous.get('steps') or 0:,} steps, {previous.get('words_seen') or 0:,} words seen"
+                + (f", wall time {wall / 60:.0f} min" if wall else "")
+                + (f", validation perplexity {_ppl(prev_best, 'valid_ppl')}" if "valid_ppl_forward" in prev_best else "")
+            )
+        previous = previous.get("init_from")
+    lines += [
+        "",
+        "## Perplexity",
+        "",
+        "Per predicted token (each word plus one sentence end per sentence), each sentence on its own (no state "
+        "carried across sentences), same tokenization and sentence splitting as in training. `forward / backward`:",
+        "",
+        "| data | forward / backward |",
+        "|---|---|",
+    ]
+    if "valid_ppl_forward" in best:
+        lines.append(f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | {_ppl(best, 'valid_ppl')} |")
+    for name, result in (metrics.get("test") or {}).items():
+        lines.append(f"| {name} | {result['forward']:.1f} / {result['backward']:.1f} |")
+    history = metrics.get("evaluations", []) + metrics.get("epochs", [])
+    history = sorted((h for h in history if "valid_ppl_forward" in h), key=lambda h: h["step"])
+    if history:
+        lines += ["", "Validation during training:", "", "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |", "|---|---|---|---|---|"]
+        for h in history:
+            train = f"{h['train_ppl_forward']:.1f} / {h['train_ppl_backward']:.1f}" if "train_ppl_forward" in h else ""
+            lines.append(
+                f"| {h['step']} | {float(h['epoch']):.2f} | {train} | {_ppl(h, 'valid_ppl')} | {h.get('tokens_per_s', '')} |"
+            )
+    if notes:
+        lines += ["", "## Notes", "", notes.strip()]
+    lines += [
+        "",
+        "## Continue training",
+        "",
+        "`vocab.txt` and `softmax.pt` ship with the model, so fine-tuning continues the whole language model:",
+        "",
+        "```bash",
+        "spacy-elmo train NEW_DIR --init-from MODEL_DIR --train MORE_TEXT.txt --valid VALID.txt --epochs 1",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _short(path: str) -> str:
+    """``.../shared/data/x/y.txt`` -> ``data/x/y.txt``: the part that names the data set."""
+    parts = Path(path).parts
+    return str(Path(*parts[parts.index("data"):])) if "data" in parts else Path(path).name
+
+
+def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> Path:
+    """Write ``README.md`` into ``directory``; returns its path."""
+    path = Path(directory) / "README.md"
+    path.write_text(render_model_card(directory, title, notes), encoding="utf-8")
+    return path

@@ -1,0 +1,222 @@
+"""The trainable biLM: ELMo's token encoder and biLSTM plus one adaptive softmax shared by both directions.
+
+Two LSTM implementations compute the same function:
+
+- ``fused``: one ``torch.nn.LSTM(proj_size=...)`` per layer and direction (fast C++ kernels, no
+  clipping). :meth:`LanguageModel.to_bilm` maps its weights onto the bilm-tf layout.
+- ``exact``: the core :class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM` (a Python loop per time step, with
+  cell/projection clipping), used when a model with clipping is fine-tuned.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
+from ..bilm.model import BiLM, BiLMOptions
+
+LSTM_IMPLS = ("auto", "fused", "exact")
+
+
+def _tf_order(torch_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Reorder gate blocks from torch (i, f, g, o) to TF (i, j=g, f, o) along ``dim``."""
+    i, f, g, o = torch_blocks.chunk(4, dim=dim)
+    return torch.cat([i, g, f, o], dim=dim)
+
+
+def _torch_order(tf_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Reorder gate blocks from TF (i, j, f, o) to torch (i, f, g=j, o) along ``dim``."""
+    i, j, f, o = tf_blocks.chunk(4, dim=dim)
+    return torch.cat([i, f, j, o], dim=dim)
+
+
+class FusedBiLSTM(nn.Module):
+    """ELMo's separate forward/backward projected LSTM stacks on ``torch.nn.LSTM`` (no clipping)."""
+
+    def __init__(self, dim: int, cell_dim: int, n_layers: int, use_skip_connections: bool, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.n_layers, self.cell_dim, self.proj_dim = n_layers, cell_dim, dim
+        self.use_skip_connections = use_skip_connections
+        self.dropout = dropout
+
+        def stack() -> nn.ModuleList:
+            return nn.ModuleList(nn.LSTM(dim, cell_dim, proj_size=dim, batch_first=True) for _ in range(n_layers))
+
+        self.forward_layers = stack()
+        self.backward_layers = stack()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform(+-1/sqrt(cell)) weights, zero biases but +1 on the forget gate (what TF adds at run time)."""
+        bound = 1.0 / self.cell_dim**0.5
+        for lstm in (*self.forward_layers, *self.backward_layers):
+            for name, param in lstm.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.uniform_(param, -bound, bound)
+                else:
+                    nn.init.zeros_(param)
+            with torch.no_grad():
+                lstm.bias_ih_l0[self.cell_dim : 2 * self.cell_dim] = FORGET_BIAS
+
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order."""
+        time = inputs.shape[1]
+        lengths_cpu = lengths.to("cpu", torch.int64)
+        reverse_index = _reverse_index(lengths_cpu, time).to(inputs.device)
+        results = []
+        for direction, layers in enumerate((self.forward_layers, self.backward_layers)):
+            x = inputs if direction == 0 else _gather_time(inputs, reverse_index)
+            packed = pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
+            data = packed.data
+            outputs = []
+            for index, lstm in enumerate(layers):
+                layer_in = F.dropout(data, self.dropout, self.training) if self.dropout else data
+                out, _ = lstm(PackedSequence(layer_in, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices))
+                out_data = out.data
+                if self.use_skip_connections and index > 0:
+                    out_data = out_data + data
+                data = out_data
+                padded, _ = pad_packed_sequence(
+                    PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
+                    batch_first=True,
+                    total_length=time,
+                )
+                outputs.append(padded if direction == 0 else _gather_time(padded, reverse_index))
+            results.append(outputs)
+        return results[0], results[1]
+
+    def export_to(self, target: ElmoBiLSTM) -> None:
+        """Copy weights into a core :class:`ElmoBiLSTM` (bilm-tf layout, forget bias 1.0 taken out)."""
+        with torch.no_grad():
+            for ours, theirs in zip((*self.forward_layers, *self.backward_layers), (*target.forward_layers, *target.backward_layers)):
+                theirs.input_weight.copy_(_tf_order(ours.weight_ih_l0).T)
+                theirs.state_weight.copy_(_tf_order(ours.weight_hh_l0).T)
+                bias = _tf_order(ours.bias_ih_l0 + ours.bias_hh_l0).clone()
+                bias[2 * self.cell_dim : 3 * self.cell_dim] -= FORGET_BIAS
+                theirs.bias.copy_(bias)
+                theirs.projection.copy_(ours.weight_hr_l0.T)
+
+    def import_from(self, source: ElmoBiLSTM) -> None:
+        """Copy weights from a core :class:`ElmoBiLSTM` (its clipping, if any, is not reproduced)."""
+        with torch.no_grad():
+            for ours, theirs in zip((*self.forward_layers, *self.backward_layers), (*source.forward_layers, *source.backward_layers)):
+                ours.weight_ih_l0.copy_(_torch_order(theirs.input_weight.T))
+                ours.weight_hh_l0.copy_(_torch_order(theirs.state_weight.T))
+                bias = theirs.bias.clone()
+                bias[2 * self.cell_dim : 3 * self.cell_dim] += FORGET_BIAS
+                ours.bias_ih_l0.copy_(_torch_order(bias))
+                ours.bias_hh_l0.zero_()
+                ours.weight_hr_l0.copy_(theirs.projection.T)
+
+
+class ExactBiLSTM(nn.Module):
+    """The core ELMo biLSTM (with clipping) behind the same interface as :class:`FusedBiLSTM`."""
+
+    def __init__(self, core: ElmoBiLSTM, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.core = core
+        self.dropout = dropout
+
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        # dropout on the token layer only: the core stack has no hook between layers
+        x = F.dropout(inputs, self.dropout, self.training) if self.dropout else inputs
+        forward_out, backward_out, _ = self.core(x, lengths)
+        return forward_out, backward_out
+
+
+class LanguageModel(nn.Module):
+    """Char-CNN token encoder -> biLSTM -> shared adaptive softmax over the output vocabulary."""
+
+    def __init__(
+        self,
+        options: BiLMOptions,
+        vocab_size: int,
+        cutoffs: Sequence[int] = (2000, 10000),
+        div_value: float = 4.0,
+        dropout: float = 0.0,
+        lstm_impl: str = "auto",
+    ) -> None:
+        super().__init__()
+        if lstm_impl not in LSTM_IMPLS:
+            raise ValueError(f"unknown lstm_impl {lstm_impl!r}: expected one of {LSTM_IMPLS}")
+        if lstm_impl == "auto":
+            lstm_impl = "exact" if (options.cell_clip or options.proj_clip) else "fused"
+        self.options = options
+        self.lstm_impl = lstm_impl
+        self.dropout = dropout
+        template = BiLM(options)
+        self.token_encoder = template.token_encoder
+        if lstm_impl == "fused":
+            self.lstm: nn.Module = FusedBiLSTM(
+                options.projection_dim, options.cell_dim, options.n_layers, options.use_skip_connections, dropout
+            )
+        else:
+            self.lstm = ExactBiLSTM(template.lstm, dropout)
+        cutoffs = [c for c in cutoffs if 0 < c < vocab_size - 1] or [max(1, vocab_size // 2)]  # a tiny vocabulary
+        self.softmax = nn.AdaptiveLogSoftmaxWithLoss(options.projection_dim, vocab_size, cutoffs, div_value=div_value)
+
+    def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
+        """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
+        tokens = self.token_encoder(chars)[token_index]
+        forward_out, backward_out = self.lstm(tokens, lengths)
+        return tokens, forward_out, backward_out
+
+    def forward(
+        self, chars: torch.Tensor, token_index: torch.Tensor, word_ids: torch.Tensor, lengths: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        """Summed negative log-likelihood of the forward and backward LM and the number of predictions per direction.
+
+        Rows are ``<S> w1 .. wn </S>``: the forward LM predicts ``w1 .. wn </S>`` from the outputs
+        at ``<S> .. wn``, the backward LM predicts ``<S> w1 .. wn`` from the outputs at ``w1 .. </S>``.
+        """
+        _, forward_out, backward_out = self.layers(chars, token_index, lengths)
+        time = token_index.shape[1]
+        positions = torch.arange(time - 1, device=lengths.device)[None, :]
+        predict = positions < (lengths[:, None] - 1)  # (batch, time - 1)
+        top_f, top_b = forward_out[-1], backward_out[-1]
+        if self.dropout and self.training:
+            top_f, top_b = F.dropout(top_f, self.dropout, True), F.dropout(top_b, self.dropout, True)
+        hidden_f, target_f = top_f[:, :-1][predict], word_ids[:, 1:][predict]
+        hidden_b, target_b = top_b[:, 1:][predict], word_ids[:, :-1][predict]
+        n = int(predict.sum())
+        # one softmax call for both directions (shared weights, half the kernel launches)
+        logprob = self.softmax(torch.cat([hidden_f, hidden_b]), torch.cat([target_f, target_b])).output
+        return -logprob[:n].sum(), -logprob[n:].sum(), n
+
+    def to_bilm(self) -> BiLM:
+        """A standalone core :class:`BiLM` (eval mode) that computes the same activations."""
+        options = self.options
+        if self.lstm_impl == "fused":
+            options = _without_clipping(options)
+        bilm = BiLM(options)
+        bilm.token_encoder.load_state_dict(self.token_encoder.state_dict())
+        if self.lstm_impl == "fused":
+            self.lstm.export_to(bilm.lstm)
+        else:
+            bilm.lstm.load_state_dict(self.lstm.core.state_dict())
+        return bilm.eval()
+
+    def load_bilm_weights(self, bilm: BiLM) -> None:
+        """Start from a core :class:`BiLM`'s encoder and LSTM (fine-tuning); the softmax stays as it is."""
+        self.token_encoder.load_state_dict(bilm.token_encoder.state_dict())
+        if self.lstm_impl == "fused":
+            self.lstm.import_from(bilm.lstm)
+        else:
+            self.lstm.core.load_state_dict(bilm.lstm.state_dict())
+
+
+def _without_clipping(options: BiLMOptions) -> BiLMOptions:
+    from dataclasses import replace
+
+    return replace(options, cell_clip=None, proj_clip=None)
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+__all__ = ["ExactBiLSTM", "FusedBiLSTM", "LanguageModel", "count_parameters"]
