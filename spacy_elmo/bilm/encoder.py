@@ -47,15 +47,61 @@ class CharCNNEncoder(nn.Module):
         self.projection = nn.Linear(n_filters, projection_dim)
         self.activation = _activation(activation)
         self.n_filters = n_filters
+        self.max_width = max(w for w, _ in self.filters)
         self.projection_dim = projection_dim
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        chars = self.char_embed(char_ids).transpose(1, 2)  # (n, char_dim, max_chars)
+        chars = self.char_embed(trim_padding(char_ids, self.max_width)).transpose(1, 2)  # (n, char_dim, max_chars)
         pooled = [self.activation(conv(chars).max(dim=-1).values) for conv in self.convs]
         x = torch.cat(pooled, dim=-1)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
+
+
+    def pooled_features(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The CNN's max-pooled filter outputs ``(n_tokens, n_filters)``, after the activation.
+
+        Large batches are convolved in buckets of similar word length, each cut to its own
+        longest word (:func:`trim_padding`), so short words do not pay for long ones.
+        """
+        if char_ids.shape[0] < 2 * BUCKET_ROWS:
+            return self._convolve(char_ids)
+        order = torch.argsort(content_lengths(char_ids), stable=True)
+        parts = [self._convolve(char_ids.index_select(0, rows)) for rows in order.split(BUCKET_ROWS)]
+        restore = torch.empty_like(order)
+        restore[order] = torch.arange(len(order), device=order.device)
+        return torch.cat(parts).index_select(0, restore)
+
+    def _convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
+        chars = self.char_embed(trim_padding(char_ids, self.max_width)).transpose(1, 2)
+        return torch.cat([self.activation(conv(chars).max(dim=-1).values) for conv in self.convs], dim=-1)
+
+
+BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
+
+
+def content_lengths(char_ids: torch.Tensor) -> torch.Tensor:
+    """Per row, the number of columns before its trailing run of one repeated (padding) id."""
+    varying = char_ids != char_ids[:, -1:]
+    columns = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)
+    return (varying * columns).amax(dim=1)
+
+
+def trim_padding(char_ids: torch.Tensor, max_width: int) -> torch.Tensor:
+    """Cut the trailing padding columns, keeping ``max_width`` of them: the CNN's max-pool is unchanged.
+
+    Every row ends in a run of one repeated id (its padding). A window inside that run
+    gives the same value wherever it sits, and every window that overlaps it partly still
+    fits, so the set of window values (hence each filter's max) stays exactly the same.
+    Most words are far shorter than 50 bytes, so this saves most of the convolution work.
+    """
+    n_rows, n_cols = char_ids.shape
+    if n_rows == 0 or n_cols <= max_width + 1:
+        return char_ids
+    content = int(content_lengths(char_ids).max())
+    keep = min(n_cols, content + max_width)
+    return char_ids[:, :keep] if keep < n_cols else char_ids
 
 
 def _activation(name: str) -> nn.Module:

@@ -110,7 +110,7 @@ def run_packed(
     return outputs, finals
 
 
-DIRECTION_THREADS_MIN_MACS = 2_000_000  # recurrent multiply-adds per step and direction
+DIRECTION_THREADS_MIN_MACS = 262_144  # recurrent multiply-adds per step and direction (small ELMo at batch 1: 524k)
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_LOCK = threading.Lock()
 
