@@ -22,7 +22,7 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
-SMALL_WORK_MACS = 2_000_000  # recurrent multiply-adds per step below which a batch runs on one thread
+SMALL_WORK_MACS = 262_144  # recurrent multiply-adds per step below which a batch runs on one thread
 _WEIGHT_NAMES = ("weights.hdf5", "lm_weights.hdf5")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

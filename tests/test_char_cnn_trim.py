@@ -74,3 +74,14 @@ def test_gradients_match_full_width():
         grads.append({name: p.grad.clone() for name, p in encoder.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_forward_buckets_large_batches(monkeypatch):
+    encoder = make_encoder()
+    ids = torch.as_tensor(tokens_to_char_ids(word_list(2 * BUCKET_ROWS)))
+    widths = []
+    real_convolve = encoder._convolve
+    monkeypatch.setattr(encoder, "_convolve", lambda part: widths.append(len(part)) or real_convolve(part))
+    with torch.no_grad():
+        encoder(ids)
+    assert len(widths) == 3 and max(widths) == BUCKET_ROWS

@@ -32,3 +32,13 @@ def test_batch_pads_with_zero_tokens():
     assert (batch[1, 1:] == 0).all()
     assert (batch[1, 0] > 0).any()
     assert batch_to_char_ids([]).shape == (0, 0, 50)
+
+
+def test_many_tokens_at_once_match_one_by_one():
+    from spacy_elmo.bilm.chars import tokens_to_char_ids
+
+    tokens = ["", "a", "<S>", "bank", "é" * 30, "x" * 47, "x" * 48, "x" * 49, "</S>", "naïve", "\u2603", " ", "<S>x"]
+    many = tokens_to_char_ids(tokens)
+    assert many.dtype == token_to_char_ids("a").dtype
+    assert many.tolist() == [token_to_char_ids(t).tolist() for t in tokens]
+    assert tokens_to_char_ids([]).shape == (0, 50)

@@ -51,13 +51,10 @@ class CharCNNEncoder(nn.Module):
         self.projection_dim = projection_dim
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        chars = self.char_embed(trim_padding(char_ids, self.max_width)).transpose(1, 2)  # (n, char_dim, max_chars)
-        pooled = [self.activation(conv(chars).max(dim=-1).values) for conv in self.convs]
-        x = torch.cat(pooled, dim=-1)
+        x = self.pooled_features(char_ids)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
-
 
     def pooled_features(self, char_ids: torch.Tensor) -> torch.Tensor:
         """The CNN's max-pooled filter outputs ``(n_tokens, n_filters)``, after the activation.
@@ -75,7 +72,7 @@ class CharCNNEncoder(nn.Module):
 
     def _convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
         chars = self.char_embed(trim_padding(char_ids, self.max_width)).transpose(1, 2)
-        return torch.cat([self.activation(conv(chars).max(dim=-1).values) for conv in self.convs], dim=-1)
+        return torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convs], dim=-1)
 
 
 BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
