@@ -85,3 +85,9 @@ def test_forward_buckets_large_batches(monkeypatch):
     with torch.no_grad():
         encoder(ids)
     assert len(widths) == 3 and max(widths) == BUCKET_ROWS
+
+
+def test_no_tokens_gives_an_empty_result():
+    encoder = make_encoder()
+    with torch.no_grad():
+        assert encoder(torch.zeros(0, MAX_CHARS_PER_TOKEN, dtype=torch.long)).shape == (0, 16)

@@ -69,11 +69,9 @@ def _random_state(model, batch, seed):
     ],
 )
 @pytest.mark.parametrize("stateful", [False, True])
-@pytest.mark.parametrize("mode", ["stacked weights", "weights per direction", "direction threads"])
-def test_fast_path_equals_reference_path(kw, stateful, mode, monkeypatch):
-    if mode == "weights per direction":  # the large-model branch: one matmul per direction and step
-        monkeypatch.setattr(fast, "STACK_MAX_ELEMENTS", 0)
-    if mode == "direction threads":  # force the two-thread branch (one thread per direction) on this tiny model
+@pytest.mark.parametrize("direction_threads", [False, True])
+def test_fast_path_equals_reference_path(kw, stateful, direction_threads, monkeypatch):
+    if direction_threads:  # force the two-thread branch (one thread per direction) on this tiny model
         monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
         threads = torch.get_num_threads()
         torch.set_num_threads(2)
@@ -103,7 +101,7 @@ def test_fast_path_equals_reference_path(kw, stateful, mode, monkeypatch):
     f_ref, b_ref, _ = model.lstm.forward_reference(tokens, lengths, state)
     for ours, ref in zip(f_fast + b_fast, f_ref + b_ref):
         assert _close(ours, ref)
-    if mode == "direction threads":
+    if direction_threads:
         assert torch.get_num_threads() == 2  # the caller's setting survives the pool threads
         torch.set_num_threads(threads)
 

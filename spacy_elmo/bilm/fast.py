@@ -193,8 +193,8 @@ def _run_layer(
     c_dim, n_total = first.cell_dim, x.shape[1]
     batch = layout.step_sizes[0]
     in_w = [cell.input_weight for cell in cells]
-    state_w = stacked(cells, "state_weight")  # (D, proj, 4 * cell): one batched matmul per step
-    proj_w = stacked(cells, "projection")  # (D, cell, proj)
+    state_w = [cell.state_weight for cell in cells]
+    proj_w = [cell.projection for cell in cells]
     biases = [cell.bias + cell.forget_offset for cell in cells]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
@@ -221,7 +221,8 @@ def _run_layer(
                 c = c[:, :n]
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
-                _batched_matmul(g, h_prev[:, :n], state_w, accumulate=True)
+                for d in dirs:
+                    g[d].addmm_(h_prev[d, :n], state_w[d])
             i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
             if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
                 g[:, :, c_dim : 2 * c_dim].mul_(2)
@@ -239,38 +240,13 @@ def _run_layer(
                 hid = torch.tanh(c).mul_(o)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
-            _batched_matmul(h, hid, proj_w, accumulate=False)
+            for d in dirs:
+                torch.mm(hid[d], proj_w[d], out=h[d])
             if proj_clip:
                 h.clamp_(-proj_clip, proj_clip)
             h_prev = h
     last_c[:, : c.shape[1]] = c
     return out, last_c
-
-
-STACK_MAX_ELEMENTS = 1 << 18  # weights per layer up to which the directions' matrices are stacked per call
-
-
-def stacked(cells: Sequence["ProjectedLSTMCell"], name: str) -> List[torch.Tensor]:
-    """The cells' ``name`` weights as one ``(D, ...)`` tensor when that is cheap, else one ``(1, ...)`` view each.
-
-    One stacked tensor lets each step run a single batched matmul for all directions; copying
-    the weights costs more than it saves once they are large (and the copy is made per call,
-    so weights changed in any way are always seen).
-    """
-    weights = [getattr(cell, name) for cell in cells]
-    if len(weights) > 1 and sum(w.numel() for w in weights) <= STACK_MAX_ELEMENTS:
-        return [torch.stack(weights)]
-    return [w.unsqueeze(0) for w in weights]
-
-
-def _batched_matmul(out: torch.Tensor, a: torch.Tensor, weights: List[torch.Tensor], accumulate: bool) -> None:
-    """``out[d] (+)= a[d] @ W_d`` for every direction d, with ``weights`` as made by :func:`stacked`."""
-    beta = 1 if accumulate else 0  # beta=0: out's old contents are ignored
-    if len(weights) == 1:
-        out.baddbmm_(a, weights[0], beta=beta)
-        return
-    for d, weight in enumerate(weights):
-        out[d : d + 1].baddbmm_(a[d : d + 1], weight, beta=beta)
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
