@@ -1,4 +1,4 @@
-"""The ``spacy-elmo`` command line (also ``python -m spacy_elmo``): train, evaluate, info."""
+"""The ``spacy-elmo`` command line (also ``python -m spacy_elmo``): embed, train, evaluate, info."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import typer
 
 app = typer.Typer(
     name="spacy-elmo",
-    help="ELMo contextual word vectors for spaCy and scikit-learn: train, evaluate and inspect biLMs.",
+    help="ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -126,6 +126,51 @@ def evaluate(
         from .train.evaluate import record_result
 
         record_result(model_dir, record, result)
+
+
+@app.command()
+def embed(
+    input_file: Path = typer.Argument(..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"),
+    output_file: Path = typer.Argument(..., help="HDF5 file to write (it appears only when complete)"),
+    model: str = typer.Option("default", "--model", "-m", help="A biLM directory (options.json + weights), or 'default'"),
+    all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
+    top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
+    average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),
+    batch_size: int = typer.Option(64, help="Sentences per batch (also bounded by a padded-token budget)"),
+    tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
+    device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
+    use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
+    forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
+    progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
+) -> None:
+    """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
+    from .backend import load_bilm
+    from .bilm.weights import WeightFileError
+    from .embed_file import embed_file
+
+    chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
+    try:
+        if len(chosen) > 1:
+            raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
+        backend = load_bilm(model, device=device)
+        summary = embed_file(
+            backend,
+            input_file,
+            output_file,
+            output_format=chosen[0] if chosen else "all",
+            batch_size=batch_size,
+            tokenizer=tokenizer,
+            use_sentence_keys=use_sentence_keys,
+            forget_sentences=forget_sentences,
+            progress=progress,
+        )
+    except (ValueError, FileNotFoundError, WeightFileError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
+    typer.echo(
+        f"wrote {output_file}: {summary['sentences']} sentences, {summary['tokens']} tokens "
+        f"in {summary['seconds']:.1f} s"
+    )
 
 
 @app.command()

@@ -1,0 +1,128 @@
+"""Embed a text file (one sentence per line) into HDF5, in the layout of AllenNLP's ``allennlp elmo``.
+
+One dataset per line, named by its 0-based line number (or by the sentence itself with
+``use_sentence_keys``), holding ``(n_layers + 1, n_tokens, dim)`` for ``"all"`` or
+``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
+the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
+array instead of an error, the file is streamed in chunks (flat memory), and the output
+appears only once it is complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple, Union
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backend import ElmoBackend
+
+OUTPUT_FORMATS = ("all", "top", "average")
+CHUNK_LINES = 2000  # lines embedded (and written) at a time
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def embed_file(
+    backend: "ElmoBackend",
+    input_path: PathLike,
+    output_path: PathLike,
+    *,
+    output_format: str = "all",
+    batch_size: int = 64,
+    tokenizer: str = "whitespace",
+    use_sentence_keys: bool = False,
+    forget_sentences: bool = False,
+    progress: bool = False,
+) -> Dict[str, float]:
+    """Write the ELMo vectors of every line of ``input_path`` to ``output_path``; returns counts and seconds.
+
+    ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
+    ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
+    """
+    import h5py
+    from tqdm import tqdm
+
+    from .train.corpus import get_tokenizer
+
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
+    input_path, output_path = Path(input_path), Path(output_path)
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input file {input_path} does not exist")
+    if output_path.resolve() == input_path.resolve():
+        raise ValueError(f"the output file {output_path} is the input file")
+    split = get_tokenizer(tokenizer)
+    n_lines = sum(1 for _ in _lines(input_path))
+    started = time.perf_counter()
+    temporary = output_path.with_name(f".{output_path.name}.{os.getpid()}.partial")
+    sentence_to_index: Dict[str, str] = {}
+    key_lines: Dict[str, int] = {}
+    n_tokens = 0
+    try:
+        with h5py.File(temporary, "w") as out, tqdm(total=n_lines, unit="sent", disable=not progress) as bar:
+            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_layers=backend.n_layers + 1)
+            for chunk in _chunks(_lines(input_path), CHUNK_LINES):
+                tokens = [split(text) for _, text in chunk]
+                for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
+                    key = text if use_sentence_keys else str(number)
+                    if key in key_lines:
+                        raise ValueError(
+                            f"{input_path}: lines {key_lines[key] + 1} and {number + 1} hold the same sentence; "
+                            "drop --use-sentence-keys to key the vectors by line number"
+                        )
+                    key_lines[key] = number
+                    _write(out, key, _select(layers, output_format), input_path, number)
+                    if not forget_sentences and not use_sentence_keys:
+                        sentence_to_index[text] = key
+                    n_tokens += len(sentence)
+                bar.update(len(chunk))
+            if not forget_sentences and not use_sentence_keys:
+                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+        os.replace(temporary, output_path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+def _lines(path: Path) -> Iterator[Tuple[int, str]]:
+    """(0-based line number, stripped text); undecodable bytes are an error naming the line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle):
+            try:
+                yield number, raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+
+
+def _chunks(items: Iterator[Tuple[int, str]], size: int) -> Iterator[List[Tuple[int, str]]]:
+    chunk: List[Tuple[int, str]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _select(layers: np.ndarray, output_format: str) -> np.ndarray:
+    if output_format == "top":
+        return layers[-1]
+    if output_format == "average":
+        return layers.mean(axis=0, dtype=np.float32)
+    return layers
+
+
+def _write(out, key: str, array: np.ndarray, input_path: Path, number: int) -> None:
+    if key in ("", ".") or key == "sentence_to_index" or "/" in key:
+        raise ValueError(
+            f"{input_path}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
+            "drop --use-sentence-keys to key the vectors by line number"
+        )
+    out.create_dataset(key, data=np.asarray(array, dtype=np.float32))

@@ -1,0 +1,82 @@
+"""`spacy-elmo embed`: a text file to HDF5 in the layout of AllenNLP's `allennlp elmo` command."""
+import json
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+from spacy_elmo.embed_file import embed_file
+
+
+@pytest.fixture()
+def text_file(tmp_path, fixture_sentences):
+    lines = [" ".join(s) for s in fixture_sentences[:7]]
+    lines.insert(3, "")  # a blank line keeps its number and gets an empty array
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, lines
+
+
+@pytest.mark.parametrize("output_format", ["all", "top", "average"])
+def test_datasets_per_line_equal_the_backend(backend, text_file, tmp_path, output_format):
+    path, lines = text_file
+    out = tmp_path / "vectors.hdf5"
+    summary = embed_file(backend, path, out, output_format=output_format, batch_size=3)
+    assert summary["sentences"] == len(lines) and summary["tokens"] == sum(len(line.split()) for line in lines)
+    expected = backend.embed([line.split() for line in lines])
+    with h5py.File(out, "r") as f:
+        assert sorted(k for k in f if k != "sentence_to_index") == sorted(str(i) for i in range(len(lines)))
+        for i, layers in enumerate(expected):
+            want = {"all": layers, "top": layers[-1], "average": layers.mean(axis=0)}[output_format]
+            got = f[str(i)][()]
+            assert got.dtype == np.float32 and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        assert f["3"].shape == ((backend.n_layers + 1, 0, backend.dim) if output_format == "all" else (0, backend.dim))
+        index = json.loads(f["sentence_to_index"][0])
+        assert index[lines[5]] == "5"
+        assert f.attrs["model_fingerprint"] == backend.fingerprint and f.attrs["output_format"] == output_format
+
+
+def test_sentence_keys_and_duplicate_sentences(backend, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("the bank of the river\nI went to the bank\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    embed_file(backend, path, out, output_format="top", use_sentence_keys=True)
+    with h5py.File(out, "r") as f:
+        assert set(f) == {"the bank of the river", "I went to the bank"}
+        np.testing.assert_allclose(f["I went to the bank"][()], backend.embed([["I", "went", "to", "the", "bank"]])[0][-1], rtol=1e-6)
+    before = out.read_bytes()
+    path.write_text("a b\nc d\na b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"lines 1 and 3 hold the same sentence"):
+        embed_file(backend, path, out, use_sentence_keys=True)
+    assert out.read_bytes() == before  # a failed run leaves the old output alone
+    assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+
+
+def test_bad_input_names_file_and_line(backend, tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"fine line\ncaf\xe9 au lait\n")
+    with pytest.raises(ValueError, match=r"latin1.txt, line 2: not valid UTF-8"):
+        embed_file(backend, bad, tmp_path / "out.hdf5")
+    assert not (tmp_path / "out.hdf5").exists()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        embed_file(backend, tmp_path / "missing.txt", tmp_path / "out.hdf5")
+    with pytest.raises(ValueError, match="output_format must be one of"):
+        embed_file(backend, bad, tmp_path / "out.hdf5", output_format="mean")
+
+
+def test_command_line(fixture_dir, text_file, tmp_path):
+    path, lines = text_file
+    out = tmp_path / "cli.hdf5"
+    runner = CliRunner()
+    result = runner.invoke(app, ["embed", str(path), str(out), "--model", str(fixture_dir), "--average", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(lines)} sentences" in result.output
+    with h5py.File(out, "r") as f:
+        assert f["0"].ndim == 2
+    result = runner.invoke(app, ["embed", str(path), str(out), "--model", str(fixture_dir), "--top", "--average"])
+    assert result.exit_code == 2 and "choose one of --all, --top and --average" in result.output
+    result = runner.invoke(app, ["embed", str(tmp_path / "nope.txt"), str(out), "--model", str(fixture_dir)])
+    assert result.exit_code == 2 and "does not exist" in result.output
