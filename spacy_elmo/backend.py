@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -57,6 +58,7 @@ class ElmoBackend:
         if directory:
             self.disk_cache = open_disk_cache(directory, env_disk_mb())
         self.small_work_threads: Optional[int] = 1
+        self._warned_oom = False
         self._lock = threading.RLock()
 
     def configure_cache(
@@ -147,7 +149,7 @@ class ElmoBackend:
                 self._deliver(results, pending.pop(key), key, array, use_memory)
         keys = list(pending)
         for batch in length_batches([len(k) for k in keys], max_rows, self.token_budget):
-            arrays = self._embed_batch([keys[j] for j in batch])
+            arrays = self._embed_splitting_on_oom([keys[j] for j in batch])
             for j, array in zip(batch, arrays):
                 self._deliver(results, pending[keys[j]], keys[j], array, use_memory)
             if disk is not None:
@@ -160,6 +162,33 @@ class ElmoBackend:
         results[rows[0]] = array
         for row in rows[1:]:
             results[row] = array.copy()
+
+    def _embed_splitting_on_oom(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
+        """:meth:`_embed_batch`, retried in halves when the device runs out of memory (down to one sentence)."""
+        try:
+            return self._embed_batch(batch)
+        except RuntimeError as err:
+            if not is_out_of_memory(err):
+                raise
+            self.token_cache.clear()  # it may have been half-updated
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if len(batch) == 1:
+                raise MemoryError(
+                    f"out of {self.device} memory embedding one sentence of {len(batch[0])} tokens; "
+                    "split long texts (the spaCy component's max_length windows do) or use another device"
+                ) from err
+            if not self._warned_oom:
+                self._warned_oom = True
+                warnings.warn(
+                    f"spacy_elmo: out of {self.device} memory on a batch of {len(batch)} sentences "
+                    f"(longest {max(len(s) for s in batch)} tokens); retrying in halves. Lower batch_size "
+                    f"or backend.token_budget (now {self.token_budget}) to avoid the retries",
+                    ResourceWarning,
+                    stacklevel=4,
+                )
+        half = len(batch) // 2
+        return self._embed_splitting_on_oom(batch[:half]) + self._embed_splitting_on_oom(batch[half:])
 
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
         """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
@@ -180,6 +209,14 @@ class ElmoBackend:
         macs = rows * options.projection_dim * 4 * options.cell_dim
         small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
         return _ThreadLimit(self.small_work_threads if small else None)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is torch running out of device (or host) memory for an allocation."""
+    if isinstance(err, getattr(torch.cuda, "OutOfMemoryError", ())):
+        return True
+    message = str(err)
+    return "out of memory" in message or "can't allocate memory" in message
 
 
 _forked = False

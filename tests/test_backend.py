@@ -3,6 +3,7 @@ import shutil
 import threading
 
 import numpy as np
+import torch
 import pytest
 
 import spacy_elmo
@@ -113,3 +114,41 @@ def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(spacy_elmo.backend, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(WeightFileError, match="bundled default ELMo model"):
         load_bilm()
+
+
+def test_out_of_memory_retries_in_halves(backend, fixture_sentences, monkeypatch):
+    sentences = fixture_sentences[:16]
+    backend.clear_cache()
+    expected = backend.embed(sentences, batch_size=16)
+    real = backend.model.contextualize_vectors
+    rows = []
+
+    def tight_memory(tokens, lengths, initial_state=None):
+        rows.append(tokens.shape[0])
+        if tokens.shape[0] > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(tokens, lengths, initial_state)
+
+    monkeypatch.setattr(backend.model, "contextualize_vectors", tight_memory)
+    monkeypatch.setattr(backend, "_warned_oom", False)
+    backend.clear_cache()
+    with pytest.warns(ResourceWarning, match="retrying in halves"):
+        got = backend.embed(sentences, batch_size=16)
+    assert rows[0] == 16 and max(r for r in rows[1:] if r <= 3) <= 3
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+    def no_memory(tokens, lengths, initial_state=None):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(backend.model, "contextualize_vectors", no_memory)
+    backend.clear_cache()
+    with pytest.raises(MemoryError, match="one sentence of 5 tokens"):
+        backend.embed([["a", "b", "c", "d", "e"]])
+
+    def other_error(tokens, lengths, initial_state=None):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(backend.model, "contextualize_vectors", other_error)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        backend.embed([["x", "y"]])
