@@ -14,6 +14,7 @@ from spacy.tokens import Doc
 from .backend import ElmoBackend, load_bilm
 from .mix import LayerSpec, layer_weights, mix_layers
 from .pooling import check_pooling, pool, pooled_dim, pooling_parts
+from .windows import check_window_config, embed_in_windows
 
 CHUNK_SIZE = 1024  # unique sentences per backend call: bounds the memory held by raw layers
 FEATURE_PREFIX = "elmo"
@@ -44,6 +45,13 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     tokenizer : None, str or callable, default=None
         How strings are split: None for a blank English spaCy tokenizer, a spaCy language code
         (``"de"``), or a callable returning tokens (strings or spaCy tokens), e.g. ``nlp.tokenizer``.
+    max_length : int or None, default=128
+        Texts longer than this many tokens are embedded as overlapping windows of at most
+        ``max_length`` tokens (ELMo was trained on sentences; this also bounds memory), as the
+        spaCy component does; None embeds every text as one sequence.
+    window_overlap : int, default=32
+        Tokens shared by neighbouring windows; each token takes its vectors from the window in
+        which it is further from the edge.
 
     Input
     -----
@@ -70,6 +78,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         batch_size: Optional[int] = None,
         device: Optional[str] = None,
         tokenizer: TokenizerSpec = None,
+        max_length: Optional[int] = 128,
+        window_overlap: int = 32,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -77,6 +87,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         self.batch_size = batch_size
         self.device = device
         self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.window_overlap = window_overlap
 
     # -- scikit-learn API ------------------------------------------------------------------
 
@@ -133,9 +145,19 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             raise ValueError(f"batch_size={self.batch_size!r}: expected None or a positive integer")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str) and not callable(self.tokenizer):
             raise TypeError(f"tokenizer={self.tokenizer!r}: expected None, a spaCy language code or a callable")
+        self._windows()
         backend = load_bilm(self.model, device=self.device)
         layer_weights(self.layers, backend.n_layers + 1)
         return backend
+
+    def _windows(self) -> Tuple[Optional[int], int]:
+        """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
+        integral = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)  # noqa: E731
+        max_length = int(self.max_length) if integral(self.max_length) else self.max_length
+        overlap = int(self.window_overlap) if integral(self.window_overlap) else self.window_overlap
+        if max_length is not None:
+            check_window_config(max_length, overlap)
+        return max_length, overlap
 
     def _transform(self, samples: List[Any], backend: ElmoBackend) -> np.ndarray:
         kind = _sample_kind(samples)
@@ -168,7 +190,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         for start in range(0, len(unique), CHUNK_SIZE):
             chunk = unique[start : start + CHUNK_SIZE]
-            for tokens, activations in zip(chunk, backend.embed(chunk, batch_size=self.batch_size)):
+            embedded = embed_in_windows(backend, chunk, *self._windows(), self.batch_size)
+            for tokens, activations in zip(chunk, embedded):
                 out[pending[tokens]] = self._pool(activations)
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
 

@@ -161,6 +161,8 @@ def test_bad_input_names_sample_and_type(vec, X, error, match):
         ({"batch_size": 0}, ValueError, "batch_size=0"),
         ({"batch_size": True}, ValueError, "batch_size=True"),
         ({"model": 42}, TypeError, "model=42"),
+        ({"max_length": 0}, ValueError, "max_length=0"),
+        ({"max_length": 10, "window_overlap": 10}, ValueError, "window_overlap=10"),
     ],
 )
 def test_bad_params_raise_in_fit_not_init(fixture_dir, params, error, match):
@@ -356,3 +358,28 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     scored = [line for line in out.splitlines() if "test accuracy" in line]
     accuracies = [float(line.split("test accuracy")[1].split()[0]) for line in scored]
     assert len(accuracies) == 2 and all(0.0 <= a <= 1.0 for a in accuracies)
+
+
+def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
+    from spacy_elmo.mix import mix_layers
+    from spacy_elmo.windows import window_bounds
+
+    words = "the bank by the river was closed so we walked along the water to town".split()
+    tokens = [words[i % len(words)] + ("s" if i % 7 == 0 else "") for i in range(230)]
+    est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
+    got = est.fit_transform([tokens, tokens[:50]])
+    # by hand: three windows of <= 100 tokens, each token's vectors from its own part of a window
+    bounds = window_bounds(len(tokens), 100, 20)
+    assert len(bounds) == 3 and all(end - start <= 100 for start, end, _, _ in bounds)
+    stitched = np.concatenate(
+        [backend.embed([tokens[start:end]])[0][:, ks - start : ke - start] for start, end, ks, ke in bounds], axis=1
+    )
+    assert stitched.shape[1] == len(tokens)
+    np.testing.assert_allclose(got[0], mix_layers(stitched, "top").max(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], mix_layers(backend.embed([tokens[:50]])[0], "top").max(axis=0), rtol=1e-5, atol=1e-6)
+    # None: one sequence, as before; it differs from the windowed result
+    whole = est.set_params(max_length=None).fit_transform([tokens])
+    np.testing.assert_allclose(whole[0], mix_layers(backend.embed([tokens])[0], "top").max(axis=0), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(whole[0], got[0])
+    # numpy integers from a parameter grid are accepted
+    assert est.set_params(max_length=np.int64(100), window_overlap=np.int64(20)).fit_transform([tokens]).shape == got[:1].shape

@@ -13,6 +13,10 @@ from typing import List, Sequence, Tuple
 
 from spacy.tokens import Doc
 
+from ..windows import check_window_config, window_bounds
+
+__all__ = ["Segment", "check_window_config", "doc_segments", "split_positions", "window_bounds"]
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -21,34 +25,6 @@ class Segment:
     positions: Tuple[int, ...]  # token indices in the doc, in order
     keep_start: int  # outputs [keep_start, keep_end) of this segment are written to the doc
     keep_end: int
-
-
-def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int, int, int]]:
-    """``(start, end, keep_start, keep_end)`` windows covering ``range(n)``; keeps tile it exactly once."""
-    check_window_config(max_length, overlap)
-    if n <= max_length:
-        return [(0, n, 0, n)] if n else []
-    step = max_length - overlap
-    starts = list(range(0, n - max_length, step)) + [n - max_length]
-    bounds = []
-    for k, start in enumerate(starts):
-        end = start + max_length
-        keep_start = 0 if k == 0 else bounds[-1][3]
-        if k + 1 < len(starts):
-            nxt = starts[k + 1]
-            keep_end = nxt + (end - nxt) // 2  # middle of the overlap with the next window
-        else:
-            keep_end = n
-        bounds.append((start, end, keep_start, keep_end))
-    return bounds
-
-
-def check_window_config(max_length: int, overlap: int) -> None:
-    """Raise ``ValueError`` unless ``max_length >= 1`` and ``0 <= overlap < max_length``."""
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"max_length={max_length!r}: expected a positive number of tokens")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_length:
-        raise ValueError(f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})")
 
 
 def split_positions(positions: Sequence[int], max_length: int, overlap: int) -> List[Segment]:
