@@ -92,13 +92,8 @@ class CharCNNEncoder(nn.Module):
             return self.char_embed.weight.new_zeros(0, self.n_filters)
         chars = nn.functional.pad(self.char_embed(char_ids), (0, 0, 0, width - 1))  # (n, cols + width - 1, dim)
         dim = chars.shape[-1]
-        weight = torch.cat(
-            [
-                nn.functional.pad(conv.weight.permute(2, 1, 0).reshape(-1, conv.out_channels), (0, 0, 0, (width - conv.kernel_size[0]) * dim))
-                for conv in self.convs
-            ],
-            dim=1,
-        )  # (width * dim, n_filters): row k * dim + c holds the filters' weight at offset k, channel c
+        # (width * dim, n_filters): row k * dim + c holds each filter's weight at offset k, channel c
+        weight = torch.cat([_window_weight(conv, width) for conv in self.convs], dim=1)
         bias = torch.cat([conv.bias for conv in self.convs])
         pooled = []
         step = max(1, MATMUL_CONV_ELEMENTS // (n_cols * self.n_filters))
@@ -113,6 +108,12 @@ class CharCNNEncoder(nn.Module):
                 column += conv.out_channels
             pooled.append(torch.cat(maxima, dim=1))
         return self.activation(torch.cat(pooled).add_(bias))
+
+
+def _window_weight(conv: nn.Conv1d, width: int) -> torch.Tensor:
+    """``conv``'s weight ``(out, dim, k)`` as ``(width * dim, out)`` rows, zero for offsets ``k..width-1``."""
+    kernel = conv.weight.permute(2, 1, 0).reshape(-1, conv.out_channels)  # row k * dim + c
+    return nn.functional.pad(kernel, (0, 0, 0, (width - conv.kernel_size[0]) * conv.in_channels))
 
 
 BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
