@@ -64,7 +64,7 @@ def embed_file(
     n_tokens = 0
     try:
         with h5py.File(temporary, "w") as out, tqdm(total=n_lines, unit="sent", disable=not progress) as bar:
-            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_layers=backend.n_layers + 1)
+            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
             for chunk in _chunks(_lines(input_path), CHUNK_LINES):
                 tokens = [split(text) for _, text in chunk]
                 for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):

@@ -37,6 +37,7 @@ def test_datasets_per_line_equal_the_backend(backend, text_file, tmp_path, outpu
         index = json.loads(f["sentence_to_index"][0])
         assert index[lines[5]] == "5"
         assert f.attrs["model_fingerprint"] == backend.fingerprint and f.attrs["output_format"] == output_format
+        assert f.attrs["n_output_layers"] == backend.n_layers + 1
 
 
 def test_sentence_keys_and_duplicate_sentences(backend, tmp_path):
