@@ -274,6 +274,9 @@ def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> 
     return batches
 
 
+_STR_ONLY = {str}
+
+
 def validate_sentences(sentences: Iterable[Sequence[str]]) -> List[Sequence[str]]:
     """Materialise ``sentences`` as a list, raising ``TypeError`` that names the bad sentence/token."""
     if isinstance(sentences, (str, bytes)) or not _is_iterable(sentences):
@@ -286,9 +289,10 @@ def validate_sentences(sentences: Iterable[Sequence[str]]) -> List[Sequence[str]
                 f"(tokenize text first, e.g. text.split())"
             )
         tokens = list(sentence)
-        for j, token in enumerate(tokens):
-            if not isinstance(token, str):
-                raise TypeError(f"sentence {i}, token {j}: expected str, got {type(token).__name__} ({token!r})")
+        if not set(map(type, tokens)) <= _STR_ONLY:  # fast path for plain str; subclasses checked below
+            for j, token in enumerate(tokens):
+                if not isinstance(token, str):
+                    raise TypeError(f"sentence {i}, token {j}: expected str, got {type(token).__name__} ({token!r})")
         checked.append(tokens)
     return checked
 

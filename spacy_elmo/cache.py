@@ -8,7 +8,6 @@ evicting the least recently used entries.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -88,8 +87,13 @@ class MemoryCache:
 
 
 def tokens_key(tokens: Sequence[str]) -> bytes:
-    """sha256 of the token tuple (JSON, so token boundaries are unambiguous)."""
-    return hashlib.sha256(json.dumps(list(tokens), ensure_ascii=False).encode("utf-8")).digest()
+    """sha256 of the token tuple: the token lengths, then the tokens (so boundaries are unambiguous).
+
+    Any ``str`` is encoded, lone surrogates included (``surrogatepass``).
+    """
+    lengths = ",".join(map(str, map(len, tokens)))
+    text = f"{len(tokens)}:{lengths}\x00" + "\x00".join(tokens)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 _SCHEMA = """

@@ -232,3 +232,15 @@ def test_environment_variable_turns_on_the_disk_cache(fresh_model, tmp_path, mon
     assert tokens_key(["a", "b"]) != tokens_key(["a b"])
     load_bilm(fresh_model, cache_dir=False)
     assert b.disk_cache is None
+
+
+def test_token_keys_keep_boundaries_and_take_any_string(fresh_model, tmp_path):
+    keys = [("a", "b"), ("a b",), ("a\x00b",), ("a", "", "b"), ("ab",), ("a\x00", "b"), ()]
+    assert len({tokens_key(k) for k in keys}) == len(keys)
+    odd = ["caf\udce9", "\ud800x"]  # lone surrogates, e.g. from os.fsdecode of bad bytes
+    b = load_bilm(fresh_model, cache_dir=tmp_path / "odd")
+    first = b.embed([odd])[0]
+    b.clear_cache()  # memory only: the next call reads the disk cache
+    again = b.embed([odd])[0]
+    assert len(b.disk_cache) == 1 and np.array_equal(first, again)
+    load_bilm(fresh_model, cache_dir=False)
