@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -13,6 +14,16 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@contextmanager
+def _errors_exit_2() -> Iterator[None]:
+    """Bad input (ValueError, incl. WeightFileError, or a missing file): a red one-line message and exit status 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
 
 
 @app.command()
@@ -51,7 +62,7 @@ def train(
     from .train import TrainConfig, make_sources
     from .train import train as run_training
 
-    try:
+    with _errors_exit_2():
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
         valid_sources = make_sources(valid_files, "lines", tokenizer)
         if not train_sources and not resume:
@@ -84,9 +95,6 @@ def train(
         if lr_schedule not in ("linear", "constant"):
             raise ValueError(f"--lr-schedule must be linear or constant, not {lr_schedule!r}")
         metrics = run_training(config, output_dir, resume=resume, progress=progress)
-    except (ValueError, FileNotFoundError) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
     best = metrics.get("best") or {}
     typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
 
@@ -103,9 +111,8 @@ def evaluate(
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from .train import evaluate as run_evaluate
-    from .bilm.weights import WeightFileError
 
-    try:
+    with _errors_exit_2():
         result = run_evaluate(
             "default" if str(model_dir) == "default" else model_dir,
             text_files,
@@ -113,9 +120,6 @@ def evaluate(
             tokenizer=tokenizer,
             max_length=max_length,
         )
-    except (ValueError, FileNotFoundError, WeightFileError) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
     typer.echo(
         f"perplexity forward {result['forward']:.2f}  backward {result['backward']:.2f}  mean {result['mean']:.2f}"
         f"  ({result['words']} words, {result['sentences']} sentences)"
@@ -145,11 +149,10 @@ def embed(
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .backend import load_bilm
-    from .bilm.weights import WeightFileError
     from .embed_file import embed_file
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
-    try:
+    with _errors_exit_2():
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         backend = load_bilm(model, device=device)
@@ -164,9 +167,6 @@ def embed(
             forget_sentences=forget_sentences,
             progress=progress,
         )
-    except (ValueError, FileNotFoundError, WeightFileError) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
     typer.echo(
         f"wrote {output_file}: {summary['sentences']} sentences, {summary['tokens']} tokens "
         f"in {summary['seconds']:.1f} s"
@@ -179,15 +179,12 @@ def info(
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities."""
     from .backend import resolve_model_files
-    from .bilm.weights import WeightFileError, read_options
+    from .bilm.weights import read_options
     from .info import describe
 
-    try:
+    with _errors_exit_2():
         options_path, weights_path = resolve_model_files(model_dir)
         read_options(options_path)
-    except (ValueError, FileNotFoundError, WeightFileError) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
     typer.echo(describe(options_path, weights_path))
 
 

@@ -188,9 +188,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def _embed_into(self, out: np.ndarray, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> None:
         """Embed each unique token sequence once, longest first in bounded chunks, and fill its rows."""
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
+        max_length, overlap = self._windows()
         for start in range(0, len(unique), CHUNK_SIZE):
             chunk = unique[start : start + CHUNK_SIZE]
-            embedded = embed_in_windows(backend, chunk, *self._windows(), self.batch_size)
+            embedded = embed_in_windows(backend, chunk, max_length, overlap, self.batch_size)
             for tokens, activations in zip(chunk, embedded):
                 out[pending[tokens]] = self._pool(activations)
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
