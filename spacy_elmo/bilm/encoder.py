@@ -6,6 +6,7 @@ from typing import Sequence, Tuple
 import torch
 from torch import nn
 
+from . import packed
 from .lstm import needs_autograd
 
 
@@ -19,8 +20,17 @@ class Highway(nn.Module):
         self.activation = _activation(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = torch.sigmoid(self.carry(x))
-        return gate * self.activation(self.transform(x)) + (1 - gate) * x
+        gate = torch.sigmoid(_linear(self.carry, x))
+        return gate * self.activation(_linear(self.transform, x)) + (1 - gate) * x
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)``, through MKL's packed GEMM for a few rows of a big layer at inference (:mod:`.packed`)."""
+    if packed.fits(x.shape[0]) and packed.usable(x):
+        pack = packed.pack_of(layer, "weight", layer.weight)
+        if pack is not None:
+            return packed.linear(x, layer.weight, layer.bias, pack)
+    return layer(x)
 
 
 class CharCNNEncoder(nn.Module):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
 
+from . import packed
+
 if TYPE_CHECKING:  # pragma: no cover
     from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
 
@@ -203,6 +205,7 @@ def _run_layer(
     # math, which starts its own thread team even for a few hundred elements; on a busy machine
     # each call can then wait milliseconds. The sigmoid form stays on torch's own kernels.
     sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
+    state_packs = _packs(cells, "state_weight", state_w, x) if batch >= packed.MIN_ROWS else None  # steps of 3-64 rows
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
@@ -211,8 +214,12 @@ def _run_layer(
         start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
         gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
+        input_packs = _packs(cells, "input_weight", in_w, x) if packed.fits(end_row - start_row) else None
         for d in dirs:
-            torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
+            if input_packs:
+                gx[d] = packed.linear(x[d, start_row:end_row], in_w[d].t(), biases[d], input_packs[d])
+            else:
+                torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
         for step in range(first_step, stop):
             n = layout.step_sizes[step]
             begin = layout.step_offsets[step] - start_row
@@ -221,8 +228,12 @@ def _run_layer(
                 c = c[:, :n]
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
+                use_packs = state_packs and packed.fits(n)
                 for d in dirs:
-                    g[d].addmm_(h_prev[d, :n], state_w[d])
+                    if use_packs:
+                        g[d].add_(packed.linear(h_prev[d, :n], state_w[d].t(), None, state_packs[d]))
+                    else:
+                        g[d].addmm_(h_prev[d, :n], state_w[d])
             i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
             if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
                 g[:, :, c_dim : 2 * c_dim].mul_(2)
@@ -247,6 +258,14 @@ def _run_layer(
             h_prev = h
     last_c[:, : c.shape[1]] = c
     return out, last_c
+
+
+def _packs(cells, name: str, weights, x: torch.Tensor) -> Optional[list]:
+    """Each cell's MKL-packed ``name`` weight (:mod:`.packed`), or None where any is unavailable."""
+    if not packed.usable(x):
+        return None
+    packs = [packed.pack_of(cell, name, w.t()) for cell, w in zip(cells, weights)]
+    return None if any(p is None for p in packs) else packs
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:

@@ -1,0 +1,165 @@
+"""MKL pre-packed weights (spacy_elmo.bilm.packed): same activations as the plain products.
+
+The real models' big matrices are packed automatically; the fixture and test models are small,
+so these tests lower ``MIN_ELEMENTS`` to pack every eligible matrix, and count the packed
+products so that a silently unused path fails.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, fast, load_model, packed
+from spacy_elmo.bilm.encoder import Highway
+
+from test_fast_path import _close, _options, _random_batch, _random_state
+
+pytestmark = pytest.mark.skipif(not packed.available(), reason="this torch has no MKL packed GEMM")
+
+
+@pytest.fixture
+def count_packed(monkeypatch):
+    """Pack every matrix, and count the packed products by the weight they used."""
+    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(packed, "ENABLED", True)
+    counts = {}
+    plain_linear = packed.linear
+
+    def counting(rows, out_in, bias, pack):
+        key = tuple(out_in.shape)
+        counts[key] = counts.get(key, 0) + 1
+        return plain_linear(rows, out_in, bias, pack)
+
+    monkeypatch.setattr(packed, "linear", counting)
+    return counts
+
+
+def test_packed_products_match_allennlp_reference_stateful(fixture_dir, count_packed):
+    """All 10 reference batches of 3 sentences, state carried over: packed state, input and highway products."""
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    groups = json.loads((fixture_dir / "sentences.json").read_text())
+    files = [h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") for k in range(3)]
+    state = None
+    for i in range(10):
+        sentences = [groups[k][i].split() for k in range(3)]
+        with torch.inference_mode():
+            acts, _, state = model(torch.as_tensor(batch_to_char_ids(sentences)), state)
+        for row, f in enumerate(files):
+            reference = np.concatenate(list(f[str(i)][...]), axis=-1)
+            np.testing.assert_allclose(acts[2, row, : len(sentences[row])].numpy(), reference, atol=1e-6, rtol=1e-5)
+    o = model.options
+    lstm_products = count_packed.get((4 * o.cell_dim, o.projection_dim), 0)  # input and state weights
+    assert lstm_products > 10 * 2 * o.n_layers  # more than one per layer, direction and batch
+    assert count_packed.get((model.token_encoder.n_filters,) * 2, 0) > 0  # highway
+
+
+@pytest.mark.parametrize("direction_threads", [False, True])
+@pytest.mark.parametrize("stateful", [False, True])
+def test_packed_fast_path_equals_reference_path(direction_threads, stateful, count_packed, monkeypatch):
+    if direction_threads:  # one single-threaded pool thread per direction, as for big models
+        monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+    torch.manual_seed(4)
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    for p in model.parameters():
+        torch.nn.init.uniform_(p, -0.5, 0.5)
+    sentences = _random_batch(seed=11, n=9, longest=15)
+    ids = torch.as_tensor(batch_to_char_ids(sentences))
+    state = _random_state(model, len(sentences), 5) if stateful else None
+    try:
+        ref_acts, _, ref_state = model(ids, state)  # parameters require grad: the reference path
+        with torch.inference_mode():
+            acts, _, final = model(ids, state)
+    finally:
+        if direction_threads:
+            torch.set_num_threads(threads)
+    assert count_packed.get((256, 16), 0) > 0  # the state / input products went through the packs
+    assert _close(acts, ref_acts)
+    for layer in range(model.n_layers):
+        for d in range(2):
+            for ours, ref in zip(final[layer][d], ref_state[layer][d]):
+                assert _close(ours, ref)
+
+
+def test_packs_follow_weight_updates(count_packed):
+    """A weight changed in place (reload, optimizer step) gets a new pack, never a stale one."""
+    torch.manual_seed(2)
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=3, n=8)))
+    with torch.inference_mode():
+        model(ids)
+        cell = model.lstm.forward_layers[0]
+        first = packed.pack_of(cell, "state_weight", cell.state_weight.t())
+    with torch.no_grad():
+        cell.state_weight.mul_(-1.5)
+        model.token_encoder.highways[0].carry.weight.add_(0.25)
+    with torch.inference_mode():
+        assert packed.pack_of(cell, "state_weight", cell.state_weight.t()) is not first
+        after, _, _ = model(ids)
+        packed.ENABLED = False
+        plain, _, _ = model(ids)
+    assert _close(after, plain)
+
+
+def test_a_pack_that_disagrees_is_not_used(monkeypatch):
+    """If MKL's packed product ever differs from sgemm (the probe), the plain path runs instead."""
+    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(packed, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
+    torch.manual_seed(6)
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=8, n=7)))
+    cell = model.lstm.forward_layers[0]
+    with torch.inference_mode():
+        assert packed.pack_of(cell, "state_weight", cell.state_weight.t()) is None
+        acts, _, _ = model(ids)
+    reference, _, _ = model(ids)
+    assert _close(acts, reference)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 3, 20, 32, 64, 200])
+def test_packed_highway_equals_plain(threads, rows, monkeypatch):
+    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(rows)
+        layer = Highway(96)
+        x = torch.randn(rows, 96)
+        with torch.inference_mode():
+            monkeypatch.setattr(packed, "ENABLED", True)
+            ours = layer(x)
+            monkeypatch.setattr(packed, "ENABLED", False)
+            plain = layer(x)
+    finally:
+        torch.set_num_threads(saved)
+    torch.testing.assert_close(ours, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_no_packs_under_autograd(count_packed):
+    """Training needs gradients through the weights: the packed copies are for inference only."""
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).train()
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=1, n=6)))
+    acts, _, _ = model(ids)
+    acts.sum().backward()
+    assert count_packed == {}
+    assert model.token_encoder.highways[0].carry.weight.grad is not None
+
+
+def test_environment_variable_turns_packing_off():
+    code = "from spacy_elmo.bilm import packed; print(packed.ENABLED)"
+    for value, expected in (("0", "False"), ("off", "False"), ("1", "True")):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "SPACY_ELMO_PACKED_WEIGHTS": value},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout.strip() == expected
