@@ -195,8 +195,6 @@ def _run_layer(
     c_dim, n_total = first.cell_dim, x.shape[1]
     batch = layout.step_sizes[0]
     in_w = [cell.input_weight for cell in cells]
-    state_w = [cell.state_weight for cell in cells]
-    proj_w = [cell.projection for cell in cells]
     biases = [cell.bias + cell.forget_offset for cell in cells]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
@@ -205,7 +203,7 @@ def _run_layer(
     # math, which starts its own thread team even for a few hundred elements; on a busy machine
     # each call can then wait milliseconds. The sigmoid form stays on torch's own kernels.
     sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
-    state_packs = _packs(cells, "state_weight", state_w, x) if batch >= packed.MIN_ROWS else None  # steps of 3-64 rows
+    products = _StepProducts(cells, x, batch)
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
@@ -228,19 +226,14 @@ def _run_layer(
                 c = c[:, :n]
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
-                use_packs = state_packs and packed.fits(n)
-                for d in dirs:
-                    if use_packs:
-                        g[d].add_(packed.linear(h_prev[d, :n], state_w[d].t(), None, state_packs[d]))
-                    else:
-                        g[d].addmm_(h_prev[d, :n], state_w[d])
-            i, f, o = g[:, :, :c_dim], g[:, :, 2 * c_dim : 3 * c_dim], g[:, :, 3 * c_dim :]
+                products.add_recurrent(g, h_prev, n)
+            i, j, f, o = g.unflatten(2, (4, c_dim)).unbind(2)  # views, in TF order
             if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
-                g[:, :, c_dim : 2 * c_dim].mul_(2)
+                j.mul_(2)
                 g.sigmoid_()
-                c = torch.addcmul(f * c, i, g[:, :, c_dim : 2 * c_dim], value=2).sub_(i)
+                c = torch.addcmul(f * c, i, j, value=2).sub_(i)
             else:
-                j = torch.tanh(g[:, :, c_dim : 2 * c_dim])
+                j = torch.tanh(j)
                 g.sigmoid_()  # i, f, o (the sigmoid of the j block is unused)
                 c = torch.addcmul(f * c, i, j)
             if cell_clip:
@@ -251,13 +244,51 @@ def _run_layer(
                 hid = torch.tanh(c).mul_(o)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
-            for d in dirs:
-                torch.mm(hid[d], proj_w[d], out=h[d])
+            products.project(hid, h)
             if proj_clip:
                 h.clamp_(-proj_clip, proj_clip)
             h_prev = h
     last_c[:, : c.shape[1]] = c
     return out, last_c
+
+
+STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
+
+
+class _StepProducts:
+    """The two products of every step, for D directions, by the fastest route for this layer.
+
+    Big state weights with 3-64 active rows: MKL-packed products (:mod:`.packed`). Small weights
+    (both directions interleaved in one loop): one batched product for both directions, fewer
+    operator calls per step. Otherwise one plain product per direction.
+    """
+
+    def __init__(self, cells: Sequence["ProjectedLSTMCell"], x: torch.Tensor, batch: int) -> None:
+        self.state = [cell.state_weight for cell in cells]
+        self.projection = [cell.projection for cell in cells]
+        self.state_packs = _packs(cells, "state_weight", self.state, x) if batch >= packed.MIN_ROWS else None
+        small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS
+        self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
+        self.projection_stack = torch.stack(self.projection) if small else None
+
+    def add_recurrent(self, gates: torch.Tensor, h_prev: torch.Tensor, n: int) -> None:
+        """``gates[d] += h_prev[d, :n] @ state[d]`` for every direction ``d``."""
+        if self.state_packs is not None and packed.fits(n):
+            for d, pack in enumerate(self.state_packs):
+                gates[d].add_(packed.linear(h_prev[d, :n], self.state[d].t(), None, pack))
+        elif self.state_stack is not None:
+            gates.baddbmm_(h_prev[:, :n], self.state_stack)
+        else:
+            for d, weight in enumerate(self.state):
+                gates[d].addmm_(h_prev[d, :n], weight)
+
+    def project(self, hidden: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[d] = hidden[d] @ projection[d]`` for every direction ``d``."""
+        if self.projection_stack is not None:
+            torch.bmm(hidden, self.projection_stack, out=out)
+        else:
+            for d, weight in enumerate(self.projection):
+                torch.mm(hidden[d], weight, out=out[d])
 
 
 def _packs(cells, name: str, weights, x: torch.Tensor) -> Optional[list]:
