@@ -163,3 +163,17 @@ def test_environment_variable_turns_packing_off():
             check=True,
         )
         assert out.stdout.strip() == expected
+
+
+def test_packs_are_freed_with_the_model(count_packed):
+    import gc
+
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    with torch.inference_mode():
+        model(torch.as_tensor(batch_to_char_ids(_random_batch(seed=9, n=5))))
+    cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
+    assert all(cell in packed._packs for cell in cells)
+    before = len(packed._packs)
+    del model, cells
+    gc.collect()
+    assert len(packed._packs) < before - 3  # the cells' packs went with them

@@ -5,8 +5,9 @@ batch 1 the input projections and highway layers see ~20 rows. Plain sgemm re-pa
 operand on every call; with so few rows that costs about as much as the arithmetic. MKL's packed
 GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``, exposed by torch as ``torch.ops.mkl``)
 packs it once: 1.2-1.7x faster products measured here for 3-64 rows (3-32 with two threads)
-and matrices from 2M elements up (smaller ones and tall-narrow ones do not gain: left alone). The sums are the same (each pack is
-checked on a probe before use; on a mismatch, or a torch without MKL, the plain path runs).
+and matrices from 2M elements up (smaller ones and tall-narrow ones do not gain: left alone).
+The sums are the same (each pack is checked against plain sgemm on probes of 3 and 64 rows
+before use; on a mismatch, or a torch without MKL, the plain path runs).
 Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use and freed with the
 module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 """
@@ -76,15 +77,16 @@ def linear(rows: torch.Tensor, out_in: torch.Tensor, bias: Optional[torch.Tensor
 
 
 def _pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
-    """Pack ``out_in``; None unless the packed product matches plain sgemm on a probe."""
+    """Pack ``out_in``; None unless packed products match plain sgemm on probes of the smallest and largest row counts."""
     try:
         pack = torch.ops.mkl._mkl_reorder_linear_weight(out_in.contiguous(), _PACK_FOR_ROWS)
-        probe = torch.linspace(-1.0, 1.0, 5 * out_in.shape[1]).reshape(5, out_in.shape[1])
-        got = linear(probe, out_in, None, pack)
-    except (AttributeError, RuntimeError):  # torch without MKL or without these ops
-        return None
-    expected = probe @ out_in.t()
-    scale = float((probe.abs() @ out_in.abs().t()).max())
-    if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=1e-6 * max(scale, 1.0)):
+        for rows in (MIN_ROWS, MAX_ROWS):
+            probe = torch.linspace(-1.0, 1.0, rows * out_in.shape[1]).reshape(rows, out_in.shape[1])
+            got = linear(probe, out_in, None, pack)
+            expected = probe @ out_in.t()
+            scale = float((probe.abs() @ out_in.abs().t()).max())
+            if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=1e-6 * max(scale, 1.0)):
+                return None
+    except (AttributeError, RuntimeError, TypeError):  # torch without MKL, these ops or this signature
         return None
     return pack
