@@ -195,7 +195,7 @@ class ElmoBackend:
         _single_thread_if_forked()
         with self._lock, torch.inference_mode(), self._threads_for(len(batch)):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
-            activations, _ = self.model.contextualize_vectors(tokens, lengths)
+            activations, _ = self.model.contextualize_vectors(tokens, lengths, boundaries=False)  # <S>, </S> dropped below
             activations = activations.float().cpu().numpy()
         return [np.ascontiguousarray(activations[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 

@@ -123,11 +123,11 @@ def test_out_of_memory_retries_in_halves(backend, fixture_sentences, monkeypatch
     real = backend.model.contextualize_vectors
     rows = []
 
-    def tight_memory(tokens, lengths, initial_state=None):
+    def tight_memory(tokens, lengths, initial_state=None, **kw):
         rows.append(tokens.shape[0])
         if tokens.shape[0] > 3:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(tokens, lengths, initial_state)
+        return real(tokens, lengths, initial_state, **kw)
 
     monkeypatch.setattr(backend.model, "contextualize_vectors", tight_memory)
     monkeypatch.setattr(backend, "_warned_oom", False)
@@ -138,7 +138,7 @@ def test_out_of_memory_retries_in_halves(backend, fixture_sentences, monkeypatch
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
-    def no_memory(tokens, lengths, initial_state=None):
+    def no_memory(tokens, lengths, initial_state=None, **kw):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
 
     monkeypatch.setattr(backend.model, "contextualize_vectors", no_memory)
@@ -146,7 +146,7 @@ def test_out_of_memory_retries_in_halves(backend, fixture_sentences, monkeypatch
     with pytest.raises(MemoryError, match="one sentence of 5 tokens"):
         backend.embed([["a", "b", "c", "d", "e"]])
 
-    def other_error(tokens, lengths, initial_state=None):
+    def other_error(tokens, lengths, initial_state=None, **kw):
         raise RuntimeError("shape mismatch")
 
     monkeypatch.setattr(backend.model, "contextualize_vectors", other_error)

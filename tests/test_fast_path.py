@@ -141,6 +141,50 @@ def test_packed_layout_orders_rows_by_length():
         fast.packed_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
 
 
+def test_packed_layout_can_skip_each_directions_last_step():
+    """Forward stops before each row's last position, backward before its first (row 0: 3, row 1: 5 long)."""
+    layout = fast.packed_layout(torch.tensor([3, 5]), time=5, device=torch.device("cpu"), skip_last=True)
+    assert layout.step_sizes == [2, 2, 1, 1]
+    assert layout.forward_index.tolist() == [5, 0, 6, 1, 7, 8]  # positions 0-3 of row 1, 0-1 of row 0
+    assert layout.backward_index.tolist() == [9, 2, 8, 1, 7, 6]  # positions 4-1 of row 1, 2-1 of row 0
+    with pytest.raises(ValueError, match="at least two positions"):
+        fast.packed_layout(torch.tensor([3, 1]), time=3, device=torch.device("cpu"), skip_last=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_skipping_boundary_steps_changes_no_word_position(threads, monkeypatch):
+    """``boundaries=False`` (what ElmoBackend.embed uses) equals the full computation on every word."""
+    monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0 if threads == 2 else 10**12)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(7)
+        model = BiLM(_options()).eval()
+        for p in model.parameters():
+            torch.nn.init.uniform_(p, -0.5, 0.5)
+        sentences = _random_batch(seed=12, n=9, longest=14) + [["one"]]
+        ids = torch.as_tensor(batch_to_char_ids(sentences))
+        mask = (ids > 0).any(dim=-1)
+        with torch.inference_mode():
+            with_bounds, lengths = model.add_boundaries(ids, mask)
+            tokens = model.encode_tokens(with_bounds)
+            full, state = model.contextualize_vectors(tokens, lengths)
+            skipped, no_state = model.contextualize_vectors(tokens, lengths, boundaries=False)
+    finally:
+        torch.set_num_threads(saved)
+    assert state is not None and no_state is None
+    dim = model.options.projection_dim
+    for row, sentence in enumerate(sentences):
+        words = slice(1, len(sentence) + 1)
+        # equal up to float32 rounding: fewer rows at some steps can take another BLAS kernel
+        assert _close(skipped[:, row, words], full[:, row, words], rel=1e-6)
+        last = len(sentence) + 1  # </S>: the backward half and the token layer are still there
+        assert _close(skipped[:, row, last, dim:], full[:, row, last, dim:], rel=1e-6)
+        assert torch.equal(skipped[1:, row, last, :dim], torch.zeros_like(skipped[1:, row, last, :dim]))
+        assert torch.equal(skipped[1:, row, 0, dim:], torch.zeros_like(skipped[1:, row, 0, dim:]))
+    assert torch.equal(skipped[0], full[0])
+
+
 def test_token_cache_gives_encoder_vectors_and_evicts(fixture_dir):
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     cache = TokenVectorCache(model, max_tokens=5)

@@ -40,12 +40,19 @@ class PackedLayout:
     unsorted_rows: torch.Tensor  # (batch,) sorted position of each original row
 
 
-def packed_layout(lengths: torch.Tensor, time: int, device: torch.device) -> PackedLayout:
-    """Build the packed layout for right-padded sequences of the given ``lengths`` (all >= 1)."""
+def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_last: bool = False) -> PackedLayout:
+    """Build the packed layout for right-padded sequences of the given ``lengths`` (all >= 1).
+
+    ``skip_last`` (all lengths >= 2) leaves out each direction's last step: the forward LM's
+    last position and the backward LM's first one. Their outputs, which depend on nothing else,
+    are then not computed, and the final states are those one step earlier.
+    """
     lengths_cpu = lengths.to("cpu", torch.int64)
-    if lengths_cpu.numel() == 0 or int(lengths_cpu.min()) < 1:
-        raise ValueError("every sequence needs at least one position")
+    if lengths_cpu.numel() == 0 or int(lengths_cpu.min()) < 1 + skip_last:
+        raise ValueError(f"every sequence needs at least {'two positions' if skip_last else 'one position'}")
     sorted_lengths, sorted_rows = torch.sort(lengths_cpu, descending=True, stable=True)
+    full_lengths = sorted_lengths
+    sorted_lengths = sorted_lengths - int(skip_last)
     steps = torch.arange(int(sorted_lengths[0]))
     active = steps[:, None] < sorted_lengths[None, :]  # (steps, batch), a prefix of rows per step
     step_sizes = active.sum(dim=1)
@@ -53,7 +60,7 @@ def packed_layout(lengths: torch.Tensor, time: int, device: torch.device) -> Pac
     t_idx, r_idx = active.nonzero(as_tuple=True)  # time-major order = packed order
     orig = sorted_rows[r_idx]
     forward_index = orig * time + t_idx
-    backward_index = orig * time + (sorted_lengths[r_idx] - 1 - t_idx)
+    backward_index = orig * time + (full_lengths[r_idx] - 1 - t_idx)
     last_index = offsets[sorted_lengths - 1] + torch.arange(len(sorted_lengths))
     unsorted_rows = torch.empty_like(sorted_rows)
     unsorted_rows[sorted_rows] = torch.arange(len(sorted_rows))

@@ -131,12 +131,21 @@ class BiLM(nn.Module):
         return self.contextualize_vectors(self.encode_tokens(char_ids), lengths, initial_state)
 
     def contextualize_vectors(
-        self, tokens: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[torch.Tensor, BiLSTMState]:
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        initial_state: Optional[BiLSTMState] = None,
+        *,
+        boundaries: bool = True,
+    ) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
         """Like :meth:`contextualize`, from token vectors ``(batch, time, proj)`` (e.g. cached ones).
 
         Without autograd (inference mode, or nothing requires grad) this takes the fused inference
-        path of :mod:`.fast`, which writes every layer straight into the output tensor.
+        path of :mod:`.fast`, which writes every layer straight into the output tensor. There,
+        ``boundaries=False`` (for callers that drop the ``<S>`` / ``</S>`` positions, like
+        :meth:`ElmoBackend.embed`) skips each LM's step at its final boundary token: the forward
+        LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero (every other
+        position is unchanged) and no final state is returned. Two steps fewer per layer.
         """
         if needs_autograd(self, tokens, initial_state):
             forward_layers, backward_layers, final_state = self.lstm.forward_reference(tokens, lengths, initial_state)
@@ -145,13 +154,14 @@ class BiLM(nn.Module):
             layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
             return torch.stack(layers), final_state
         batch, time, dim = tokens.shape
-        layout = packed_layout(lengths, time, tokens.device)
+        skip_last = not boundaries and bool((lengths >= 2).all())
+        layout = packed_layout(lengths, time, tokens.device, skip_last=skip_last)
         packed, final_state = run_packed(self.lstm, tokens, layout, initial_state)
-        acts = tokens.new_zeros(self.n_layers + 1, batch * time, 2, dim)
-        token_rows = tokens.reshape(batch * time, dim).index_select(0, layout.forward_index)
-        acts[0, :, 0].index_copy_(0, layout.forward_index, token_rows)
-        acts[0, :, 1].index_copy_(0, layout.forward_index, token_rows)
+        acts = tokens.new_zeros(self.n_layers + 1, batch, time, 2, dim)
+        valid = torch.arange(time, device=tokens.device)[None, :] < lengths.to(tokens.device)[:, None]
+        acts[0] = torch.where(valid[..., None], tokens, 0.0)[:, :, None, :]  # the token layer, both halves
+        flat = acts.view(self.n_layers + 1, batch * time, 2, dim)
         for layer, out in enumerate(packed, start=1):
-            acts[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
-            acts[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
-        return acts.view(self.n_layers + 1, batch, time, 2 * dim), final_state
+            flat[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
+            flat[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
+        return acts.view(self.n_layers + 1, batch, time, 2 * dim), None if skip_last else final_state
