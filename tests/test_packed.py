@@ -177,3 +177,25 @@ def test_packs_are_freed_with_the_model(count_packed):
     del model, cells
     gc.collect()
     assert len(packed._packs) < before - 3  # the cells' packs went with them
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_while_packing_does_not_deadlock_the_child(count_packed):
+    import signal
+
+    model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=4, n=6)))
+    with packed._lock:  # as if another thread were packing at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the child: make new packs, which needs the lock
+            code = 1
+            try:
+                signal.alarm(30)  # a deadlock ends the child instead of the test run
+                torch.set_num_threads(1)
+                with torch.inference_mode():
+                    model(ids)
+                code = 0 if count_packed else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

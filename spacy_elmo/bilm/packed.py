@@ -32,6 +32,16 @@ _packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.Weak
 _lock = threading.Lock()
 
 
+def _new_lock_after_fork() -> None:
+    """A fork may copy the lock held by a thread that does not exist in the child: start unlocked."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def available() -> bool:
     """Whether this torch has MKL's packed GEMM ops (x86 builds with MKL)."""
     try:
