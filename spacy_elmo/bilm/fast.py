@@ -6,7 +6,10 @@ sequences share one packed layout, so at every step both directions run on the s
 prefix of rows; each layer's input projection is one matmul per chunk of steps; gates, cell and
 outputs live in preallocated buffers; the zero initial state skips the first recurrent matmul.
 With several CPU threads and enough work per step, the two directions (independent language
-models) instead run on two single-threaded pool threads, one core each. Nothing here records autograd history, so callers use it only when no gradient is needed.
+models) instead run on two single-threaded pool threads, one core each. Products of a few rows by
+big weights go through MKL-packed copies (:mod:`.packed`); small weights take one batched product
+for both directions. Nothing here records autograd history, so callers use it only when no
+gradient is needed.
 """
 from __future__ import annotations
 
@@ -198,11 +201,8 @@ def _run_layer(
 ):
     """One layer, D directions: packed inputs ``(D, N, in)`` -> packed outputs ``(D, N, proj)``, last cells."""
     first = cells[0]
-    dirs = range(len(cells))
     c_dim, n_total = first.cell_dim, x.shape[1]
     batch = layout.step_sizes[0]
-    in_w = [cell.input_weight for cell in cells]
-    biases = [cell.bias + cell.forget_offset for cell in cells]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
     last_c = x.new_empty(len(cells), batch, c_dim)
@@ -219,12 +219,7 @@ def _run_layer(
         start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
         gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
-        input_packs = _packs(cells, "input_weight", in_w, x) if packed.fits(end_row - start_row) else None
-        for d in dirs:
-            if input_packs:
-                gx[d] = packed.linear(x[d, start_row:end_row], in_w[d].t(), biases[d], input_packs[d])
-            else:
-                torch.addmm(biases[d], x[d, start_row:end_row], in_w[d], out=gx[d])
+        products.project_inputs(x[:, start_row:end_row], gx)
         for step in range(first_step, stop):
             n = layout.step_sizes[step]
             begin = layout.step_offsets[step] - start_row
@@ -263,20 +258,32 @@ STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tenso
 
 
 class _StepProducts:
-    """The two products of every step, for D directions, by the fastest route for this layer.
+    """A layer's matrix products (input projections, recurrent, projection) for D directions, by the fastest route.
 
-    Big state weights with 3-64 active rows: MKL-packed products (:mod:`.packed`). Small weights
+    Big weights with 3-64 rows to multiply: MKL-packed products (:mod:`.packed`). Small weights
     (both directions interleaved in one loop): one batched product for both directions, fewer
     operator calls per step. Otherwise one plain product per direction.
     """
 
     def __init__(self, cells: Sequence["ProjectedLSTMCell"], x: torch.Tensor, batch: int) -> None:
+        self.cells, self.usable = cells, packed.usable(x)
+        self.input = [cell.input_weight for cell in cells]
+        self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state = [cell.state_weight for cell in cells]
         self.projection = [cell.projection for cell in cells]
-        self.state_packs = _packs(cells, "state_weight", self.state, x) if batch >= packed.MIN_ROWS else None
+        self.state_packs = self._packs("state_weight", self.state) if batch >= packed.MIN_ROWS else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
+
+    def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
+        packs = self._packs("input_weight", self.input) if packed.fits(rows.shape[1]) else None
+        for d, weight in enumerate(self.input):
+            if packs is not None:
+                out[d] = packed.linear(rows[d], weight.t(), self.bias[d], packs[d])
+            else:
+                torch.addmm(self.bias[d], rows[d], weight, out=out[d])
 
     def add_recurrent(self, gates: torch.Tensor, h_prev: torch.Tensor, n: int) -> None:
         """``gates[d] += h_prev[d, :n] @ state[d]`` for every direction ``d``."""
@@ -297,13 +304,12 @@ class _StepProducts:
             for d, weight in enumerate(self.projection):
                 torch.mm(hidden[d], weight, out=out[d])
 
-
-def _packs(cells, name: str, weights, x: torch.Tensor) -> Optional[list]:
-    """Each cell's MKL-packed ``name`` weight (:mod:`.packed`), or None where any is unavailable."""
-    if not packed.usable(x):
-        return None
-    packs = [packed.pack_of(cell, name, w.t()) for cell, w in zip(cells, weights)]
-    return None if any(p is None for p in packs) else packs
+    def _packs(self, name: str, weights: List[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+        """Each cell's MKL-packed ``name`` weight (:mod:`.packed`), or None where any is unavailable."""
+        if not self.usable:
+            return None
+        packs = [packed.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
+        return None if any(p is None for p in packs) else packs
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
