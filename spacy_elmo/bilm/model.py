@@ -147,21 +147,22 @@ class BiLM(nn.Module):
         LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero (every other
         position is unchanged) and no final state is returned. Two steps fewer per layer.
         """
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        valid = (positions[None, :] < lengths.to(tokens.device)[:, None]).to(tokens.dtype)
+        token_layer = torch.cat([tokens, tokens], dim=-1) * valid[..., None]  # layer 0: the token vectors, twice
         if needs_autograd(self, tokens, initial_state):
             forward_layers, backward_layers, final_state = self.lstm.forward_reference(tokens, lengths, initial_state)
-            valid = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]).to(tokens.dtype)
-            layers: List[torch.Tensor] = [torch.cat([tokens, tokens], dim=-1) * valid[..., None]]
+            layers: List[torch.Tensor] = [token_layer]
             layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
             return torch.stack(layers), final_state
         batch, time, dim = tokens.shape
         skip_last = not boundaries and bool((lengths >= 2).all())
         layout = packed_layout(lengths, time, tokens.device, skip_last=skip_last)
         packed, final_state = run_packed(self.lstm, tokens, layout, initial_state)
-        acts = tokens.new_zeros(self.n_layers + 1, batch, time, 2, dim)
-        valid = torch.arange(time, device=tokens.device)[None, :] < lengths.to(tokens.device)[:, None]
-        acts[0] = torch.where(valid[..., None], tokens, 0.0)[:, :, None, :]  # the token layer, both halves
+        acts = tokens.new_zeros(self.n_layers + 1, batch, time, 2 * dim)
+        acts[0] = token_layer
         flat = acts.view(self.n_layers + 1, batch * time, 2, dim)
         for layer, out in enumerate(packed, start=1):
             flat[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
             flat[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
-        return acts.view(self.n_layers + 1, batch, time, 2 * dim), None if skip_last else final_state
+        return acts, None if skip_last else final_state
