@@ -15,6 +15,8 @@ import spacy_elmo.cache
 from spacy_elmo import load_bilm
 from spacy_elmo.cache import CACHE_DIR_ENV, DB_NAME, DiskCache, MemoryCache, tokens_key
 
+from numerics import assert_recomputed_close
+
 
 @pytest.fixture()
 def fresh_model(fixture_dir, tmp_path):
@@ -26,7 +28,7 @@ def fresh_model(fixture_dir, tmp_path):
 
 @pytest.fixture()
 def exact(backend, fixture_sentences):
-    """Reference activations computed without any cache."""
+    """Reference activations computed without any cache (in other batches: compare with assert_recomputed_close)."""
     backend.clear_cache()
     size = backend.memory_cache.max_mb
     backend.configure_cache(cache_mb=0)
@@ -51,7 +53,7 @@ def test_memory_cache_hits_are_equal_private_copies(fresh_model, fixture_sentenc
     second = b.embed(fixture_sentences[:5])
     for a, c, s in zip(first, second, fixture_sentences):
         np.testing.assert_array_equal(a, c)
-        np.testing.assert_allclose(c, exact[tuple(s)], atol=1e-6)
+        assert_recomputed_close(c, exact[tuple(s)])
         assert c.flags.writeable and not np.shares_memory(a, c)
     second[0][:] = 0  # the caller's array is theirs: the cache is unaffected
     np.testing.assert_array_equal(b.embed(fixture_sentences[:1])[0], first[0])
@@ -89,7 +91,7 @@ def test_disk_cache_serves_a_new_process_without_recomputing(fresh_model, tmp_pa
     b.clear_cache()  # memory caches only: as in a new process
     _no_compute(b, monkeypatch)
     for s, a in zip(fixture_sentences[:8], b.embed(fixture_sentences[:8])):
-        np.testing.assert_allclose(a, exact[tuple(s)], atol=1e-6)
+        assert_recomputed_close(a, exact[tuple(s)])
 
 
 def test_other_weights_never_get_stale_vectors(fresh_model, tmp_path, fixture_sentences, exact):
@@ -107,7 +109,7 @@ def test_other_weights_never_get_stale_vectors(fresh_model, tmp_path, fixture_se
     changed.clear_cache()
     uncached = changed.embed(fixture_sentences[:4])
     for s, a, u in zip(fixture_sentences, cached_run, uncached):
-        np.testing.assert_allclose(a, u, atol=1e-6)
+        assert_recomputed_close(a, u)
         assert np.abs(a - exact[tuple(s)]).max() > 1e-3
     assert len(original.disk_cache) == 8  # both models' entries, side by side
 
@@ -128,10 +130,15 @@ def test_two_processes_write_one_cache(fresh_model, tmp_path, fixture_sentences,
     cache_dir = tmp_path / "cache"
     first, second = fixture_sentences[:20], fixture_sentences[10:30]  # 10 sentences in common
     procs = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(fresh_model), str(cache_dir), json.dumps(part)])
+        subprocess.Popen(
+            [sys.executable, "-W", "error::RuntimeWarning", "-c", _WRITER, str(fresh_model), str(cache_dir), json.dumps(part)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for part in (first, second)
     ]
-    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    errors = [p.communicate(timeout=300)[1] for p in procs]  # a writer that turned its cache off fails here
+    assert [p.returncode for p in procs] == [0, 0], errors
     con = sqlite3.connect(cache_dir / DB_NAME)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert con.execute("SELECT COUNT(*) FROM vectors").fetchone()[0] == 30
@@ -139,7 +146,7 @@ def test_two_processes_write_one_cache(fresh_model, tmp_path, fixture_sentences,
     b = load_bilm(fresh_model, cache_dir=cache_dir, cache_mb=0)
     _no_compute(b, monkeypatch)
     for s, a in zip(fixture_sentences, b.embed(fixture_sentences)):
-        np.testing.assert_allclose(a, exact[tuple(s)], atol=1e-6)
+        assert_recomputed_close(a, exact[tuple(s)])
 
 
 _KILLED = textwrap.dedent(
@@ -149,7 +156,7 @@ _KILLED = textwrap.dedent(
     con = sqlite3.connect(sys.argv[1], isolation_level=None)
     con.execute("BEGIN IMMEDIATE")
     con.execute(
-        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, used) VALUES (?, ?, 3, 1, 32, ?, 0)",
+        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, checksum, used) VALUES (?, ?, 3, 1, 32, ?, 0, 0)",
         (sys.argv[2], tokens_key(sys.argv[3].split()), b"half-written"),
     )
     os.kill(os.getpid(), signal.SIGKILL)  # dies inside the transaction
@@ -167,7 +174,7 @@ def test_killed_writer_leaves_no_entry(fresh_model, tmp_path, fixture_sentences,
     )
     assert proc.returncode == -9
     assert len(b.disk_cache) == 2  # the killed transaction is gone
-    np.testing.assert_allclose(b.embed([victim])[0], exact[tuple(victim)], atol=1e-6)
+    assert_recomputed_close(b.embed([victim])[0], exact[tuple(victim)])
     assert len(b.disk_cache) == 3  # and the database still takes writes
 
 
@@ -179,7 +186,7 @@ def test_broken_entry_is_recomputed(fresh_model, tmp_path, fixture_sentences, ex
     with con:
         con.execute("UPDATE vectors SET data = substr(data, 1, 100)")
     con.close()
-    np.testing.assert_allclose(b.embed(fixture_sentences[:1])[0], exact[tuple(fixture_sentences[0])], atol=1e-6)
+    assert_recomputed_close(b.embed(fixture_sentences[:1])[0], exact[tuple(fixture_sentences[0])])
     con = sqlite3.connect(cache_dir / DB_NAME)
     (size,) = con.execute("SELECT length(data) FROM vectors").fetchone()
     assert size == 4 * 3 * len(fixture_sentences[0]) * 32  # replaced by a good entry
@@ -194,7 +201,7 @@ def test_corrupt_database_file_warns_and_still_embeds(fresh_model, tmp_path, fix
     with pytest.warns(RuntimeWarning, match="disk cache .* unusable"):
         out = b.embed(fixture_sentences[:2])
     for s, a in zip(fixture_sentences, out):
-        np.testing.assert_allclose(a, exact[tuple(s)], atol=1e-6)
+        assert_recomputed_close(a, exact[tuple(s)])
 
 
 def test_disk_cache_evicts_least_recently_used(tmp_path, monkeypatch):

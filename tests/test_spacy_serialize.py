@@ -15,6 +15,8 @@ from spacy.util import load_config, load_model_from_config
 
 from spacy_elmo.spacy import set_hooks
 
+from numerics import assert_recomputed_close
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TEXTS = ["The bank will approve your loan.", "They sat on the bank of the river. It was cold.", "", "  "]
 
@@ -27,12 +29,13 @@ def nlp(fixture_dir):
 
 
 def assert_same_vectors(doc, expected, recomputed=False):
-    """Stored arrays must round-trip exactly; vectors recomputed by another backend object agree to 1e-6."""
+    """Stored arrays must round-trip exactly; vectors recomputed by another backend object agree to rounding."""
     if recomputed:
-        np.testing.assert_allclose(doc._.elmo_layers, expected._.elmo_layers, atol=1e-6, rtol=1e-5)
+        assert_recomputed_close(doc._.elmo_layers, expected._.elmo_layers)
+        assert_recomputed_close(doc._.elmo, expected._.elmo)
     else:
         np.testing.assert_array_equal(doc._.elmo_layers, expected._.elmo_layers)
-    np.testing.assert_allclose(doc._.elmo, expected._.elmo, atol=1e-6)
+        np.testing.assert_array_equal(doc._.elmo, expected._.elmo)  # the stored mix on the same stored layers
     assert doc._.elmo_model == expected._.elmo_model
 
 
@@ -80,10 +83,12 @@ def test_to_disk_then_spacy_load_in_fresh_process(fixture_dir, tmp_path):
     script = (
         "import sys, numpy as np, spacy\n"
         "assert 'spacy_elmo' not in sys.modules\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from numerics import assert_recomputed_close\n"
         f"nlp = spacy.load({str(path)!r})\n"  # finds the factory through the spacy_factories entry point
         f"doc = nlp({TEXTS[1]!r})\n"
-        f"np.testing.assert_allclose(doc._.elmo_layers, np.load({str(tmp_path / 'expected.npy')!r}), atol=1e-6)\n"
-        "np.testing.assert_allclose(doc[4].vector, doc._.elmo_layers[-1, 4], atol=1e-6)\n"
+        f"assert_recomputed_close(doc._.elmo_layers, np.load({str(tmp_path / 'expected.npy')!r}))\n"
+        "np.testing.assert_array_equal(doc[4].vector, doc._.elmo_layers[-1, 4])\n"
         "print(nlp.pipe_names, nlp.get_pipe('elmo').layers, doc._.elmo_layers.shape)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -130,7 +135,7 @@ def test_config_assembles_from_example(fixture_dir, backend):
     assert nlp.get_pipe("elmo").backend is backend
     doc = nlp(TEXTS[1])
     expected = backend.embed([[t.text for t in s] for s in doc.sents])
-    np.testing.assert_allclose(doc._.elmo_layers, np.concatenate(expected, axis=1), atol=1e-6)
+    assert_recomputed_close(doc._.elmo_layers, np.concatenate(expected, axis=1))
     assert nlp.config["components"]["elmo"]["model"]["@misc"] == "spacy_elmo.ElmoBiLM.v1"
     assert nlp.config.interpolate()["components"]["elmo"]["model"]["path"] == str(fixture_dir)
 
