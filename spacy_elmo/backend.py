@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from .bilm.model import BiLM
+from .bilm.threads import at_fork_in_child, thread_limit, work_threads
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
@@ -60,6 +62,7 @@ class ElmoBackend:
         self.small_work_threads: Optional[int] = 1
         self._warned_oom = False
         self._lock = threading.RLock()
+        _BACKENDS.add(self)
 
     def configure_cache(
         self,
@@ -167,7 +170,7 @@ class ElmoBackend:
         """:meth:`_embed_batch`, retried in halves when the device runs out of memory (down to one sentence)."""
         try:
             return self._embed_batch(batch)
-        except RuntimeError as err:
+        except (RuntimeError, MemoryError) as err:  # torch's and numpy's ways of running out
             if not is_out_of_memory(err):
                 raise
             self.token_cache.clear()  # it may have been half-updated
@@ -192,15 +195,14 @@ class ElmoBackend:
 
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
         """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
-        _single_thread_if_forked()
-        with self._lock, torch.inference_mode(), self._threads_for(len(batch)):
+        with self._lock, torch.inference_mode(), thread_limit(self._threads_for(len(batch))):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
             activations, _ = self.model.contextualize_vectors(tokens, lengths, boundaries=False)  # <S>, </S> dropped below
             activations = activations.float().cpu().numpy()
         return [np.ascontiguousarray(activations[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 
-    def _threads_for(self, rows: int) -> "_ThreadLimit":
-        """Small CPU batches run on ``small_work_threads`` threads (``None``: torch's setting).
+    def _threads_for(self, rows: int) -> Optional[int]:
+        """Small CPU batches run on ``small_work_threads`` threads of the calling thread (``None``: torch's setting).
 
         Each step of a small batch is a few microseconds of work, less than what waking a thread
         team costs (and far less on a busy machine), so more threads only make it slower.
@@ -208,54 +210,32 @@ class ElmoBackend:
         options = self.model.options
         macs = rows * options.projection_dim * 4 * options.cell_dim
         small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
-        return _ThreadLimit(self.small_work_threads if small else None)
+        return work_threads(small, self.small_work_threads)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a new lock (a parent thread may have held this one) and empty in-memory caches."""
+        self._lock = threading.RLock()
+        self.token_cache.clear()
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is torch running out of device (or host) memory for an allocation."""
-    if isinstance(err, getattr(torch.cuda, "OutOfMemoryError", ())):
+    """Whether ``err`` is torch or numpy running out of device (or host) memory for an allocation."""
+    if isinstance(err, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", ()))):
         return True
     message = str(err)
     return "out of memory" in message or "can't allocate memory" in message
 
 
-_forked = False
+_BACKENDS: "weakref.WeakSet[ElmoBackend]" = weakref.WeakSet()
 
 
-def _mark_forked() -> None:
-    global _forked
-    _forked = True
-
-
-# libgomp's thread pool does not survive fork(): a forked child (nlp.pipe(n_process=...), a user's
-# multiprocessing pool) that runs a multi-threaded torch op after the parent did hangs forever.
-# Such children use one thread, as PyTorch's own DataLoader workers do.
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_mark_forked)
-
-
-def _single_thread_if_forked() -> None:
-    global _forked
-    if _forked:
-        torch.set_num_threads(1)
-        _forked = False
-
-
-class _ThreadLimit:
-    """Temporarily lower torch's intra-op thread count (``None``: no change)."""
-
-    def __init__(self, threads: Optional[int]) -> None:
-        self.threads, self.previous = threads, None
-
-    def __enter__(self) -> None:
-        current = torch.get_num_threads()
-        if self.threads is not None and self.threads < current:
-            self.previous = current
-            torch.set_num_threads(self.threads)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            torch.set_num_threads(self.previous)
+@at_fork_in_child
+def _renew_backends_after_fork() -> None:
+    """A fork while another thread is inside ``embed`` copies its held lock: renew every backend's."""
+    global _CACHE_LOCK
+    _CACHE_LOCK = threading.Lock()
+    for backend in list(_BACKENDS):
+        backend._after_fork()
 
 
 def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> List[List[int]]:

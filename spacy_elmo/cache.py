@@ -2,8 +2,10 @@
 
 The disk cache is one sqlite3 database in WAL mode: every write is a transaction (a killed writer
 leaves nothing behind), several processes can read and write it at once, entries of different
-models never mix (the fingerprint is part of the key), and the total size stays under a bound by
-evicting the least recently used entries.
+models never mix (the fingerprint is part of the key), each row carries a CRC-32 of its vectors
+(a damaged row is a miss, deleted and recomputed), and the total size stays under a bound by
+evicting the least recently used entries. A cache that cannot be used (a directory that cannot
+be created, a file that is not a database) warns once and turns itself off: embedding goes on.
 """
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ import sqlite3
 import threading
 import time
 import warnings
+import weakref
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from .bilm.threads import at_fork_in_child
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
@@ -27,6 +33,10 @@ DEFAULT_DISK_MB = 4096.0
 _BUSY_TIMEOUT_S = 60.0
 _TOUCH_AFTER_S = 1.0  # an entry's last-use time is refreshed at most this often
 _QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or more)
+_UNUSABLE = (sqlite3.Error, OSError)  # a cache that raises these turns itself off
+
+
+_RENEW_AFTER_FORK: "weakref.WeakSet" = weakref.WeakSet()  # every cache object, for _renew_after_fork
 
 
 class MemoryCache:
@@ -37,6 +47,7 @@ class MemoryCache:
         self._lock = threading.Lock()
         self.nbytes = 0
         self.max_mb = max_mb
+        _RENEW_AFTER_FORK.add(self)
 
     @property
     def max_mb(self) -> float:
@@ -80,6 +91,12 @@ class MemoryCache:
             self._items.clear()
             self.nbytes = 0
 
+    def _after_fork(self) -> None:
+        """In a forked child: a new lock and an empty cache (a parent thread may have been mid-update)."""
+        self._lock = threading.Lock()
+        self._items = OrderedDict()
+        self.nbytes = 0
+
     def _evict(self) -> None:
         while self.nbytes > self._max_bytes and self._items:
             _, old = self._items.popitem(last=False)
@@ -105,6 +122,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     tokens INTEGER NOT NULL,
     dim INTEGER NOT NULL,
     data BLOB NOT NULL,
+    checksum INTEGER NOT NULL,
     used REAL NOT NULL,
     UNIQUE (fingerprint, key)
 );
@@ -135,6 +153,7 @@ class DiskCache:
         self._lock = threading.Lock()
         self._con: Optional[sqlite3.Connection] = None
         self._pid = -1
+        _RENEW_AFTER_FORK.add(self)
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.path)!r}, max_mb={self.max_bytes / 2**20:g})"
@@ -142,16 +161,12 @@ class DiskCache:
     def _connection(self) -> sqlite3.Connection:
         if self._con is None or self._pid != os.getpid():  # never reuse a connection across fork
             self.directory.mkdir(parents=True, exist_ok=True)
-            con = sqlite3.connect(
-                str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=NORMAL")
-            with _transaction(con):
-                for statement in _statements(_SCHEMA):
-                    con.execute(statement)
-            self._con, self._pid = con, os.getpid()
+            self._con, self._pid = _open_database(self.path), os.getpid()
         return self._con
+
+    def _after_fork(self) -> None:
+        """In a forked child: a new lock (the connection is already per process)."""
+        self._lock = threading.Lock()
 
     def _fail(self, err: Exception) -> None:
         self.disabled = True
@@ -180,15 +195,19 @@ class DiskCache:
                 for start in range(0, len(hashes), _QUERY_CHUNK):
                     chunk = hashes[start : start + _QUERY_CHUNK]
                     rows = con.execute(
-                        f"SELECT id, key, layers, tokens, dim, data, used FROM vectors WHERE fingerprint = ? "
+                        f"SELECT id, key, layers, tokens, dim, data, checksum, used FROM vectors WHERE fingerprint = ? "
                         f"AND key IN ({','.join('?' * len(chunk))})",
                         [fingerprint, *chunk],
                     ).fetchall()
-                    for row_id, key, layers, n_tokens, width, data, used in rows:
+                    for row_id, key, layers, n_tokens, width, data, checksum, used in rows:
                         tokens = by_hash[key]
                         shape = (layers, n_tokens, width)
-                        if shape != (n_layers, len(tokens), dim) or len(data) != 4 * n_layers * len(tokens) * dim:
-                            bad.append(key)  # written by a foreign or broken writer: recompute
+                        if (
+                            shape != (n_layers, len(tokens), dim)
+                            or len(data) != 4 * n_layers * len(tokens) * dim
+                            or zlib.crc32(data) != checksum
+                        ):
+                            bad.append(key)  # written by a foreign or broken writer, or damaged since: recompute
                             continue
                         found[tokens] = np.frombuffer(data, dtype="<f4").reshape(shape).astype(np.float32)
                         if used < now - _TOUCH_AFTER_S:
@@ -199,7 +218,7 @@ class DiskCache:
                             chunk = touched[start : start + _QUERY_CHUNK]
                             con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(chunk))})", [now, *chunk])
                         con.executemany("DELETE FROM vectors WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in bad])
-        except sqlite3.Error as err:
+        except _UNUSABLE as err:
             self._fail(err)
             return {}
         return found
@@ -213,7 +232,8 @@ class DiskCache:
         for tokens, array in items:
             array = np.ascontiguousarray(array, dtype="<f4")
             if array.nbytes <= self.max_bytes:
-                rows.append((fingerprint, tokens_key(tokens), *array.shape, array.tobytes(), now))
+                data = array.tobytes()
+                rows.append((fingerprint, tokens_key(tokens), *array.shape, data, zlib.crc32(data), now))
         if not rows:
             return
         try:
@@ -221,12 +241,12 @@ class DiskCache:
                 con = self._connection()
                 with _transaction(con):
                     con.executemany(
-                        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, used) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, key) DO UPDATE SET used = excluded.used",
+                        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, checksum, used) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, key) DO UPDATE SET used = excluded.used",
                         rows,
                     )
                     self._evict(con)
-        except sqlite3.Error as err:
+        except _UNUSABLE as err:
             self._fail(err)
 
     def _evict(self, con: sqlite3.Connection) -> None:
@@ -243,31 +263,81 @@ class DiskCache:
         con.executemany("DELETE FROM vectors WHERE id = ?", victims)
 
     def total_bytes(self, con: Optional[sqlite3.Connection] = None) -> int:
-        """Bytes of vector data now stored (all models)."""
+        """Bytes of vector data now stored (all models); 0 for a cache that is turned off."""
         if con is None:
-            with self._lock:
-                return self.total_bytes(self._connection())
+            return self._query("SELECT value FROM meta WHERE name = 'bytes'")
         return int(con.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()[0])
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._connection().execute("SELECT COUNT(*) FROM vectors").fetchone()[0])
+        """Entries now stored (all models); 0 for a cache that is turned off."""
+        return self._query("SELECT COUNT(*) FROM vectors")
+
+    def _query(self, sql: str) -> int:
+        if self.disabled:
+            return 0
+        try:
+            with self._lock:
+                return int(self._connection().execute(sql).fetchone()[0])
+        except _UNUSABLE as err:
+            self._fail(err)
+            return 0
 
     def clear(self, fingerprint: Optional[str] = None) -> None:
-        """Delete every entry (of one model, if ``fingerprint`` is given)."""
-        with self._lock:
-            con = self._connection()
-            with _transaction(con):
-                if fingerprint is None:
-                    con.execute("DELETE FROM vectors")
-                else:
-                    con.execute("DELETE FROM vectors WHERE fingerprint = ?", (fingerprint,))
+        """Delete every entry (of one model, if ``fingerprint`` is given); nothing to do when turned off."""
+        if self.disabled:
+            return
+        try:
+            with self._lock:
+                con = self._connection()
+                with _transaction(con):
+                    if fingerprint is None:
+                        con.execute("DELETE FROM vectors")
+                    else:
+                        con.execute("DELETE FROM vectors WHERE fingerprint = ?", (fingerprint,))
+        except _UNUSABLE as err:
+            self._fail(err)
 
     def close(self) -> None:
         with self._lock:
             if self._con is not None and self._pid == os.getpid():
                 self._con.close()
             self._con = None
+
+
+def _open_database(path: Path) -> sqlite3.Connection:
+    """Connect in WAL mode and create the schema, waiting while another process does the same.
+
+    Two processes opening a new database at once can both hold a read lock and want the write
+    lock to switch to WAL; sqlite then fails one of them at once ("database is locked") instead of
+    waiting, so that case is retried here for up to the busy timeout.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        con = sqlite3.connect(str(path), timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")
+            with _transaction(con):
+                _create_schema(con)
+            return con
+        except sqlite3.OperationalError as err:
+            con.close()
+            if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        except BaseException:
+            con.close()
+            raise
+
+
+def _create_schema(con: sqlite3.Connection) -> None:
+    """The tables, index and triggers; a table from before row checksums is dropped (it is only a cache)."""
+    columns = [row[1] for row in con.execute("PRAGMA table_info(vectors)")]
+    if columns and "checksum" not in columns:
+        con.execute("DROP TABLE vectors")
+        con.execute("DROP TABLE IF EXISTS meta")
+    for statement in _statements(_SCHEMA):
+        con.execute(statement)
 
 
 class _transaction:
@@ -298,6 +368,15 @@ def _statements(script: str) -> List[str]:
 
 _DISK_CACHES: Dict[Tuple[str, int], DiskCache] = {}
 _DISK_LOCK = threading.Lock()
+
+
+@at_fork_in_child
+def _renew_after_fork() -> None:
+    """A fork while another thread uses a cache copies its held lock: renew every cache's."""
+    global _DISK_LOCK
+    _DISK_LOCK = threading.Lock()
+    for cache in list(_RENEW_AFTER_FORK):
+        cache._after_fork()
 
 
 def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:

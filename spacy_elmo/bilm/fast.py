@@ -13,15 +13,13 @@ gradient is needed.
 """
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
 
 from . import packed
+from .threads import pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
@@ -101,15 +99,11 @@ def run_packed(
     stacks = [list(lstm.forward_layers), list(lstm.backward_layers)]
     skip = lstm.use_skip_connections
     if _use_direction_threads(x, lstm, layout):
-        threads = torch.get_num_threads()
-        try:
-            futures = [
-                _pool().submit(_run_stack_on_thread, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip)
-                for d in range(2)
-            ]
-            (out_f, h_f, c_f), (out_b, h_b, c_b) = [f.result() for f in futures]
-        finally:  # the pool threads set one thread for themselves; keep the caller's setting
-            torch.set_num_threads(threads)
+        futures = [
+            pool().submit(_run_stack_on_thread, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip)
+            for d in range(2)
+        ]
+        (out_f, h_f, c_f), (out_b, h_b, c_b) = [f.result() for f in futures]
         outputs = [torch.cat(pair) for pair in zip(out_f, out_b)]
         last_h = [torch.cat(pair, dim=0) for pair in zip(h_f, h_b)]
         last_c = [torch.cat(pair, dim=0) for pair in zip(c_f, c_b)]
@@ -123,8 +117,6 @@ def run_packed(
 
 
 DIRECTION_THREADS_MIN_MACS = 2_000_000  # recurrent multiply-adds per step and direction
-_POOL: Optional[ThreadPoolExecutor] = None
-_POOL_LOCK = threading.Lock()
 
 
 def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLayout) -> bool:
@@ -132,37 +124,14 @@ def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLa
     return x.device.type == "cpu" and torch.get_num_threads() >= 2 and macs >= DIRECTION_THREADS_MIN_MACS
 
 
-def _forget_pool() -> None:
-    """After ``fork`` the pool's threads are gone in the child: start a new pool there on first use."""
-    global _POOL, _POOL_LOCK
-    _POOL, _POOL_LOCK = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spacy-elmo-direction")
-        return _POOL
-
-
 def run_split(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
     """``module(rows)`` with the rows split in two halves computed on the two pool threads (CPU, no autograd)."""
-    threads = torch.get_num_threads()
     half = (rows.shape[0] + 1) // 2
-    try:
-        futures = [_pool().submit(_call_on_thread, module, part) for part in (rows[:half], rows[half:])]
-        return torch.cat([f.result() for f in futures])
-    finally:
-        torch.set_num_threads(threads)
+    futures = [pool().submit(_call_on_thread, module, part) for part in (rows[:half], rows[half:])]
+    return torch.cat([f.result() for f in futures])
 
 
 def _call_on_thread(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
-    torch.set_num_threads(1)
     with torch.inference_mode():
         return module(rows)
 
@@ -173,7 +142,6 @@ def _pick(states: List[Optional[torch.Tensor]], d: int) -> List[Optional[torch.T
 
 def _run_stack_on_thread(cells, x, layout, h0, c0, skip):
     """One direction's stack on a pool thread: single-threaded ops, no autograd (thread-local modes)."""
-    torch.set_num_threads(1)
     with torch.inference_mode():
         return _run_stack([(cell,) for cell in cells], x, layout, h0, c0, skip)
 

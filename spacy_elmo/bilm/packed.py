@@ -21,6 +21,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from .threads import at_fork_in_child
+
 ENABLED = os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() not in ("0", "false", "no", "off")
 # rows for which the packed product beats plain sgemm here (MKL parallelises it less well)
 MIN_ROWS, MAX_ROWS, MAX_ROWS_THREADED = 3, 64, 32
@@ -32,14 +34,11 @@ _packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.Weak
 _lock = threading.Lock()
 
 
+@at_fork_in_child
 def _new_lock_after_fork() -> None:
     """A fork may copy the lock held by a thread that does not exist in the child: start unlocked."""
     global _lock
     _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def available() -> bool:

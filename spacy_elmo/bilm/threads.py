@@ -1,0 +1,136 @@
+"""Threads and fork: how many threads our torch work uses, decided for the calling thread only.
+
+``torch.set_num_threads`` is process-wide: torch copies its value into every thread that starts
+using torch afterwards, so changing it during a call (even briefly) leaves other code's threads
+on the wrong count. Here a limit applies to the calling thread alone: OpenMP's thread count is a
+per-thread setting (``omp_set_num_threads`` outside a parallel region), and MKL has
+``mkl_set_num_threads_local``; torch's own setting is never written.
+
+After ``fork`` the child has no pool threads (libgomp's, ours) and may hold copies of locks that
+other threads of the parent held: :func:`at_fork_in_child` registers what must be renewed there,
+and :func:`in_forked_child` makes our work in a forked child single-threaded (a multi-threaded
+torch op there hangs on libgomp's lost pool, as PyTorch's DataLoader workers know).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
+
+import torch
+
+_callbacks: List[Callable[[], None]] = []
+_forked = False
+
+
+def at_fork_in_child(callback: Callable[[], None]) -> Callable[[], None]:
+    """Run ``callback`` in a forked child before anything else (renew locks, forget pools); usable as a decorator."""
+    _callbacks.append(callback)
+    return callback
+
+
+def in_forked_child() -> bool:
+    """Whether this process was forked from one that had imported spacy_elmo."""
+    return _forked
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+    for callback in _callbacks:
+        callback()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Native:
+    """The thread-local setters of the OpenMP runtime and MKL that torch is linked with (absent ones: None)."""
+
+    def __init__(self) -> None:
+        process = ctypes.CDLL(None)  # torch loads its OpenMP runtime globally
+        self.omp_set = getattr(process, "omp_set_num_threads", None)
+        self.mkl_set_local = None
+        library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"  # MKL is linked into it
+        if library.is_file():
+            with contextlib.suppress(OSError):
+                self.mkl_set_local = getattr(ctypes.CDLL(str(library)), "MKL_Set_Num_Threads_Local", None)  # the C entry point
+        if self.mkl_set_local is not None:
+            self.mkl_set_local.restype = ctypes.c_int
+
+
+_native: Optional[_Native] = None
+
+
+def _natives() -> _Native:
+    global _native
+    if _native is None:
+        _native = _Native()
+    return _native
+
+
+@contextlib.contextmanager
+def thread_limit(threads: Optional[int]) -> Iterator[None]:
+    """Run the block's torch CPU ops on at most ``threads`` threads, in this thread only (``None``: no change).
+
+    Where the runtime has no thread-local setter (no OpenMP symbols found) the block runs unlimited,
+    which is slower for tiny work but gives the same numbers.
+    """
+    current = torch.get_num_threads()  # also lets torch initialise this thread's count first
+    native = _natives()
+    if threads is None or threads >= current or native.omp_set is None:
+        yield
+        return
+    native.omp_set(int(threads))
+    previous_mkl = native.mkl_set_local(int(threads)) if native.mkl_set_local is not None else None
+    try:
+        yield
+    finally:
+        native.omp_set(current)
+        if previous_mkl is not None:
+            native.mkl_set_local(previous_mkl)
+
+
+def work_threads(small: bool, small_work_threads: Optional[int]) -> Optional[int]:
+    """The thread limit for one piece of our work: 1 in a forked child, ``small_work_threads`` for small work."""
+    if _forked:
+        return 1
+    return small_work_threads if small else None
+
+
+# -- the two-thread pool for independent halves of the work (the two LSTM directions) ----------
+
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_lock = threading.Lock()
+
+
+def _single_threaded_worker() -> None:
+    """Each pool thread runs its share on one core (this thread's setting only)."""
+    native = _natives()
+    torch.get_num_threads()
+    if native.omp_set is not None:
+        native.omp_set(1)
+    if native.mkl_set_local is not None:
+        native.mkl_set_local(1)
+
+
+def pool() -> ThreadPoolExecutor:
+    """Two single-threaded worker threads, started on first use (and anew in a forked child)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="spacy-elmo-direction", initializer=_single_threaded_worker
+            )
+        return _pool
+
+
+@at_fork_in_child
+def _forget_pool() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
