@@ -9,17 +9,21 @@ The HDF5 layout (all float32)::
     RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/  W_0 (proj + proj, 4 * cell), B (4 * cell,), W_P_0 (cell, proj)
 
 ``d`` = 0 is the forward and 1 the backward direction; gate columns are in TF order (i, j, f, o).
+Options are checked against :data:`_SCHEMA` (JSON types and ranges) before anything is built.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Tuple, Union
 
 import numpy as np
 import torch
 
+from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
 from .model import BiLM, BiLMOptions
 
 PathLike = Union[str, os.PathLike]
@@ -42,48 +46,118 @@ def read_options(path: PathLike) -> BiLMOptions:
 
 
 def options_from_dict(raw: Dict[str, Any], source: str = "options") -> BiLMOptions:
-    """Build :class:`BiLMOptions` from an ``options.json``-style dictionary."""
-
-    def need(section: Dict[str, Any], key: str, where: str) -> Any:
-        if key not in section:
-            raise WeightFileError(f"{source}: missing option {where}.{key}")
-        return section[key]
-
+    """Build :class:`BiLMOptions` from an ``options.json``-style dictionary, each value checked by :data:`_SCHEMA`."""
     if not isinstance(raw, dict) or not isinstance(raw.get("lstm"), dict) or not isinstance(raw.get("char_cnn"), dict):
         raise WeightFileError(f"{source}: expected an object with 'lstm' and 'char_cnn' sections")
-    lstm, cnn = raw["lstm"], raw["char_cnn"]
+    values = {option.field: _option_value(raw, option, source) for option in _SCHEMA}
+    values["filters"] = tuple((width, count) for width, count in values["filters"])
+    for clip in ("cell_clip", "proj_clip"):
+        values[clip] = None if values[clip] is None else float(values[clip])
+    return BiLMOptions(**values)
+
+
+# -- the options.json schema ----------------------------------------------------------------
+# Unknown keys are ignored (released files carry training settings); known ones must be exactly
+# the JSON type asked for: 64.0 is not an int, "false" is not a boolean.
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What an option's value must be: a test, and the words for it in error messages."""
+
+    accepts: Callable[[Any], bool]
+    description: str
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One ``options.json`` entry: its dotted path, the :class:`BiLMOptions` field it sets, its rule and default."""
+
+    path: str
+    field: str
+    rule: _Rule
+    default: Any = _REQUIRED
+
+
+def _is_int(value: Any) -> bool:
+    """A JSON integer: ``true`` and ``4.0`` are not ints, although Python would take them as such."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_at_least(minimum: int) -> _Rule:
+    """An int >= ``minimum``."""
+    return _Rule(lambda value: _is_int(value) and value >= minimum, f"an int >= {minimum}")
+
+
+def _is_filter(value: Any) -> bool:
+    """A ``[width, count]`` pair of positive ints whose width fits in a token's characters."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(_is_int(x) and x >= 1 for x in value)
+        and value[0] <= MAX_CHARS_PER_TOKEN
+    )
+
+
+def _is_clip(value: Any) -> bool:
+    """``null`` (no clipping) or a finite number >= 0 (0 also means no clipping, as before)."""
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+_FILTERS = _Rule(
+    lambda value: isinstance(value, list) and len(value) > 0 and all(_is_filter(f) for f in value),
+    f"a non-empty list of [width, count] pairs of ints >= 1 (width <= {MAX_CHARS_PER_TOKEN})",
+)
+_CLIP = _Rule(_is_clip, "a finite number >= 0, or null")
+_BOOLEAN = _Rule(lambda value: isinstance(value, bool), "true or false (a JSON boolean)")
+_ACTIVATION = _Rule(lambda value: value in ("relu", "tanh"), '"relu" or "tanh"')
+_MAX_CHARS = _Rule(lambda value: _is_int(value) and value == MAX_CHARS_PER_TOKEN, str(MAX_CHARS_PER_TOKEN))
+
+_SCHEMA: Tuple[_Option, ...] = (
+    _Option("char_cnn.filters", "filters", _FILTERS),
+    _Option("char_cnn.embedding.dim", "char_embed_dim", _int_at_least(1)),
+    _Option("char_cnn.n_characters", "n_characters", _int_at_least(PADDING_CHAR), 262),  # char ids go up to 261
+    _Option("char_cnn.max_characters_per_token", "max_chars", _MAX_CHARS, MAX_CHARS_PER_TOKEN),
+    _Option("char_cnn.n_highway", "n_highway", _int_at_least(0), 0),
+    _Option("char_cnn.activation", "activation", _ACTIVATION, "relu"),
+    _Option("lstm.dim", "cell_dim", _int_at_least(1)),
+    _Option("lstm.projection_dim", "projection_dim", _int_at_least(1)),
+    _Option("lstm.n_layers", "n_layers", _int_at_least(1)),
+    _Option("lstm.cell_clip", "cell_clip", _CLIP, None),
+    _Option("lstm.proj_clip", "proj_clip", _CLIP, None),
+    _Option("lstm.use_skip_connections", "use_skip_connections", _BOOLEAN, False),
+)
+
+
+def _option_value(raw: Dict[str, Any], option: _Option, source: str) -> Any:
+    """The value of one option, checked against its rule (its default when it is optional and absent)."""
+    keys = option.path.split(".")
+    value: Any = raw
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict):
+            raise WeightFileError(f"{source}: {'.'.join(keys[:depth])} must be an object, not {_json(value)}")
+        if key not in value:
+            if option.default is _REQUIRED:
+                raise WeightFileError(f"{source}: missing option {'.'.join(keys[: depth + 1])}")
+            return option.default
+        value = value[key]
+    if not option.rule.accepts(value):
+        raise WeightFileError(f"{source}: {option.path} must be {option.rule.description}, not {_json(value)}")
+    return value
+
+
+def _json(value: Any, limit: int = 80) -> str:
+    """A value as options.json spells it (``true``, ``null``, ``"false"``), cut to ``limit`` characters."""
     try:
-        filters = tuple((int(w), int(n)) for w, n in need(cnn, "filters", "char_cnn"))
-        embedding = need(cnn, "embedding", "char_cnn")
-        options = BiLMOptions(
-            filters=filters,
-            char_embed_dim=int(need(embedding, "dim", "char_cnn.embedding")),
-            n_characters=int(cnn.get("n_characters", 262)),
-            max_chars=int(cnn.get("max_characters_per_token", 50)),
-            n_highway=int(cnn.get("n_highway", 0)),
-            activation=str(cnn.get("activation", "relu")),
-            cell_dim=int(need(lstm, "dim", "lstm")),
-            projection_dim=int(need(lstm, "projection_dim", "lstm")),
-            n_layers=int(need(lstm, "n_layers", "lstm")),
-            cell_clip=_optional_float(lstm.get("cell_clip")),
-            proj_clip=_optional_float(lstm.get("proj_clip")),
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
-        )
-    except (TypeError, ValueError) as err:
-        if isinstance(err, WeightFileError):
-            raise
-        raise WeightFileError(f"{source}: malformed option value: {err}") from err
-    if options.activation not in ("relu", "tanh"):
-        raise WeightFileError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', not {options.activation!r}")
-    if options.max_chars != 50:
-        raise WeightFileError(f"{source}: char_cnn.max_characters_per_token must be 50, not {options.max_chars}")
-    if not filters or options.n_layers < 1:
-        raise WeightFileError(f"{source}: need at least one char_cnn filter and one lstm layer")
-    return options
-
-
-def _optional_float(value: Any) -> Any:
-    return None if value is None else float(value)
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _lstm_prefix(direction: int, layer: int) -> str:
