@@ -8,6 +8,8 @@ import shutil
 import h5py
 import numpy as np
 import pytest
+import spacy
+import srsly
 import torch
 
 import spacy_elmo
@@ -331,3 +333,36 @@ def test_a_second_link_to_a_group_is_refused(model_copy):
         f["CNN/loop"] = f["/"]  # a hard-link cycle
     with pytest.raises(WeightFileError, match="group 'CNN/loop' is a second link to a group seen before"):
         load(options, weights)
+
+
+# -- item 12: a saved pipeline whose model description is damaged ---------------------------
+
+
+def test_saved_pipeline_model_json_without_source(fixture_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
+    nlp.to_disk(tmp_path / "pipeline")
+    meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["source"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError) as err:
+        spacy.load(tmp_path / "pipeline")
+    assert str(err.value) == f'component \'elmo\': {meta_path}: missing key \'source\' (expected "default" or "files")'
+
+
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        ({"fingerprint": None}, "missing key 'source' (expected \"default\" or \"files\")"),
+        ({"source": "url"}, "key 'source' must be \"default\" or \"files\", not 'url'"),
+        ({"source": "files", "options": b"{}"}, "missing key 'weights' (the bytes of the saved model file)"),
+        (["default"], "expected an object with a 'source' key, not list"),
+    ],
+)
+def test_serialized_component_without_source(payload, message):
+    component = spacy.blank("en").add_pipe("elmo")
+    data = srsly.msgpack_dumps({"model": srsly.msgpack_dumps(payload)})
+    with pytest.raises(ValueError) as err:
+        component.from_bytes(data)
+    assert str(err.value) == f"component 'elmo': the model in the serialized bytes: {message}"
