@@ -34,6 +34,19 @@ class BiLMOptions:
     def output_dim(self) -> int:
         return 2 * self.projection_dim
 
+    @property
+    def n_filters(self) -> int:
+        """Width of the char CNN's output: the sum of the filter counts."""
+        return sum(n for _, n in self.filters)
+
+    @property
+    def char_embedding_rows(self) -> int:
+        """Rows of the model's char embedding: the weight file's rows plus a zero row for char id 0.
+
+        Released files say 262 (or 261) and store 261 rows; both give 262 rows here.
+        """
+        return self.n_characters if self.n_characters >= 262 else self.n_characters + 1
+
     def to_json(self) -> Dict[str, Any]:
         """The ``options.json`` dictionary for these options."""
         return {
@@ -67,12 +80,10 @@ class BiLM(nn.Module):
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
         self.options = options
-        # the weight file has no row for char id 0; the model adds it (see weights.py)
-        n_chars = options.n_characters if options.n_characters >= 262 else options.n_characters + 1
         self.token_encoder = CharCNNEncoder(
             options.filters,
             options.char_embed_dim,
-            n_chars,
+            options.char_embedding_rows,  # the weight file has no row for char id 0; the model adds it
             options.n_highway,
             options.projection_dim,
             options.activation,

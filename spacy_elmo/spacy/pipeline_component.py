@@ -247,10 +247,12 @@ class ElmoComponent(Pipe):
         if not meta_path.is_file():
             raise WeightFileError(f"component {self.name!r}: {meta_path} is missing (not saved by the elmo component?)")
         meta = srsly.read_json(meta_path)
-        self._use_model("default" if meta["source"] == "default" else str(directory), meta.get("fingerprint"))
+        source = _saved_source(meta, f"component {self.name!r}: {meta_path}", files=())
+        self._use_model("default" if source == "default" else str(directory), meta.get("fingerprint"))
 
     def _load_payload(self, payload: Dict[str, Any]) -> None:
-        if payload["source"] == "default":
+        where = f"component {self.name!r}: the model in the serialized bytes"
+        if _saved_source(payload, where, files=("options", "weights")) == "default":
             self._use_model("default", payload.get("fingerprint"))
             return
         directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
@@ -264,6 +266,24 @@ class ElmoComponent(Pipe):
         self._expected_fingerprint = fingerprint
         self._backend = None
         self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
+
+
+def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
+    """The ``source`` of a saved model description, checked, so a damaged save fails naming ``where`` and the key.
+
+    A "files" save must also hold each key in ``files`` (the bytes of options.json and the weights).
+    """
+    if not isinstance(meta, dict):
+        raise WeightFileError(f"{where}: expected an object with a 'source' key, not {type(meta).__name__}")
+    if "source" not in meta:
+        raise WeightFileError(f"{where}: missing key 'source' (expected \"default\" or \"files\")")
+    source = meta["source"]
+    if source not in ("default", "files"):
+        raise WeightFileError(f"{where}: key 'source' must be \"default\" or \"files\", not {source!r}")
+    missing = [key for key in files if source == "files" and not isinstance(meta.get(key), bytes)]
+    if missing:
+        raise WeightFileError(f"{where}: missing key {missing[0]!r} (the bytes of the saved model file)")
+    return source
 
 
 def _chunks(work: List[Any], max_tokens: int) -> Iterator[List[Any]]:
