@@ -169,7 +169,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             for i, text in enumerate(samples):
                 text = str(text)  # numpy.str_ -> str, which spaCy's tokenizer requires
                 if text not in tokenized:
-                    tokenized[text] = _clean_tokens(split(text), i)
+                    tokenized[text] = _clean_tokens(_split_text(split, text, i), i)
                 pending.setdefault(tokenized[text], []).append(i)
         elif kind == "tokens":
             for i, tokens in enumerate(samples):
@@ -291,6 +291,17 @@ def _clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
         if text.strip():
             texts.append(str(text))
     return tuple(texts)
+
+
+def _split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> Iterable[Any]:
+    """``split(text)``, with a lone surrogate (which spaCy's string store cannot encode) named by row and position."""
+    try:
+        return split(text)
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"text {row}: {text[err.start:err.end]!r} at position {err.start} is a lone surrogate, not Unicode text, "
+            "and the tokenizer cannot take it; decode the bytes with errors='replace' or pass token lists"
+        ) from err
 
 
 def _resolve_tokenizer(tokenizer: TokenizerSpec) -> Callable[[str], Iterable[Any]]:
