@@ -5,15 +5,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
+from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
 
 
 def parameter_count(options_path: Path) -> int:
-    """Parameters of the biLM that ``options.json`` describes (the softmax is not part of it)."""
-    from .bilm.model import BiLM
-
-    model = BiLM(read_options(options_path))
-    return sum(p.numel() for p in model.parameters()) - model.options.char_embed_dim  # the added char-0 row
+    """Parameters of the biLM that ``options.json`` describes (the softmax is not part of it; nothing is built)."""
+    return _layout_parameter_count(read_options(options_path))
 
 
 def describe(options_path: Path, weights_path: Path) -> str:

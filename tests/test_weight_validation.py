@@ -366,3 +366,16 @@ def test_serialized_component_without_source(payload, message):
     with pytest.raises(ValueError) as err:
         component.from_bytes(data)
     assert str(err.value) == f"component 'elmo': the model in the serialized bytes: {message}"
+
+
+def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path, monkeypatch):
+    import spacy_elmo.bilm.model
+    from spacy_elmo.info import parameter_count
+
+    options = json.loads((fixture_dir / "options.json").read_text())
+    options["char_cnn"]["n_characters"] = 10**9
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))
+    monkeypatch.setattr(spacy_elmo.bilm.model, "BiLM", lambda *a, **k: pytest.fail("built the model"))
+    base = parameter_count(fixture_dir / "options.json")
+    assert parameter_count(path) == base + (10**9 - 262) * options["char_cnn"]["embedding"]["dim"]

@@ -274,6 +274,14 @@ def _expected(options: BiLMOptions) -> Iterator[Tuple[str, _Entry, int]]:
                 yield entry.pattern.format(i=i), entry, i
 
 
+def parameter_count(options: BiLMOptions) -> int:
+    """Numbers in the weight file these options call for (the biLM's parameters, without char id 0's zero row).
+
+    Computed from the layout alone: nothing is allocated, so absurd options cost nothing.
+    """
+    return sum(int(np.prod(entry.shape(options, i), dtype=np.int64)) for _, entry, i in _expected(options))
+
+
 # -- checking a weight file (metadata only: nothing is read or allocated) ----------------------
 
 
