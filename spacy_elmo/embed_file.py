@@ -55,6 +55,7 @@ def embed_file(
         raise FileNotFoundError(f"input file {input_path} does not exist")
     if output_path.resolve() == input_path.resolve():
         raise ValueError(f"the output file {output_path} is the input file")
+    _check_output(output_path)
     split = get_tokenizer(tokenizer)
     total = sum(1 for _ in _lines(input_path)) if progress else None  # the bar's length: one extra read
     started = time.perf_counter()
@@ -90,6 +91,19 @@ def embed_file(
         if temporary.exists():
             temporary.unlink()
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+def _check_output(output_path: Path) -> None:
+    """Fail before any work where the output cannot be written (else a traceback, for a directory only at the end)."""
+    folder = output_path.parent
+    if output_path.is_dir():
+        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
+    if not folder.exists():
+        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
 
 
 def _lines(path: Path) -> Iterator[Tuple[int, str]]:

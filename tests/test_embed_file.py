@@ -1,13 +1,25 @@
 """`spacy-elmo embed`: a text file to HDF5 in the layout of AllenNLP's `allennlp elmo` command."""
 import json
+import os
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from spacy_elmo.backend import ElmoBackend
 from spacy_elmo.cli import app
 from spacy_elmo.embed_file import embed_file
+
+
+def run_cli(fixture_dir, *args, **kwargs):
+    """`spacy-elmo embed ARGS` on the fixture model, without the progress bar."""
+    return CliRunner().invoke(app, ["embed", *map(str, args), "--model", str(fixture_dir), "--no-progress"], **kwargs)
+
+
+def no_embedding(*args, **kwargs):
+    raise AssertionError("embedded although the run was bound to fail")
 
 
 @pytest.fixture()
@@ -81,3 +93,29 @@ def test_command_line(fixture_dir, text_file, tmp_path):
     assert result.exit_code == 2 and "choose one of --all, --top and --average" in result.output
     result = runner.invoke(app, ["embed", str(tmp_path / "nope.txt"), str(out), "--model", str(fixture_dir)])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+@pytest.mark.parametrize("case", ["directory", "parent is a file", "missing parent", "unwritable parent"])
+def test_unusable_output_fails_before_any_work(backend, fixture_dir, text_file, tmp_path, monkeypatch, case):
+    path, _ = text_file
+    (tmp_path / "a_file").write_text("x", encoding="utf-8")
+    (tmp_path / "a_dir").mkdir()
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root may create files anywhere: let the mode bits bind it as they bind everyone else
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and access(p, mode, **kw))
+    output, error, message = {
+        "directory": (tmp_path / "a_dir", IsADirectoryError, "it is a directory"),
+        "parent is a file": (tmp_path / "a_file" / "out.hdf5", NotADirectoryError, f"{tmp_path / 'a_file'} is not a directory"),
+        "missing parent": (tmp_path / "nope" / "out.hdf5", FileNotFoundError, f"the directory {tmp_path / 'nope'} does not exist"),
+        "unwritable parent": (locked / "out.hdf5", PermissionError, f"no permission to create files in {locked}"),
+    }[case]
+    message = f"cannot write {output}: {message}"
+    monkeypatch.setattr(ElmoBackend, "embed", no_embedding)
+    with pytest.raises(error) as raised:
+        embed_file(backend, path, output)
+    assert str(raised.value) == message
+    result = run_cli(fixture_dir, path, output)
+    assert result.exit_code == 2 and f"error: {message}" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a_dir", "a_file", "locked", path.name]
