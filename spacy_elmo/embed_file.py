@@ -107,11 +107,11 @@ def _check_output(output_path: Path) -> None:
 
 
 def _lines(path: Path) -> Iterator[Tuple[int, str]]:
-    """(0-based line number, stripped text); undecodable bytes are an error naming the line."""
+    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle):
             try:
-                yield number, raw.decode("utf-8").strip()
+                yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
             except UnicodeDecodeError as err:
                 raise ValueError(f"{path}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 

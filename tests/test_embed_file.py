@@ -119,3 +119,17 @@ def test_unusable_output_fails_before_any_work(backend, fixture_dir, text_file, 
     result = run_cli(fixture_dir, path, output)
     assert result.exit_code == 2 and f"error: {message}" in result.output, result.output
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a_dir", "a_file", "locked", path.name]
+
+
+def test_leading_byte_order_mark_is_dropped(backend, fixture_dir, tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes("\ufeffthe bank\nof the river\n".encode("utf-8"))  # as Notepad saves UTF-8
+    expected = backend.embed([["the", "bank"]])[0][-1]
+    api, cli = tmp_path / "api.hdf5", tmp_path / "cli.hdf5"
+    embed_file(backend, path, api, output_format="top", use_sentence_keys=True)
+    result = run_cli(fixture_dir, path, cli, "--top", "--use-sentence-keys")
+    assert result.exit_code == 0, result.output
+    for out in (api, cli):
+        with h5py.File(out, "r") as f:
+            assert sorted(f) == ["of the river", "the bank"]
+            np.testing.assert_allclose(f["the bank"][()], expected, rtol=1e-6)
