@@ -136,7 +136,8 @@ def _select(layers: np.ndarray, output_format: str) -> np.ndarray:
 
 
 def _write(out, key: str, array: np.ndarray, input_path: Path, number: int) -> None:
-    if key in ("", ".") or key == "sentence_to_index" or "/" in key:
+    """One dataset; a key HDF5 cannot name (a NUL would silently cut it short) is an error naming the line."""
+    if key in ("", ".") or key == "sentence_to_index" or "/" in key or "\0" in key:
         raise ValueError(
             f"{input_path}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
             "drop --use-sentence-keys to key the vectors by line number"

@@ -133,3 +133,20 @@ def test_leading_byte_order_mark_is_dropped(backend, fixture_dir, tmp_path):
         with h5py.File(out, "r") as f:
             assert sorted(f) == ["of the river", "the bank"]
             np.testing.assert_allclose(f["the bank"][()], expected, rtol=1e-6)
+
+
+def test_nul_in_a_sentence_key_is_an_error(backend, fixture_dir, tmp_path):
+    path = tmp_path / "nul.txt"
+    path.write_bytes(b"the bank\nthe\x00 bank\n")  # HDF5 would cut the second key short, to "the"
+    out = tmp_path / "out.hdf5"
+    message = f"{path}, line 2: 'the\\x00 bank' cannot be an HDF5 dataset name"
+    with pytest.raises(ValueError) as raised:
+        embed_file(backend, path, out, use_sentence_keys=True)
+    assert str(raised.value).startswith(message)
+    result = run_cli(fixture_dir, path, out, "--use-sentence-keys")
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not out.exists()
+    assert run_cli(fixture_dir, path, out).exit_code == 0  # keyed by line number, the NUL is just a character
+    with h5py.File(out, "r") as f:
+        assert f["1"].shape == (backend.n_layers + 1, 2, backend.dim)
+        assert json.loads(f["sentence_to_index"][0])["the\x00 bank"] == "1"
