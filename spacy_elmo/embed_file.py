@@ -9,6 +9,7 @@ appears only once it is complete.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -59,38 +60,45 @@ def embed_file(
     split = get_tokenizer(tokenizer)
     total = sum(1 for _ in _lines(input_path)) if progress else None  # the bar's length: one extra read
     started = time.perf_counter()
-    temporary = output_path.with_name(f".{output_path.name}.{os.getpid()}.partial")
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
+    bar = tqdm(total=total, unit="sent", disable=not progress)
+    with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as out, bar:
+        out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
+        for chunk in _chunks(_lines(input_path), CHUNK_LINES):
+            tokens = [split(text) for _, text in chunk]
+            for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
+                key = text if use_sentence_keys else str(number)
+                if use_sentence_keys:
+                    if key in sentence_lines:
+                        raise ValueError(
+                            f"{input_path}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
+                            "drop --use-sentence-keys to key the vectors by line number"
+                        )
+                    sentence_lines[key] = number
+                _write(out, key, _select(layers, output_format), input_path, number)
+                if not forget_sentences and not use_sentence_keys:
+                    sentence_to_index[text] = key
+                n_tokens += len(sentence)
+            n_lines += len(chunk)
+            bar.update(len(chunk))
+        if not forget_sentences and not use_sentence_keys:
+            index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+    return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+@contextlib.contextmanager
+def _written_atomically(output_path: Path) -> Iterator[Path]:
+    """A hidden partial file to write: renamed to ``output_path`` when the block succeeds, removed when it fails."""
+    temporary = output_path.with_name(f".{output_path.name}.{os.getpid()}.partial")
     try:
-        with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
-            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-            for chunk in _chunks(_lines(input_path), CHUNK_LINES):
-                tokens = [split(text) for _, text in chunk]
-                for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
-                    key = text if use_sentence_keys else str(number)
-                    if use_sentence_keys:
-                        if key in sentence_lines:
-                            raise ValueError(
-                                f"{input_path}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
-                                "drop --use-sentence-keys to key the vectors by line number"
-                            )
-                        sentence_lines[key] = number
-                    _write(out, key, _select(layers, output_format), input_path, number)
-                    if not forget_sentences and not use_sentence_keys:
-                        sentence_to_index[text] = key
-                    n_tokens += len(sentence)
-                n_lines += len(chunk)
-                bar.update(len(chunk))
-            if not forget_sentences and not use_sentence_keys:
-                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+        yield temporary
         os.replace(temporary, output_path)
     finally:
         if temporary.exists():
             temporary.unlink()
-    return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
 
 
 def _check_output(output_path: Path) -> None:
