@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 OUTPUT_FORMATS = ("all", "top", "average")
 CHUNK_LINES = 2000  # lines embedded (and written) at a time
+STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -39,7 +41,7 @@ def embed_file(
     forget_sentences: bool = False,
     progress: bool = False,
 ) -> Dict[str, float]:
-    """Write the ELMo vectors of every line of ``input_path`` to ``output_path``; returns counts and seconds.
+    """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
@@ -52,40 +54,38 @@ def embed_file(
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
     input_path, output_path = Path(input_path), Path(output_path)
-    if not input_path.is_file():
-        raise FileNotFoundError(f"input file {input_path} does not exist")
-    if output_path.resolve() == input_path.resolve():
-        raise ValueError(f"the output file {output_path} is the input file")
+    source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
     _check_output(output_path)
     split = get_tokenizer(tokenizer)
-    total = sum(1 for _ in _lines(input_path)) if progress else None  # the bar's length: one extra read
     started = time.perf_counter()
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
-    bar = tqdm(total=total, unit="sent", disable=not progress)
-    with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as out, bar:
-        out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-        for chunk in _chunks(_lines(input_path), CHUNK_LINES):
-            tokens = [split(text) for _, text in chunk]
-            for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
-                key = text if use_sentence_keys else str(number)
-                if use_sentence_keys:
-                    if key in sentence_lines:
-                        raise ValueError(
-                            f"{input_path}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
-                            "drop --use-sentence-keys to key the vectors by line number"
-                        )
-                    sentence_lines[key] = number
-                _write(out, key, _select(layers, output_format), input_path, number)
-                if not forget_sentences and not use_sentence_keys:
-                    sentence_to_index[text] = key
-                n_tokens += len(sentence)
-            n_lines += len(chunk)
-            bar.update(len(chunk))
-        if not forget_sentences and not use_sentence_keys:
-            index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+    with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary:
+        total = _count_lines(handle, source) if progress else None  # the bar's length
+        bar = tqdm(total=total, unit="sent", disable=not progress)
+        with h5py.File(temporary, "w") as out, bar:
+            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
+            for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
+                tokens = [split(text) for _, text in chunk]
+                for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
+                    key = text if use_sentence_keys else str(number)
+                    if use_sentence_keys:
+                        if key in sentence_lines:
+                            raise ValueError(
+                                f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
+                                "drop --use-sentence-keys to key the vectors by line number"
+                            )
+                        sentence_lines[key] = number
+                    _write(out, key, _select(layers, output_format), source, number)
+                    if not forget_sentences and not use_sentence_keys:
+                        sentence_to_index[text] = key
+                    n_tokens += len(sentence)
+                n_lines += len(chunk)
+                bar.update(len(chunk))
+            if not forget_sentences and not use_sentence_keys:
+                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
 
 
@@ -101,6 +101,30 @@ def _written_atomically(output_path: Path) -> Iterator[Path]:
             temporary.unlink()
 
 
+def _is_stdin(input_path: Path) -> bool:
+    """Whether the input path is ``-``, standard input (a file named so is ``./-``)."""
+    return str(input_path) == STDIN
+
+
+@contextlib.contextmanager
+def _open_input(input_path: Path, output_path: Path) -> Iterator[BinaryIO]:
+    """The input's bytes (standard input for ``-``, left open), checked not to be the file the output replaces."""
+    if not _is_stdin(input_path) and not input_path.exists():
+        raise FileNotFoundError(f"input file {input_path} does not exist")
+    with contextlib.nullcontext(sys.stdin.buffer) if _is_stdin(input_path) else open(input_path, "rb") as handle:
+        if _same_file(handle, output_path):
+            raise ValueError(f"the output file {output_path} is the input file")
+        yield handle
+
+
+def _same_file(handle: BinaryIO, path: Path) -> bool:
+    """Whether ``path`` is the file open in ``handle`` (also through a link, /dev/stdin or ``- < FILE``)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except (OSError, ValueError):  # no such path, or a handle without a file descriptor
+        return False
+
+
 def _check_output(output_path: Path) -> None:
     """Fail before any work where the output cannot be written (else a traceback, for a directory only at the end)."""
     folder = output_path.parent
@@ -114,14 +138,23 @@ def _check_output(output_path: Path) -> None:
         raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
 
 
-def _lines(path: Path) -> Iterator[Tuple[int, str]]:
+def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
+    """Lines left in a seekable input, read an extra time and rewound; None for a pipe, which can be read once."""
+    if not handle.seekable():
+        return None
+    start = handle.tell()
+    total = sum(1 for _ in _lines(handle, source))
+    handle.seek(start)
+    return total
+
+
+def _lines(handle: BinaryIO, source: str) -> Iterator[Tuple[int, str]]:
     """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle):
-            try:
-                yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    for number, raw in enumerate(handle):
+        try:
+            yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 
 
 def _chunks(items: Iterator[Tuple[int, str]], size: int) -> Iterator[List[Tuple[int, str]]]:
@@ -143,11 +176,11 @@ def _select(layers: np.ndarray, output_format: str) -> np.ndarray:
     return layers
 
 
-def _write(out, key: str, array: np.ndarray, input_path: Path, number: int) -> None:
+def _write(out, key: str, array: np.ndarray, source: str, number: int) -> None:
     """One dataset; a key HDF5 cannot name (a NUL would silently cut it short) is an error naming the line."""
     if key in ("", ".") or key == "sentence_to_index" or "/" in key or "\0" in key:
         raise ValueError(
-            f"{input_path}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
+            f"{source}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
             "drop --use-sentence-keys to key the vectors by line number"
         )
     out.create_dataset(key, data=np.asarray(array, dtype=np.float32))

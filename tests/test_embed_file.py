@@ -1,6 +1,9 @@
 """`spacy-elmo embed`: a text file to HDF5 in the layout of AllenNLP's `allennlp elmo` command."""
+import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -16,6 +19,17 @@ from spacy_elmo.embed_file import embed_file
 def run_cli(fixture_dir, *args, **kwargs):
     """`spacy-elmo embed ARGS` on the fixture model, without the progress bar."""
     return CliRunner().invoke(app, ["embed", *map(str, args), "--model", str(fixture_dir), "--no-progress"], **kwargs)
+
+
+def assert_same_vectors(a, b):
+    """Two embed outputs hold the same datasets and map, to a few ulps (another process may sum in another order)."""
+    with h5py.File(a, "r") as f, h5py.File(b, "r") as g:
+        assert sorted(f) == sorted(g)
+        for key in f:
+            if key == "sentence_to_index":
+                assert json.loads(f[key][0]) == json.loads(g[key][0])
+            else:
+                np.testing.assert_allclose(f[key][()], g[key][()], rtol=1e-5, atol=1e-6)
 
 
 def no_embedding(*args, **kwargs):
@@ -150,3 +164,28 @@ def test_nul_in_a_sentence_key_is_an_error(backend, fixture_dir, tmp_path):
     with h5py.File(out, "r") as f:
         assert f["1"].shape == (backend.n_layers + 1, 2, backend.dim)
         assert json.loads(f["sentence_to_index"][0])["the\x00 bank"] == "1"
+
+
+def test_standard_input(backend, fixture_dir, text_file, tmp_path, monkeypatch):
+    path, lines = text_file
+    reference, api, cli = tmp_path / "file.hdf5", tmp_path / "api.hdf5", tmp_path / "cli.hdf5"
+    embed_file(backend, path, reference)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    assert embed_file(backend, "-", api, progress=True)["sentences"] == len(lines)  # counted, rewound, read
+    result = run_cli(fixture_dir, "-", cli, input=path.read_bytes())
+    assert result.exit_code == 0 and f"{len(lines)} sentences" in result.output, result.output
+    assert_same_vectors(api, reference)
+    assert_same_vectors(cli, reference)
+    result = run_cli(fixture_dir, "-", cli, input=b"fine\ncaf\xe9\n")
+    assert result.exit_code == 2 and "error: <stdin>, line 2: not valid UTF-8" in result.output, result.output
+
+
+@pytest.mark.skipif(not Path("/dev/stdin").exists(), reason="no /dev/stdin here")
+def test_dev_stdin_pipe_with_progress_bar(backend, fixture_dir, text_file, tmp_path):
+    path, lines = text_file
+    reference, out = tmp_path / "file.hdf5", tmp_path / "pipe.hdf5"
+    embed_file(backend, path, reference)
+    command = [sys.executable, "-m", "spacy_elmo", "embed", "/dev/stdin", str(out), "--model", str(fixture_dir)]
+    done = subprocess.run(command, input=path.read_bytes(), capture_output=True, timeout=60)  # a pipe: read only once
+    assert done.returncode == 0 and f"{len(lines)} sentences".encode() in done.stdout, done.stderr
+    assert_same_vectors(out, reference)
