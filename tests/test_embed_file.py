@@ -189,3 +189,21 @@ def test_dev_stdin_pipe_with_progress_bar(backend, fixture_dir, text_file, tmp_p
     done = subprocess.run(command, input=path.read_bytes(), capture_output=True, timeout=60)  # a pipe: read only once
     assert done.returncode == 0 and f"{len(lines)} sentences".encode() in done.stdout, done.stderr
     assert_same_vectors(out, reference)
+
+
+def test_output_that_is_the_input_is_refused(backend, fixture_dir, text_file, tmp_path, monkeypatch):
+    path, _ = text_file
+    before = path.read_bytes()
+    hard_link = tmp_path / "hard_link.txt"
+    os.link(path, hard_link)
+    message = f"the output file {path} is the input file"
+    result = run_cli(fixture_dir, hard_link, path)
+    assert result.exit_code == 2 and message in result.output, result.output
+    for source in (path, hard_link):
+        with pytest.raises(ValueError, match=message):
+            embed_file(backend, source, path)
+    with open(path, encoding="utf-8") as stdin:  # embed - OUT < OUT
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(ValueError, match=message):
+            embed_file(backend, "-", path)
+    assert path.read_bytes() == before
