@@ -5,14 +5,18 @@ One dataset per line, named by its 0-based line number (or by the sentence itsel
 ``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
 the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
 array instead of an error, the file is streamed in chunks (flat memory), and the output
-appears only once it is complete.
+appears only once it is complete: until then it is a hidden ``.NAME.PID.partial`` file beside it,
+removed on failure, Ctrl-C and SIGTERM, or by the next run if its process was killed outright.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Dict, Iterator, List, Optional, Tuple, Union
@@ -91,18 +95,77 @@ def embed_file(
 
 @contextlib.contextmanager
 def _written_atomically(output_path: Path) -> Iterator[Path]:
-    """A hidden partial file to write: renamed to ``output_path`` when the block succeeds, removed when it fails."""
-    temporary = output_path.with_name(f".{output_path.name}.{os.getpid()}.partial")
+    """A partial file to write, renamed to ``output_path`` if the block succeeds and removed if not (SIGTERM too)."""
+    _remove_stale_partials(output_path)
+    temporary = _partial_path(output_path, os.getpid())
+    with _sigterm_unwinds():
+        try:
+            yield temporary
+            os.replace(temporary, output_path)
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+
+
+def _partial_path(output_path: Path, pid: int) -> Path:
+    """The hidden file beside ``output_path`` that process ``pid`` writes (the same folder: the rename is atomic)."""
+    return output_path.with_name(f".{output_path.name}.{pid}.partial")
+
+
+def _remove_stale_partials(output_path: Path) -> None:
+    """Remove the partial files of ``output_path`` whose process is gone (SIGKILL, a crash: nothing cleaned up)."""
+    for candidate in output_path.parent.iterdir():
+        found = re.search(r"\.(\d+)\.partial$", candidate.name)
+        pid = int(found[1]) if found else None
+        if pid is not None and candidate.name == _partial_path(output_path, pid).name and not _alive(pid):
+            with contextlib.suppress(OSError):  # another run removed it first, or it is not ours to remove
+                candidate.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists; assumed so on Windows, where ``os.kill(pid, 0)`` would end it."""
+    if os.name == "nt":
+        return True
     try:
-        yield temporary
-        os.replace(temporary, output_path)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+class _Terminated(BaseException):
+    """SIGTERM as an exception, so that ``finally`` blocks (the partial file's removal) run."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM handler while a partial file exists."""
+    raise _Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Let SIGTERM unwind the block (its clean-up runs), then end the process as SIGTERM's default action would."""
+    previous = signal.getsignal(signal.SIGTERM)
+    # Only where that default is in force (a program's own handler, or an ignored SIGTERM, stays) and in the
+    # main thread, the only one Python lets set a handler.
+    if previous != signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, previous)
+        signal.raise_signal(signal.SIGTERM)  # the process ends here, with the status a parent expects of SIGTERM
+        raise SystemExit(128 + signal.SIGTERM) from None  # reached only where this thread blocks SIGTERM
     finally:
-        if temporary.exists():
-            temporary.unlink()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _is_stdin(input_path: Path) -> bool:
-    """Whether the input path is ``-``, standard input (a file named so is ``./-``)."""
+    """Whether the input is standard input: ``-`` (``./-`` too, pathlib drops the ``./``; a file so named: a full path)."""
     return str(input_path) == STDIN
 
 

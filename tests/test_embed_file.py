@@ -2,8 +2,11 @@
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import h5py
@@ -30,6 +33,11 @@ def assert_same_vectors(a, b):
                 assert json.loads(f[key][0]) == json.loads(g[key][0])
             else:
                 np.testing.assert_allclose(f[key][()], g[key][()], rtol=1e-5, atol=1e-6)
+
+
+def partial_files(folder):
+    """Names of the ``.NAME.PID.partial`` files in ``folder``."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".partial"))
 
 
 def no_embedding(*args, **kwargs):
@@ -112,17 +120,17 @@ def test_command_line(fixture_dir, text_file, tmp_path):
 @pytest.mark.parametrize("case", ["directory", "parent is a file", "missing parent", "unwritable parent"])
 def test_unusable_output_fails_before_any_work(backend, fixture_dir, text_file, tmp_path, monkeypatch, case):
     path, _ = text_file
-    (tmp_path / "a_file").write_text("x", encoding="utf-8")
-    (tmp_path / "a_dir").mkdir()
-    locked = tmp_path / "locked"
+    a_file, a_dir, locked, missing = tmp_path / "a_file", tmp_path / "a_dir", tmp_path / "locked", tmp_path / "nope"
+    a_file.write_text("x", encoding="utf-8")
+    a_dir.mkdir()
     locked.mkdir(mode=0o500)
     if os.geteuid() == 0:  # root may create files anywhere: let the mode bits bind it as they bind everyone else
         access = os.access
         monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and access(p, mode, **kw))
     output, error, message = {
-        "directory": (tmp_path / "a_dir", IsADirectoryError, "it is a directory"),
-        "parent is a file": (tmp_path / "a_file" / "out.hdf5", NotADirectoryError, f"{tmp_path / 'a_file'} is not a directory"),
-        "missing parent": (tmp_path / "nope" / "out.hdf5", FileNotFoundError, f"the directory {tmp_path / 'nope'} does not exist"),
+        "directory": (a_dir, IsADirectoryError, "it is a directory"),
+        "parent is a file": (a_file / "out.hdf5", NotADirectoryError, f"{a_file} is not a directory"),
+        "missing parent": (missing / "out.hdf5", FileNotFoundError, f"the directory {missing} does not exist"),
         "unwritable parent": (locked / "out.hdf5", PermissionError, f"no permission to create files in {locked}"),
     }[case]
     message = f"cannot write {output}: {message}"
@@ -207,3 +215,104 @@ def test_output_that_is_the_input_is_refused(backend, fixture_dir, text_file, tm
         with pytest.raises(ValueError, match=message):
             embed_file(backend, "-", path)
     assert path.read_bytes() == before
+
+
+def test_stale_partial_files_of_dead_runs_are_removed(backend, fixture_dir, text_file, tmp_path):
+    path, _ = text_file
+    finished = subprocess.Popen([sys.executable, "-c", ""])
+    finished.wait()  # its PID is now free: a run killed by SIGKILL leaves such a one behind
+    dead, alive = finished.pid, os.getppid()
+    for via, out in (("api", tmp_path / "api.hdf5"), ("cli", tmp_path / "cli.hdf5")):
+        kept = [f".{out.name}.{alive}.partial", f".other.hdf5.{dead}.partial", f".{out.name}.x{dead}.partial"]
+        for name in kept + [f".{out.name}.{dead}.partial"]:
+            (tmp_path / name).write_bytes(b"")
+        if via == "api":
+            embed_file(backend, path, out)
+        else:
+            assert run_cli(fixture_dir, path, out).exit_code == 0
+        assert partial_files(tmp_path) == sorted(kept) and out.exists()
+        for name in kept:
+            (tmp_path / name).unlink()
+
+
+def test_sigterm_handler_only_while_writing_and_only_in_the_main_thread(backend, text_file, tmp_path, monkeypatch):
+    path, _ = text_file
+    seen = []
+    embed = ElmoBackend.embed
+
+    def spying(self, *args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGTERM))
+        return embed(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoBackend, "embed", spying)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    embed_file(backend, path, tmp_path / "main.hdf5")
+    assert callable(seen[-1]) and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    worker = threading.Thread(target=embed_file, args=(backend, path, tmp_path / "thread.hdf5"))
+    worker.start()
+    worker.join()
+    assert seen[-1] == signal.SIG_DFL and (tmp_path / "thread.hdf5").exists()  # Python allows no handler there
+
+    def own(signum, frame):
+        pass
+
+    signal.signal(signal.SIGTERM, own)
+    try:
+        embed_file(backend, path, tmp_path / "own.hdf5")
+        assert seen[-1] is own and signal.getsignal(signal.SIGTERM) is own  # the program's handler is left alone
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_keyboard_interrupt_removes_the_partial_file(backend, text_file, tmp_path, monkeypatch):
+    path, _ = text_file
+    out = tmp_path / "out.hdf5"
+
+    def interrupted(self, *args, **kwargs):
+        assert partial_files(tmp_path) == [f".out.hdf5.{os.getpid()}.partial"]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ElmoBackend, "embed", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(backend, path, out)
+    assert partial_files(tmp_path) == [] and not out.exists()
+
+
+EMBED_STDIN_API = (
+    "import sys; from spacy_elmo import load_bilm; from spacy_elmo.embed_file import embed_file; "
+    "embed_file(load_bilm(sys.argv[1]), '-', sys.argv[2])"
+)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize(
+    "via, signum",
+    [("cli", signal.SIGTERM), ("cli", signal.SIGINT), ("api", signal.SIGTERM)],
+    ids=["cli-TERM", "cli-INT", "api-TERM"],
+)
+def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, signum):
+    out, log = tmp_path / "out.hdf5", tmp_path / "stderr.txt"
+    command = {
+        "cli": [sys.executable, "-m", "spacy_elmo", "embed", "-", str(out), "--model", str(fixture_dir), "--no-progress"],
+        "api": [sys.executable, "-c", EMBED_STDIN_API, str(fixture_dir), str(out)],
+    }[via]
+    with open(log, "wb") as stderr:
+        run = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        run.stdin.write(b"the bank of the river\n" * 10)  # less than a chunk, and stdin stays open: the run waits
+        run.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not partial_files(tmp_path) and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert partial_files(tmp_path) == [f".out.hdf5.{run.pid}.partial"], log.read_text()
+        run.send_signal(signum)
+        run.wait(timeout=30)
+    finally:
+        run.kill()
+        run.stdin.close()
+    stderr = log.read_text()
+    assert partial_files(tmp_path) == [] and not out.exists(), stderr
+    if signum == signal.SIGTERM:
+        assert run.returncode == -signal.SIGTERM, stderr  # ended by the signal, as without the handler
+    else:
+        assert run.returncode > 0, stderr  # an exit, as for Ctrl-C (typer's status 130, click's 1)
