@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -67,8 +67,7 @@ def embed_file(
     n_lines = n_tokens = 0
     with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary:
         total = _count_lines(handle, source) if progress else None  # the bar's length
-        bar = tqdm(total=total, unit="sent", disable=not progress)
-        with h5py.File(temporary, "w") as out, bar:
+        with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
             for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
                 tokens = [split(text) for _, text in chunk]
@@ -91,6 +90,47 @@ def embed_file(
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+def _is_stdin(input_path: Path) -> bool:
+    """Whether the input is standard input, ``-`` (so is ``./-``, which pathlib shortens to ``-``)."""
+    return str(input_path) == STDIN
+
+
+def _check_output(output_path: Path) -> None:
+    """Refuse, before any work, an output that cannot be written (not a traceback after it, as at the final rename)."""
+    folder = output_path.parent
+    if output_path.is_dir():
+        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
+    if not folder.exists():
+        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
+
+
+@contextlib.contextmanager
+def _open_input(input_path: Path, output_path: Path) -> Iterator[BinaryIO]:
+    """The input's bytes (standard input for ``-``, left open), checked not to be the file the output replaces."""
+    if _is_stdin(input_path):
+        opened: ContextManager[BinaryIO] = contextlib.nullcontext(sys.stdin.buffer)
+    elif input_path.exists():
+        opened = open(input_path, "rb")
+    else:
+        raise FileNotFoundError(f"input file {input_path} does not exist")
+    with opened as handle:
+        if _same_file(handle, output_path):
+            raise ValueError(f"the output file {output_path} is the input file")
+        yield handle
+
+
+def _same_file(handle: BinaryIO, path: Path) -> bool:
+    """Whether ``path`` is the file open in ``handle`` (also through a link, /dev/stdin or ``- < FILE``)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except (OSError, ValueError):  # no such path, or a handle without a file descriptor
+        return False
 
 
 @contextlib.contextmanager
@@ -162,43 +202,6 @@ def _sigterm_unwinds() -> Iterator[None]:
         raise SystemExit(128 + signal.SIGTERM) from None  # reached only where this thread blocks SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _is_stdin(input_path: Path) -> bool:
-    """Whether the input is standard input: ``-`` (``./-`` too, pathlib drops the ``./``; a file so named: a full path)."""
-    return str(input_path) == STDIN
-
-
-@contextlib.contextmanager
-def _open_input(input_path: Path, output_path: Path) -> Iterator[BinaryIO]:
-    """The input's bytes (standard input for ``-``, left open), checked not to be the file the output replaces."""
-    if not _is_stdin(input_path) and not input_path.exists():
-        raise FileNotFoundError(f"input file {input_path} does not exist")
-    with contextlib.nullcontext(sys.stdin.buffer) if _is_stdin(input_path) else open(input_path, "rb") as handle:
-        if _same_file(handle, output_path):
-            raise ValueError(f"the output file {output_path} is the input file")
-        yield handle
-
-
-def _same_file(handle: BinaryIO, path: Path) -> bool:
-    """Whether ``path`` is the file open in ``handle`` (also through a link, /dev/stdin or ``- < FILE``)."""
-    try:
-        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
-    except (OSError, ValueError):  # no such path, or a handle without a file descriptor
-        return False
-
-
-def _check_output(output_path: Path) -> None:
-    """Fail before any work where the output cannot be written (else a traceback, for a directory only at the end)."""
-    folder = output_path.parent
-    if output_path.is_dir():
-        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
-    if not folder.exists():
-        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
-    if not folder.is_dir():
-        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
 
 
 def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
