@@ -154,7 +154,7 @@ def test_leading_byte_order_mark_is_dropped(backend, fixture_dir, tmp_path):
     for out in (api, cli):
         with h5py.File(out, "r") as f:
             assert sorted(f) == ["of the river", "the bank"]
-            np.testing.assert_allclose(f["the bank"][()], expected, rtol=1e-6)
+            np.testing.assert_allclose(f["the bank"][()], expected, rtol=1e-5, atol=1e-6)  # other batch-mates
 
 
 def test_nul_in_a_sentence_key_is_an_error(backend, fixture_dir, tmp_path):
