@@ -154,7 +154,11 @@ def _partial_path(output_path: Path, pid: int) -> Path:
 
 def _remove_stale_partials(output_path: Path) -> None:
     """Remove the partial files of ``output_path`` whose process is gone (SIGKILL, a crash: nothing cleaned up)."""
-    for candidate in output_path.parent.iterdir():
+    try:
+        candidates = list(output_path.parent.iterdir())
+    except OSError:  # a folder we may write in but not list (mode -wx): no stale file we can see
+        return
+    for candidate in candidates:
         found = re.search(r"\.(\d+)\.partial$", candidate.name)
         pid = int(found[1]) if found else None
         if pid is not None and candidate.name == _partial_path(output_path, pid).name and not _alive(pid):

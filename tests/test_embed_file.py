@@ -235,6 +235,20 @@ def test_stale_partial_files_of_dead_runs_are_removed(backend, fixture_dir, text
             (tmp_path / name).unlink()
 
 
+def test_an_output_folder_that_cannot_be_listed_is_no_error(backend, text_file, tmp_path, monkeypatch):
+    path, _ = text_file
+    iterdir = Path.iterdir
+
+    def unlistable(folder):  # as for a folder of mode -wx; faked, since root may list any folder
+        if folder == tmp_path:
+            raise PermissionError(13, "Permission denied", str(folder))
+        return iterdir(folder)
+
+    monkeypatch.setattr(Path, "iterdir", unlistable)
+    embed_file(backend, path, tmp_path / "out.hdf5")
+    assert (tmp_path / "out.hdf5").exists()
+
+
 def test_sigterm_handler_only_while_writing_and_only_in_the_main_thread(backend, text_file, tmp_path, monkeypatch):
     path, _ = text_file
     seen = []
