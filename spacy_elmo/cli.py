@@ -18,10 +18,10 @@ app = typer.Typer(
 
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError, or a missing file): a red one-line message and exit status 2."""
+    """Bad input (ValueError, incl. WeightFileError) or an unusable path: a red one-line message and exit status 2."""
     try:
         yield
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
 

@@ -5,15 +5,21 @@ One dataset per line, named by its 0-based line number (or by the sentence itsel
 ``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
 the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
 array instead of an error, the file is streamed in chunks (flat memory), and the output
-appears only once it is complete.
+appears only once it is complete: until then it is a hidden ``.NAME.PID.partial`` file beside it,
+removed on failure, Ctrl-C and SIGTERM, or by the next run if its process was killed outright.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -22,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 OUTPUT_FORMATS = ("all", "top", "average")
 CHUNK_LINES = 2000  # lines embedded (and written) at a time
+STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -38,7 +45,7 @@ def embed_file(
     forget_sentences: bool = False,
     progress: bool = False,
 ) -> Dict[str, float]:
-    """Write the ELMo vectors of every line of ``input_path`` to ``output_path``; returns counts and seconds.
+    """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
@@ -51,32 +58,29 @@ def embed_file(
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
     input_path, output_path = Path(input_path), Path(output_path)
-    if not input_path.is_file():
-        raise FileNotFoundError(f"input file {input_path} does not exist")
-    if output_path.resolve() == input_path.resolve():
-        raise ValueError(f"the output file {output_path} is the input file")
+    source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
+    _check_output(output_path)
     split = get_tokenizer(tokenizer)
-    total = sum(1 for _ in _lines(input_path)) if progress else None  # the bar's length: one extra read
     started = time.perf_counter()
-    temporary = output_path.with_name(f".{output_path.name}.{os.getpid()}.partial")
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
-    try:
+    with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary:
+        total = _count_lines(handle, source) if progress else None  # the bar's length
         with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-            for chunk in _chunks(_lines(input_path), CHUNK_LINES):
+            for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
                 tokens = [split(text) for _, text in chunk]
                 for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
                     key = text if use_sentence_keys else str(number)
                     if use_sentence_keys:
                         if key in sentence_lines:
                             raise ValueError(
-                                f"{input_path}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
+                                f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
                                 "drop --use-sentence-keys to key the vectors by line number"
                             )
                         sentence_lines[key] = number
-                    _write(out, key, _select(layers, output_format), input_path, number)
+                    _write(out, key, _select(layers, output_format), source, number)
                     if not forget_sentences and not use_sentence_keys:
                         sentence_to_index[text] = key
                     n_tokens += len(sentence)
@@ -85,21 +89,142 @@ def embed_file(
             if not forget_sentences and not use_sentence_keys:
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
-        os.replace(temporary, output_path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
 
 
-def _lines(path: Path) -> Iterator[Tuple[int, str]]:
-    """(0-based line number, stripped text); undecodable bytes are an error naming the line."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle):
-            try:
-                yield number, raw.decode("utf-8").strip()
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+def _is_stdin(input_path: Path) -> bool:
+    """Whether the input is standard input, ``-`` (so is ``./-``, which pathlib shortens to ``-``)."""
+    return str(input_path) == STDIN
+
+
+def _check_output(output_path: Path) -> None:
+    """Refuse, before any work, an output that cannot be written (not a traceback after it, as at the final rename)."""
+    folder = output_path.parent
+    if output_path.is_dir():
+        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
+    if not folder.exists():
+        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
+
+
+@contextlib.contextmanager
+def _open_input(input_path: Path, output_path: Path) -> Iterator[BinaryIO]:
+    """The input's bytes (standard input for ``-``, left open), checked not to be the file the output replaces."""
+    if _is_stdin(input_path):
+        opened: ContextManager[BinaryIO] = contextlib.nullcontext(sys.stdin.buffer)
+    elif input_path.exists():
+        opened = open(input_path, "rb")
+    else:
+        raise FileNotFoundError(f"input file {input_path} does not exist")
+    with opened as handle:
+        if _same_file(handle, output_path):
+            raise ValueError(f"the output file {output_path} is the input file")
+        yield handle
+
+
+def _same_file(handle: BinaryIO, path: Path) -> bool:
+    """Whether ``path`` is the file open in ``handle`` (also through a link, /dev/stdin or ``- < FILE``)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except (OSError, ValueError):  # no such path, or a handle without a file descriptor
+        return False
+
+
+@contextlib.contextmanager
+def _written_atomically(output_path: Path) -> Iterator[Path]:
+    """A partial file to write, renamed to ``output_path`` if the block succeeds and removed if not (SIGTERM too)."""
+    _remove_stale_partials(output_path)
+    temporary = _partial_path(output_path, os.getpid())
+    with _sigterm_unwinds():
+        try:
+            yield temporary
+            os.replace(temporary, output_path)
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+
+
+def _partial_path(output_path: Path, pid: int) -> Path:
+    """The hidden file beside ``output_path`` that process ``pid`` writes (the same folder: the rename is atomic)."""
+    return output_path.with_name(f".{output_path.name}.{pid}.partial")
+
+
+def _remove_stale_partials(output_path: Path) -> None:
+    """Remove the partial files of ``output_path`` whose process is gone (SIGKILL, a crash: nothing cleaned up)."""
+    try:
+        candidates = list(output_path.parent.iterdir())
+    except OSError:  # a folder we may write in but not list (mode -wx): no stale file we can see
+        return
+    for candidate in candidates:
+        found = re.search(r"\.(\d+)\.partial$", candidate.name)
+        pid = int(found[1]) if found else None
+        if pid is not None and candidate.name == _partial_path(output_path, pid).name and not _alive(pid):
+            with contextlib.suppress(OSError):  # another run removed it first, or it is not ours to remove
+                candidate.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists; assumed so on Windows, where ``os.kill(pid, 0)`` would end it."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+class _Terminated(BaseException):
+    """SIGTERM as an exception, so that ``finally`` blocks (the partial file's removal) run."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM handler while a partial file exists."""
+    raise _Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Let SIGTERM unwind the block (its clean-up runs), then end the process as SIGTERM's default action would."""
+    previous = signal.getsignal(signal.SIGTERM)
+    # Only where that default is in force (a program's own handler, or an ignored SIGTERM, stays) and in the
+    # main thread, the only one Python lets set a handler.
+    if previous != signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, previous)
+        signal.raise_signal(signal.SIGTERM)  # the process ends here, with the status a parent expects of SIGTERM
+        raise SystemExit(128 + signal.SIGTERM) from None  # reached only where this thread blocks SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
+    """Lines left in a seekable input, read an extra time and rewound; None for a pipe, which can be read once."""
+    if not handle.seekable():
+        return None
+    start = handle.tell()
+    total = sum(1 for _ in _lines(handle, source))
+    handle.seek(start)
+    return total
+
+
+def _lines(handle: BinaryIO, source: str) -> Iterator[Tuple[int, str]]:
+    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
+    for number, raw in enumerate(handle):
+        try:
+            yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 
 
 def _chunks(items: Iterator[Tuple[int, str]], size: int) -> Iterator[List[Tuple[int, str]]]:
@@ -121,10 +246,11 @@ def _select(layers: np.ndarray, output_format: str) -> np.ndarray:
     return layers
 
 
-def _write(out, key: str, array: np.ndarray, input_path: Path, number: int) -> None:
-    if key in ("", ".") or key == "sentence_to_index" or "/" in key:
+def _write(out, key: str, array: np.ndarray, source: str, number: int) -> None:
+    """One dataset; a key HDF5 cannot name (a NUL would silently cut it short) is an error naming the line."""
+    if key in ("", ".") or key == "sentence_to_index" or "/" in key or "\0" in key:
         raise ValueError(
-            f"{input_path}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
+            f"{source}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
             "drop --use-sentence-keys to key the vectors by line number"
         )
     out.create_dataset(key, data=np.asarray(array, dtype=np.float32))
