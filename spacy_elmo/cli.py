@@ -18,10 +18,7 @@ app = typer.Typer(
 
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError, TrainingFileError and TrainingDiverged, or a missing file).
-
-    A red one-line message and exit status 2.
-    """
+    """Bad input (ValueError, incl. WeightFileError, or a missing file): a red one-line message and exit status 2."""
     try:
         yield
     except (ValueError, FileNotFoundError) as err:
