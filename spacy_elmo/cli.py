@@ -49,18 +49,17 @@ def train(
     max_length: int = typer.Option(100, help="Cut sentences longer than this many tokens"),
     seed: int = typer.Option(0, help="Random seed: the same seed and data give the same model"),
     eval_every: int = typer.Option(0, help="Also validate (and export if better) every N steps"),
-    checkpoint_every: int = typer.Option(200, help="Save checkpoint.pt every N steps"),
+    checkpoint_every: int = typer.Option(200, help="Save checkpoint.safetensors every N steps"),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after this much wall time (the lr schedule ends there)"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice)"),
     lstm_impl: str = typer.Option("auto", help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
     init_from: Optional[Path] = typer.Option(None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
-    resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.pt"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout."""
-    from .train import TrainConfig, make_sources
-    from .train import train as run_training
+    from .train import TrainConfig, Trainer, make_sources
 
     with _errors_exit_2():
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
@@ -92,11 +91,19 @@ def train(
             lstm_impl=lstm_impl,
             init_from=str(init_from) if init_from else None,
         )
-        if lr_schedule not in ("linear", "constant"):
-            raise ValueError(f"--lr-schedule must be linear or constant, not {lr_schedule!r}")
-        metrics = run_training(config, output_dir, resume=resume, progress=progress)
+        trainer = Trainer(config, output_dir, resume=resume, progress=progress)
+        _set_threads(trainer.config.threads)
+        metrics = trainer.run()
     best = metrics.get("best") or {}
     typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
+
+
+def _set_threads(threads: Optional[int]) -> None:
+    """The process's torch thread count, from --threads (or the resumed run's); the library never sets it."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
 
 
 @app.command()

@@ -56,7 +56,8 @@ def test_default_model_loads_offline_with_its_documented_files():
     assert backend is load_bilm("default")
     files = {p.name for p in DEFAULT_MODEL_DIR.iterdir()}
     assert {"options.json", "weights.hdf5", "metrics.json", "README.md"} <= files
-    assert "checkpoint.pt" not in files  # optimizer state stays out of the package
+    assert "checkpoint.safetensors" not in files and "checkpoint.pt" not in files  # optimizer state stays out of the package
+    assert "softmax.safetensors" in files and "softmax.pt" not in files  # no pickle ships
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
     assert size <= 25e6
     options = json.loads((DEFAULT_MODEL_DIR / "options.json").read_text())

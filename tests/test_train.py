@@ -49,6 +49,15 @@ def tiny_config(texts, **overrides) -> TrainConfig:
     return TrainConfig(**options)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Train single-threaded as the configs say (threads=1; only the CLI applies it): bit-reproducible and fast."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(texts, tmp_path_factory):
     """A tiny biLM trained for two epochs; returns (directory, metrics)."""
@@ -130,8 +139,10 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
     assert resumed.state["step"] == 6
 
     def weights(directory: Path):
-        state = torch.load(directory / "checkpoint.pt", weights_only=False)
-        return state["model"], state["state"]["step"]
+        from spacy_elmo.train.storage import load_checkpoint
+
+        state = load_checkpoint(directory / "checkpoint.safetensors")
+        return state.model, state.info["state"]["step"]
 
     (a, step_a), (b, step_b), (c, step_c) = weights(straight), weights(again), weights(split)
     assert step_a == step_b == step_c == 6
@@ -141,7 +152,7 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(texts, tmp_path):
-    with pytest.raises(FileNotFoundError, match="checkpoint.pt"):
+    with pytest.raises(FileNotFoundError, match="checkpoint.safetensors"):
         Trainer(tiny_config(texts), tmp_path, resume=True)
 
 

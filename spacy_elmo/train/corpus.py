@@ -125,3 +125,8 @@ def _blocks(source: Source) -> Iterator[str]:
                 paragraph = []
         if paragraph:
             yield " ".join(paragraph)
+
+
+def has_tokens(sources: Sequence[Source], max_length: int = 100) -> bool:
+    """Whether any source holds at least one token (reads only up to the first one)."""
+    return any(next(read_sentences(source, max_length), None) is not None for source in sources)

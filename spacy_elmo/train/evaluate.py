@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 
 from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
 from .corpus import PathLike, Source
+
+
+def perplexity(mean_nll: float) -> float:
+    """exp(mean NLL per token); inf where that overflows (a diverged model) instead of an OverflowError."""
+    try:
+        return math.exp(mean_nll)
+    except OverflowError:
+        return math.inf
 
 
 def perplexity_on(
@@ -40,9 +49,9 @@ def perplexity_on(
     if n == 0:
         raise ValueError("no text to evaluate on: the files hold no tokens")
     return {
-        "forward": math.exp(nll_f / n),
-        "backward": math.exp(nll_b / n),
-        "mean": math.exp((nll_f + nll_b) / (2 * n)),
+        "forward": perplexity(nll_f / n),
+        "backward": perplexity(nll_b / n),
+        "mean": perplexity((nll_f + nll_b) / (2 * n)),
         "predictions": n,
         "words": words,
         "sentences": sentences,
@@ -54,25 +63,36 @@ def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     from ..backend import resolve_model_files
     from ..bilm.weights import WeightFileError, load_model
     from .network import LanguageModel
-    from .trainer import SOFTMAX, VOCAB
+    from .storage import LEGACY_SOFTMAX, SOFTMAX, load_softmax, load_softmax_into, require_file
+    from .trainer import VOCAB
 
     options_path, weights_path = resolve_model_files(model_dir)
     directory = options_path.parent
-    for name in (VOCAB, SOFTMAX):
-        if not (directory / name).is_file():
-            raise WeightFileError(
-                f"model directory {directory} has no {name}: perplexity needs the softmax and vocabulary "
-                f"that `spacy-elmo train` writes (released ELMo files ship only the biLM)"
-            )
+    if not (directory / VOCAB).is_file():
+        raise _not_a_trained_model(directory, VOCAB)
+    try:
+        softmax_path = require_file(directory, SOFTMAX, LEGACY_SOFTMAX, "the model's softmax")
+    except FileNotFoundError as err:
+        raise _not_a_trained_model(directory, SOFTMAX) from err
     bilm = load_model(options_path, weights_path)
     vocab = Vocabulary.load(directory / VOCAB)
-    softmax = torch.load(directory / SOFTMAX, map_location="cpu", weights_only=True)
-    if softmax["n_classes"] != len(vocab):
-        raise WeightFileError(f"{directory / SOFTMAX} has {softmax['n_classes']} classes but {VOCAB} has {len(vocab)} words")
-    model = LanguageModel(bilm.options, len(vocab), softmax["cutoffs"], softmax["div_value"], 0.0, lstm_impl)
+    softmax = load_softmax(softmax_path)
+    if softmax.n_classes != len(vocab):
+        raise WeightFileError(f"{softmax_path} has {softmax.n_classes} classes but {VOCAB} has {len(vocab)} words")
+    model = LanguageModel(bilm.options, len(vocab), softmax.cutoffs, softmax.div_value, 0.0, lstm_impl)
     model.load_bilm_weights(bilm)
-    model.softmax.load_state_dict(softmax["state_dict"])
+    load_softmax_into(model.softmax, softmax, softmax_path)
     return model.eval(), vocab
+
+
+def _not_a_trained_model(directory: Path, name: str) -> Exception:
+    """The error for a model directory without the softmax or vocabulary that perplexity needs."""
+    from ..bilm.weights import WeightFileError
+
+    return WeightFileError(
+        f"model directory {directory} has no {name}: perplexity needs the softmax and vocabulary "
+        f"that `spacy-elmo train` writes (released ELMo files ship only the biLM)"
+    )
 
 
 def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:

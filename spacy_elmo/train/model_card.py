@@ -50,7 +50,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions",
         f"- parameters: {parameter_count(directory / 'options.json'):,} in the biLM (options.json + weights.hdf5: "
         f"{size / 1e6:.1f} MB), plus {metrics.get('parameters', {}).get('softmax', 0):,} in the adaptive softmax "
-        f"(`softmax.pt`, only for perplexity and further training)",
+        f"(`softmax.safetensors`, only for perplexity and further training)",
         f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` + the words "
         f"seen at least {config.get('min_count', 1)} times (at most {config.get('vocab_size')}); adaptive softmax cutoffs "
         f"{config.get('cutoffs')}, div_value {config.get('div_value')}, shared by both directions",
@@ -128,7 +128,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "",
         "## Continue training",
         "",
-        "`vocab.txt` and `softmax.pt` ship with the model, so fine-tuning continues the whole language model:",
+        "`vocab.txt` and `softmax.safetensors` ship with the model, so fine-tuning continues the whole language model:",
         "",
         "```bash",
         "spacy-elmo train NEW_DIR --init-from MODEL_DIR --train MORE_TEXT.txt --valid VALID.txt --epochs 1",

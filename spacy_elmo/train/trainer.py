@@ -4,11 +4,13 @@ Output directory::
 
     options.json, weights.hdf5   the biLM (bilm-tf / AllenNLP format, float32), loadable by load_bilm
     vocab.txt                    the softmax vocabulary (<S>, </S>, <UNK>, then words by frequency)
-    softmax.pt                   the adaptive softmax (needed for perplexity and to continue training)
+    softmax.safetensors          the adaptive softmax (needed for perplexity and to continue training)
     metrics.json                 corpus, architecture, perplexities per evaluation and epoch, speed
-    checkpoint.pt                model + optimizer + position in the data (for --resume)
+    checkpoint.safetensors       model + optimizer + position in the data (for --resume)
 
-The exported files always hold the model with the best validation perplexity so far.
+The exported files always hold the model with the best validation perplexity so far. Nothing is
+pickled (see :mod:`.storage`). A loss or perplexity that stops being finite ends training with
+:class:`TrainingDiverged` before anything of that step is saved.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm import tqdm
@@ -29,16 +31,33 @@ from tqdm import tqdm
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import load_model, options_from_dict, save_model
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
-from .corpus import PathLike, Source
-from .evaluate import perplexity_on
+from .corpus import PathLike, Source, has_tokens
+from .evaluate import perplexity, perplexity_on
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
 from .presets import architecture
+from .storage import (
+    CHECKPOINT,
+    LEGACY_CHECKPOINT,
+    LEGACY_SOFTMAX,
+    SOFTMAX,
+    Checkpoint,
+    SoftmaxFile,
+    TrainingFileError,
+    load_checkpoint,
+    load_softmax,
+    load_softmax_into,
+    require_file,
+    save_checkpoint,
+    save_softmax,
+)
 
-CHECKPOINT = "checkpoint.pt"
-SOFTMAX = "softmax.pt"
 VOCAB = "vocab.txt"
 METRICS = "metrics.json"
+
+
+class TrainingDiverged(ValueError):
+    """The loss, a perplexity or the weights stopped being finite (usually: --lr too high); that step is not saved."""
 
 
 @dataclass
@@ -66,14 +85,56 @@ class TrainConfig:
     checkpoint_every: int = 200  # steps between checkpoints
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # stop (after a validation and an export) after this much wall time
-    threads: Optional[int] = None
+    threads: Optional[int] = None  # recorded only: the CLI sets torch's (process-wide) thread count, never the library
     lstm_impl: str = "auto"
     init_from: Optional[str] = None
     buffer_size: int = 20000  # sentences held at once for length bucketing
 
 
+# (field, option, test, requirement): values that would train nothing or fail later are refused up front
+_RULES: Tuple[Tuple[str, str, Callable[[Any], bool], str], ...] = (
+    ("epochs", "--epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("max_length", "--max-length", lambda v: v >= 1, "at least 1"),
+    ("token_budget", "--token-budget", lambda v: v >= 1, "at least 1"),
+    ("lr", "--lr", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("lr_schedule", "--lr-schedule", lambda v: v in ("linear", "constant"), "linear or constant"),
+    ("min_lr_ratio", "min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("vocab_size", "--vocab-size", lambda v: v >= 4, "at least 4 (<S>, </S>, <UNK> and one word)"),
+    ("min_count", "--min-count", lambda v: v >= 1, "at least 1"),
+    ("warmup_steps", "--warmup-steps", lambda v: v >= 0, "0 or more"),
+    ("clip_norm", "--clip-norm", lambda v: math.isfinite(v) and v >= 0, "0 (off) or a number > 0"),
+    ("dropout", "--dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("div_value", "--div-value", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("eval_every", "--eval-every", lambda v: v >= 0, "0 (off) or more"),
+    ("checkpoint_every", "--checkpoint-every", lambda v: v >= 0, "0 (only at the end of each epoch) or more"),
+    ("max_steps", "--max-steps", lambda v: v is None or v >= 1, "at least 1"),
+    ("max_minutes", "--max-minutes", lambda v: v is None or (math.isfinite(v) and v > 0), "a number > 0"),
+    ("threads", "--threads", lambda v: v is None or v >= 1, "at least 1"),
+    ("buffer_size", "buffer_size", lambda v: v >= 1, "at least 1"),
+)
+
+
+def check_config(config: TrainConfig) -> None:
+    """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
+    for name, option, test, requirement in _RULES:
+        value = getattr(config, name)
+        try:
+            valid = test(value)
+        except TypeError:  # e.g. a string where a number belongs
+            valid = False
+        if not valid:
+            raise ValueError(f"{option} must be {requirement}, not {value!r}")
+
+
 def _sources(items: Sequence[Dict[str, str]]) -> List[Source]:
     return [Source(Path(i["path"]), i.get("format", "lines"), i.get("tokenizer", "whitespace")) for i in items]
+
+
+def _require_tokens(sources: Sequence[Source], option: str, purpose: str, max_length: int) -> None:
+    """A ValueError naming the files when ``sources`` hold no token at all (empty or blank files)."""
+    if not has_tokens(sources, max_length):
+        names = ", ".join(str(s.path) for s in sources)
+        raise ValueError(f"{option}: nothing to {purpose} on: no tokens in {names} (empty or blank)")
 
 
 class Trainer:
@@ -83,20 +144,12 @@ class Trainer:
         self.output_dir = Path(output_dir)
         self.progress = progress
         checkpoint = None
+        check_config(config)
         if resume:
-            path = self.output_dir / CHECKPOINT
-            if not path.is_file():
-                raise FileNotFoundError(f"--resume: no {CHECKPOINT} in {self.output_dir}")
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            saved = TrainConfig(**checkpoint["config"])
-            # the run's identity comes from the checkpoint; length/time limits may be changed
-            for name in ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every"):
-                setattr(saved, name, getattr(config, name))
-            saved.threads = config.threads or saved.threads
-            config = saved
+            path = require_file(self.output_dir, CHECKPOINT, LEGACY_CHECKPOINT, "a training checkpoint", "--resume: ")
+            checkpoint = load_checkpoint(path)
+            config = _resumed_config(checkpoint, config, path)
         self.config = config
-        if config.threads:
-            torch.set_num_threads(int(config.threads))
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
         if not self.train_sources:
@@ -104,12 +157,16 @@ class Trainer:
         for source in self.train_sources + self.valid_sources:
             if not source.path.is_file():
                 raise FileNotFoundError(f"text file not found: {source.path}")
+        _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
+        if self.valid_sources:
+            _require_tokens(self.valid_sources, "--valid", "validate", config.max_length)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
         self.char_cache = CharCache()
         self.run_started = time.time()
+        self.checkpoint_step: Optional[int] = None  # the step of the newest checkpoint this trainer wrote or read
         if checkpoint is not None:
-            self._restore(checkpoint)
+            self._restore(checkpoint, path)
         else:
             self._start()
 
@@ -127,27 +184,24 @@ class Trainer:
             options_path, weights_path = resolve_model_files(config.init_from)
             initial = load_model(options_path, weights_path)
             options = initial.options
-            directory = options_path.parent
-            if (directory / VOCAB).is_file() and (directory / SOFTMAX).is_file():
-                init_vocab = Vocabulary.load(directory / VOCAB)
-                init_softmax = torch.load(directory / SOFTMAX, map_location="cpu", weights_only=True)
+            init_vocab, init_softmax = _initial_softmax(options_path.parent)
             config.architecture = options.to_json()
         else:
             raw = config.architecture if isinstance(config.architecture, dict) else architecture(config.architecture)
             options = options_from_dict(raw, source=str(config.architecture))
             config.architecture = raw
-        if init_vocab is not None:
+        if init_vocab is not None and init_softmax is not None:
             self.vocab = init_vocab
             config.vocab_size = len(init_vocab)
-            config.cutoffs = tuple(init_softmax["cutoffs"])
-            config.div_value = float(init_softmax["div_value"])
+            config.cutoffs = tuple(init_softmax.cutoffs)
+            config.div_value = init_softmax.div_value
         else:
             self.vocab = Vocabulary.build(counts, config.vocab_size, config.min_count)
         self.model = self._build_model(options)
         if initial is not None:
             self.model.load_bilm_weights(initial)
             if init_softmax is not None:
-                self.model.softmax.load_state_dict(init_softmax["state_dict"])
+                load_softmax_into(self.model.softmax, init_softmax, options_path.parent / SOFTMAX)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
         self.metrics: Dict[str, Any] = {
@@ -171,18 +225,25 @@ class Trainer:
         self.crop_width = max(w for w, _ in options.filters)
         return LanguageModel(options, len(self.vocab), config.cutoffs, config.div_value, config.dropout, config.lstm_impl)
 
-    def _restore(self, checkpoint: Dict[str, Any]) -> None:
-        self.vocab = Vocabulary(checkpoint["vocab"])
-        options = options_from_dict(self.config.architecture)
-        self.model = self._build_model(options)
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.state = checkpoint["state"]
-        self.metrics = checkpoint["metrics"]
-        self.corpus = {k: self.metrics["corpus"][k] for k in ("words", "distinct_words")}
-        self.best_valid = checkpoint["best_valid"]
-        torch.set_rng_state(checkpoint["torch_rng"])
+    def _restore(self, checkpoint: Checkpoint, path: Path) -> None:
+        """Model, optimizer, position, metrics and RNG from a checkpoint; a mismatch is a TrainingFileError."""
+        info = checkpoint.info
+        try:
+            self.vocab = Vocabulary(info["vocab"])
+            self.model = self._build_model(options_from_dict(self.config.architecture))
+            self.model.load_state_dict(checkpoint.model)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
+            self.optimizer.load_state_dict(checkpoint.optimizer)
+            _check_optimizer_shapes(self.optimizer)
+            self.state = dict(info["state"])
+            self.metrics = info["metrics"]
+            self.corpus = {k: self.metrics["corpus"][k] for k in ("words", "distinct_words")}
+            self.best_valid = math.inf if info["best_valid"] is None else float(info["best_valid"])
+            torch.set_rng_state(checkpoint.rng)
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            problem = f"{type(err).__name__}: {err}"
+            raise TrainingFileError(f"{path} does not hold a usable training state ({problem})") from err
+        self.checkpoint_step = self.state["step"]
 
     # -- data ----------------------------------------------------------------------------
 
@@ -207,56 +268,16 @@ class Trainer:
     # -- training ------------------------------------------------------------------------
 
     def run(self) -> Dict[str, Any]:
-        """Train until ``epochs`` (or ``max_steps`` / ``max_minutes``); returns the metrics."""
-        config = self.config
+        """Train until ``epochs`` (or ``max_steps`` / ``max_minutes``); returns the metrics.
+
+        Raises :class:`TrainingDiverged` when the loss or a perplexity stops being finite; the files
+        then hold the last checkpoint and the last exported model from before.
+        """
         started = self.run_started = time.time()
         stop = False
-        n_epochs = math.ceil(config.epochs)
-        while self.state["epoch"] < n_epochs and not stop:
-            epoch = self.state["epoch"]
-            epoch_limit = config.epochs - epoch  # a fractional last epoch
-            words_in_epoch = self.corpus["words"] * min(1.0, epoch_limit)
-            batches = self.epoch_batches(epoch)
-            for _ in range(self.state["batch_in_epoch"]):  # resume: skip what was trained already
-                next(batches, None)
+        while self.state["epoch"] < math.ceil(self.config.epochs) and not stop:
             totals = {"nll_f": 0.0, "nll_b": 0.0, "n": 0, "words": 0, "seconds": 0.0}
-            bar = tqdm(total=int(words_in_epoch), unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", disable=not self.progress)
-            epoch_words_done = self.state.get("epoch_words", 0)
-            bar.update(epoch_words_done)
-            for sentences in batches:
-                if epoch_words_done >= words_in_epoch:
-                    break
-                batch = tensorize(sentences, self.vocab, self.char_cache, self.crop_width)
-                tick = time.time()
-                nll_f, nll_b, n = self.train_step(batch)
-                seconds = time.time() - tick
-                self.state["train_seconds"] += seconds
-                totals["nll_f"] += nll_f
-                totals["nll_b"] += nll_b
-                totals["n"] += n
-                totals["words"] += batch.n_words
-                totals["seconds"] += seconds
-                epoch_words_done += batch.n_words
-                self.state["epoch_words"] = epoch_words_done
-                bar.update(batch.n_words)
-                bar.set_postfix(
-                    loss=f"{(nll_f + nll_b) / (2 * n):.3f}",
-                    ppl_f=f"{math.exp(totals['nll_f'] / totals['n']):.1f}",
-                    ppl_b=f"{math.exp(totals['nll_b'] / totals['n']):.1f}",
-                    tok_s=f"{totals['words'] / max(totals['seconds'], 1e-9):.0f}",
-                    lr=f"{self.learning_rate():.2e}",
-                )
-                step = self.state["step"]
-                out_of_time = config.max_minutes is not None and time.time() - started > 60 * config.max_minutes
-                out_of_steps = config.max_steps is not None and step >= config.max_steps
-                if config.eval_every and step % config.eval_every == 0 and not (out_of_time or out_of_steps):
-                    self.validate(totals, partial=True)
-                if out_of_time or out_of_steps:
-                    stop = True
-                    break
-                if config.checkpoint_every and step % config.checkpoint_every == 0:
-                    self.save_checkpoint()
-            bar.close()
+            stop = self._train_epoch(totals, started)
             if not stop:
                 self.state["epoch"] += 1
                 self.state["batch_in_epoch"] = 0
@@ -273,21 +294,85 @@ class Trainer:
             write_model_card(self.output_dir)
         return self.metrics
 
+    def _train_epoch(self, totals: Dict[str, float], started: float) -> bool:
+        """Train on the current epoch's batches (from where a resumed run stopped); True when a limit stopped it."""
+        config = self.config
+        epoch = self.state["epoch"]
+        words_in_epoch = self.corpus["words"] * min(1.0, config.epochs - epoch)  # a fractional last epoch
+        batches = self.epoch_batches(epoch)
+        for _ in range(self.state["batch_in_epoch"]):  # resume: skip what was trained already
+            next(batches, None)
+        epoch_words_done = self.state.get("epoch_words", 0)
+        with tqdm(
+            total=int(words_in_epoch), unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", disable=not self.progress
+        ) as bar:
+            bar.update(epoch_words_done)
+            for sentences in batches:
+                if epoch_words_done >= words_in_epoch:
+                    break
+                batch = tensorize(sentences, self.vocab, self.char_cache, self.crop_width)
+                tick = time.time()
+                nll_f, nll_b, n = self.train_step(batch)
+                self._tally(totals, nll_f, nll_b, n, batch.n_words, time.time() - tick)
+                epoch_words_done = self.state["epoch_words"]
+                bar.update(batch.n_words)
+                self._show_progress(bar, (nll_f + nll_b) / (2 * n), totals)
+                step = self.state["step"]
+                out_of_time = config.max_minutes is not None and time.time() - started > 60 * config.max_minutes
+                out_of_steps = config.max_steps is not None and step >= config.max_steps
+                if config.eval_every and step % config.eval_every == 0 and not (out_of_time or out_of_steps):
+                    self.validate(totals, partial=True)
+                if out_of_time or out_of_steps:
+                    return True
+                if config.checkpoint_every and step % config.checkpoint_every == 0:
+                    self.save_checkpoint()
+        return False
+
+    def _tally(self, totals: Dict[str, float], nll_f: float, nll_b: float, n: int, words: int, seconds: float) -> None:
+        """Add one step to the epoch's running totals and to the trainer's time and place in the epoch."""
+        self.state["train_seconds"] += seconds
+        totals["nll_f"] += nll_f
+        totals["nll_b"] += nll_b
+        totals["n"] += n
+        totals["words"] += words
+        totals["seconds"] += seconds
+        self.state["epoch_words"] = self.state.get("epoch_words", 0) + words
+
+    def _show_progress(self, bar: tqdm, loss: float, totals: Dict[str, float]) -> None:
+        """The progress bar's loss, running perplexities, speed and lr (only when shown; any size of number)."""
+        if not self.progress:
+            return
+        bar.set_postfix(
+            loss=_number(loss, 3),
+            ppl_f=_number(perplexity(totals["nll_f"] / totals["n"]), 1),
+            ppl_b=_number(perplexity(totals["nll_b"] / totals["n"]), 1),
+            tok_s=_number(totals["words"] / max(totals["seconds"], 1e-9), 0),
+            lr=f"{self.learning_rate():.2e}",
+        )
+
     def train_step(self, batch: Batch) -> Tuple[float, float, int]:
+        """One optimizer step; a non-finite loss or gradient raises TrainingDiverged before the weights change."""
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
         nll_f, nll_b, n = self.model(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+        sum_f, sum_b = float(nll_f.detach()), float(nll_b.detach())
+        for direction, total in (("forward", sum_f), ("backward", sum_b)):
+            if not math.isfinite(perplexity(total / n)):
+                what = f"the {direction} training loss is {total / n:.4g} per token"
+                raise self._diverged(what, self.state["step"] + 1)
         loss = (nll_f + nll_b) / (2 * n)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+            if not math.isfinite(float(norm)):
+                raise self._diverged(f"the gradient norm is {float(norm)}", self.state["step"] + 1)
         self.optimizer.step()
         self.state["step"] += 1
         self.state["batch_in_epoch"] += 1
         self.state["words_seen"] += batch.n_words
-        return float(nll_f.detach()), float(nll_b.detach()), n
+        return sum_f, sum_b, n
 
     def validate(self, totals: Dict[str, float], partial: bool, epoch_end: bool = False) -> Optional[Dict[str, float]]:
         """Validation perplexity; exports the model when it is the best so far (always when there is no valid set)."""
@@ -297,13 +382,16 @@ class Trainer:
             "words_seen": self.state["words_seen"],
         }
         if totals["n"]:
-            record["train_ppl_forward"] = round(math.exp(totals["nll_f"] / totals["n"]), 2)
-            record["train_ppl_backward"] = round(math.exp(totals["nll_b"] / totals["n"]), 2)
+            record["train_ppl_forward"] = round(perplexity(totals["nll_f"] / totals["n"]), 2)
+            record["train_ppl_backward"] = round(perplexity(totals["nll_b"] / totals["n"]), 2)
             record["tokens_per_s"] = round(totals["words"] / max(totals["seconds"], 1e-9), 1)
         if self.valid_sources:
             result = perplexity_on(
                 self.model, self.vocab, self.valid_sources, self.config.token_budget, self.config.max_length, self.char_cache, self.crop_width
             )
+            if not math.isfinite(result["mean"]):
+                what = f"the validation perplexity is {result['forward']} forward / {result['backward']} backward"
+                raise self._diverged(what, self.state["step"])
             record["valid_ppl_forward"] = round(result["forward"], 2)
             record["valid_ppl_backward"] = round(result["backward"], 2)
             record["valid_ppl_mean"] = round(result["mean"], 2)
@@ -320,31 +408,91 @@ class Trainer:
         self.write_metrics()
         return record
 
+    def _diverged(self, what: str, step: int) -> TrainingDiverged:
+        """The error for a non-finite loss, perplexity or weight: where, what to change, what the files still hold."""
+        best = self.metrics.get("best")
+        kept = [
+            f"{CHECKPOINT} of step {self.checkpoint_step}" if self.checkpoint_step is not None else f"no {CHECKPOINT} from this run",
+            f"the exported model of step {best['step']}" if best else "no exported model",
+        ]
+        return TrainingDiverged(
+            f"training diverged at step {step}: {what}. Lower --lr (it is {self.config.lr:g}) or warm up longer "
+            f"(--warmup-steps). Nothing of this step was saved; {self.output_dir} keeps {' and '.join(kept)}"
+        )
+
+    def _require_finite_weights(self) -> None:
+        """Refuse to save weights that are inf or NaN (TrainingDiverged); the files on disk stay as they were."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise self._diverged("some weights are no longer finite", self.state["step"])
+
     # -- files ---------------------------------------------------------------------------
 
     def export(self) -> None:
-        """Write options.json, weights.hdf5 and softmax.pt for the current model."""
+        """Write options.json, weights.hdf5 and softmax.safetensors for the current model."""
+        self._require_finite_weights()
         save_model(self.model.to_bilm(), self.output_dir)
-        save_softmax(self.model, self.output_dir / SOFTMAX)
+        save_softmax(self.model.softmax, self.output_dir / SOFTMAX)
 
     def write_metrics(self) -> None:
         _atomic_write(self.output_dir / METRICS, json.dumps(_jsonable(self.metrics), indent=2) + "\n")
 
     def save_checkpoint(self) -> None:
-        checkpoint = {
-            "config": asdict(self.config),
+        """Write checkpoint.safetensors (model, optimizer, RNG and position; no pickle), replacing the last one."""
+        self._require_finite_weights()
+        info = {
+            "config": _jsonable(asdict(self.config)),
             "vocab": self.vocab.words,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "state": self.state,
-            "metrics": self.metrics,
-            "best_valid": self.best_valid,
-            "torch_rng": torch.get_rng_state(),
+            "metrics": _jsonable(self.metrics),
+            "best_valid": None if math.isinf(self.best_valid) else self.best_valid,
         }
-        path = self.output_dir / CHECKPOINT
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+        model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
+        save_checkpoint(self.output_dir / CHECKPOINT, model, optimizer, torch.get_rng_state(), info)
+        self.checkpoint_step = self.state["step"]
+
+
+def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> TrainConfig:
+    """The checkpoint's config, with the length/time limits (and threads, if given) of ``config`` (checked already)."""
+    try:
+        saved = TrainConfig(**checkpoint.info["config"])
+        saved.cutoffs = tuple(int(c) for c in saved.cutoffs)
+        for items in (saved.train, saved.valid):
+            _sources(items)  # each must be a list of {"path", "format", "tokenizer"}
+        # the run's identity comes from the checkpoint; length/time limits may be changed
+        for name in ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every"):
+            setattr(saved, name, getattr(config, name))
+        saved.threads = config.threads or saved.threads
+        check_config(saved)  # what is wrong now came from the checkpoint
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise TrainingFileError(f"{path} holds no valid training config ({type(err).__name__}: {err})") from err
+    return saved
+
+
+def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
+    """A ValueError when a restored optimizer tensor (e.g. Adam's exp_avg) does not have its parameter's shape."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    raise ValueError(f"optimizer {key} has shape {tuple(value.shape)}, its parameter {tuple(param.shape)}")
+
+
+def _initial_softmax(directory: Path) -> Tuple[Optional[Vocabulary], Optional[SoftmaxFile]]:
+    """The vocabulary and softmax a fine-tuning run starts from, when ``directory`` ships both (else None, None)."""
+    if not (directory / VOCAB).is_file():
+        return None, None
+    try:
+        path = require_file(directory, SOFTMAX, LEGACY_SOFTMAX, "the model's softmax")
+    except FileNotFoundError:
+        return None, None
+    return Vocabulary.load(directory / VOCAB), load_softmax(path)
+
+
+def _number(value: float, decimals: int) -> str:
+    """A number for the progress bar: fixed-point while it is short, else scientific (inf and nan as such)."""
+    if not math.isfinite(value) or abs(value) >= 1e6:
+        return f"{value:.3g}"
+    return f"{value:.{decimals}f}"
 
 
 def previous_training(directory: Path) -> Dict[str, Any]:
@@ -366,21 +514,6 @@ def previous_training(directory: Path) -> Dict[str, Any]:
         "best": best,
         "init_from": metrics.get("init_from"),
     }
-
-
-def save_softmax(model: LanguageModel, path: Path) -> None:
-    """The output layer as a small float32 state dict (plus what is needed to rebuild it)."""
-    softmax = model.softmax
-    payload = {
-        "state_dict": {k: v.detach().float().cpu().clone() for k, v in softmax.state_dict().items()},
-        "n_classes": softmax.n_classes,
-        "cutoffs": list(softmax.cutoffs[:-1]),
-        "div_value": float(softmax.div_value),
-        "in_features": softmax.in_features,
-    }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -1,0 +1,266 @@
+"""The trainer's files without pickle: tensors in safetensors, everything else as JSON in the same file.
+
+``checkpoint.safetensors`` (for ``--resume``)
+    tensors ``model.<name>`` (the model's state dict), ``optimizer.<param index>.<key>`` (e.g. Adam's
+    ``exp_avg``, ``exp_avg_sq`` and ``step``) and ``rng.torch`` (torch's CPU generator state);
+    header metadata ``format`` = ``spacy-elmo checkpoint``, ``version`` = ``1`` and ``json``: the
+    config, vocabulary, position in the data, metrics, best score and the optimizer's param groups
+    and non-tensor state.
+``softmax.safetensors`` (ships with a trained model)
+    the adaptive softmax's float32 state dict; header metadata ``format`` = ``spacy-elmo softmax``,
+    ``version`` = ``1`` and ``json``: ``n_classes``, ``cutoffs``, ``div_value`` and ``in_features``.
+
+A checkpoint or softmax file may come from anywhere, and unpickling a file can run any code, so these
+files are never unpickled; the ``.pt`` (torch.save) files of older versions are refused by name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Tuple
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from ..bilm.weights import WeightFileError
+from .corpus import PathLike
+
+CHECKPOINT = "checkpoint.safetensors"
+SOFTMAX = "softmax.safetensors"
+LEGACY_CHECKPOINT = "checkpoint.pt"
+LEGACY_SOFTMAX = "softmax.pt"
+CHECKPOINT_KIND = "spacy-elmo checkpoint"
+SOFTMAX_KIND = "spacy-elmo softmax"
+VERSION = "1"
+CHECKPOINT_KEYS = ("config", "vocab", "state", "metrics", "best_valid", "optimizer")
+STATE_COUNTERS = ("step", "epoch", "batch_in_epoch", "words_seen")
+SOFTMAX_KEYS = ("n_classes", "cutoffs", "div_value", "in_features")
+
+
+class TrainingFileError(WeightFileError):
+    """A checkpoint or softmax file that is unreadable, legacy (pickle) or not what it should be; names the file."""
+
+
+@dataclass
+class Checkpoint:
+    """What ``checkpoint.safetensors`` holds: model and optimizer state, torch's RNG state and the JSON part."""
+
+    model: Dict[str, torch.Tensor]
+    optimizer: Dict[str, Any]  # a torch optimizer state dict
+    rng: torch.Tensor
+    info: Dict[str, Any]  # config, vocab, state, metrics, best_valid
+
+
+@dataclass
+class SoftmaxFile:
+    """What ``softmax.safetensors`` holds: the adaptive softmax's state dict and how to rebuild the module."""
+
+    state_dict: Dict[str, torch.Tensor]
+    n_classes: int
+    cutoffs: List[int]
+    div_value: float
+    in_features: int
+
+
+# -- generic: tensors + a JSON header ----------------------------------------------------------
+
+
+def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
+    """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole)."""
+    metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600
+    mode = stat.S_IMODE(tmp.stat().st_mode)
+    save_file(_standalone(tensors), str(tmp), metadata=metadata)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def read_tensor_file(path: Path, kind: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
+    """The tensors and JSON info of a file written by :func:`write_tensor_file`; one clear error otherwise."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError) as err:
+        if _looks_pickled(path):
+            raise TrainingFileError(
+                f"{path} is a pickle (torch.save) file, not a {kind} file: spacy-elmo never unpickles files "
+                f"(that can run any code)"
+            ) from err
+        raise TrainingFileError(f"{path} is not a readable {kind} file (empty, truncated or corrupt: {err})") from err
+    if metadata.get("format") != kind:
+        raise TrainingFileError(f"{path} is not a {kind} file (its header says format={metadata.get('format')!r})")
+    if metadata.get("version") != VERSION:
+        version = metadata.get("version")
+        raise TrainingFileError(f"{path} is a {kind} file of version {version!r}; this spacy-elmo reads {VERSION}")
+    try:
+        info = json.loads(metadata["json"])
+    except (KeyError, ValueError) as err:
+        raise TrainingFileError(f"{path} has no valid JSON part in its header ({err})") from err
+    if not isinstance(info, dict):
+        raise TrainingFileError(f"{path}: the JSON part of its header is not an object")
+    return tensors, info
+
+
+def _standalone(tensors: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """CPU, contiguous tensors that share no memory (what safetensors requires); copies only where needed."""
+    seen = set()
+    result = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        if not tensor.is_contiguous() or (tensor.numel() and tensor.untyped_storage().data_ptr() in seen):
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
+        seen.add(tensor.untyped_storage().data_ptr())
+        result[name] = tensor
+    return result
+
+
+def _looks_pickled(path: Path) -> bool:
+    """Whether ``path`` (not a valid safetensors file) starts like a torch.save zip or a protocol-2+ pickle."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False  # safe_open reports it
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+def require_file(directory: Path, name: str, legacy_name: str, what: str, context: str = "") -> Path:
+    """``directory / name``; a missing one is a FileNotFoundError, a legacy pickle in its place a TrainingFileError.
+
+    ``context`` (e.g. ``"--resume: "``) starts either message.
+    """
+    path = directory / name
+    if path.is_file():
+        return path
+    legacy = directory / legacy_name
+    if legacy.is_file():
+        raise TrainingFileError(
+            f"{context}{legacy} is {what} in the pickle format of older spacy-elmo versions, which is never loaded "
+            f"(unpickling a file can run any code); {name} is needed instead"
+        )
+    raise FileNotFoundError(f"{context}no {name} in {directory}")
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    path: Path, model: Mapping[str, torch.Tensor], optimizer: Mapping[str, Any], rng: torch.Tensor, info: Mapping[str, Any]
+) -> None:
+    """Write a training checkpoint: tensors exactly as they are (dtype and bits), the rest as JSON."""
+    tensors = {f"model.{name}": value for name, value in model.items()}
+    optimizer_json: Dict[str, Any] = {"param_groups": optimizer["param_groups"], "state": {}}
+    for index, entry in optimizer["state"].items():
+        scalars = optimizer_json["state"].setdefault(str(index), {})
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{index}.{key}"] = value
+            else:
+                scalars[key] = value
+    tensors["rng.torch"] = rng
+    write_tensor_file(path, tensors, CHECKPOINT_KIND, {**info, "optimizer": optimizer_json})
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint` (never unpickles); TrainingFileError if it is not one."""
+    tensors, info = read_tensor_file(path, CHECKPOINT_KIND)
+    missing = [key for key in CHECKPOINT_KEYS if key not in info] + [k for k in ("rng.torch",) if k not in tensors]
+    if missing:
+        raise TrainingFileError(f"{path} is not a complete {CHECKPOINT_KIND}: it lacks {', '.join(missing)}")
+    problem = _info_problem(info)
+    if problem:
+        raise TrainingFileError(f"{path} is not a valid {CHECKPOINT_KIND}: {problem}")
+    model = {name[len("model.") :]: value for name, value in tensors.items() if name.startswith("model.")}
+    try:
+        optimizer = _optimizer_state(info.pop("optimizer"), tensors)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise TrainingFileError(f"{path} holds a malformed optimizer state ({err})") from err
+    return Checkpoint(model=model, optimizer=optimizer, rng=tensors["rng.torch"], info=info)
+
+
+def _info_problem(info: Mapping[str, Any]) -> str:
+    """What is wrong with a checkpoint's JSON part ("" when its fields have the types the trainer relies on)."""
+    number = (int, float)
+    state, metrics = info["state"], info["metrics"]
+    checks = (
+        ("config", isinstance(info["config"], dict), "an object"),
+        ("vocab", isinstance(info["vocab"], list) and all(isinstance(w, str) for w in info["vocab"]), "a list of words"),
+        ("state", isinstance(state, dict) and all(isinstance(state.get(k), int) for k in STATE_COUNTERS)
+         and isinstance(state.get("train_seconds"), number), f"an object with integer {', '.join(STATE_COUNTERS)}"),
+        ("metrics", isinstance(metrics, dict) and isinstance(metrics.get("corpus"), dict)
+         and all(isinstance(metrics.get(k), list) for k in ("evaluations", "epochs")), "an object with corpus and lists"),
+        ("best_valid", info["best_valid"] is None or isinstance(info["best_valid"], number), "a number or null"),
+    )
+    return "; ".join(f"{key} is not {what}" for key, ok, what in checks if not ok)
+
+
+def _optimizer_state(saved: Dict[str, Any], tensors: Mapping[str, torch.Tensor]) -> Dict[str, Any]:
+    """A torch optimizer state dict from the JSON part and the ``optimizer.<index>.<key>`` tensors."""
+    state: Dict[int, Dict[str, Any]] = {int(index): dict(scalars) for index, scalars in saved["state"].items()}
+    for name, value in tensors.items():
+        if name.startswith("optimizer."):
+            index, key = name[len("optimizer.") :].split(".", 1)
+            state.setdefault(int(index), {})[key] = value
+    # JSON turned tuples (Adam's betas) into lists; "params" is the one list a param group holds
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()} for g in saved["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+# -- the adaptive softmax --------------------------------------------------------------------
+
+
+def save_softmax(softmax: torch.nn.AdaptiveLogSoftmaxWithLoss, path: Path) -> None:
+    """Write the output layer as a small float32 state dict plus what is needed to rebuild it."""
+    state_dict = {k: v.detach().float().cpu() for k, v in softmax.state_dict().items()}
+    info = {
+        "n_classes": softmax.n_classes,
+        "cutoffs": [int(c) for c in softmax.cutoffs[:-1]],
+        "div_value": float(softmax.div_value),
+        "in_features": softmax.in_features,
+    }
+    write_tensor_file(path, state_dict, SOFTMAX_KIND, info)
+
+
+def load_softmax(path: Path) -> SoftmaxFile:
+    """Read ``softmax.safetensors`` (never unpickles); TrainingFileError if it is not one."""
+    tensors, info = read_tensor_file(path, SOFTMAX_KIND)
+    missing = [key for key in SOFTMAX_KEYS if key not in info]
+    if missing:
+        raise TrainingFileError(f"{path} is not a complete {SOFTMAX_KIND} file: it lacks {', '.join(missing)}")
+    try:
+        return SoftmaxFile(
+            state_dict=tensors,
+            n_classes=int(info["n_classes"]),
+            cutoffs=[int(c) for c in info["cutoffs"]],
+            div_value=float(info["div_value"]),
+            in_features=int(info["in_features"]),
+        )
+    except (TypeError, ValueError) as err:
+        raise TrainingFileError(f"{path} has malformed softmax settings ({err})") from err
+
+
+def load_softmax_into(softmax: torch.nn.AdaptiveLogSoftmaxWithLoss, saved: SoftmaxFile, path: PathLike) -> None:
+    """Copy saved softmax weights into ``softmax``; a shape or name mismatch is a TrainingFileError naming ``path``."""
+    try:
+        softmax.load_state_dict(saved.state_dict)
+    except RuntimeError as err:
+        raise TrainingFileError(f"{path} does not fit the model's softmax: {err}") from err
+
+
+__all__ = [
+    "CHECKPOINT",
+    "SOFTMAX",
+    "Checkpoint",
+    "SoftmaxFile",
+    "TrainingFileError",
+    "load_checkpoint",
+    "load_softmax",
+    "save_checkpoint",
+    "save_softmax",
+]

@@ -1,0 +1,314 @@
+"""Trainer files are never unpickled, bad files and input fail clearly, a diverging run saves nothing bad."""
+import json
+import math
+import pickle
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from spacy_elmo.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.bilm.weights import WeightFileError
+from spacy_elmo.cli import app
+from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
+from spacy_elmo.train.evaluate import load_language_model, perplexity
+from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
+from spacy_elmo.train.trainer import TrainingDiverged, _number
+
+
+class WritesMarker:
+    """Unpickling this creates ``path``: stands in for any code a crafted pickle would run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Train single-threaded (reproducible, and fast on small CPUs); torch's setting is restored after each test."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir, tmp_path_factory):
+    """Eighty WikiText-2 lines to train on, twenty to validate on, an empty and a blank file."""
+    root = tmp_path_factory.mktemp("safety-texts")
+    wiki = data_dir / "wikitext-2"
+    lines = [line for line in (wiki / "train.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    (root / "train.txt").write_text("\n".join(lines[:80]) + "\n", encoding="utf-8")
+    valid = [line for line in (wiki / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    (root / "valid.txt").write_text("\n".join(valid[:20]) + "\n", encoding="utf-8")
+    (root / "empty.txt").write_text("", encoding="utf-8")
+    (root / "blank.txt").write_text("  \n\n \t\n", encoding="utf-8")
+    return root
+
+
+def config(texts: Path, valid: bool = False, **overrides) -> TrainConfig:
+    options = dict(
+        train=[s.to_json() for s in make_sources([texts / "train.txt"])],
+        valid=[s.to_json() for s in make_sources([texts / "valid.txt"])] if valid else [],
+        architecture="tiny",
+        min_count=1,
+        epochs=1,
+        token_budget=1024,
+        max_length=40,
+        lr=1e-2,
+        warmup_steps=2,
+        checkpoint_every=1,
+        seed=3,
+    )
+    options.update(overrides)
+    return TrainConfig(**options)
+
+
+@pytest.fixture(scope="module")
+def trained(texts, tmp_path_factory):
+    """A tiny model trained for three steps (checkpoint, softmax and weights written)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("safety-trained")
+    train(config(texts, max_steps=3), out, progress=False)
+    torch.set_num_threads(saved)
+    return out
+
+
+def cli_train(out: Path, *args: str):
+    return CliRunner().invoke(app, ["train", str(out), "--arch", "tiny", "--no-progress", "--threads", "1", *args])
+
+
+def legacy_checkpoint(path: Path, marker: Path) -> None:
+    """An old-style torch.save checkpoint whose config runs code when it is unpickled."""
+    torch.save({"config": WritesMarker(marker), "model": {}, "state": {"step": 1}}, path)
+
+
+def test_the_crafted_pickle_really_runs_code_when_unpickled(tmp_path):
+    """The payload used below is live: a loader that unpickled it would create the marker."""
+    marker = tmp_path / "ran"
+    legacy_checkpoint(tmp_path / "checkpoint.pt", marker)
+    assert not marker.exists()
+    torch.load(tmp_path / "checkpoint.pt", weights_only=False)  # what --resume used to do
+    assert marker.exists()
+
+
+def test_resume_refuses_a_legacy_pickle_checkpoint_without_running_it(texts, tmp_path):
+    marker = tmp_path / "ran"
+    legacy_checkpoint(tmp_path / "checkpoint.pt", marker)
+    with pytest.raises(TrainingFileError, match=r"checkpoint\.pt is a training checkpoint in the pickle format"):
+        Trainer(config(texts), tmp_path, resume=True, progress=False)
+    result = cli_train(tmp_path, "--resume")
+    assert result.exit_code == 2 and "error:" in result.output and "checkpoint.pt" in result.output, result.output
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("flavour", ["torch.save", "pickle"])
+def test_resume_refuses_a_pickle_under_the_new_name_without_running_it(texts, tmp_path, flavour):
+    marker = tmp_path / "ran"
+    path = tmp_path / "checkpoint.safetensors"
+    if flavour == "torch.save":
+        legacy_checkpoint(path, marker)
+    else:
+        path.write_bytes(pickle.dumps({"config": WritesMarker(marker)}))
+    with pytest.raises(TrainingFileError, match=f"{path}.* pickle"):
+        Trainer(config(texts), tmp_path, resume=True, progress=False)
+    assert not marker.exists()
+
+
+def test_resume_names_an_empty_truncated_corrupt_or_foreign_checkpoint(texts, trained, tmp_path):
+    good = (trained / "checkpoint.safetensors").read_bytes()
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"weight": torch.zeros(3)}, str(foreign), metadata={"format": "pt"})
+    incomplete = tmp_path / "incomplete.safetensors"
+    save_file({"rng.torch": torch.get_rng_state()}, str(incomplete),
+              metadata={"format": "spacy-elmo checkpoint", "version": "1", "json": json.dumps({"config": {}})})
+    cases = {
+        "empty": b"",
+        "truncated": good[: len(good) // 2],
+        "corrupt": bytes(range(256)) * 4,
+        "foreign": foreign.read_bytes(),
+        "incomplete": incomplete.read_bytes(),
+    }
+    for name, data in cases.items():
+        out = tmp_path / name
+        out.mkdir()
+        path = out / "checkpoint.safetensors"
+        path.write_bytes(data)
+        with pytest.raises(TrainingFileError, match=str(path)):
+            Trainer(config(texts), out, resume=True, progress=False)
+        result = cli_train(out, "--resume")
+        assert result.exit_code == 2, (name, result.output)
+        assert result.output.count("error:") == 1 and str(path) in result.output, (name, result.output)
+        assert "Traceback" not in result.output and "Aborted" not in result.output, (name, result.output)
+
+
+def test_checkpoint_holds_no_pickle_and_round_trips_the_optimizer(trained):
+    path = trained / "checkpoint.safetensors"
+    assert path.read_bytes()[:2] != b"PK" and b"\x80\x04\x95" not in path.read_bytes()[:16]
+    checkpoint = load_checkpoint(path)
+    assert checkpoint.info["state"]["step"] == 3 and checkpoint.info["vocab"][:3] == ["<S>", "</S>", "<UNK>"]
+    resumed = Trainer(TrainConfig(**checkpoint.info["config"]), trained, resume=True, progress=False)
+    saved, restored = checkpoint.optimizer, resumed.optimizer.state_dict()
+    assert saved["param_groups"] == restored["param_groups"]
+    assert len(restored["state"]) == sum(1 for _ in resumed.model.parameters())
+    for index, entry in restored["state"].items():
+        assert set(entry) == {"step", "exp_avg", "exp_avg_sq"}
+        for key, value in entry.items():
+            torch.testing.assert_close(value, saved["state"][index][key], rtol=0, atol=0)
+
+
+def test_trainer_files_are_not_world_unreadable(trained):
+    for name in ("checkpoint.safetensors", "softmax.safetensors"):
+        assert (trained / name).stat().st_mode & 0o044 == (trained / "vocab.txt").stat().st_mode & 0o044, name
+
+
+def test_the_bundled_softmax_is_safetensors_and_scores_text():
+    if not (DEFAULT_MODEL_DIR / "options.json").is_file():
+        pytest.skip("the bundled default model is not in this checkout")
+    assert not (DEFAULT_MODEL_DIR / "softmax.pt").exists()
+    softmax = load_softmax(DEFAULT_MODEL_DIR / "softmax.safetensors")
+    assert softmax.n_classes == 36522 and softmax.cutoffs == [2000, 10000] and softmax.div_value == 2.0
+    assert softmax.state_dict["head.weight"].shape == (2002, 128)
+    model, vocab = load_language_model("default")
+    assert len(vocab) == softmax.n_classes and model.softmax.n_classes == softmax.n_classes
+
+
+def test_a_legacy_softmax_pickle_is_refused_by_evaluate_and_fine_tuning(texts, trained, tmp_path):
+    model_dir = tmp_path / "old-model"
+    model_dir.mkdir()
+    for name in ("options.json", "weights.hdf5", "vocab.txt"):
+        (model_dir / name).write_bytes((trained / name).read_bytes())
+    marker = tmp_path / "ran"
+    torch.save({"state_dict": WritesMarker(marker), "n_classes": 5}, model_dir / "softmax.pt")
+    with pytest.raises(TrainingFileError, match=r"softmax\.pt is the model's softmax in the pickle format"):
+        load_language_model(model_dir)
+    result = CliRunner().invoke(app, ["evaluate", str(model_dir), str(texts / "valid.txt")])
+    assert result.exit_code == 2 and "softmax.pt" in result.output, result.output
+    with pytest.raises(TrainingFileError, match=r"softmax\.pt"):
+        Trainer(config(texts, init_from=str(model_dir)), tmp_path / "tuned", progress=False)
+    assert not marker.exists()
+
+
+def test_a_corrupt_softmax_names_the_file(texts, trained, tmp_path):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for name in ("options.json", "weights.hdf5", "vocab.txt"):
+        (model_dir / name).write_bytes((trained / name).read_bytes())
+    (model_dir / "softmax.safetensors").write_bytes(b"\x00" * 7)
+    with pytest.raises(WeightFileError, match="softmax.safetensors"):
+        load_language_model(model_dir)
+
+
+def test_a_huge_learning_rate_stops_with_a_clear_error_and_exports_nothing(texts, tmp_path):
+    for extra in ([], ["--valid", str(texts / "valid.txt")]):
+        out = tmp_path / f"run{len(extra)}"
+        result = cli_train(out, "--train", str(texts / "train.txt"), "--lr", "1e30", "--checkpoint-every", "1", *extra)
+        assert result.exit_code == 2, result.output
+        assert "error: training diverged at step 2" in result.output and "--lr" in result.output, result.output
+        assert "checkpoint.safetensors of step 1" in result.output and "no exported model" in result.output
+        assert not (out / "weights.hdf5").exists() and not (out / "README.md").exists()
+        assert "saved to" not in result.output
+        kept = load_checkpoint(out / "checkpoint.safetensors")
+        assert kept.info["state"]["step"] == 1
+        assert all(bool(torch.isfinite(t).all()) for t in kept.model.values())
+
+
+def test_divergence_after_a_good_export_keeps_that_export(texts, tmp_path, monkeypatch):
+    """A non-finite validation perplexity: the exported files stay those of the last good evaluation."""
+    import spacy_elmo.train.trainer as trainer_module
+
+    trainer = Trainer(config(texts, valid=True, eval_every=2, max_steps=6), tmp_path, progress=False)
+    real = trainer_module.perplexity_on
+    calls = []
+
+    def failing_later(*args, **kwargs):
+        calls.append(1)
+        result = real(*args, **kwargs)
+        return result if len(calls) == 1 else {**result, "forward": math.inf, "mean": math.inf}
+
+    monkeypatch.setattr(trainer_module, "perplexity_on", failing_later)
+    with pytest.raises(TrainingDiverged, match="validation perplexity is inf"):
+        trainer.run()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["best"]["step"] == 2 and len(metrics["evaluations"]) == 1
+    arrays = []
+    with h5py.File(tmp_path / "weights.hdf5", "r") as handle:
+        handle.visititems(lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    assert arrays and all(np.isfinite(a).all() for a in arrays)
+
+
+def test_huge_losses_do_not_crash_the_progress_display(texts, tmp_path):
+    assert perplexity(1e6) == math.inf and math.isnan(perplexity(math.nan)) and perplexity(0.0) == 1.0
+    assert _number(math.inf, 1) == "inf" and _number(1e300, 1) == "1e+300" and _number(12.345, 1) == "12.3"
+    out = tmp_path / "progress"
+    with pytest.raises(TrainingDiverged, match="training loss is"):
+        train(config(texts, lr=1e6, warmup_steps=1, max_steps=5), out, progress=True)
+    result = cli_train(tmp_path / "quiet", "--train", str(texts / "train.txt"), "--lr", "1e6", "--max-steps", "5")
+    assert result.exit_code == 2 and "OverflowError" not in result.output and "diverged" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--train", "{empty}"], "--train/--raw: nothing to train on: no tokens in {empty}"),
+        (["--train", "{blank}"], "--train/--raw: nothing to train on: no tokens in {blank}"),
+        (["--train", "{train}", "--valid", "{empty}"], "--valid: nothing to validate on: no tokens in {empty}"),
+        (["--train", "{train}", "--valid", "{blank}"], "--valid: nothing to validate on: no tokens in {blank}"),
+        (["--train", "{train}", "--epochs", "0"], "--epochs must be a number > 0, not 0.0"),
+        (["--train", "{train}", "--max-length", "0"], "--max-length must be at least 1, not 0"),
+        (["--train", "{train}", "--token-budget", "0"], "--token-budget must be at least 1, not 0"),
+        (["--train", "{train}", "--lr", "0"], "--lr must be a number > 0, not 0.0"),
+        (["--train", "{train}", "--lr-schedule", "cosine"], "--lr-schedule must be linear or constant, not 'cosine'"),
+    ],
+)
+def test_bad_training_input_is_refused_before_training(texts, tmp_path, args, message):
+    names = {"train": texts / "train.txt", "empty": texts / "empty.txt", "blank": texts / "blank.txt"}
+    out = tmp_path / "out"
+    result = cli_train(out, *(a.format(**names) for a in args))
+    assert result.exit_code == 2, result.output
+    assert f"error: {message.format(**names)}" in " ".join(result.output.split()), result.output
+    assert "saved to" not in result.output and not out.exists()
+
+
+def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tmp_path):
+    Trainer(config(texts, threads=3, max_steps=1), tmp_path / "lib", progress=False)  # where it used to set them
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)
+    result = cli_train(tmp_path / "cli", "--train", str(texts / "train.txt"), "--max-steps", "1")
+    assert result.exit_code == 0, result.output
+    assert torch.get_num_threads() == 1
+
+
+def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, tmp_path):
+    """The right format with wrong contents (crafted or from a bug) is still one clear error naming the file."""
+    from safetensors import safe_open
+
+    with safe_open(str(trained / "checkpoint.safetensors"), "pt") as handle:
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+        info = json.loads(handle.metadata()["json"])
+    bad_adam = {**tensors, "optimizer.0.exp_avg": torch.zeros(2, 2)}
+    cases = {
+        "state": (tensors, {**info, "state": {"step": "three"}}),
+        "vocab": (tensors, {**info, "vocab": 42}),
+        "config": (tensors, {**info, "config": {**info["config"], "lr": "fast"}}),
+        "sources": (tensors, {**info, "config": {**info["config"], "train": [{"no": "path"}]}}),
+        "weights": ({k: v for k, v in tensors.items() if not k.startswith("model.lstm")}, info),
+        "adam": (bad_adam, info),
+        "rng": ({**tensors, "rng.torch": torch.zeros(3, dtype=torch.uint8)}, info),
+    }
+    for name, (case_tensors, case_info) in cases.items():
+        out = tmp_path / name
+        out.mkdir()
+        path = out / "checkpoint.safetensors"
+        metadata = {"format": "spacy-elmo checkpoint", "version": "1", "json": json.dumps(case_info)}
+        save_file({k: v.contiguous() for k, v in case_tensors.items()}, str(path), metadata=metadata)
+        with pytest.raises(TrainingFileError, match=str(path)):
+            Trainer(config(texts), out, resume=True, progress=False)
