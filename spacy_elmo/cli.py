@@ -47,7 +47,7 @@ def train(
     cutoffs: str = typer.Option("2000,10000", help="Adaptive softmax cluster boundaries (word ranks)"),
     div_value: float = typer.Option(2.0, help="Adaptive softmax: each tail cluster's width shrinks by this factor"),
     max_length: int = typer.Option(100, help="Cut sentences longer than this many tokens"),
-    seed: int = typer.Option(0, help="Random seed: the same seed and data give the same model"),
+    seed: int = typer.Option(0, help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)"),
     eval_every: int = typer.Option(0, help="Also validate (and export if better) every N steps"),
     checkpoint_every: int = typer.Option(200, help="Save checkpoint.safetensors every N steps"),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
