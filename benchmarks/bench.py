@@ -169,6 +169,8 @@ def main(argv=None) -> int:
     pool = read_sentences(25000)
     near20 = [s for s in pool if 18 <= len(s) <= 22]
     results = {"threads": args.threads, "sets": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    results["cpu"] = cpu_description()
+    print(f"CPU: {results['cpu']}")
     load = os.getloadavg()
     results["loadavg_start"] = load
     results["sgemm_gflops"] = sgemm_gflops(args.threads)
@@ -248,9 +250,34 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
+def cpu_description() -> str:
+    """Vendor, model, the SIMD flags that pick MKL's and ATen's kernels, and the kernels torch chose.
+
+    Speed figures (and the last bits of float sums) depend on them: MKL's packed GEMM and bf16
+    paths differ between Intel and AMD, so every report says which CPU it came from.
+    """
+    info: Dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    flags = [f for f in wanted if f in info.get("flags", "").split()]
+    mkl = next((line.strip() for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line), "no MKL").lstrip("- ")
+    return (
+        f"{info.get('vendor_id', '?')} {info.get('model name', '?')} (family {info.get('cpu family', '?')}, "
+        f"model {info.get('model', '?')}), {os.cpu_count()} cores; flags {' '.join(flags) or 'none of ' + ', '.join(wanted)}; "
+        f"torch {torch.__version__}, ATen kernels {torch.backends.cpu.get_cpu_capability()}, {mkl}"
+    )
+
+
 def render(results) -> str:
     sgemm = results["sgemm_gflops"]
     lines = [
+        f"CPU: {results.get('cpu', 'not recorded')}",
+        "",
         f"sgemm (2048^3, {results['threads']} threads, same run): {sgemm:.1f} GFLOP/s; "
         f"load average at start {results['loadavg_start'][0]:.2f}, at end {results['loadavg_end'][0]:.2f}",
         "",
