@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import warnings
@@ -17,16 +16,15 @@ from .bilm.model import BiLM
 from .bilm.threads import at_fork_in_child, thread_limit, work_threads
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
+from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 
 PathLike = Union[str, os.PathLike]
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 SMALL_WORK_MACS = 262_144  # recurrent multiply-adds per step below which a batch runs on one thread
-_WEIGHT_NAMES = ("weights.hdf5", "lm_weights.hdf5")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -49,7 +47,7 @@ class ElmoBackend:
         self.weights_path = weights_path
         self.device = device
         self.dtype = dtype
-        self.fingerprint = _fingerprint(options_path, weights_path)
+        self.fingerprint = fingerprint(options_path, weights_path)
         if dtype != torch.float32:  # other precisions give other vectors: never share cache entries
             self.fingerprint = hashlib.sha256(f"{self.fingerprint}:{dtype}".encode()).hexdigest()[:32]
         self.token_budget = DEFAULT_TOKEN_BUDGET
@@ -285,59 +283,10 @@ def _is_iterable(value: object) -> bool:
     return True
 
 
-def _fingerprint(options_path: Path, weights_path: Path) -> str:
-    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint."""
-    digest = hashlib.sha256()
-    options = json.loads(options_path.read_text(encoding="utf-8"))
-    digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
-    with open(weights_path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:32]
-
-
 # -- the process-wide cache ---------------------------------------------------------------
 
 _CACHE: Dict[Tuple, ElmoBackend] = {}
 _CACHE_LOCK = threading.Lock()
-
-
-def resolve_model_files(
-    model: Optional[PathLike] = "default", options: Optional[PathLike] = None, weights: Optional[PathLike] = None
-) -> Tuple[Path, Path]:
-    """The (options.json, weights.hdf5) pair that ``model`` / ``options`` / ``weights`` name."""
-    if options is not None or weights is not None:
-        if options is None or weights is None:
-            raise ValueError("give both options= and weights= (or a model directory)")
-        return Path(options).resolve(), Path(weights).resolve()
-    if model is None or str(model) == "default":
-        directory = DEFAULT_MODEL_DIR
-        if not (directory / "options.json").is_file():
-            raise WeightFileError(
-                "the bundled default ELMo model is not part of this installation; "
-                "pass a directory holding options.json and a weights .hdf5 file"
-            )
-    else:
-        directory = Path(model).expanduser()
-    if not directory.is_dir():
-        raise WeightFileError(f"ELMo model directory not found: {directory}")
-    options_path = directory / "options.json"
-    if not options_path.is_file():
-        raise WeightFileError(f"ELMo model directory {directory} has no options.json")
-    return options_path.resolve(), _find_weights(directory).resolve()
-
-
-def _find_weights(directory: Path) -> Path:
-    for name in _WEIGHT_NAMES:
-        if (directory / name).is_file():
-            return directory / name
-    found = sorted(p for p in directory.glob("*.hdf5") if p.is_file())
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise WeightFileError(f"ELMo model directory {directory} has no .hdf5 weight file")
-    names = ", ".join(p.name for p in found)
-    raise WeightFileError(f"ELMo model directory {directory} has several .hdf5 files ({names}); name one with weights=")
 
 
 def resolve_device(device: Union[None, str, torch.device] = None) -> torch.device:

@@ -143,7 +143,7 @@ def evaluate(
 def embed(
     input_file: Path = typer.Argument(..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"),
     output_file: Path = typer.Argument(..., help="HDF5 file to write (it appears only when complete)"),
-    model: str = typer.Option("default", "--model", "-m", help="A biLM directory (options.json + weights), or 'default'"),
+    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
     all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
     top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
     average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),
@@ -182,10 +182,10 @@ def embed(
 
 @app.command()
 def info(
-    model_dir: str = typer.Argument("default", help="A model directory, or 'default' for the bundled model"),
+    model_dir: str = typer.Argument("default", help="A model directory, 'default' (the bundled model), a published name, archive or URL"),
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities."""
-    from .backend import resolve_model_files
+    from .model_files import resolve_model_files
     from .bilm.weights import read_options
     from .info import describe
 
@@ -193,6 +193,49 @@ def info(
         options_path, weights_path = resolve_model_files(model_dir)
         read_options(options_path)
     typer.echo(describe(options_path, weights_path))
+
+
+@app.command()
+def download(
+    models: List[str] = typer.Argument(..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"),
+) -> None:
+    """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
+    from .download import cached_path, home, is_archive, is_url
+    from .model_files import resolve_model_files
+    from .published import published_by_url
+
+    with _errors_exit_2():
+        for model in models:
+            if is_url(model) and not is_archive(model) and published_by_url(model) is None:
+                where = cached_path(model)  # one file of a model that has no name
+            else:
+                where = resolve_model_files(model)[1].parent
+            typer.echo(f"{model}: {where}")
+    typer.echo(f"cache: {home()}")
+
+
+@app.command()
+def models() -> None:
+    """List the published ELMo models that can be named anywhere a model is named, and whether each is cached."""
+    from .download import home, is_cached
+    from .published import PUBLISHED
+
+    rows = [("name", "architecture", "params", "size", "trained on", "source", "cached")]
+    for entry in PUBLISHED.values():
+        cached = is_cached(entry.options_url) and is_cached(entry.weights_url)
+        rows.append((
+            entry.name,
+            entry.architecture,
+            f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
+            f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
+            entry.trained_on,
+            entry.source,
+            "yes" if cached else "no",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    typer.echo(f"\ncache: {home()} (SPACY_ELMO_HOME); SPACY_ELMO_OFFLINE=1 keeps everything off the network")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 
 from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
+from .model_files import METRICS
 
 
 def parameter_count(options_path: Path) -> int:
@@ -28,7 +29,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"output:       {options.n_layers + 1} layers x {options.output_dim} dims",
         f"parameters:   {parameter_count(options_path):,} (biLM, without the softmax)",
     ]
-    metrics_path = directory / "metrics.json"
+    metrics_path = directory / METRICS
     if metrics_path.is_file():
         lines += _metrics_lines(json.loads(metrics_path.read_text(encoding="utf-8")))
     else:

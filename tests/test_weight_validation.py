@@ -355,7 +355,7 @@ def test_saved_pipeline_model_json_without_source(fixture_dir, tmp_path):
     "payload, message",
     [
         ({"fingerprint": None}, "missing key 'source' (expected \"default\" or \"files\")"),
-        ({"source": "url"}, "key 'source' must be \"default\" or \"files\", not 'url'"),
+        ({"source": "url"}, "key 'source' must be \"default\", \"files\" or \"remote\", not 'url'"),
         ({"source": "files", "options": b"{}"}, "missing key 'weights' (the bytes of the saved model file)"),
         (["default"], "expected an object with a 'source' key, not list"),
     ],

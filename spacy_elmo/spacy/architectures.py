@@ -8,15 +8,16 @@ from typing import Optional, Tuple, Union
 import torch
 from spacy.util import registry
 
-from ..backend import DEFAULT_MODEL_DIR, ElmoBackend, load_bilm, resolve_model_files
+from ..backend import ElmoBackend, load_bilm
+from ..model_files import is_default, is_remote, resolve_model_files
 
 
 @dataclass(frozen=True)
 class ElmoModelRef:
-    """Where an ELMo model lives: a directory with options.json + weights, or ``"default"`` (the bundled model).
+    """Where an ELMo model lives: a directory, ``"default"`` (the bundled model), a published name, an archive or URL.
 
     Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
-    original directory (the pipeline carries its own copy).
+    original directory (the pipeline carries its own copy, or a reference for default/published models).
     """
 
     path: str = "default"
@@ -24,12 +25,12 @@ class ElmoModelRef:
     @property
     def is_default(self) -> bool:
         """True for the bundled default model (saved pipelines store only a reference to it)."""
-        if self.path == "default":
-            return True
-        try:
-            return Path(self.path).expanduser().resolve() == DEFAULT_MODEL_DIR.resolve()
-        except OSError:
-            return False
+        return is_default(self.path)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for a published model name or a URL: saved pipelines store the reference, fetched on first use."""
+        return is_remote(self.path)
 
     def files(self) -> Tuple[Path, Path]:
         """The resolved ``(options.json, weights)`` paths; ``WeightFileError`` names what is missing."""
@@ -42,7 +43,7 @@ class ElmoModelRef:
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
 def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
-    """The ELMo biLM in directory ``path`` (options.json + one .hdf5 weight file), or ``"default"``."""
+    """The ELMo biLM ``path``: a directory (options.json + one .hdf5), ``"default"``, a published name, an archive or URL."""
     return ElmoModelRef(str(path))
 
 

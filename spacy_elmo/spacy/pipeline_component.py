@@ -226,6 +226,8 @@ class ElmoComponent(Pipe):
     def _model_payload(self, with_files: bool) -> Dict[str, Any]:
         if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
             return {"source": "default", "fingerprint": self._backend.fingerprint if self._backend else None}
+        if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
+            return {"source": "remote", "model": self.model_ref.path, "fingerprint": self.backend.fingerprint}
         options, weights = self.model_ref.files()
         payload: Dict[str, Any] = {"source": "files", "fingerprint": self.backend.fingerprint}
         if with_files:
@@ -248,12 +250,14 @@ class ElmoComponent(Pipe):
             raise WeightFileError(f"component {self.name!r}: {meta_path} is missing (not saved by the elmo component?)")
         meta = srsly.read_json(meta_path)
         source = _saved_source(meta, f"component {self.name!r}: {meta_path}", files=())
-        self._use_model("default" if source == "default" else str(directory), meta.get("fingerprint"))
+        path = {"default": "default", "remote": meta.get("model"), "files": str(directory)}[source]
+        self._use_model(path, meta.get("fingerprint"))
 
     def _load_payload(self, payload: Dict[str, Any]) -> None:
         where = f"component {self.name!r}: the model in the serialized bytes"
-        if _saved_source(payload, where, files=("options", "weights")) == "default":
-            self._use_model("default", payload.get("fingerprint"))
+        source = _saved_source(payload, where, files=("options", "weights"))
+        if source != "files":
+            self._use_model("default" if source == "default" else payload["model"], payload.get("fingerprint"))
             return
         directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
         atexit.register(shutil.rmtree, directory, True)
@@ -278,8 +282,10 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
     if "source" not in meta:
         raise WeightFileError(f"{where}: missing key 'source' (expected \"default\" or \"files\")")
     source = meta["source"]
-    if source not in ("default", "files"):
-        raise WeightFileError(f"{where}: key 'source' must be \"default\" or \"files\", not {source!r}")
+    if source not in ("default", "files", "remote"):
+        raise WeightFileError(f"{where}: key 'source' must be \"default\", \"files\" or \"remote\", not {source!r}")
+    if source == "remote" and not isinstance(meta.get("model"), str):
+        raise WeightFileError(f"{where}: missing key 'model' (the published name or URL of the saved model)")
     missing = [key for key in files if source == "files" and not isinstance(meta.get(key), bytes)]
     if missing:
         raise WeightFileError(f"{where}: missing key {missing[0]!r} (the bytes of the saved model file)")

@@ -8,6 +8,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
+from ..model_files import METRICS, VOCAB
 from .corpus import PathLike, Source
 
 
@@ -60,11 +61,10 @@ def perplexity_on(
 
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
-    from ..backend import resolve_model_files
+    from ..model_files import resolve_model_files
     from ..bilm.weights import WeightFileError, load_model
     from .network import LanguageModel
     from .storage import LEGACY_SOFTMAX, SOFTMAX, load_softmax, load_softmax_into, require_file
-    from .trainer import VOCAB
 
     options_path, weights_path = resolve_model_files(model_dir)
     directory = options_path.parent
@@ -99,9 +99,9 @@ def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
     import json
 
-    from ..backend import resolve_model_files
+    from ..model_files import resolve_model_files
 
-    metrics = resolve_model_files(model_dir)[0].parent / "metrics.json"
+    metrics = resolve_model_files(model_dir)[0].parent / METRICS
     if metrics.is_file():
         return int(json.loads(metrics.read_text(encoding="utf-8")).get("config", {}).get("max_length", fallback))
     return fallback
@@ -136,11 +136,11 @@ def record_result(model_dir: PathLike, name: str, result: Dict[str, float]) -> N
     """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card."""
     import json
 
-    from ..backend import resolve_model_files
+    from ..model_files import resolve_model_files
     from .model_card import write_model_card
 
     directory = resolve_model_files(model_dir)[0].parent
-    path = directory / "metrics.json"
+    path = directory / METRICS
     metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     metrics.setdefault("test", {})[name] = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
     path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")

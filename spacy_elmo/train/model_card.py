@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..info import parameter_count
+from ..model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
 
 
@@ -27,13 +28,13 @@ def _ppl(record: Dict[str, Any], prefix: str) -> str:
 def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> str:
     """The Markdown text of the card for the model in ``directory``."""
     directory = Path(directory)
-    options = json.loads((directory / "options.json").read_text(encoding="utf-8"))
-    metrics = json.loads((directory / "metrics.json").read_text(encoding="utf-8"))
+    options = json.loads((directory / OPTIONS).read_text(encoding="utf-8"))
+    metrics = json.loads((directory / METRICS).read_text(encoding="utf-8"))
     config = metrics.get("config", {})
     lstm, cnn = options["lstm"], options["char_cnn"]
     corpus = metrics.get("corpus", {})
     best = metrics.get("best") or {}
-    size = sum((directory / n).stat().st_size for n in ("options.json", "weights.hdf5") if (directory / n).is_file())
+    size = sum((directory / n).stat().st_size for n in (OPTIONS, WEIGHTS) if (directory / n).is_file())
     lines: List[str] = [
         f"# {title}",
         "",
@@ -48,7 +49,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         f"skip connections {'on' if lstm.get('use_skip_connections') else 'off'}, clipping "
         f"{'none' if lstm.get('cell_clip') is None else lstm['cell_clip']}",
         f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions",
-        f"- parameters: {parameter_count(directory / 'options.json'):,} in the biLM (options.json + weights.hdf5: "
+        f"- parameters: {parameter_count(directory / OPTIONS):,} in the biLM (options.json + weights.hdf5: "
         f"{size / 1e6:.1f} MB), plus {metrics.get('parameters', {}).get('softmax', 0):,} in the adaptive softmax "
         f"(`softmax.safetensors`, only for perplexity and further training)",
         f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` + the words "

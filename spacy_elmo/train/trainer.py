@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import load_model, options_from_dict, save_model
+from ..model_files import METRICS, VOCAB
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .corpus import PathLike, Source, has_tokens
 from .evaluate import perplexity, perplexity_on
@@ -52,8 +53,6 @@ from .storage import (
     save_softmax,
 )
 
-VOCAB = "vocab.txt"
-METRICS = "metrics.json"
 
 
 class TrainingDiverged(ValueError):
@@ -179,7 +178,7 @@ class Trainer:
         initial = None
         init_vocab = init_softmax = None
         if config.init_from:
-            from ..backend import resolve_model_files
+            from ..model_files import resolve_model_files
 
             options_path, weights_path = resolve_model_files(config.init_from)
             initial = load_model(options_path, weights_path)
@@ -497,7 +496,7 @@ def _number(value: float, decimals: int) -> str:
 
 def previous_training(directory: Path) -> Dict[str, Any]:
     """How the model a fine-tuning run starts from was trained (from its metrics.json), kept as a chain."""
-    from ..backend import resolve_model_files
+    from ..model_files import resolve_model_files
 
     directory = resolve_model_files(directory)[0].parent
     path = directory / METRICS

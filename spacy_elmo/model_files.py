@@ -1,0 +1,135 @@
+"""What a model string means, and the files of a model folder: the one place that decides both.
+
+A model is named by ``"default"`` (the bundled biLM), a published name (``"original"``, see
+:mod:`.published`), a directory, a ``.zip`` / ``.tar.gz`` archive (local path or URL), or an
+options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
+URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
+pair, downloading and unpacking into the cache (:mod:`.download`) when needed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+from .bilm.weights import WeightFileError
+from .download import cached_path, is_archive, is_url, model_dir_in, unpacked_archive
+from .published import PUBLISHED, PublishedModel, published_by_url, published_model
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+OPTIONS = "options.json"
+WEIGHTS = "weights.hdf5"
+WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5")  # looked for in this order; else the only *.hdf5
+VOCAB = "vocab.txt"
+METRICS = "metrics.json"
+DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+
+
+def is_default(model: Optional[PathLike]) -> bool:
+    """Whether ``model`` names the bundled default biLM."""
+    if model is None or str(model) == "default":
+        return True
+    if is_url(str(model)):
+        return False
+    try:
+        return Path(model).expanduser().resolve() == DEFAULT_MODEL_DIR.resolve()
+    except OSError:
+        return False
+
+
+def is_remote(model: Optional[PathLike]) -> bool:
+    """Whether ``model`` is fetched rather than read from a local folder: a published name or a URL.
+
+    Saved spaCy pipelines keep such models as a reference (name or URL + fingerprint), not a copy.
+    """
+    return model is not None and (is_url(str(model)) or published_model(str(model)) is not None)
+
+
+def resolve_model_files(
+    model: Optional[PathLike] = "default", options: Optional[PathLike] = None, weights: Optional[PathLike] = None
+) -> Tuple[Path, Path]:
+    """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (see the module docstring)."""
+    if options is not None or weights is not None:
+        if options is None or weights is None:
+            raise ValueError("give both options= and weights= (or a model directory, name, archive or URL)")
+        return _local(options, "options"), _local(weights, "weights")
+    if is_default(model):
+        if not (DEFAULT_MODEL_DIR / OPTIONS).is_file():
+            raise WeightFileError(
+                "the bundled default ELMo model is not part of this installation; "
+                "pass a directory holding options.json and a weights .hdf5 file, or a published model name"
+            )
+        return _in_directory(DEFAULT_MODEL_DIR)
+    text = os.fspath(model)  # type: ignore[arg-type]
+    if (Path(text).expanduser() / OPTIONS).is_file():  # a local model folder wins over a published name
+        return _in_directory(Path(text).expanduser())
+    entry = published_model(text)
+    if entry is None and is_url(text):
+        entry = published_by_url(text)
+    if entry is not None:
+        return published_files(entry)
+    if is_url(text):
+        if is_archive(text):
+            archive = cached_path(text, what=f"archive {text}")
+            return _in_directory(model_dir_in(unpacked_archive(archive, source=text), text))
+        raise WeightFileError(
+            f"{text} is neither a published model's file nor a .zip/.tar.gz archive; for separate files use "
+            f"load_bilm(options=OPTIONS_URL, weights=WEIGHTS_URL); published names: {', '.join(PUBLISHED)}"
+        )
+    path = Path(text).expanduser()
+    if path.is_file() and is_archive(text):
+        return _in_directory(model_dir_in(unpacked_archive(path), str(path)))
+    if not path.is_dir():
+        hint = f"; published models: {', '.join(PUBLISHED)}" if os.sep not in text and "/" not in text else ""
+        raise WeightFileError(f"ELMo model directory not found: {path}{hint}")
+    return _in_directory(path)
+
+
+def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
+    """The cached options and weights of a published model, downloaded first if needed."""
+    what = f"model '{entry.name}'"
+    options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what)
+    weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what)
+    return options.resolve(), weights.resolve()
+
+
+def _local(value: PathLike, role: str) -> Path:
+    text = os.fspath(value)
+    if is_url(text):
+        return cached_path(text, what=f"{role} file {text}").resolve()
+    return Path(text).expanduser().resolve()
+
+
+def _in_directory(directory: Path) -> Tuple[Path, Path]:
+    options_path = directory / OPTIONS
+    if not options_path.is_file():
+        raise WeightFileError(f"ELMo model directory {directory} has no {OPTIONS}")
+    return options_path.resolve(), find_weights(directory).resolve()
+
+
+def find_weights(directory: Path) -> Path:
+    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, or its only ``*.hdf5``."""
+    for name in WEIGHT_NAMES:
+        if (directory / name).is_file():
+            return directory / name
+    found = sorted(p for p in directory.glob("*.hdf5") if p.is_file())
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise WeightFileError(f"ELMo model directory {directory} has no .hdf5 weight file")
+    names = ", ".join(p.name for p in found)
+    raise WeightFileError(f"ELMo model directory {directory} has several .hdf5 files ({names}); name one with weights=")
+
+
+def fingerprint(options_path: Path, weights_path: Path) -> str:
+    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint."""
+    digest = hashlib.sha256()
+    options = json.loads(options_path.read_text(encoding="utf-8"))
+    digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
+    with open(weights_path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]

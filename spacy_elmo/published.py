@@ -1,0 +1,110 @@
+"""The published ELMo models, by name: where each one's options and weights are, and what it is.
+
+URLs as listed on AllenNLP's ELMo page (allenai/allennlp-website ``elmo.html``: the four English
+models and the contributed ones), which is also where AllenNLP 0.9's own ``elmo`` command takes
+its default (``original``). Sizes are approximate (4 bytes per parameter); no publisher states
+checksums, so each file's sha256 is recorded on first download and a later mismatch is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+_S3 = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """One published biLM: its two files, architecture, size and provenance."""
+
+    name: str
+    options_url: str
+    weights_url: str
+    architecture: str  # LSTM cells x projection, CNN filters, highway layers
+    parameters_m: Optional[float]  # millions of biLM parameters (None: not stated by the publisher)
+    approx_mb: Optional[int]  # size of the weights file, approximately (None: not known)
+    trained_on: str
+    source: str  # who made it (all are listed on AllenNLP's ELMo page; no licence is stated with the files)
+    options_sha256: Optional[str] = None
+    weights_sha256: Optional[str] = None
+
+
+def _allennlp(name: str, folder: str, parameters_m: float, approx_mb: int, architecture: str, trained_on: str) -> PublishedModel:
+    return PublishedModel(
+        name=name,
+        options_url=f"{_S3}/{folder}/elmo_{folder}_options.json",
+        weights_url=f"{_S3}/{folder}/elmo_{folder}_weights.hdf5",
+        architecture=architecture,
+        parameters_m=parameters_m,
+        approx_mb=approx_mb,
+        trained_on=trained_on,
+        source="AllenNLP",
+    )
+
+
+_1B_WORDS = "1B Word Benchmark (WMT 2011 news, 800M tokens)"
+
+PUBLISHED: Dict[str, PublishedModel] = {
+    model.name: model
+    for model in (
+        _allennlp("small", "2x1024_128_2048cnn_1xhighway", 13.6, 55, "2 x 1024 cells / 128 proj, 2048 filters, 1 highway", _1B_WORDS),
+        _allennlp("medium", "2x2048_256_2048cnn_1xhighway", 28.0, 112, "2 x 2048 cells / 256 proj, 2048 filters, 1 highway", _1B_WORDS),
+        _allennlp("original", "2x4096_512_2048cnn_2xhighway", 93.6, 375, "2 x 4096 cells / 512 proj, 2048 filters, 2 highway", _1B_WORDS),
+        _allennlp(
+            "original-5.5B", "2x4096_512_2048cnn_2xhighway_5.5B", 93.6, 375,
+            "2 x 4096 cells / 512 proj, 2048 filters, 2 highway",
+            "Wikipedia + WMT 2008-12 news (5.5B tokens)",
+        ),
+        PublishedModel(
+            name="pubmed",
+            options_url=f"{_S3}/contributed/pubmed/elmo_2x4096_512_2048cnn_2xhighway_options.json",
+            weights_url=f"{_S3}/contributed/pubmed/elmo_2x4096_512_2048cnn_2xhighway_weights_PubMed_only.hdf5",
+            architecture="2 x 4096 cells / 512 proj, 2048 filters, 2 highway",
+            parameters_m=93.6,
+            approx_mb=375,
+            trained_on="PubMed (biomedical abstracts)",
+            source="contributed: Matthew Peters",
+        ),
+        PublishedModel(
+            name="pt-wikipedia",
+            options_url=f"{_S3}/contributed/pt/wikipedia/options.json",
+            weights_url=f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5",
+            architecture="not stated (see its options.json)",
+            parameters_m=None,
+            approx_mb=None,
+            trained_on="Portuguese Wikipedia",
+            source="contributed: UFG (Brazil)",
+        ),
+        PublishedModel(
+            name="pt-brwac",
+            options_url=f"{_S3}/contributed/pt/brwac/options.json",
+            weights_url=f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5",
+            architecture="not stated (see its options.json)",
+            parameters_m=None,
+            approx_mb=None,
+            trained_on="Portuguese brWaC web corpus",
+            source="contributed: UFG (Brazil)",
+        ),
+        PublishedModel(
+            name="ja",
+            options_url="https://exawizardsallenlp.blob.core.windows.net/data/options.json",
+            weights_url="https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5",
+            architecture="not stated (see its options.json)",
+            parameters_m=None,
+            approx_mb=None,
+            trained_on="Japanese",
+            source="contributed: ExaWizards",
+        ),
+    )
+}
+
+
+def published_model(name: str) -> Optional[PublishedModel]:
+    """The table entry for ``name`` (case-insensitive), or ``None``."""
+    return PUBLISHED.get(name) or next((m for m in PUBLISHED.values() if m.name.lower() == name.lower()), None)
+
+
+def published_by_url(url: str) -> Optional[PublishedModel]:
+    """The entry whose options or weights URL is ``url`` (either S3 host spelling), or ``None``."""
+    canonical = url.replace("https://allennlp.s3.amazonaws.com/", "https://s3-us-west-2.amazonaws.com/allennlp/")
+    return next((m for m in PUBLISHED.values() if canonical in (m.options_url, m.weights_url)), None)
