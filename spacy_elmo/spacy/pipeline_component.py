@@ -19,6 +19,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config
 
 from ..backend import ElmoBackend
+from ..model_files import OPTIONS, WEIGHTS
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, layer_weights
 from .architectures import ElmoModelRef, as_model_ref, optional_device
@@ -240,8 +241,8 @@ class ElmoComponent(Pipe):
         payload = self._model_payload(with_files=False)
         if payload["source"] == "files":
             options, weights = self.model_ref.files()
-            _copy(options, directory / "options.json")
-            _copy(weights, directory / "weights.hdf5")
+            _copy(options, directory / OPTIONS)
+            _copy(weights, directory / WEIGHTS)
         srsly.write_json(directory / "model.json", payload)
 
     def _load_model_dir(self, directory: Path) -> None:
@@ -261,8 +262,8 @@ class ElmoComponent(Pipe):
             return
         directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
         atexit.register(shutil.rmtree, directory, True)
-        (directory / "options.json").write_bytes(payload["options"])
-        (directory / "weights.hdf5").write_bytes(payload["weights"])
+        (directory / OPTIONS).write_bytes(payload["options"])
+        (directory / WEIGHTS).write_bytes(payload["weights"])
         self._use_model(str(directory), payload.get("fingerprint"))
 
     def _use_model(self, path: str, fingerprint: Optional[str]) -> None:
