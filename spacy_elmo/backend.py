@@ -5,7 +5,6 @@ import hashlib
 import os
 import threading
 import warnings
-import weakref
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 
 from .bilm.model import BiLM
-from .bilm.threads import at_fork_in_child, thread_limit, work_threads
+from .bilm.threads import at_fork_in_child, renew_after_fork, thread_limit, work_threads
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
@@ -60,7 +59,7 @@ class ElmoBackend:
         self.small_work_threads: Optional[int] = 1
         self._warned_oom = False
         self._lock = threading.RLock()
-        _BACKENDS.add(self)
+        renew_after_fork(self)
 
     def configure_cache(
         self,
@@ -224,16 +223,11 @@ def is_out_of_memory(err: BaseException) -> bool:
     return "out of memory" in message or "can't allocate memory" in message
 
 
-_BACKENDS: "weakref.WeakSet[ElmoBackend]" = weakref.WeakSet()
-
-
 @at_fork_in_child
-def _renew_backends_after_fork() -> None:
-    """A fork while another thread is inside ``embed`` copies its held lock: renew every backend's."""
+def _new_cache_lock() -> None:
+    """A fork while another thread loads a model copies the held lock: start unlocked."""
     global _CACHE_LOCK
     _CACHE_LOCK = threading.Lock()
-    for backend in list(_BACKENDS):
-        backend._after_fork()
 
 
 def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> List[List[int]]:

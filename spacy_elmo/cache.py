@@ -15,7 +15,6 @@ import sqlite3
 import threading
 import time
 import warnings
-import weakref
 import zlib
 from collections import OrderedDict
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from .bilm.threads import at_fork_in_child
+from .bilm.threads import at_fork_in_child, renew_after_fork
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
@@ -36,9 +35,6 @@ _QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or
 _UNUSABLE = (sqlite3.Error, OSError)  # a cache that raises these turns itself off
 
 
-_RENEW_AFTER_FORK: "weakref.WeakSet" = weakref.WeakSet()  # every cache object, for _renew_after_fork
-
-
 class MemoryCache:
     """A thread-safe LRU of float32 arrays bounded by their total size in MiB (0 disables it)."""
 
@@ -47,7 +43,7 @@ class MemoryCache:
         self._lock = threading.Lock()
         self.nbytes = 0
         self.max_mb = max_mb
-        _RENEW_AFTER_FORK.add(self)
+        renew_after_fork(self)
 
     @property
     def max_mb(self) -> float:
@@ -153,7 +149,7 @@ class DiskCache:
         self._lock = threading.Lock()
         self._con: Optional[sqlite3.Connection] = None
         self._pid = -1
-        _RENEW_AFTER_FORK.add(self)
+        renew_after_fork(self)
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.path)!r}, max_mb={self.max_bytes / 2**20:g})"
@@ -371,12 +367,10 @@ _DISK_LOCK = threading.Lock()
 
 
 @at_fork_in_child
-def _renew_after_fork() -> None:
-    """A fork while another thread uses a cache copies its held lock: renew every cache's."""
+def _new_disk_lock() -> None:
+    """A fork while another thread opens a disk cache copies the held lock: start unlocked."""
     global _DISK_LOCK
     _DISK_LOCK = threading.Lock()
-    for cache in list(_RENEW_AFTER_FORK):
-        cache._after_fork()
 
 
 def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:

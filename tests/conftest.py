@@ -1,3 +1,4 @@
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -5,6 +6,19 @@ import pytest
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIXTURE_DIR = SHARED / "fixtures" / "allennlp_elmo"
 DATA_DIR = SHARED / "data"
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the block with torch on ``n`` threads, restoring the previous count (training tests use 1: reproducible)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def require_shared(path: Path) -> Path:

@@ -15,6 +15,7 @@ from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.evaluate import load_language_model
 
+from conftest import torch_threads
 from numerics import assert_recomputed_close
 
 
@@ -52,10 +53,8 @@ def tiny_config(texts, **overrides) -> TrainConfig:
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """Train single-threaded as the configs say (threads=1; only the CLI applies it): bit-reproducible and fast."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+
+from conftest import torch_threads
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
@@ -33,10 +35,8 @@ class WritesMarker:
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Train single-threaded (reproducible, and fast on small CPUs); torch's setting is restored after each test."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

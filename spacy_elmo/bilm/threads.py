@@ -17,13 +17,15 @@ import contextlib
 import ctypes
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import torch
 
 _callbacks: List[Callable[[], None]] = []
+_renewed: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _forked = False
 
 
@@ -31,6 +33,11 @@ def at_fork_in_child(callback: Callable[[], None]) -> Callable[[], None]:
     """Run ``callback`` in a forked child before anything else (renew locks, forget pools); usable as a decorator."""
     _callbacks.append(callback)
     return callback
+
+
+def renew_after_fork(holder: Any) -> None:
+    """Call ``holder._after_fork()`` in a forked child: objects with locks or caches another thread may have held."""
+    _renewed.add(holder)
 
 
 def in_forked_child() -> bool:
@@ -43,6 +50,8 @@ def _after_fork_in_child() -> None:
     _forked = True
     for callback in _callbacks:
         callback()
+    for holder in list(_renewed):
+        holder._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
