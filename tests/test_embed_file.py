@@ -313,7 +313,12 @@ def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, sig
         "api": [sys.executable, "-c", EMBED_STDIN_API, str(fixture_dir), str(out)],
     }[via]
     with open(log, "wb") as stderr:
-        run = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr)
+        # SIGINT's default action, even when this test runs as a background job (which ignores SIGINT, and
+        # an ignored signal stays ignored across exec, so Python would not turn it into KeyboardInterrupt)
+        run = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         run.stdin.write(b"the bank of the river\n" * 10)  # less than a chunk, and stdin stays open: the run waits
         run.stdin.flush()
@@ -322,7 +327,7 @@ def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, sig
             time.sleep(0.02)
         assert partial_files(tmp_path) == [f".out.hdf5.{run.pid}.partial"], log.read_text()
         run.send_signal(signum)
-        run.wait(timeout=120)  # generous: a loaded 2-core CI machine can take tens of seconds to unwind and exit
+        run.wait(timeout=60)
     finally:
         run.kill()
         run.stdin.close()
