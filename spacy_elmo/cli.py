@@ -16,6 +16,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .about import __version__
+
+        typer.echo(f"spacy-elmo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit"),
+) -> None:
+    """ELMo contextual word vectors for spaCy and scikit-learn."""
+
+
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
     """Bad input (ValueError, incl. WeightFileError) or an unusable path: a red one-line message and exit status 2."""
@@ -236,6 +251,31 @@ def models() -> None:
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     typer.echo(f"\ncache: {home()} (SPACY_ELMO_HOME); SPACY_ELMO_OFFLINE=1 keeps everything off the network")
+
+
+@app.command()
+def similarity(
+    sentence_a: str = typer.Argument(..., help="The first sentence (split on spaces)"),
+    sentence_b: str = typer.Argument(..., help="The second sentence (split on spaces)"),
+    word: str = typer.Option(..., "--word", "-w", help="The word to compare (its first occurrence in each sentence)"),
+    model: str = typer.Option("default", "--model", "-m", help="A biLM: 'default', a published name, a directory, archive or URL"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a figure (per-layer bars + token heatmap), e.g. out.png"),
+) -> None:
+    """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
+    from .backend import load_bilm
+    from .similarity import plot as plot_figure
+    from .similarity import word_similarity
+
+    with _errors_exit_2():
+        result = word_similarity(load_bilm(model), sentence_a, sentence_b, word)
+    typer.echo(result.table())
+    if plot is not None:
+        try:
+            plot_figure(result, plot)
+        except ImportError as err:
+            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from err
+        typer.echo(f"wrote {plot}")
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""TensorFlow Hub's ELMo module, ported: the same signatures, keys and shapes, as numpy arrays.
+
+The seed snippet most people know, and the one change it needs::
+
+    elmo = hub.load("https://tfhub.dev/google/elmo/3")          # TF-Hub
+    elmo = spacy_elmo.hub.load("original")                      # here (any model load_bilm takes)
+    vectors = elmo.signatures["default"](sentences)["elmo"]     # tf.constant(...) not needed
+
+Keys (as TF-Hub documents them): ``word_emb`` (batch, max_len, projection_dim: the char-CNN token
+representation), ``lstm_outputs1`` ... (batch, max_len, dim: one per LSTM layer), ``elmo``
+(batch, max_len, dim: the equal-weight average of all layers, gamma 1, i.e. TF-Hub's initial
+mix), ``default`` (batch, dim: the mean of ``elmo`` over each sentence's tokens) and
+``sequence_len``. Positions past a sentence's length are zeros. Unlike TF-Hub's LSTM, ours
+starts from a zero state for every sentence, so a sentence's vectors do not depend on its batch.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .backend import ElmoBackend, load_bilm
+from .model_files import PathLike
+
+Outputs = Dict[str, np.ndarray]
+
+
+def load(model: Optional[PathLike] = "default", **load_bilm_kwargs: Any) -> "HubModule":
+    """The TF-Hub-style module for ``model`` (a name, directory, archive or URL, as :func:`load_bilm` takes)."""
+    return HubModule(load_bilm(model, **load_bilm_kwargs))
+
+
+class HubModule:
+    """``signatures["default"](strings)`` and ``signatures["tokens"](tokens=..., sequence_len=...)``, as in TF-Hub."""
+
+    def __init__(self, backend: ElmoBackend) -> None:
+        self.backend = backend
+        self.signatures: Dict[str, Callable[..., Outputs]] = {"default": self.default, "tokens": self.tokens}
+
+    def __call__(self, inputs: Any, signature: str = "default", as_dict: bool = True) -> Union[Outputs, np.ndarray]:
+        """TF-Hub 1.x style: ``elmo(strings, signature="default", as_dict=True)``; without ``as_dict`` the ``default`` output."""
+        if signature not in self.signatures:
+            raise ValueError(f"signature={signature!r}: expected one of {sorted(self.signatures)}")
+        outputs = self.default(inputs) if signature == "default" else self.tokens(**inputs)
+        return outputs if as_dict else outputs["default"]
+
+    def default(self, strings: Sequence[str]) -> Outputs:
+        """Each string split on spaces (as TF-Hub's ``default`` signature does), then embedded."""
+        if isinstance(strings, str):
+            raise TypeError("the default signature takes a list of strings (one per sentence), not one string")
+        sentences = []
+        for i, text in enumerate(_as_list(strings)):
+            if not isinstance(text, str):
+                raise TypeError(f"sentence {i}: expected a string, not {type(text).__name__}")
+            sentences.append([token for token in text.split(" ") if token])
+        return self._outputs(sentences)
+
+    def tokens(self, tokens: Sequence[Sequence[str]], sequence_len: Sequence[int]) -> Outputs:
+        """Padded token lists and the true length of each (padding tokens past the length are ignored)."""
+        rows, lengths = _as_list(tokens), [int(n) for n in _as_list(sequence_len)]
+        if len(rows) != len(lengths):
+            raise ValueError(f"tokens has {len(rows)} rows but sequence_len has {len(lengths)} entries")
+        sentences = []
+        for i, (row, n) in enumerate(zip(rows, lengths)):
+            row = _as_list(row)
+            if not 0 <= n <= len(row):
+                raise ValueError(f"sequence_len[{i}] = {n}, but row {i} of tokens has {len(row)} entries")
+            sentences.append([str(token) for token in row[:n]])
+        return self._outputs(sentences)
+
+    def _outputs(self, sentences: List[List[str]]) -> Outputs:
+        backend = self.backend
+        layers = backend.embed(sentences)
+        batch, longest = len(sentences), max((len(s) for s in sentences), default=0)
+        projection = backend.dim // 2
+        padded = np.zeros((backend.n_layers + 1, batch, longest, backend.dim), dtype=np.float32)
+        for row, array in enumerate(layers):
+            padded[:, row, : array.shape[1]] = array
+        lengths = np.array([len(s) for s in sentences], dtype=np.int32)
+        elmo = padded.mean(axis=0)
+        counts = np.maximum(lengths, 1)[:, None].astype(np.float32)
+        outputs: Outputs = {"word_emb": np.ascontiguousarray(padded[0, :, :, :projection])}  # layer 0 is [x; x]
+        for k in range(1, backend.n_layers + 1):
+            outputs[f"lstm_outputs{k}"] = padded[k]
+        outputs["elmo"] = elmo
+        outputs["default"] = (elmo.sum(axis=1) / counts).astype(np.float32)
+        outputs["sequence_len"] = lengths
+        return outputs
+
+
+def _as_list(values: Any) -> List[Any]:
+    """A list from a list, tuple or numpy array (TF users often hold numpy arrays of strings)."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)

@@ -1,0 +1,99 @@
+"""What ELMo is for, in one table: one word in two sentences, its cosine similarity per layer and for the mix.
+
+Layer 0 (the char CNN) sees only the word itself, so its cosine is 1.0; the LSTM layers see the
+sentence, so a word used in two senses ("bank" of a river, of money) drifts apart there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Tuple
+
+import numpy as np
+
+from .backend import ElmoBackend
+
+
+@dataclass
+class WordSimilarity:
+    """Cosines of ``word`` between two sentences, per layer and for the equal-weight mix, and all token pairs."""
+
+    word: str
+    tokens: Tuple[List[str], List[str]]
+    positions: Tuple[int, int]
+    layers: List[Tuple[str, float]]  # (label, cosine) per layer, then the mix
+    token_matrix: np.ndarray  # (len(a), len(b)) cosines of the mixed vectors
+
+    def table(self) -> str:
+        """The per-layer table as text."""
+        (a, b), (i, j) = self.tokens, self.positions
+        lines = [
+            f"cosine similarity of {self.word!r} (token {i} of sentence A, token {j} of sentence B)",
+            f"  A: {' '.join(a)}",
+            f"  B: {' '.join(b)}",
+        ]
+        width = max(len(label) for label, _ in self.layers)
+        lines += [f"  {label.ljust(width)}  {cosine:.4f}" for label, cosine in self.layers]
+        return "\n".join(lines)
+
+
+def split_on_spaces(text: str) -> List[str]:
+    """Tokens as TF-Hub's ``default`` signature makes them: split on spaces, empty pieces dropped."""
+    return [token for token in text.split(" ") if token]
+
+
+def word_similarity(backend: ElmoBackend, sentence_a: str, sentence_b: str, word: str) -> WordSimilarity:
+    """Embed both sentences (split on spaces) and compare ``word``'s vectors layer by layer."""
+    tokens = (split_on_spaces(sentence_a), split_on_spaces(sentence_b))
+    positions = (_position(tokens[0], word, "A"), _position(tokens[1], word, "B"))
+    layers_a, layers_b = backend.embed(list(tokens))
+    labels = ["layer 0 (char CNN, context-free)"] + [f"layer {k} (LSTM {k})" for k in range(1, backend.n_layers + 1)]
+    rows = [(label, _cosine(layers_a[k, positions[0]], layers_b[k, positions[1]])) for k, label in enumerate(labels)]
+    mix_a, mix_b = layers_a.mean(axis=0), layers_b.mean(axis=0)
+    rows.append(("mix (equal weights)", _cosine(mix_a[positions[0]], mix_b[positions[1]])))
+    matrix = np.array([[_cosine(x, y) for y in mix_b] for x in mix_a], dtype=np.float32)
+    return WordSimilarity(word, tokens, positions, rows, matrix)
+
+
+def _position(tokens: List[str], word: str, name: str) -> int:
+    for match in (lambda t: t == word, lambda t: t.lower() == word.lower(), lambda t: t.strip(".,;:!?\"'()").lower() == word.lower()):
+        found = [i for i, token in enumerate(tokens) if match(token)]
+        if found:
+            return found[0]
+    raise ValueError(f"sentence {name} has no token {word!r} (tokens: {tokens})")
+
+
+def _cosine(x: np.ndarray, y: np.ndarray) -> float:
+    norm = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return float(np.dot(x.astype(np.float64), y.astype(np.float64)) / norm) if norm else 0.0
+
+
+def plot(result: WordSimilarity, path: Path) -> None:
+    """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'spacy-elmo[plot]'") from None
+    (a, b), (i, j) = result.tokens, result.positions
+    figure, (bars, heat) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
+    labels = [label.split(" (")[0] if not label.startswith("mix") else "mix" for label, _ in result.layers]
+    values = [cosine for _, cosine in result.layers]
+    shown = bars.bar(labels, values, color=["#9e9e9e"] + ["#1f77b4"] * (len(values) - 2) + ["#d62728"])
+    bars.bar_label(shown, fmt="%.2f")
+    bars.set_ylim(min(0.0, min(values)) - 0.05, 1.1)
+    bars.set_ylabel("cosine similarity")
+    bars.set_title(f"{result.word!r} in A vs B, per layer")
+    image = heat.imshow(result.token_matrix, cmap="viridis", vmin=min(0.0, float(result.token_matrix.min())), vmax=1.0)
+    heat.set_xticks(range(len(b)), b, rotation=60, ha="right")
+    heat.set_yticks(range(len(a)), a)
+    heat.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    heat.set_xlabel("sentence B")
+    heat.set_ylabel("sentence A")
+    heat.set_title("token-by-token cosine (mixed vectors)")
+    figure.colorbar(image, ax=heat, fraction=0.046)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
