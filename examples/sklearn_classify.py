@@ -1,7 +1,7 @@
 """Sentence classification with pooled ELMo features vs a TF-IDF baseline (LogisticRegression on both).
 
     python examples/sklearn_classify.py --dataset trec --model path/to/elmo_dir
-    python examples/sklearn_classify.py --dataset sst5 --max-train 2000   # default model once bundled
+    python examples/sklearn_classify.py --dataset sst5 --max-train 2000   # the bundled default model
 
 Datasets are read from ``--data-dir`` (default: ``../shared/data`` beside the checkout):
 ``trec`` (TREC-6 coarse question types, 5,452 train / 500 test), ``sst5`` (SST fine-grained
@@ -96,7 +96,7 @@ def build_models(args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", choices=["trec", "sst5", "sst2"], default="trec")
-    parser.add_argument("--model", default="default", help="ELMo directory (options.json + .hdf5) or 'default'")
+    parser.add_argument("--model", default="default", help="'default', a published name (e.g. original), or an ELMo directory")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--layers", default="average", help="'average', 'top' or a layer index")
     parser.add_argument("--pooling", default="mean", choices=["mean", "max", "mean+max"])
@@ -114,7 +114,15 @@ def main() -> None:
         load_bilm(args.model, device=args.device)  # fail early with a clear message; the pipelines share this model
     except WeightFileError as err:
         parser.exit(2, f"error: {err}\n")
-    (train_x, train_y), (test_x, test_y) = load_dataset(args.dataset, args.data_dir)
+    try:
+        (train_x, train_y), (test_x, test_y) = load_dataset(args.dataset, args.data_dir)
+    except FileNotFoundError as err:
+        parser.exit(2, (
+            f"error: {args.dataset} data not found ({err.filename}).\n"
+            f"This example reads the data sets of the spacy-elmo repository's ../shared/data folder by default;\n"
+            f"point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
+            f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
+        ))
     train_x, train_y = subsample(train_x, train_y, args.max_train)
     test_x, test_y = subsample(test_x, test_y, args.max_test)
     sizes = f"{len(train_x)} train / {len(test_x)} test sentences, {len(set(train_y))} classes"

@@ -6,7 +6,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -118,13 +118,21 @@ class ElmoBackend:
         dtype = str(self.dtype).replace("torch.", "")
         return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device), dtype))
 
-    def embed(self, sentences: Iterable[Sequence[str]], *, batch_size: Optional[int] = None) -> List[np.ndarray]:
+    def embed(
+        self,
+        sentences: Iterable[Sequence[str]],
+        *,
+        batch_size: Optional[int] = None,
+        on_progress: Optional[Callable[[int], object]] = None,
+    ) -> List[np.ndarray]:
         """ELMo activations for each sentence, float32 ``(n_layers + 1, n_tokens, dim)``, in input order.
 
         Sentences are looked up in the caches (memory, then disk), repeated sentences are computed
         once, and the rest are sorted by length and batched under ``batch_size`` sentences and a
         padded token budget; an empty sentence gives ``(n_layers + 1, 0, dim)``. Every returned
-        array is the caller's own (writable, not shared with the cache).
+        array is the caller's own (writable, not shared with the cache). ``on_progress(n)`` is
+        called as sentences are done (``n`` more each time: the cached ones, then each batch),
+        e.g. with a tqdm bar's ``update``.
         """
         sentences = validate_sentences(sentences)
         max_rows = DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size)
@@ -148,12 +156,16 @@ class ElmoBackend:
             for key, array in disk.get_many(self.fingerprint, list(pending), self.n_layers + 1, self.dim).items():
                 self._deliver(results, pending.pop(key), key, array, use_memory)
         keys = list(pending)
+        if on_progress is not None:
+            on_progress(len(sentences) - sum(map(len, pending.values())))
         for batch in length_batches([len(k) for k in keys], max_rows, self.token_budget):
             arrays = self._embed_splitting_on_oom([keys[j] for j in batch])
             for j, array in zip(batch, arrays):
                 self._deliver(results, pending[keys[j]], keys[j], array, use_memory)
             if disk is not None:
                 disk.put_many(self.fingerprint, ((keys[j], a) for j, a in zip(batch, arrays)))
+            if on_progress is not None:
+                on_progress(sum(len(pending[keys[j]]) for j in batch))
         return results  # type: ignore[return-value]
 
     def _deliver(self, results: List, rows: List[int], key: Tuple[str, ...], array: np.ndarray, use_memory: bool) -> None:

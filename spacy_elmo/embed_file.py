@@ -71,7 +71,8 @@ def embed_file(
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
             for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
                 tokens = [split(text) for _, text in chunk]
-                for (number, text), sentence, layers in zip(chunk, tokens, backend.embed(tokens, batch_size=batch_size)):
+                embedded = backend.embed(tokens, batch_size=batch_size, on_progress=bar.update)  # the bar moves per batch
+                for (number, text), sentence, layers in zip(chunk, tokens, embedded):
                     key = text if use_sentence_keys else str(number)
                     if use_sentence_keys:
                         if key in sentence_lines:
@@ -85,7 +86,6 @@ def embed_file(
                         sentence_to_index[text] = key
                     n_tokens += len(sentence)
                 n_lines += len(chunk)
-                bar.update(len(chunk))
             if not forget_sentences and not use_sentence_keys:
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
+from tqdm import tqdm
 
 from .backend import ElmoBackend, load_bilm
 from .mix import LayerSpec, layer_weights, mix_layers
@@ -33,7 +34,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     model : str or path-like, default="default"
-        An ELMo directory (``options.json`` + weights ``.hdf5``) or ``"default"`` for the bundled model.
+        ``"default"`` (the bundled model), a published name (``"original"``, ...), an archive or URL,
+        or an ELMo directory (``options.json`` + weights ``.hdf5``), as :func:`spacy_elmo.load_bilm` takes.
     layers : "average", "top", int or list of float, default="average"
         Which biLM layers to use, as in the spaCy component (see :func:`spacy_elmo.mix_layers`).
     pooling : {"mean", "max", "mean+max"}, default="mean"
@@ -52,6 +54,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     window_overlap : int, default=32
         Tokens shared by neighbouring windows; each token takes its vectors from the window in
         which it is further from the edge.
+    verbose : bool or int, default=0
+        Show a tqdm progress bar over the texts being embedded in ``transform``.
 
     Input
     -----
@@ -80,6 +84,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         tokenizer: TokenizerSpec = None,
         max_length: Optional[int] = 128,
         window_overlap: int = 32,
+        verbose: Union[bool, int] = 0,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -89,6 +94,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.window_overlap = window_overlap
+        self.verbose = verbose
 
     # -- scikit-learn API ------------------------------------------------------------------
 
@@ -189,11 +195,13 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         """Embed each unique token sequence once, longest first in bounded chunks, and fill its rows."""
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         max_length, overlap = self._windows()
-        for start in range(0, len(unique), CHUNK_SIZE):
-            chunk = unique[start : start + CHUNK_SIZE]
-            embedded = embed_in_windows(backend, chunk, max_length, overlap, self.batch_size)
-            for tokens, activations in zip(chunk, embedded):
-                out[pending[tokens]] = self._pool(activations)
+        with tqdm(total=len(unique), unit="text", desc="ELMo", disable=not self.verbose) as bar:
+            for start in range(0, len(unique), CHUNK_SIZE):
+                chunk = unique[start : start + CHUNK_SIZE]
+                embedded = embed_in_windows(backend, chunk, max_length, overlap, self.batch_size)
+                for tokens, activations in zip(chunk, embedded):
+                    out[pending[tokens]] = self._pool(activations)
+                bar.update(len(chunk))
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:

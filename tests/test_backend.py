@@ -158,3 +158,12 @@ def test_out_of_memory_retries_in_halves(backend, fixture_sentences, monkeypatch
     monkeypatch.setattr(backend.model, "contextualize_vectors", other_error)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         backend.embed([["x", "y"]])
+
+
+def test_on_progress_counts_cached_then_each_batch(fixture_dir, tmp_path, fixture_sentences):
+    shutil.copytree(fixture_dir, tmp_path / "m")  # a backend of its own, with an empty cache
+    backend = load_bilm(tmp_path / "m")
+    backend.embed(fixture_sentences[:3])  # now in the memory cache
+    steps = []
+    out = backend.embed(fixture_sentences[:10], batch_size=3, on_progress=steps.append)
+    assert len(out) == 10 and steps[0] == 3 and sum(steps) == 10 and len(steps) == 1 + 3  # 7 new: batches of 3, 3, 1

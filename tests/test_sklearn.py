@@ -385,3 +385,12 @@ def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir
     assert not np.allclose(whole[0], got[0])
     # numpy integers from a parameter grid are accepted
     assert est.set_params(max_length=np.int64(100), window_overlap=np.int64(20)).fit_transform([tokens]).shape == got[:1].shape
+
+
+def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
+    quiet = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
+    capsys.readouterr()
+    loud = ElmoVectorizer(model=str(fixture_dir), verbose=1).transform(TEXTS)
+    err = capsys.readouterr().err
+    assert "ELMo" in err and "3/3" in err  # the three non-empty texts
+    np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation

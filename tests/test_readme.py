@@ -1,0 +1,20 @@
+"""Every Python code block of the README runs as written (offline: they use the bundled default model)."""
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_readme_has_python_blocks():
+    assert len(BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_block_runs(index, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # blocks that name ~/.cache write under this test's folder
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # and none may need the network
+    monkeypatch.chdir(tmp_path)
+    exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
