@@ -1,0 +1,26 @@
+"""docs/api.md documents every public name (regenerate it with `python docs/make_api.py`)."""
+import importlib.util
+import inspect
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make_api():
+    spec = importlib.util.spec_from_file_location("make_api", ROOT / "docs" / "make_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_public_name_has_a_section_and_a_docstring():
+    make_api = _make_api()
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    missing = [f"{m}.{n}" for m, n in make_api.public_names() if f"### `{m}.{n}`" not in text]
+    assert not missing, f"not in docs/api.md (run python docs/make_api.py): {missing}"
+    undocumented = []
+    for module_name, name in make_api.public_names():
+        obj = getattr(importlib.import_module(module_name), name)
+        if (inspect.isclass(obj) or inspect.isroutine(obj)) and not inspect.getdoc(obj):
+            undocumented.append(f"{module_name}.{name}")
+    assert not undocumented, f"public names without a docstring: {undocumented}"
