@@ -207,8 +207,8 @@ class ElmoBackend:
         with self._lock, torch.inference_mode(), thread_limit(self._threads_for(len(batch))):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
             activations, _ = self.model.contextualize_vectors(tokens, lengths, boundaries=False)  # <S>, </S> dropped below
-            activations = activations.float().cpu().numpy()
-        return [np.ascontiguousarray(activations[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
+            layers = activations.float().cpu().numpy()
+        return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 
     def _threads_for(self, rows: int) -> Optional[int]:
         """Small CPU batches run on ``small_work_threads`` threads of the calling thread (``None``: torch's setting).

@@ -211,8 +211,8 @@ class DiskCache:
                 if touched or bad:  # mark as recently used (for eviction) and drop broken entries
                     with _transaction(con):
                         for start in range(0, len(touched), _QUERY_CHUNK):
-                            chunk = touched[start : start + _QUERY_CHUNK]
-                            con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(chunk))})", [now, *chunk])
+                            ids = touched[start : start + _QUERY_CHUNK]
+                            con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(ids))})", [now, *ids])
                         con.executemany("DELETE FROM vectors WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in bad])
         except _UNUSABLE as err:
             self._fail(err)

@@ -53,12 +53,15 @@ def is_offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def is_url(value: Union[str, os.PathLike]) -> bool:
+def is_url(value: Union[str, "os.PathLike[str]"]) -> bool:
+    """Whether ``value`` is an http(s) URL (paths, including ``os.PathLike`` ones, are not)."""
     return isinstance(value, str) and urlparse(value).scheme in ("http", "https")
 
 
-def is_archive(value: Union[str, os.PathLike]) -> bool:
-    name = urlparse(value).path if is_url(value) else str(value)
+def is_archive(value: Union[str, "os.PathLike[str]"]) -> bool:
+    """Whether ``value`` (a path or URL) names a ``.zip`` / ``.tar.gz`` / ``.tgz`` file."""
+    text = os.fspath(value)
+    name = urlparse(text).path if is_url(text) else text
     return name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
@@ -292,9 +295,9 @@ def _extract(archive: Path, into: Path, name: str) -> None:
     except tarfile.TarError as err:
         raise DownloadError(f"{name} is neither a zip nor a tar archive ({err})") from None
     with tf:
-        members = tf.getmembers()
-        _check_members([(m.name, _tar_kind(m)) for m in members], name)
-        for member in members:
+        entries = tf.getmembers()
+        _check_members([(m.name, _tar_kind(m)) for m in entries], name)
+        for member in entries:
             if member.isfile():
                 handle = tf.extractfile(member)
                 assert handle is not None

@@ -158,9 +158,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def _windows(self) -> Tuple[Optional[int], int]:
         """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
-        integral = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)  # noqa: E731
-        max_length = int(self.max_length) if integral(self.max_length) else self.max_length
-        overlap = int(self.window_overlap) if integral(self.window_overlap) else self.window_overlap
+        def plain(value: Any) -> Any:
+            return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+        max_length, overlap = plain(self.max_length), plain(self.window_overlap)
         if max_length is not None:
             check_window_config(max_length, overlap)
         return max_length, overlap

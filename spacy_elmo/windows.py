@@ -22,7 +22,7 @@ def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int,
         return [(0, n, 0, n)] if n else []
     step = max_length - overlap
     starts = list(range(0, n - max_length, step)) + [n - max_length]
-    bounds = []
+    bounds: List[Tuple[int, int, int, int]] = []
     for k, start in enumerate(starts):
         end = start + max_length
         keep_start = 0 if k == 0 else bounds[-1][3]

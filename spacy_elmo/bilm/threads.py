@@ -92,17 +92,19 @@ def thread_limit(threads: Optional[int]) -> Iterator[None]:
     """
     current = torch.get_num_threads()  # also lets torch initialise this thread's count first
     native = _natives()
-    if threads is None or threads >= current or native.omp_set is None:
+    omp_set = native.omp_set
+    if threads is None or threads >= current or omp_set is None:
         yield
         return
-    native.omp_set(int(threads))
-    previous_mkl = native.mkl_set_local(int(threads)) if native.mkl_set_local is not None else None
+    mkl_set_local = native.mkl_set_local
+    omp_set(int(threads))
+    previous_mkl = mkl_set_local(int(threads)) if mkl_set_local is not None else None
     try:
         yield
     finally:
-        native.omp_set(current)
-        if previous_mkl is not None:
-            native.mkl_set_local(previous_mkl)
+        omp_set(current)
+        if mkl_set_local is not None:
+            mkl_set_local(previous_mkl)
 
 
 def work_threads(small: bool, small_work_threads: Optional[int]) -> Optional[int]:
