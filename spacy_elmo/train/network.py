@@ -18,8 +18,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, run_directions
 from ..bilm.model import BiLM, BiLMOptions, lstm_outputs, token_vectors
-
-LSTM_IMPLS = ("auto", "fused", "exact")
+from .config import LSTM_IMPLS
 
 
 def _tf_order(torch_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
