@@ -27,7 +27,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 class ElmoBackend:
-    """A loaded biLM on one device. Stateless: a sentence's vectors never depend on its batch.
+    """A loaded biLM on one device. Stateless: a sentence's vectors do not depend on its batch (no state
+    is carried over, padding is never computed), to float32 rounding (other batch shapes can take
+    other GEMM kernels).
 
     Get one with :func:`spacy_elmo.load_bilm`, which shares one object per model and device.
     """

@@ -144,7 +144,9 @@ def trim_padding(char_ids: torch.Tensor, max_width: int) -> torch.Tensor:
 
     Every row ends in a run of one repeated id (its padding). A window inside that run
     gives the same value wherever it sits, and every window that overlaps it partly still
-    fits, so the set of window values (hence each filter's max) stays exactly the same.
+    fits, so the set of window values (hence each filter's max) stays the same, up to float32
+    rounding: a convolution or matmul kernel may add a window's terms in another order for
+    another input width.
     Most words are far shorter than 50 bytes, so this saves most of the convolution work.
     """
     n_rows, n_cols = char_ids.shape

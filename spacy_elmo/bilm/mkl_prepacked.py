@@ -10,9 +10,10 @@ GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``, exposed by torch as ``torc
 packs it once: 1.2-1.7x faster products measured here for 3-64 rows (3-32 with two threads)
 and matrices from 2M elements up (smaller ones and tall-narrow ones do not gain: left alone).
 The products agree with plain sgemm to float32 rounding, not bit for bit: MKL's packed kernels
-may add the terms of a sum in another order (measured here on AVX-512: up to ~5 float32 epsilons of
-the largest product apart; bit-identical only for some shapes and row counts). Each pack is checked against plain sgemm on probes of 3 and 64 rows before use
-(within rtol 1e-5); on a mismatch, or a torch without MKL, the plain path runs.
+may add the terms of a sum in another order (measured here on AVX-512: up to ~5 float32
+epsilons of the largest product apart; bit-identical only for some shapes and row counts).
+Each pack is checked against plain sgemm on probes of 3 and 64 rows before use (within rtol
+1e-5); on a mismatch, or a torch without MKL, the plain path runs.
 Only the inference path (:mod:`.inference`) uses these products; :class:`~.model.BiLM` sends work
 there only when no gradient is needed, so the packs never see autograd.
 Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use and freed with the

@@ -195,8 +195,9 @@ class BiLM(nn.Module):
         (:func:`.inference.layer_activations`), which writes every layer straight into the output
         tensor. There, ``boundaries=False`` (for callers that drop the ``<S>`` / ``</S>`` positions,
         like :meth:`ElmoBackend.embed`) skips each LM's step at its final boundary token: the
-        forward LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero (every other
-        position is unchanged) and no final state is returned. Two steps fewer per layer.
+        forward LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero and no final
+        state is returned. Two steps fewer per layer; every other position agrees with the full
+        computation to float32 rounding (fewer rows at some steps can take another GEMM kernel).
         """
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         valid = (positions[None, :] < lengths.to(tokens.device)[:, None]).to(tokens.dtype)

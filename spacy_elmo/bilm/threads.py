@@ -99,7 +99,8 @@ def thread_limit(threads: Optional[int]) -> Iterator[None]:
     """Run the block's torch CPU ops on at most ``threads`` threads, in this thread only (``None``: no change).
 
     Where the runtime has no thread-local setter (no OpenMP symbols found) the block runs unlimited,
-    which is slower for tiny work but gives the same numbers.
+    which is slower for tiny work; the numbers agree to float32 rounding (another thread count may
+    split a sum differently).
     """
     current = torch.get_num_threads()  # also lets torch initialise this thread's count first
     native = _natives()
