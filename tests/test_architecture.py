@@ -133,3 +133,18 @@ def test_threads_are_started_and_limited_only_in_bilm_threads():
     for name, path in MODULES.items():
         misplaced = (used_names(path) & watched) - allowed.get(name, set())
         assert not misplaced, f"{name} uses {sorted(misplaced)}: thread pools and limits belong in bilm/threads.py"
+
+
+def test_nothing_is_unpickled():
+    """No module imports a pickle-based loader or calls torch.load: files from elsewhere cannot run code here."""
+    loaders = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "shelve", "marshal"}
+    for name, path in MODULES.items():
+        imported = {n.split(".")[0] for n in imported_names(name, in_functions=True)}
+        assert not imported & loaders, f"{name} imports {sorted(imported & loaders)}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+                assert not (owner == "torch" and node.func.attr == "load"), f"{name}:{node.lineno} calls torch.load"
+                assert node.func.attr != "read_pickle", f"{name}:{node.lineno} calls read_pickle"
+                pickles = [k for k in node.keywords if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False)]
+                assert not pickles, f"{name}:{node.lineno} allows pickle"
