@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .bilm.model import BiLM
-from .bilm.threads import at_fork_in_child, renew_after_fork, thread_limit, work_threads
+from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
@@ -23,12 +23,13 @@ PathLike = Union[str, os.PathLike]
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
-SMALL_WORK_MACS = 262_144  # recurrent multiply-adds per step below which a batch runs on one thread
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class ElmoBackend:
-    """A loaded biLM on one device. Stateless: a sentence's vectors never depend on its batch.
+    """A loaded biLM on one device. Stateless: a sentence's vectors do not depend on its batch (no state
+    is carried over, padding is never computed), to float32 rounding (other batch shapes can take
+    other GEMM kernels).
 
     Get one with :func:`spacy_elmo.load_bilm`, which shares one object per model and device.
     """
@@ -203,7 +204,7 @@ class ElmoBackend:
         return self._embed_splitting_on_oom(batch[:half]) + self._embed_splitting_on_oom(batch[half:])
 
     def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
-        """Activations of one batch of non-empty sentences, through the token-vector cache and the fast path."""
+        """Activations of one batch of non-empty sentences, through the token-vector cache and the inference path."""
         with self._lock, torch.inference_mode(), thread_limit(self._threads_for(len(batch))):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
             activations, _ = self.model.contextualize_vectors(tokens, lengths, boundaries=False)  # <S>, </S> dropped below
@@ -214,12 +215,12 @@ class ElmoBackend:
         """Small CPU batches run on ``small_work_threads`` threads of the calling thread (``None``: torch's setting).
 
         Each step of a small batch is a few microseconds of work, less than what waking a thread
-        team costs (and far less on a busy machine), so more threads only make it slower.
+        team costs (and far less on a busy machine), so more threads only make it slower; where
+        "small" ends is :func:`.bilm.threads.batch_thread_limit`'s to say.
         """
         options = self.model.options
-        macs = rows * options.projection_dim * 4 * options.cell_dim
-        small = self.device.type == "cpu" and self.small_work_threads is not None and macs < SMALL_WORK_MACS
-        return work_threads(small, self.small_work_threads)
+        step_macs = rows * options.projection_dim * 4 * options.cell_dim  # the recurrent product of one step
+        return batch_thread_limit(step_macs, self.device, self.small_work_threads)
 
     def _after_fork(self) -> None:
         """In a forked child: a new lock (a parent thread may have held this one) and empty in-memory caches."""

@@ -8,6 +8,8 @@ from typing import Iterator, List, Optional
 
 import typer
 
+from .train.config import TrainConfig
+
 app = typer.Typer(
     name="spacy-elmo",
     help="ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs.",
@@ -41,40 +43,43 @@ def _errors_exit_2() -> Iterator[None]:
         raise typer.Exit(2) from err
 
 
+_TRAIN_DEFAULTS = TrainConfig(train=[])  # the train command's defaults are TrainConfig's
+
+
 @app.command()
 def train(
     output_dir: Path = typer.Argument(..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"),
     train_files: List[Path] = typer.Option([], "--train", "-t", help="Training text, one sentence (or paragraph) per line; repeatable; a directory means its *.txt files"),
     raw_files: List[Path] = typer.Option([], "--raw", help="Training text as running prose (paragraphs split into sentences); repeatable"),
     valid_files: List[Path] = typer.Option([], "--valid", "-v", help="Validation text, one sentence or paragraph per line; repeatable"),
-    arch: str = typer.Option("small", "--arch", "-a", help="Preset (tiny, small, original) or an options.json-style JSON file"),
+    arch: str = typer.Option(_TRAIN_DEFAULTS.architecture, "--arch", "-a", help="Preset (tiny, small, original) or an options.json-style JSON file"),
     tokenizer: str = typer.Option("whitespace", help="Tokenizer for --train/--valid lines: whitespace or spacy"),
     raw_tokenizer: str = typer.Option("spacy", help="Tokenizer for --raw text: spacy or whitespace"),
-    vocab_size: int = typer.Option(50000, help="Most softmax words (<S>, </S>, <UNK> included)"),
-    min_count: int = typer.Option(3, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"),
-    epochs: float = typer.Option(1.0, help="Passes over the training text (a fraction is allowed)"),
-    token_budget: int = typer.Option(4096, help="Padded tokens per batch"),
-    lr: float = typer.Option(2e-3, help="Adam learning rate"),
-    lr_schedule: str = typer.Option("linear", help="linear (decay over --epochs or --max-minutes) or constant"),
-    warmup_steps: int = typer.Option(100, help="Steps of linear learning-rate warm-up"),
-    clip_norm: float = typer.Option(1.0, help="Gradient norm clipping (0: off)"),
-    dropout: float = typer.Option(0.0, help="Dropout between LSTM layers and before the softmax"),
-    cutoffs: str = typer.Option("2000,10000", help="Adaptive softmax cluster boundaries (word ranks)"),
-    div_value: float = typer.Option(2.0, help="Adaptive softmax: each tail cluster's width shrinks by this factor"),
-    max_length: int = typer.Option(100, help="Cut sentences longer than this many tokens"),
-    seed: int = typer.Option(0, help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)"),
-    eval_every: int = typer.Option(0, help="Also validate (and export if better) every N steps"),
-    checkpoint_every: int = typer.Option(200, help="Save checkpoint.safetensors every N steps"),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
-    max_minutes: Optional[float] = typer.Option(None, help="Stop after this much wall time (the lr schedule ends there)"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice)"),
-    lstm_impl: str = typer.Option("auto", help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
+    vocab_size: int = typer.Option(_TRAIN_DEFAULTS.vocab_size, help="Most softmax words (<S>, </S>, <UNK> included)"),
+    min_count: int = typer.Option(_TRAIN_DEFAULTS.min_count, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"),
+    epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text (a fraction is allowed)"),
+    token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
+    lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
+    lr_schedule: str = typer.Option(_TRAIN_DEFAULTS.lr_schedule, help="linear (decay over --epochs or --max-minutes) or constant"),
+    warmup_steps: int = typer.Option(_TRAIN_DEFAULTS.warmup_steps, help="Steps of linear learning-rate warm-up"),
+    clip_norm: float = typer.Option(_TRAIN_DEFAULTS.clip_norm, help="Gradient norm clipping (0: off)"),
+    dropout: float = typer.Option(_TRAIN_DEFAULTS.dropout, help="Dropout between LSTM layers and before the softmax"),
+    cutoffs: str = typer.Option(",".join(map(str, _TRAIN_DEFAULTS.cutoffs)), help="Adaptive softmax cluster boundaries (word ranks)"),
+    div_value: float = typer.Option(_TRAIN_DEFAULTS.div_value, help="Adaptive softmax: each tail cluster's width shrinks by this factor"),
+    max_length: int = typer.Option(_TRAIN_DEFAULTS.max_length, help="Cut sentences longer than this many tokens"),
+    seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)"),
+    eval_every: int = typer.Option(_TRAIN_DEFAULTS.eval_every, help="Also validate (and export if better) every N steps"),
+    checkpoint_every: int = typer.Option(_TRAIN_DEFAULTS.checkpoint_every, help="Save checkpoint.safetensors every N steps"),
+    max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
+    max_minutes: Optional[float] = typer.Option(_TRAIN_DEFAULTS.max_minutes, help="Stop after this much wall time (the lr schedule ends there)"),
+    threads: Optional[int] = typer.Option(_TRAIN_DEFAULTS.threads, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice)"),
+    lstm_impl: str = typer.Option(_TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
     init_from: Optional[Path] = typer.Option(None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout."""
-    from .train import TrainConfig, Trainer, make_sources
+    from .train import Trainer, make_sources
 
     with _errors_exit_2():
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)

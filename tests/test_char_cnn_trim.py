@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm.chars import MAX_CHARS_PER_TOKEN, tokens_to_char_ids
+from spacy_elmo.bilm import inference
 from spacy_elmo.bilm.encoder import BUCKET_ROWS, CharCNNEncoder, content_lengths, trim_padding
 
 from numerics import assert_recomputed_close
@@ -45,25 +46,31 @@ def test_trim_keeps_max_width_padding_columns():
     assert trim_padding(padding_tokens, 5).shape == (3, 5)
 
 
+# the two ways to run the encoder: the reference path (conv1d) and the inference path (one matmul)
+PATHS = {"reference": lambda encoder, ids: encoder(ids), "inference": inference.encode_tokens}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("n_words", [7, 40, 2 * BUCKET_ROWS + 37])
-def test_trimmed_and_bucketed_cnn_equals_full_width(n_words):
+def test_trimmed_and_bucketed_cnn_equals_full_width(n_words, path):
     encoder = make_encoder()
     words = word_list(n_words)
     ids = torch.as_tensor(tokens_to_char_ids(words))
     ids = torch.cat([ids, torch.zeros(2, MAX_CHARS_PER_TOKEN, dtype=torch.long)])  # padding tokens too
     with torch.no_grad():
         expected = full_width_reference(encoder, ids)
-        got = encoder(ids)
+        got = PATHS[path](encoder, ids)
     assert got.shape == expected.shape
     assert_recomputed_close(got, expected)
 
 
-def test_short_batch_without_the_long_word_equals_full_width():
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_short_batch_without_the_long_word_equals_full_width(path):
     encoder = make_encoder(1)
     ids = torch.as_tensor(tokens_to_char_ids(["a", "to", "the", "bank", "."]))
     assert trim_padding(ids, encoder.max_width).shape[1] < MAX_CHARS_PER_TOKEN
     with torch.no_grad():
-        assert_recomputed_close(encoder(ids), full_width_reference(encoder, ids))
+        assert_recomputed_close(PATHS[path](encoder, ids), full_width_reference(encoder, ids))
 
 
 def test_gradients_match_full_width():
@@ -78,18 +85,21 @@ def test_gradients_match_full_width():
         assert_recomputed_close(grads[0][name], grads[1][name], err_msg=name)
 
 
-def test_forward_buckets_large_batches(monkeypatch):
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_forward_buckets_large_batches(path, monkeypatch):
     encoder = make_encoder()
     ids = torch.as_tensor(tokens_to_char_ids(word_list(2 * BUCKET_ROWS)))
     widths = []
-    real_convolve = encoder._convolve
-    monkeypatch.setattr(encoder, "_convolve", lambda part: widths.append(len(part)) or real_convolve(part))
+    name = "convolve" if path == "reference" else "convolve_as_matmul"  # the kernel each path convolves with
+    real_convolve = getattr(encoder, name)
+    monkeypatch.setattr(encoder, name, lambda part: widths.append(len(part)) or real_convolve(part))
     with torch.no_grad():
-        encoder(ids)
+        PATHS[path](encoder, ids)
     assert len(widths) == 3 and max(widths) == BUCKET_ROWS
 
 
-def test_no_tokens_gives_an_empty_result():
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_no_tokens_gives_an_empty_result(path):
     encoder = make_encoder()
     with torch.no_grad():
-        assert encoder(torch.zeros(0, MAX_CHARS_PER_TOKEN, dtype=torch.long)).shape == (0, 16)
+        assert PATHS[path](encoder, torch.zeros(0, MAX_CHARS_PER_TOKEN, dtype=torch.long)).shape == (0, 16)

@@ -95,7 +95,7 @@ def test_export_gives_the_trainers_own_activations(tiny_model, texts):
         span = slice(1, n + 1)  # drop <S> and </S>
         expected = [torch.cat([tokens[row, span]] * 2, -1)]
         expected += [torch.cat([f[row, span], b[row, span]], -1) for f, b in zip(forward, backward)]
-        assert_recomputed_close(embedded[row], torch.stack(expected))  # the training graph vs the fast path
+        assert_recomputed_close(embedded[row], torch.stack(expected))  # the training graph vs the inference path
 
 
 def test_exported_files_are_float32_in_the_bilm_tf_layout(tiny_model):

@@ -267,6 +267,7 @@ def test_huge_losses_do_not_crash_the_progress_display(texts, tmp_path):
         (["--train", "{train}", "--token-budget", "0"], "--token-budget must be at least 1, not 0"),
         (["--train", "{train}", "--lr", "0"], "--lr must be a number > 0, not 0.0"),
         (["--train", "{train}", "--lr-schedule", "cosine"], "--lr-schedule must be linear or constant, not 'cosine'"),
+        (["--train", "{train}", "--lstm-impl", "cudnn"], "--lstm-impl must be auto, fused or exact, not 'cudnn'"),
     ],
 )
 def test_bad_training_input_is_refused_before_training(texts, tmp_path, args, message):
@@ -276,6 +277,40 @@ def test_bad_training_input_is_refused_before_training(texts, tmp_path, args, me
     assert result.exit_code == 2, result.output
     assert f"error: {message.format(**names)}" in " ".join(result.output.split()), result.output
     assert "saved to" not in result.output and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"lr_schedule": "cosine"}, "--lr-schedule must be linear or constant, not 'cosine'"),
+        ({"lstm_impl": "cudnn"}, "--lstm-impl must be auto, fused or exact, not 'cudnn'"),
+        ({"min_count": 0}, "--min-count must be at least 1, not 0"),
+    ],
+)
+def test_the_python_api_refuses_what_the_cli_refuses(texts, tmp_path, overrides, message):
+    """check_config is the one validator: a TrainConfig built in Python gets the CLI's checks and messages."""
+    with pytest.raises(ValueError, match=message):
+        Trainer(config(texts, **overrides), tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_takes_its_training_defaults_from_train_config():
+    """One source for the defaults: every `spacy-elmo train` option that sets a TrainConfig field defaults to it."""
+    import dataclasses
+
+    import typer.main
+
+    command = typer.main.get_command(app).commands["train"]
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    cli_names = {"arch": "architecture"}
+    compared = set()
+    for param in command.params:
+        name = cli_names.get(param.name, param.name)
+        if name in defaults and name != "init_from":
+            expected = ",".join(map(str, defaults[name])) if name == "cutoffs" else defaults[name]
+            assert param.default == expected, f"--{param.name.replace('_', '-')} defaults to {param.default!r}, TrainConfig to {expected!r}"
+            compared.add(name)
+    assert {"vocab_size", "min_count", "lr", "lr_schedule", "cutoffs", "architecture", "lstm_impl"} <= compared
 
 
 def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tmp_path):
@@ -312,3 +347,32 @@ def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, 
         save_file({k: v.contiguous() for k, v in case_tensors.items()}, str(path), metadata=metadata)
         with pytest.raises(TrainingFileError, match=str(path)):
             Trainer(config(texts), out, resume=True, progress=False)
+
+
+def test_metrics_and_model_card_survive_a_write_that_fails_halfway(trained, tmp_path, monkeypatch):
+    """A full disk while recording a result or refreshing the card leaves metrics.json and README.md whole."""
+    import shutil
+    from pathlib import Path as PathType
+
+    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.model_card import write_model_card
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    write_model_card(model)
+    before = {name: (model / name).read_text(encoding="utf-8") for name in ("metrics.json", "README.md")}
+    real_write_text = PathType.write_text
+
+    def half_then_full(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PathType, "write_text", half_then_full)
+    with pytest.raises(OSError, match="No space left"):
+        record_result(model, "test", {"forward": 1.0, "backward": 2.0, "mean": 1.5})
+    with pytest.raises(OSError, match="No space left"):
+        write_model_card(model)
+    monkeypatch.undo()
+    after = {name: (model / name).read_text(encoding="utf-8") for name in before}
+    assert after == before
+    json.loads(after["metrics.json"])

@@ -1,13 +1,19 @@
-"""Context-independent token encoder: char embedding -> CNN -> highway -> projection."""
+"""Context-independent token encoder: char embedding -> CNN -> highway -> projection.
+
+``CharCNNEncoder.forward`` is the reference path (``conv1d``, plain products; autograd and
+training use it). The inference path (:func:`.inference.encode_tokens`) reuses the same steps
+with faster kernels (:meth:`CharCNNEncoder.convolve_as_matmul`, MKL pre-packed highway products);
+:class:`~.model.BiLM` chooses between them.
+"""
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from . import packed
-from .lstm import needs_autograd
+BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
+MATMUL_CONV_ELEMENTS = 1 << 23  # largest (rows x columns x filters) block of window scores at once (32 MB)
 
 
 class Highway(nn.Module):
@@ -20,17 +26,12 @@ class Highway(nn.Module):
         self.activation = _activation(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = torch.sigmoid(_linear(self.carry, x))
-        return gate * self.activation(_linear(self.transform, x)) + (1 - gate) * x
+        return self.combine(x, self.carry(x), self.transform(x))
 
-
-def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)``, through MKL's packed GEMM for a few rows of a big layer at inference (:mod:`.packed`)."""
-    if packed.fits(x.shape[0]) and packed.usable(x):
-        pack = packed.pack_of(layer, "weight", layer.weight)
-        if pack is not None:
-            return packed.linear(x, layer.weight, layer.bias, pack)
-    return layer(x)
+    def combine(self, x: torch.Tensor, carry: torch.Tensor, transform: torch.Tensor) -> torch.Tensor:
+        """The layer's output from its input and its two products ``carry(x)`` and ``transform(x)``."""
+        gate = torch.sigmoid(carry)
+        return gate * self.activation(transform) + (1 - gate) * x
 
 
 class CharCNNEncoder(nn.Module):
@@ -63,38 +64,43 @@ class CharCNNEncoder(nn.Module):
         self.projection_dim = projection_dim
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Token vectors ``(n_tokens, projection_dim)``: the reference path (``conv1d``, autograd)."""
         x = self.pooled_features(char_ids)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
 
-    def pooled_features(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def pooled_features(
+        self, char_ids: torch.Tensor, convolve: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    ) -> torch.Tensor:
         """The CNN's max-pooled filter outputs ``(n_tokens, n_filters)``, after the activation.
 
         Large batches are convolved in buckets of similar word length, each cut to its own
         longest word (:func:`trim_padding`), so short words do not pay for long ones.
+        ``convolve`` computes the pooled outputs of trimmed ids (default :meth:`convolve`; the
+        inference path passes :meth:`convolve_as_matmul`).
         """
+        convolve = convolve or self.convolve
         if char_ids.shape[0] < 2 * BUCKET_ROWS:
-            return self._convolve(char_ids)
+            return convolve(trim_padding(char_ids, self.max_width))
         order = torch.argsort(content_lengths(char_ids), stable=True)
-        parts = [self._convolve(char_ids.index_select(0, rows)) for rows in order.split(BUCKET_ROWS)]
+        parts = [convolve(trim_padding(char_ids.index_select(0, rows), self.max_width)) for rows in order.split(BUCKET_ROWS)]
         restore = torch.empty_like(order)
         restore[order] = torch.arange(len(order), device=order.device)
         return torch.cat(parts).index_select(0, restore)
 
-    def _convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
-        char_ids = trim_padding(char_ids, self.max_width)
-        if not needs_autograd(self, char_ids):
-            return self._convolve_as_matmul(char_ids)
+    def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Each filter by ``conv1d``, max over positions, activation: pooled outputs ``(n_tokens, n_filters)``."""
         chars = self.char_embed(char_ids).transpose(1, 2)
         return torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convs], dim=-1)
 
-    def _convolve_as_matmul(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """All filters as one matmul over windows of the widest filter (inference: 1.5-3x faster than conv1d).
+    def convolve_as_matmul(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`convolve` as one matmul over windows of the widest filter (1.5-3x faster; no autograd needed).
 
         Narrower filters get zero weights for the window's extra columns and take their max
         only over their own valid positions; the bias is added after the max (the same value,
-        as rounding is monotonic).
+        as rounding is monotonic). The window sums are added in another order than ``conv1d``'s,
+        so the two agree to float32 rounding.
         """
         width = self.max_width
         n_rows, n_cols = char_ids.shape
@@ -126,10 +132,6 @@ def _window_weight(conv: nn.Conv1d, width: int) -> torch.Tensor:
     return nn.functional.pad(kernel, (0, 0, 0, (width - conv.kernel_size[0]) * conv.in_channels))
 
 
-BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
-MATMUL_CONV_ELEMENTS = 1 << 23  # largest (rows x columns x filters) block of window scores at once (32 MB)
-
-
 def content_lengths(char_ids: torch.Tensor) -> torch.Tensor:
     """Per row, the number of columns before its trailing run of one repeated (padding) id."""
     varying = char_ids != char_ids[:, -1:]
@@ -142,7 +144,9 @@ def trim_padding(char_ids: torch.Tensor, max_width: int) -> torch.Tensor:
 
     Every row ends in a run of one repeated id (its padding). A window inside that run
     gives the same value wherever it sits, and every window that overlaps it partly still
-    fits, so the set of window values (hence each filter's max) stays exactly the same.
+    fits, so the set of window values (hence each filter's max) stays the same, up to float32
+    rounding: a convolution or matmul kernel may add a window's terms in another order for
+    another input width.
     Most words are far shorter than 50 bytes, so this saves most of the convolution work.
     """
     n_rows, n_cols = char_ids.shape

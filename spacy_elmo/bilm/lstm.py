@@ -1,18 +1,19 @@
 """ELMo's biLSTM: LSTM cells with a clipped projection, stacked with optional residual links.
 
-Each direction runs over the valid positions of each sentence only (a shrinking
-prefix of the length-sorted batch, like a ``PackedSequence``), so a sentence's
-outputs do not depend on padding or on its neighbours in the batch.
+This is the reference path, which autograd and training use: one packed run per direction
+(:func:`run_directions`), a Python loop over the steps in :meth:`ProjectedLSTMCell.run`. Each
+direction runs over the valid positions of each sentence only (a shrinking prefix of the
+length-sorted batch, a ``PackedSequence``), so a sentence's outputs do not depend on padding or on
+its neighbours in the batch. The inference path (:mod:`.inference`) computes the same function
+faster without autograd; :class:`~.model.BiLM` chooses between them.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
-
-from .fast import packed_layout, run_packed, unpack
 
 # (h, c) for one direction of one layer, each (batch, dim)
 State = Tuple[torch.Tensor, torch.Tensor]
@@ -25,7 +26,7 @@ FORGET_BIAS = 1.0  # added by TensorFlow's LSTMCell at run time; not stored in t
 class ProjectedLSTMCell(nn.Module):
     """bilm-tf ``LSTMCell`` with ``num_proj``: gates in TF order (i, j, f, o), clipped cell and projection.
 
-    ``bias`` holds the file's raw bias; the +1.0 forget bias is added in ``forward`` so
+    ``bias`` holds the file's raw bias; the +1.0 forget bias is added in :meth:`run` so
     that reading and writing the weight file is bit-exact.
     """
 
@@ -116,69 +117,55 @@ class ElmoBiLSTM(nn.Module):
         Returns per-layer forward outputs and backward outputs, each (batch, time, proj) with
         zeros at padding, and the final state of every layer and direction (batch order).
         """
-        if not needs_autograd(self, inputs, initial_state):
-            return self._forward_inference(inputs, lengths, initial_state)
-        return self.forward_reference(inputs, lengths, initial_state)
+        state = initial_state if initial_state is not None else self.zero_state(inputs.shape[0], inputs)
+        finals: List[List[State]] = [[] for _ in range(self.n_layers)]
 
-    def forward_reference(
-        self, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
-        """The autograd-friendly path (one packed run per direction); ``forward`` uses it when gradients are needed."""
-        batch, time = inputs.shape[:2]
-        lengths_cpu = lengths.to("cpu", torch.int64)
-        state = initial_state if initial_state is not None else self.zero_state(batch, inputs)
-        reverse_index = _reverse_index(lengths_cpu, time).to(inputs.device)
-        directions = []
-        for direction, layers in enumerate((self.forward_layers, self.backward_layers)):
-            x = inputs if direction == 0 else _gather_time(inputs, reverse_index)
-            packed = pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
+        def run(direction: int, packed: PackedSequence) -> List[torch.Tensor]:
             sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
             batch_sizes = packed.batch_sizes.tolist()
-            data = packed.data
-            outputs, finals = [], []
-            for layer_index, cell in enumerate(layers):
+            data, outputs = packed.data, []
+            for layer_index, cell in enumerate((self.forward_layers, self.backward_layers)[direction]):
                 h0, c0 = state[layer_index][direction]
                 out, (h, c) = cell.run(data, batch_sizes, (h0[sorted_idx], c0[sorted_idx]))
                 if self.use_skip_connections and layer_index > 0:
                     out = out + data
                 data = out
-                padded, _ = pad_packed_sequence(
-                    PackedSequence(out, packed.batch_sizes, sorted_idx, unsorted_idx), batch_first=True, total_length=time
-                )
-                outputs.append(padded if direction == 0 else _gather_time(padded, reverse_index))
-                finals.append((h[unsorted_idx], c[unsorted_idx]))
-            directions.append((outputs, finals))
-        (fwd_out, fwd_final), (bwd_out, bwd_final) = directions
-        final_state = [[fwd_final[layer], bwd_final[layer]] for layer in range(self.n_layers)]
-        return fwd_out, bwd_out, final_state
+                outputs.append(out)
+                finals[layer_index].append((h[unsorted_idx], c[unsorted_idx]))
+            return outputs
+
+        forward_outputs, backward_outputs = run_directions(inputs, lengths, run)
+        return forward_outputs, backward_outputs, finals
 
 
-    def _forward_inference(
-        self, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState]
-    ) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
-        batch, time = inputs.shape[:2]
-        layout = packed_layout(lengths, time, inputs.device)
-        packed, final_state = run_packed(self, inputs, layout, initial_state)
-        fwd = [unpack(p[0], layout.forward_index, batch, time) for p in packed]
-        bwd = [unpack(p[1], layout.backward_index, batch, time) for p in packed]
-        return fwd, bwd, final_state
+def run_directions(
+    inputs: torch.Tensor, lengths: torch.Tensor, run: Callable[[int, PackedSequence], List[torch.Tensor]]
+) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    """Run a forward and a backward language model over right-padded ``inputs`` ``(batch, time, dim)``.
 
-
-def needs_autograd(module: nn.Module, *tensors: object) -> bool:
-    """True when gradients are on and a parameter or an input tensor (nested lists too) requires them."""
-    if not torch.is_grad_enabled():
-        return False
-    if any(p.requires_grad for p in module.parameters()):
-        return True
-    stack = list(tensors)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            if item.requires_grad:
-                return True
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
+    The backward LM reads each row reversed within its ``lengths``. For direction 0 (forward), then
+    1 (backward), ``run(direction, packed)`` gets that direction's inputs as a ``PackedSequence``
+    and returns its per-layer outputs as packed data (rows in ``packed.data``'s order). Returns the
+    per-layer forward and backward outputs, each ``(batch, time, out)`` in natural time order,
+    zero at padding.
+    """
+    time = inputs.shape[1]
+    lengths_cpu = lengths.to("cpu", torch.int64)
+    reverse_index = _reverse_index(lengths_cpu, time).to(inputs.device)
+    directions = []
+    for direction in range(2):
+        x = inputs if direction == 0 else _gather_time(inputs, reverse_index)
+        packed = pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
+        outputs = []
+        for out in run(direction, packed):
+            padded, _ = pad_packed_sequence(
+                PackedSequence(out, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
+                batch_first=True,
+                total_length=time,
+            )
+            outputs.append(padded if direction == 0 else _gather_time(padded, reverse_index))
+        directions.append(outputs)
+    return directions[0], directions[1]
 
 
 def _reverse_index(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -1,4 +1,11 @@
-"""The bidirectional language model: character ids -> ELMo layer activations."""
+"""The bidirectional language model: character ids -> ELMo layer activations.
+
+This module is the one place that chooses between the two ways of computing the model: the
+reference path (``CharCNNEncoder.forward``, ``ElmoBiLSTM.forward``), which autograd and training
+use, and the inference path (:mod:`.inference`), which is faster and records no history. The
+inference path runs whenever no gradient is needed (:func:`needs_autograd`); the two agree to
+float32 rounding.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,10 +14,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from . import inference
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS
 from .encoder import CharCNNEncoder
-from .fast import packed_layout, run_packed
-from .lstm import BiLSTMState, ElmoBiLSTM, needs_autograd
+from .lstm import BiLSTMState, ElmoBiLSTM
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,39 @@ class BiLMOptions:
         }
 
 
+def needs_autograd(module: nn.Module, *tensors: object) -> bool:
+    """True when gradients are on and a parameter or an input tensor (nested lists too) requires them."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(p.requires_grad for p in module.parameters()):
+        return True
+    stack = list(tensors)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.requires_grad:
+                return True
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def token_vectors(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, by the inference path when no gradient is needed."""
+    if needs_autograd(encoder, char_ids):
+        return encoder(char_ids)
+    return inference.encode_tokens(encoder, char_ids)
+
+
+def lstm_outputs(
+    lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+    """``lstm(inputs, lengths, initial_state)``, by the inference path when no gradient is needed."""
+    if needs_autograd(lstm, inputs, initial_state):
+        return lstm(inputs, lengths, initial_state)
+    return inference.lstm_outputs(lstm, inputs, lengths, initial_state)
+
+
 class BiLM(nn.Module):
     """ELMo biLM. ``forward`` takes right-padded char ids ``(batch, time, 50)`` (no ``<S>``/``</S>``).
 
@@ -113,7 +153,7 @@ class BiLM(nn.Module):
         """Token vectors for char ids of any leading shape ``(..., 50)``; each distinct token is encoded once."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        return self.token_encoder(unique)[inverse].reshape(*char_ids.shape[:-1], -1)
+        return token_vectors(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
 
     def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Insert ``<S>`` before and ``</S>`` after each sentence; returns new ids and lengths."""
@@ -151,29 +191,21 @@ class BiLM(nn.Module):
     ) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
         """Like :meth:`contextualize`, from token vectors ``(batch, time, proj)`` (e.g. cached ones).
 
-        Without autograd (inference mode, or nothing requires grad) this takes the fused inference
-        path of :mod:`.fast`, which writes every layer straight into the output tensor. There,
-        ``boundaries=False`` (for callers that drop the ``<S>`` / ``</S>`` positions, like
-        :meth:`ElmoBackend.embed`) skips each LM's step at its final boundary token: the forward
-        LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero (every other
-        position is unchanged) and no final state is returned. Two steps fewer per layer.
+        Without autograd (inference mode, or nothing requires grad) this takes the inference path
+        (:func:`.inference.layer_activations`), which writes every layer straight into the output
+        tensor. There, ``boundaries=False`` (for callers that drop the ``<S>`` / ``</S>`` positions,
+        like :meth:`ElmoBackend.embed`) skips each LM's step at its final boundary token: the
+        forward LM's output at ``</S>`` and the backward LM's at ``<S>`` are left zero and no final
+        state is returned. Two steps fewer per layer; every other position agrees with the full
+        computation to float32 rounding (fewer rows at some steps can take another GEMM kernel).
         """
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         valid = (positions[None, :] < lengths.to(tokens.device)[:, None]).to(tokens.dtype)
         token_layer = torch.cat([tokens, tokens], dim=-1) * valid[..., None]  # layer 0: the token vectors, twice
         if needs_autograd(self, tokens, initial_state):
-            forward_layers, backward_layers, final_state = self.lstm.forward_reference(tokens, lengths, initial_state)
+            forward_layers, backward_layers, final_state = self.lstm(tokens, lengths, initial_state)
             layers: List[torch.Tensor] = [token_layer]
             layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
             return torch.stack(layers), final_state
-        batch, time, dim = tokens.shape
         skip_last = not boundaries and bool((lengths >= 2).all())
-        layout = packed_layout(lengths, time, tokens.device, skip_last=skip_last)
-        packed, final_state = run_packed(self.lstm, tokens, layout, initial_state)
-        acts = tokens.new_zeros(self.n_layers + 1, batch, time, 2 * dim)
-        acts[0] = token_layer
-        flat = acts.view(self.n_layers + 1, batch * time, 2, dim)
-        for layer, out in enumerate(packed, start=1):
-            flat[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
-            flat[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
-        return acts, None if skip_last else final_state
+        return inference.layer_activations(self.lstm, tokens, lengths, token_layer, initial_state, skip_last=skip_last)

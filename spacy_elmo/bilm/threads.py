@@ -1,4 +1,8 @@
-"""Threads and fork: how many threads our torch work uses, decided for the calling thread only.
+"""Threads and fork: when our work is split or limited, and how many threads it uses (calling thread only).
+
+Every size threshold for threads lives here: :data:`SMALL_WORK_MACS` (a batch runs on one thread
+below it), :data:`DIRECTION_THREADS_MIN_MACS` (the two LSTM directions run on two pool threads from
+it) and :data:`SPLIT_TOKENS` (the char CNN runs as two halves on the pool threads from it).
 
 ``torch.set_num_threads`` is process-wide: torch copies its value into every thread that starts
 using torch afterwards, so changing it during a call (even briefly) leaves other code's threads
@@ -23,6 +27,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
 import torch
+
+# -- when work is split or limited -------------------------------------------------------------
+# Multiply-adds are those of the recurrent product of one LSTM step (rows x projection x 4 cells).
+
+SMALL_WORK_MACS = 262_144  # per step, below which a batch runs on one thread (waking a team costs more)
+DIRECTION_THREADS_MIN_MACS = 2_000_000  # per step and direction, from which the two directions get a thread each
+SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
 
 _callbacks: List[Callable[[], None]] = []
 _renewed: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -88,7 +99,8 @@ def thread_limit(threads: Optional[int]) -> Iterator[None]:
     """Run the block's torch CPU ops on at most ``threads`` threads, in this thread only (``None``: no change).
 
     Where the runtime has no thread-local setter (no OpenMP symbols found) the block runs unlimited,
-    which is slower for tiny work but gives the same numbers.
+    which is slower for tiny work; the numbers agree to float32 rounding (another thread count may
+    split a sum differently).
     """
     current = torch.get_num_threads()  # also lets torch initialise this thread's count first
     native = _natives()
@@ -107,14 +119,29 @@ def thread_limit(threads: Optional[int]) -> Iterator[None]:
             mkl_set_local(previous_mkl)
 
 
-def work_threads(small: bool, small_work_threads: Optional[int]) -> Optional[int]:
-    """The thread limit for one piece of our work: 1 in a forked child, ``small_work_threads`` for small work."""
+def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads: Optional[int]) -> Optional[int]:
+    """The thread limit for one batch whose LSTM steps cost ``step_macs`` multiply-adds (``None``: no limit).
+
+    1 in a forked child; ``small_work_threads`` for small CPU work (below :data:`SMALL_WORK_MACS`),
+    whose steps take a few microseconds, less than waking a thread team costs.
+    """
     if _forked:
         return 1
+    small = device.type == "cpu" and small_work_threads is not None and step_macs < SMALL_WORK_MACS
     return small_work_threads if small else None
 
 
-# -- the two-thread pool for independent halves of the work (the two LSTM directions) ----------
+def split_directions(step_macs: int, device: torch.device) -> bool:
+    """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads, :data:`DIRECTION_THREADS_MIN_MACS`."""
+    return device.type == "cpu" and torch.get_num_threads() >= 2 and step_macs >= DIRECTION_THREADS_MIN_MACS
+
+
+def split_tokens(n_tokens: int, device: torch.device) -> bool:
+    """Whether ``n_tokens`` new tokens go through the char CNN as two halves on the pool threads."""
+    return device.type == "cpu" and n_tokens >= SPLIT_TOKENS and torch.get_num_threads() >= 2
+
+
+# -- the two-thread pool for independent halves of the work (LSTM directions, char-CNN halves) --
 
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_lock = threading.Lock()
@@ -139,6 +166,18 @@ def pool() -> ThreadPoolExecutor:
                 max_workers=2, thread_name_prefix="spacy-elmo-direction", initializer=_single_threaded_worker
             )
         return _pool
+
+
+def run_halves(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """``function(rows)`` with the rows split in two halves computed on the two pool threads (no autograd)."""
+    half = (rows.shape[0] + 1) // 2
+    futures = [pool().submit(_call_without_autograd, function, part) for part in (rows[:half], rows[half:])]
+    return torch.cat([f.result() for f in futures])
+
+
+def _call_without_autograd(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return function(rows)
 
 
 @at_fork_in_child

@@ -7,10 +7,8 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 
 from .chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
-from .fast import run_split
-from .model import BiLM
-
-SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
+from .model import BiLM, token_vectors
+from .threads import run_halves, split_tokens
 
 
 class TokenVectorCache:
@@ -35,11 +33,11 @@ class TokenVectorCache:
         return len(self._slots)
 
     def _encode(self, tokens: Sequence[str]) -> torch.Tensor:
-        param = self.model.token_encoder.projection.weight
-        char_ids = torch.as_tensor(tokens_to_char_ids(tokens), device=param.device)
-        if param.device.type == "cpu" and len(tokens) >= SPLIT_TOKENS and torch.get_num_threads() >= 2:
-            return run_split(self.model.token_encoder, char_ids)  # two halves on two single-threaded workers
-        return self.model.token_encoder(char_ids)
+        encoder = self.model.token_encoder
+        char_ids = torch.as_tensor(tokens_to_char_ids(tokens), device=encoder.projection.weight.device)
+        if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
+            return run_halves(lambda rows: token_vectors(encoder, rows), char_ids)
+        return token_vectors(encoder, char_ids)
 
     def vectors(self, tokens: Sequence[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), proj)`` of distinct ``tokens``, from the cache where possible."""

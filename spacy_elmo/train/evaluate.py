@@ -138,11 +138,12 @@ def record_result(model_dir: PathLike, name: str, result: Dict[str, float]) -> N
 
     from ..model_files import resolve_model_files
     from .model_card import write_model_card
+    from .outputs import write_metrics
 
     directory = resolve_model_files(model_dir)[0].parent
     path = directory / METRICS
     metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     metrics.setdefault("test", {})[name] = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
-    path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    write_metrics(directory, metrics)
     if "config" in metrics:
         write_model_card(directory)

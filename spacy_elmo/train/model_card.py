@@ -9,6 +9,7 @@ from typing import Any, Dict, List
 from ..info import parameter_count
 from ..model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
+from .outputs import write_text_atomically
 
 
 def display_command(command: str) -> str:
@@ -146,7 +147,7 @@ def _short(path: str) -> str:
 
 
 def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> Path:
-    """Write ``README.md`` into ``directory``; returns its path."""
+    """Write ``README.md`` into ``directory`` (whole or not at all); returns its path."""
     path = Path(directory) / "README.md"
-    path.write_text(render_model_card(directory, title, notes), encoding="utf-8")
+    write_text_atomically(path, render_model_card(directory, title, notes))
     return path

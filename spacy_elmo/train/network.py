@@ -14,12 +14,11 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
-from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
-from ..bilm.model import BiLM, BiLMOptions
-
-LSTM_IMPLS = ("auto", "fused", "exact")
+from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, run_directions
+from ..bilm.model import BiLM, BiLMOptions, lstm_outputs, token_vectors
+from .config import LSTM_IMPLS
 
 
 def _tf_order(torch_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -64,30 +63,20 @@ class FusedBiLSTM(nn.Module):
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
         """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order."""
-        time = inputs.shape[1]
-        lengths_cpu = lengths.to("cpu", torch.int64)
-        reverse_index = _reverse_index(lengths_cpu, time).to(inputs.device)
-        results = []
-        for direction, layers in enumerate((self.forward_layers, self.backward_layers)):
-            x = inputs if direction == 0 else _gather_time(inputs, reverse_index)
-            packed = pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
-            data = packed.data
-            outputs = []
-            for index, lstm in enumerate(layers):
+
+        def run(direction: int, packed: PackedSequence) -> List[torch.Tensor]:
+            data, outputs = packed.data, []
+            for index, lstm in enumerate((self.forward_layers, self.backward_layers)[direction]):
                 layer_in = F.dropout(data, self.dropout, self.training) if self.dropout else data
                 out, _ = lstm(PackedSequence(layer_in, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices))
                 out_data = out.data
                 if self.use_skip_connections and index > 0:
                     out_data = out_data + data
                 data = out_data
-                padded, _ = pad_packed_sequence(
-                    PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
-                    batch_first=True,
-                    total_length=time,
-                )
-                outputs.append(padded if direction == 0 else _gather_time(padded, reverse_index))
-            results.append(outputs)
-        return results[0], results[1]
+                outputs.append(data)
+            return outputs
+
+        return run_directions(inputs, lengths, run)
 
     def export_to(self, target: ElmoBiLSTM) -> None:
         """Copy weights into a core :class:`ElmoBiLSTM` (bilm-tf layout, forget bias 1.0 taken out)."""
@@ -124,7 +113,7 @@ class ExactBiLSTM(nn.Module):
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
         # dropout on the token layer only: the core stack has no hook between layers
         x = F.dropout(inputs, self.dropout, self.training) if self.dropout else inputs
-        forward_out, backward_out, _ = self.core(x, lengths)
+        forward_out, backward_out, _ = lstm_outputs(self.core, x, lengths)  # the inference path when evaluating
         return forward_out, backward_out
 
 
@@ -161,7 +150,7 @@ class LanguageModel(nn.Module):
 
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
         """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
-        tokens = self.token_encoder(chars)[token_index]
+        tokens = token_vectors(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
 

@@ -9,120 +9,42 @@ Output directory::
     checkpoint.safetensors       model + optimizer + position in the data (for --resume)
 
 The exported files always hold the model with the best validation perplexity so far. Nothing is
-pickled (see :mod:`.storage`). A loss or perplexity that stops being finite ends training with
-:class:`TrainingDiverged` before anything of that step is saved.
+pickled (see :mod:`.storage`); every file is replaced whole (see :mod:`.outputs`). A loss or
+perplexity that stops being finite ends training with :class:`TrainingDiverged` before anything
+of that step is saved. The options are :class:`~.config.TrainConfig`'s; a fine-tuning run starts
+from :func:`~.init_from.load_initial_model`.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm import tqdm
 
 from ..bilm.model import BiLMOptions
-from ..bilm.weights import load_model, options_from_dict, save_model
-from ..model_files import METRICS, VOCAB
+from ..bilm.weights import options_from_dict
+from ..model_files import VOCAB, WEIGHTS
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
+from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
 from .evaluate import perplexity, perplexity_on
+from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
+from .outputs import export_model, jsonable, write_checkpoint, write_metrics
 from .presets import architecture
-from .storage import (
-    CHECKPOINT,
-    LEGACY_CHECKPOINT,
-    LEGACY_SOFTMAX,
-    SOFTMAX,
-    Checkpoint,
-    SoftmaxFile,
-    TrainingFileError,
-    load_checkpoint,
-    load_softmax,
-    load_softmax_into,
-    require_file,
-    save_checkpoint,
-    save_softmax,
-)
-
+from .storage import CHECKPOINT, LEGACY_CHECKPOINT, Checkpoint, TrainingFileError, load_checkpoint, load_softmax_into, require_file
 
 
 class TrainingDiverged(ValueError):
     """The loss, a perplexity or the weights stopped being finite (usually: --lr too high); that step is not saved."""
-
-
-@dataclass
-class TrainConfig:
-    """Every training option; stored in the checkpoint and in ``metrics.json``."""
-
-    train: List[Dict[str, str]]  # Source.to_json() of each training file
-    valid: List[Dict[str, str]] = field(default_factory=list)
-    architecture: Any = "small"  # preset name, JSON path, or an options dict
-    vocab_size: int = 40000  # softmax words, the three markers included
-    min_count: int = 1
-    epochs: float = 1.0
-    token_budget: int = 4096  # padded tokens per batch
-    lr: float = 2e-3
-    lr_schedule: str = "linear"  # "linear" decay to lr * min_lr_ratio over the planned epochs, or "constant"
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    dropout: float = 0.0
-    seed: int = 0
-    max_length: int = 100
-    cutoffs: Tuple[int, ...] = (2000, 10000)
-    div_value: float = 2.0
-    eval_every: int = 0  # also validate every N steps (0: only at the end of each epoch)
-    checkpoint_every: int = 200  # steps between checkpoints
-    max_steps: Optional[int] = None
-    max_minutes: Optional[float] = None  # stop (after a validation and an export) after this much wall time
-    threads: Optional[int] = None  # recorded only: the CLI sets torch's (process-wide) thread count, never the library
-    lstm_impl: str = "auto"
-    init_from: Optional[str] = None
-    buffer_size: int = 20000  # sentences held at once for length bucketing
-
-
-# (field, option, test, requirement): values that would train nothing or fail later are refused up front
-_RULES: Tuple[Tuple[str, str, Callable[[Any], bool], str], ...] = (
-    ("epochs", "--epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("max_length", "--max-length", lambda v: v >= 1, "at least 1"),
-    ("token_budget", "--token-budget", lambda v: v >= 1, "at least 1"),
-    ("lr", "--lr", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("lr_schedule", "--lr-schedule", lambda v: v in ("linear", "constant"), "linear or constant"),
-    ("min_lr_ratio", "min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("vocab_size", "--vocab-size", lambda v: v >= 4, "at least 4 (<S>, </S>, <UNK> and one word)"),
-    ("min_count", "--min-count", lambda v: v >= 1, "at least 1"),
-    ("warmup_steps", "--warmup-steps", lambda v: v >= 0, "0 or more"),
-    ("clip_norm", "--clip-norm", lambda v: math.isfinite(v) and v >= 0, "0 (off) or a number > 0"),
-    ("dropout", "--dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("div_value", "--div-value", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("eval_every", "--eval-every", lambda v: v >= 0, "0 (off) or more"),
-    ("checkpoint_every", "--checkpoint-every", lambda v: v >= 0, "0 (only at the end of each epoch) or more"),
-    ("max_steps", "--max-steps", lambda v: v is None or v >= 1, "at least 1"),
-    ("max_minutes", "--max-minutes", lambda v: v is None or (math.isfinite(v) and v > 0), "a number > 0"),
-    ("threads", "--threads", lambda v: v is None or v >= 1, "at least 1"),
-    ("buffer_size", "buffer_size", lambda v: v >= 1, "at least 1"),
-)
-
-
-def check_config(config: TrainConfig) -> None:
-    """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
-    for name, option, test, requirement in _RULES:
-        value = getattr(config, name)
-        try:
-            valid = test(value)
-        except TypeError:  # e.g. a string where a number belongs
-            valid = False
-        if not valid:
-            raise ValueError(f"{option} must be {requirement}, not {value!r}")
 
 
 def _sources(items: Sequence[Dict[str, str]]) -> List[Source]:
@@ -175,37 +97,31 @@ class Trainer:
         config = self.config
         counts = count_words(self.train_sources, config.max_length)
         self.corpus = {"words": int(sum(counts.values())), "distinct_words": len(counts)}
-        initial = None
-        init_vocab = init_softmax = None
-        if config.init_from:
-            from ..model_files import resolve_model_files
-
-            options_path, weights_path = resolve_model_files(config.init_from)
-            initial = load_model(options_path, weights_path)
-            options = initial.options
-            init_vocab, init_softmax = _initial_softmax(options_path.parent)
+        initial = load_initial_model(config.init_from) if config.init_from else None
+        if initial is not None:
+            options = initial.bilm.options
             config.architecture = options.to_json()
         else:
             raw = config.architecture if isinstance(config.architecture, dict) else architecture(config.architecture)
             options = options_from_dict(raw, source=str(config.architecture))
             config.architecture = raw
-        if init_vocab is not None and init_softmax is not None:
-            self.vocab = init_vocab
-            config.vocab_size = len(init_vocab)
-            config.cutoffs = tuple(init_softmax.cutoffs)
-            config.div_value = init_softmax.div_value
+        if initial is not None and initial.vocab is not None and initial.softmax is not None:
+            self.vocab = initial.vocab
+            config.vocab_size = len(initial.vocab)
+            config.cutoffs = tuple(initial.softmax.cutoffs)
+            config.div_value = initial.softmax.div_value
         else:
             self.vocab = Vocabulary.build(counts, config.vocab_size, config.min_count)
         self.model = self._build_model(options)
         if initial is not None:
-            self.model.load_bilm_weights(initial)
-            if init_softmax is not None:
-                load_softmax_into(self.model.softmax, init_softmax, options_path.parent / SOFTMAX)
+            self.model.load_bilm_weights(initial.bilm)
+            if initial.softmax is not None:
+                load_softmax_into(self.model.softmax, initial.softmax, initial.softmax_path)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
         self.metrics: Dict[str, Any] = {
             "command": " ".join(shlex.quote(a) for a in sys.argv),
-            "config": _jsonable(asdict(config)),
+            "config": jsonable(asdict(config)),
             "corpus": {"train": config.train, "valid": config.valid, **self.corpus},
             "vocab_size": len(self.vocab),
             "parameters": {"bilm": count_parameters(self.model) - count_parameters(self.model.softmax),
@@ -214,8 +130,8 @@ class Trainer:
             "epochs": [],
             "best": None,
         }
-        if config.init_from:
-            self.metrics["init_from"] = previous_training(Path(config.init_from))
+        if initial is not None:
+            self.metrics["init_from"] = previous_training(initial.directory)
         self.vocab.save(self.output_dir / VOCAB)
         self.best_valid = math.inf
 
@@ -289,7 +205,7 @@ class Trainer:
         self.metrics["steps"] = self.state["step"]
         self.write_metrics()
         self.save_checkpoint()
-        if (self.output_dir / "weights.hdf5").is_file():
+        if (self.output_dir / WEIGHTS).is_file():
             write_model_card(self.output_dir)
         return self.metrics
 
@@ -427,26 +343,19 @@ class Trainer:
     # -- files ---------------------------------------------------------------------------
 
     def export(self) -> None:
-        """Write options.json, weights.hdf5 and softmax.safetensors for the current model."""
+        """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only)."""
         self._require_finite_weights()
-        save_model(self.model.to_bilm(), self.output_dir)
-        save_softmax(self.model.softmax, self.output_dir / SOFTMAX)
+        export_model(self.model, self.output_dir)
 
     def write_metrics(self) -> None:
-        _atomic_write(self.output_dir / METRICS, json.dumps(_jsonable(self.metrics), indent=2) + "\n")
+        write_metrics(self.output_dir, self.metrics)
 
     def save_checkpoint(self) -> None:
-        """Write checkpoint.safetensors (model, optimizer, RNG and position; no pickle), replacing the last one."""
+        """Write checkpoint.safetensors (finite weights only), replacing the last one."""
         self._require_finite_weights()
-        info = {
-            "config": _jsonable(asdict(self.config)),
-            "vocab": self.vocab.words,
-            "state": self.state,
-            "metrics": _jsonable(self.metrics),
-            "best_valid": None if math.isinf(self.best_valid) else self.best_valid,
-        }
-        model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
-        save_checkpoint(self.output_dir / CHECKPOINT, model, optimizer, torch.get_rng_state(), info)
+        write_checkpoint(
+            self.output_dir, self.config, self.vocab.words, self.state, self.metrics, self.best_valid, self.model, self.optimizer
+        )
         self.checkpoint_step = self.state["step"]
 
 
@@ -476,59 +385,11 @@ def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
                     raise ValueError(f"optimizer {key} has shape {tuple(value.shape)}, its parameter {tuple(param.shape)}")
 
 
-def _initial_softmax(directory: Path) -> Tuple[Optional[Vocabulary], Optional[SoftmaxFile]]:
-    """The vocabulary and softmax a fine-tuning run starts from, when ``directory`` ships both (else None, None)."""
-    if not (directory / VOCAB).is_file():
-        return None, None
-    try:
-        path = require_file(directory, SOFTMAX, LEGACY_SOFTMAX, "the model's softmax")
-    except FileNotFoundError:
-        return None, None
-    return Vocabulary.load(directory / VOCAB), load_softmax(path)
-
-
 def _number(value: float, decimals: int) -> str:
     """A number for the progress bar: fixed-point while it is short, else scientific (inf and nan as such)."""
     if not math.isfinite(value) or abs(value) >= 1e6:
         return f"{value:.3g}"
     return f"{value:.{decimals}f}"
-
-
-def previous_training(directory: Path) -> Dict[str, Any]:
-    """How the model a fine-tuning run starts from was trained (from its metrics.json), kept as a chain."""
-    from ..model_files import resolve_model_files
-
-    directory = resolve_model_files(directory)[0].parent
-    path = directory / METRICS
-    if not path.is_file():
-        return {"model": str(directory)}
-    metrics = json.loads(path.read_text(encoding="utf-8"))
-    best = metrics.get("best") or {}
-    return {
-        "model": str(directory),
-        "command": metrics.get("command"),
-        "steps": metrics.get("steps", best.get("step")),
-        "words_seen": metrics.get("words_seen", best.get("words_seen")),
-        "wall_time_s": metrics.get("wall_time_s"),
-        "best": best,
-        "init_from": metrics.get("init_from"),
-    }
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def train(config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True) -> Dict[str, Any]:

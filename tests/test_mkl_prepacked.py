@@ -1,4 +1,4 @@
-"""MKL pre-packed weights (spacy_elmo.bilm.packed): same activations as the plain products.
+"""MKL pre-packed weights (spacy_elmo.bilm.mkl_prepacked): the activations of the plain products, to rounding.
 
 The real models' big matrices are packed automatically; the fixture and test models are small,
 so these tests lower ``MIN_ELEMENTS`` to pack every eligible matrix, and count the packed
@@ -14,29 +14,31 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.bilm import BiLM, batch_to_char_ids, fast, load_model, packed
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
+from spacy_elmo.bilm import threads as threads_module
+from spacy_elmo.bilm import mkl_prepacked
 from spacy_elmo.bilm.encoder import Highway
 
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
-from test_fast_path import _options, _random_batch, _random_state
+from test_inference_path import _options, _random_batch, _random_state
 
-pytestmark = pytest.mark.skipif(not packed.available(), reason="this torch has no MKL packed GEMM")
+pytestmark = pytest.mark.skipif(not mkl_prepacked.available(), reason="this torch has no MKL packed GEMM")
 
 
 @pytest.fixture
 def count_packed(monkeypatch):
     """Pack every matrix, and count the packed products by the weight they used."""
-    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(packed, "ENABLED", True)
+    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl_prepacked, "ENABLED", True)
     counts = {}
-    plain_linear = packed.linear
+    plain_linear = mkl_prepacked.linear
 
     def counting(rows, out_in, bias, pack):
         key = tuple(out_in.shape)
         counts[key] = counts.get(key, 0) + 1
         return plain_linear(rows, out_in, bias, pack)
 
-    monkeypatch.setattr(packed, "linear", counting)
+    monkeypatch.setattr(mkl_prepacked, "linear", counting)
     return counts
 
 
@@ -61,9 +63,9 @@ def test_packed_products_match_allennlp_reference_stateful(fixture_dir, count_pa
 
 @pytest.mark.parametrize("direction_threads", [False, True])
 @pytest.mark.parametrize("stateful", [False, True])
-def test_packed_fast_path_equals_reference_path(direction_threads, stateful, count_packed, monkeypatch):
+def test_prepacked_inference_path_equals_reference_path(direction_threads, stateful, count_packed, monkeypatch):
     if direction_threads:  # one single-threaded pool thread per direction, as for big models
-        monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
+        monkeypatch.setattr(threads_module, "DIRECTION_THREADS_MIN_MACS", 0)
         threads = torch.get_num_threads()
         torch.set_num_threads(2)
     torch.manual_seed(4)
@@ -96,28 +98,28 @@ def test_packs_follow_weight_updates(count_packed):
     with torch.inference_mode():
         model(ids)
         cell = model.lstm.forward_layers[0]
-        first = packed.pack_of(cell, "state_weight", cell.state_weight.t())
+        first = mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t())
     with torch.no_grad():
         cell.state_weight.mul_(-1.5)
         model.token_encoder.highways[0].carry.weight.add_(0.25)
     with torch.inference_mode():
-        assert packed.pack_of(cell, "state_weight", cell.state_weight.t()) is not first
+        assert mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t()) is not first
         after, _, _ = model(ids)
-        packed.ENABLED = False
+        mkl_prepacked.ENABLED = False
         plain, _, _ = model(ids)
     assert_recomputed_close(after, plain)
 
 
 def test_a_pack_that_disagrees_is_not_used(monkeypatch):
     """If MKL's packed product ever differs from sgemm (the probe), the plain path runs instead."""
-    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(packed, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
+    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl_prepacked, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
     torch.manual_seed(6)
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=8, n=7)))
     cell = model.lstm.forward_layers[0]
     with torch.inference_mode():
-        assert packed.pack_of(cell, "state_weight", cell.state_weight.t()) is None
+        assert mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t()) is None
         acts, _, _ = model(ids)
     reference, _, _ = model(ids)
     assert_recomputed_close(acts, reference, scale_atol=TWO_FORMULAS_SCALE_ATOL)
@@ -126,7 +128,7 @@ def test_a_pack_that_disagrees_is_not_used(monkeypatch):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 3, 20, 32, 64, 200])
 def test_packed_highway_equals_plain(threads, rows, monkeypatch):
-    monkeypatch.setattr(packed, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -134,9 +136,9 @@ def test_packed_highway_equals_plain(threads, rows, monkeypatch):
         layer = Highway(96)
         x = torch.randn(rows, 96)
         with torch.inference_mode():
-            monkeypatch.setattr(packed, "ENABLED", True)
+            monkeypatch.setattr(mkl_prepacked, "ENABLED", True)
             ours = layer(x)
-            monkeypatch.setattr(packed, "ENABLED", False)
+            monkeypatch.setattr(mkl_prepacked, "ENABLED", False)
             plain = layer(x)
     finally:
         torch.set_num_threads(saved)
@@ -154,7 +156,7 @@ def test_no_packs_under_autograd(count_packed):
 
 
 def test_environment_variable_turns_packing_off():
-    code = "from spacy_elmo.bilm import packed; print(packed.ENABLED)"
+    code = "from spacy_elmo.bilm import mkl_prepacked; print(mkl_prepacked.ENABLED)"
     for value, expected in (("0", "False"), ("off", "False"), ("1", "True")):
         out = subprocess.run(
             [sys.executable, "-c", code],
@@ -173,11 +175,11 @@ def test_packs_are_freed_with_the_model(count_packed):
     with torch.inference_mode():
         model(torch.as_tensor(batch_to_char_ids(_random_batch(seed=9, n=5))))
     cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
-    assert all(cell in packed._packs for cell in cells)
-    before = len(packed._packs)
+    assert all(cell in mkl_prepacked._packs for cell in cells)
+    before = len(mkl_prepacked._packs)
     del model, cells
     gc.collect()
-    assert len(packed._packs) < before - 3  # the cells' packs went with them
+    assert len(mkl_prepacked._packs) < before - 3  # the cells' packs went with them
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -186,7 +188,7 @@ def test_a_fork_while_packing_does_not_deadlock_the_child(count_packed):
 
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=4, n=6)))
-    with packed._lock:  # as if another thread were packing at the moment of the fork
+    with mkl_prepacked._lock:  # as if another thread were packing at the moment of the fork
         pid = os.fork()
         if pid == 0:  # the child: make new packs, which needs the lock
             code = 1

@@ -1,31 +1,61 @@
-"""Inference-only biLSTM: both directions in one time loop over packed data, outputs written in place.
+"""The inference path: the biLM without autograd, reorganised for speed (CPU and CUDA).
 
-Same arithmetic as :meth:`ProjectedLSTMCell.run` (which autograd and training use), reorganised
-for speed: rows are sorted by length once, the forward and the (per-row reversed) backward
-sequences share one packed layout, so at every step both directions run on the same shrinking
-prefix of rows; each layer's input projection is one matmul per chunk of steps; gates, cell and
-outputs live in preallocated buffers; the zero initial state skips the first recurrent matmul.
-With several CPU threads and enough work per step, the two directions (independent language
-models) instead run on two single-threaded pool threads, one core each. Products of a few rows by
-big weights go through MKL-packed copies (:mod:`.packed`); small weights take one batched product
-for both directions. Nothing here records autograd history, so callers use it only when no
-gradient is needed.
+:class:`~.model.BiLM` sends work here when no gradient is needed (``torch.inference_mode()``, or
+nothing requires grad); the reference path (:mod:`.lstm`, ``CharCNNEncoder.forward``), which
+autograd and training use, computes the same function. The two agree to float32 rounding, not bit
+for bit: sums are added in other orders (other matmul shapes, MKL pre-packed products, the char
+CNN as one matmul), and with several CPU threads tanh is computed as 2 sigmoid(2x) - 1 (within
+1e-7).
+
+biLSTM: both directions in one time loop over a *packed sequence layout* (rows sorted by length
+once, the forward and the per-row reversed backward sequences sharing it, so at every step both
+directions run on the same shrinking prefix of rows, as in torch's ``PackedSequence``); each
+layer's input projection is one matmul per chunk of steps; gates, cell and outputs live in
+preallocated buffers; the zero initial state skips the first recurrent matmul. With several CPU
+threads and enough work per step (:func:`.threads.split_directions`), the two directions
+(independent language models) instead run on two single-threaded pool threads, one core each.
+Products of a few rows by big weights go through MKL pre-packed weights (:mod:`.mkl_prepacked`);
+small weights take one batched product for both directions. Nothing here records autograd history.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
+from torch import nn
 
-from . import packed
-from .threads import pool
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
+from . import mkl_prepacked
+from .encoder import CharCNNEncoder
+from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
+from .threads import pool, split_directions
 
 # rows x 4*cell_dim floats per direction for one chunk of precomputed input projections
 GATE_CHUNK_ELEMENTS = 1 << 23
+STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
+
+
+# -- the token encoder ----------------------------------------------------------------------
+
+
+def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """``encoder(char_ids)`` without autograd: the char CNN as one matmul, MKL pre-packed highway products."""
+    x = encoder.pooled_features(char_ids, encoder.convolve_as_matmul)
+    for highway in encoder.highways:
+        x = highway.combine(x, _linear(highway.carry, x), _linear(highway.transform, x))
+    return encoder.projection(x)
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)``, through MKL's pre-packed GEMM for a few rows of a big layer (:mod:`.mkl_prepacked`)."""
+    if mkl_prepacked.fits(x.shape[0]) and mkl_prepacked.usable(x):
+        pack = mkl_prepacked.pack_of(layer, "weight", layer.weight)
+        if pack is not None:
+            return mkl_prepacked.linear(x, layer.weight, layer.bias, pack)
+    return layer(x)
+
+
+# -- the biLSTM ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -77,9 +107,46 @@ def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_l
     )
 
 
-def run_packed(
-    lstm: "ElmoBiLSTM", inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional["BiLSTMState"] = None
-):
+def layer_activations(
+    lstm: ElmoBiLSTM,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    token_layer: torch.Tensor,
+    initial_state: Optional[BiLSTMState] = None,
+    skip_last: bool = False,
+) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
+    """All activations ``(n_layers + 1, batch, time, 2 * proj)``, each layer written straight into the result.
+
+    ``token_layer`` is layer 0. ``skip_last`` (see :func:`packed_layout`) leaves each LM's output
+    at its last position zero and returns no final state.
+    """
+    batch, time, dim = tokens.shape
+    layout = packed_layout(lengths, time, tokens.device, skip_last=skip_last)
+    outputs, final_state = run_lstm(lstm, tokens, layout, initial_state)
+    acts = tokens.new_zeros(lstm.n_layers + 1, batch, time, 2 * dim)
+    acts[0] = token_layer
+    flat = acts.view(lstm.n_layers + 1, batch * time, 2, dim)
+    for layer, out in enumerate(outputs, start=1):
+        flat[layer, :, 0].index_copy_(0, layout.forward_index, out[0])
+        flat[layer, :, 1].index_copy_(0, layout.backward_index, out[1])
+    return acts, None if skip_last else final_state
+
+
+def lstm_outputs(
+    lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
+) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+    """What ``lstm(inputs, lengths, initial_state)`` returns (padded per-layer outputs, final state), without autograd."""
+    batch, time = inputs.shape[:2]
+    layout = packed_layout(lengths, time, inputs.device)
+    outputs, final_state = run_lstm(lstm, inputs, layout, initial_state)
+    forward = [unpack(out[0], layout.forward_index, batch, time) for out in outputs]
+    backward = [unpack(out[1], layout.backward_index, batch, time) for out in outputs]
+    return forward, backward, final_state
+
+
+def run_lstm(
+    lstm: ElmoBiLSTM, inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional[BiLSTMState] = None
+) -> Tuple[List[torch.Tensor], BiLSTMState]:
     """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
 
     ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
@@ -98,7 +165,8 @@ def run_packed(
             c0[layer] = torch.stack([states[d][1] for d in range(2)]).index_select(1, layout.sorted_rows)
     stacks = [list(lstm.forward_layers), list(lstm.backward_layers)]
     skip = lstm.use_skip_connections
-    if _use_direction_threads(x, lstm, layout):
+    step_macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim  # the first step's recurrent product
+    if split_directions(step_macs, x.device):
         futures = [
             pool().submit(_run_stack_on_thread, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip)
             for d in range(2)
@@ -114,26 +182,6 @@ def run_packed(
         h, c = h.index_select(1, layout.unsorted_rows), c.index_select(1, layout.unsorted_rows)
         finals.append([(h[0], c[0]), (h[1], c[1])])
     return outputs, finals
-
-
-DIRECTION_THREADS_MIN_MACS = 2_000_000  # recurrent multiply-adds per step and direction
-
-
-def _use_direction_threads(x: torch.Tensor, lstm: "ElmoBiLSTM", layout: PackedLayout) -> bool:
-    macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim
-    return x.device.type == "cpu" and torch.get_num_threads() >= 2 and macs >= DIRECTION_THREADS_MIN_MACS
-
-
-def run_split(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
-    """``module(rows)`` with the rows split in two halves computed on the two pool threads (CPU, no autograd)."""
-    half = (rows.shape[0] + 1) // 2
-    futures = [pool().submit(_call_on_thread, module, part) for part in (rows[:half], rows[half:])]
-    return torch.cat([f.result() for f in futures])
-
-
-def _call_on_thread(module: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
-    with torch.inference_mode():
-        return module(rows)
 
 
 def _pick(states: List[Optional[torch.Tensor]], d: int) -> List[Optional[torch.Tensor]]:
@@ -161,7 +209,7 @@ def _run_stack(layers, x, layout, h0, c0, skip):
 
 
 def _run_layer(
-    cells: Sequence["ProjectedLSTMCell"],
+    cells: Sequence[ProjectedLSTMCell],
     x: torch.Tensor,
     layout: PackedLayout,
     h0: Optional[torch.Tensor],
@@ -222,42 +270,40 @@ def _run_layer(
     return out, last_c
 
 
-STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
-
 
 class _StepProducts:
     """A layer's matrix products (input projections, recurrent, projection) for D directions, by the fastest route.
 
-    Big weights with 3-64 rows to multiply: MKL-packed products (:mod:`.packed`). Small weights
+    Big weights with 3-64 rows to multiply: MKL pre-packed products (:mod:`.mkl_prepacked`). Small weights
     (both directions interleaved in one loop): one batched product for both directions, fewer
     operator calls per step. Otherwise one plain product per direction.
     """
 
-    def __init__(self, cells: Sequence["ProjectedLSTMCell"], x: torch.Tensor, batch: int) -> None:
-        self.cells, self.usable = cells, packed.usable(x)
+    def __init__(self, cells: Sequence[ProjectedLSTMCell], x: torch.Tensor, batch: int) -> None:
+        self.cells, self.usable = cells, mkl_prepacked.usable(x)
         self.input = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state = [cell.state_weight for cell in cells]
         self.projection = [cell.projection for cell in cells]
-        self.state_packs = self._packs("state_weight", self.state) if batch >= packed.MIN_ROWS else None
+        self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
 
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
-        packs = self._packs("input_weight", self.input) if packed.fits(rows.shape[1]) else None
+        packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) else None
         for d, weight in enumerate(self.input):
             if packs is not None:
-                out[d] = packed.linear(rows[d], weight.t(), self.bias[d], packs[d])
+                out[d] = mkl_prepacked.linear(rows[d], weight.t(), self.bias[d], packs[d])
             else:
                 torch.addmm(self.bias[d], rows[d], weight, out=out[d])
 
     def add_recurrent(self, gates: torch.Tensor, h_prev: torch.Tensor, n: int) -> None:
         """``gates[d] += h_prev[d, :n] @ state[d]`` for every direction ``d``."""
-        if self.state_packs is not None and packed.fits(n):
+        if self.state_packs is not None and mkl_prepacked.fits(n):
             for d, pack in enumerate(self.state_packs):
-                gates[d].add_(packed.linear(h_prev[d, :n], self.state[d].t(), None, pack))
+                gates[d].add_(mkl_prepacked.linear(h_prev[d, :n], self.state[d].t(), None, pack))
         elif self.state_stack is not None:
             gates.baddbmm_(h_prev[:, :n], self.state_stack)
         else:
@@ -273,10 +319,10 @@ class _StepProducts:
                 torch.mm(hidden[d], weight, out=out[d])
 
     def _packs(self, name: str, weights: List[torch.Tensor]) -> Optional[List[torch.Tensor]]:
-        """Each cell's MKL-packed ``name`` weight (:mod:`.packed`), or None where any is unavailable."""
+        """Each cell's MKL pre-packed ``name`` weight (:mod:`.mkl_prepacked`), or None where any is unavailable."""
         if not self.usable:
             return None
-        packs = [packed.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
+        packs = [mkl_prepacked.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
         return None if any(p is None for p in packs) else packs
 
 
@@ -292,8 +338,8 @@ def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
     return ranges
 
 
-def unpack(packed: torch.Tensor, index: torch.Tensor, batch: int, time: int) -> torch.Tensor:
+def unpack(rows: torch.Tensor, index: torch.Tensor, batch: int, time: int) -> torch.Tensor:
     """Scatter packed rows ``(N, dim)`` back to a zero-padded ``(batch, time, dim)`` tensor."""
-    padded = packed.new_zeros(batch * time, packed.shape[-1])
-    padded.index_copy_(0, index, packed)
+    padded = rows.new_zeros(batch * time, rows.shape[-1])
+    padded.index_copy_(0, index, rows)
     return padded.view(batch, time, -1)

@@ -1,4 +1,7 @@
-"""MKL pre-packed copies of big weight matrices, for CPU inference products with a few rows.
+"""MKL pre-packed GEMM: pre-packed copies of big weight matrices, for CPU inference products with a few rows.
+
+(Not to be confused with the *packed sequence layout* of :mod:`.inference`: here "pack" is MKL's
+word for a weight matrix reordered once into its GEMM kernel's internal layout.)
 
 The biLSTM multiplies the few active rows of each step by the same wide state matrix, and at
 batch 1 the input projections and highway layers see ~20 rows. Plain sgemm re-packs the big
@@ -6,8 +9,13 @@ operand on every call; with so few rows that costs about as much as the arithmet
 GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``, exposed by torch as ``torch.ops.mkl``)
 packs it once: 1.2-1.7x faster products measured here for 3-64 rows (3-32 with two threads)
 and matrices from 2M elements up (smaller ones and tall-narrow ones do not gain: left alone).
-The sums are the same (each pack is checked against plain sgemm on probes of 3 and 64 rows
-before use; on a mismatch, or a torch without MKL, the plain path runs).
+The products agree with plain sgemm to float32 rounding, not bit for bit: MKL's packed kernels
+may add the terms of a sum in another order (measured here on AVX-512: up to ~5 float32
+epsilons of the largest product apart; bit-identical only for some shapes and row counts).
+Each pack is checked against plain sgemm on probes of 3 and 64 rows before use (within rtol
+1e-5); on a mismatch, or a torch without MKL, the plain path runs.
+Only the inference path (:mod:`.inference`) uses these products; :class:`~.model.BiLM` sends work
+there only when no gradient is needed, so the packs never see autograd.
 Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use and freed with the
 module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 """
@@ -52,8 +60,8 @@ def available() -> bool:
 
 
 def usable(x: torch.Tensor) -> bool:
-    """Whether packed products may serve ``x``: float32 on CPU, no autograd, packing on."""
-    return ENABLED and x.device.type == "cpu" and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad)
+    """Whether packed products may serve ``x``: float32 on CPU, packing on."""
+    return ENABLED and x.device.type == "cpu" and x.dtype == torch.float32
 
 
 def fits(rows: int) -> bool:
@@ -68,7 +76,7 @@ def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[torch
     None when the matrix is too small to gain or packing is unavailable.
     """
     param = getattr(owner, name)
-    if param.numel() < MIN_ELEMENTS or param.requires_grad and torch.is_grad_enabled():
+    if param.numel() < MIN_ELEMENTS:
         return None
     key = (param.data_ptr(), param._version)
     with _lock:

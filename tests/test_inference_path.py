@@ -1,4 +1,4 @@
-"""The fused inference path (spacy_elmo.bilm.fast) against the autograd reference path, and the token-vector LRU."""
+"""The inference path (spacy_elmo.bilm.inference) against the autograd reference path, and the token-vector LRU."""
 import random
 
 import numpy as np
@@ -7,7 +7,9 @@ import torch
 
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, load_model
-from spacy_elmo.bilm import fast, threads
+from spacy_elmo.bilm.model import lstm_outputs
+from spacy_elmo.bilm import inference
+from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
@@ -60,12 +62,12 @@ def _random_state(model, batch, seed):
 )
 @pytest.mark.parametrize("stateful", [False, True])
 @pytest.mark.parametrize("direction_threads", [False, True])
-def test_fast_path_equals_reference_path(kw, stateful, direction_threads, monkeypatch):
+def test_inference_path_equals_reference_path(kw, stateful, direction_threads, monkeypatch):
     if direction_threads:  # force the two-thread branch (one thread per direction) on this tiny model
-        monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0)
+        monkeypatch.setattr(threads_module, "DIRECTION_THREADS_MIN_MACS", 0)
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
-        monkeypatch.setattr(threads, "_pool", None)
+        monkeypatch.setattr(threads_module, "_pool", None)
     torch.manual_seed(1)
     model = BiLM(_options(**kw)).eval()
     for p in model.parameters():  # realistic spread, so the clips are hit
@@ -83,12 +85,13 @@ def test_fast_path_equals_reference_path(kw, stateful, direction_threads, monkey
         for d in range(2):
             for ours, ref in zip(final[layer][d], ref_state[layer][d]):
                 assert_recomputed_close(ours, ref, scale_atol=TWO_FORMULAS_SCALE_ATOL)
-    # the public ElmoBiLSTM.forward takes the same fast path without autograd
+    # the per-direction outputs of the inference path (what lstm_outputs gives without autograd)
     tokens = model.encode_tokens(ids).detach()
     lengths = mask.sum(dim=1)
     with torch.no_grad():
-        f_fast, b_fast, _ = model.lstm(tokens, lengths, state)
-    f_ref, b_ref, _ = model.lstm.forward_reference(tokens, lengths, state)
+        f_fast, b_fast, _ = lstm_outputs(model.lstm, tokens, lengths, state)
+    f_ref, b_ref, _ = model.lstm(tokens, lengths, state)  # parameters require grad: the reference path
+    assert f_ref[0].requires_grad and not f_fast[0].requires_grad
     for ours, ref in zip(f_fast + b_fast, f_ref + b_ref):
         assert_recomputed_close(ours, ref, scale_atol=TWO_FORMULAS_SCALE_ATOL)
     if direction_threads:
@@ -102,7 +105,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     with torch.inference_mode():
         whole, _, _ = model(ids)
-        monkeypatch.setattr(fast, "GATE_CHUNK_ELEMENTS", 4 * 24 * 7)  # 7 packed rows per chunk
+        monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 24 * 7)  # 7 packed rows per chunk
         chunked, _, _ = model(ids)
     assert_recomputed_close(chunked, whole)  # other row counts, other GEMM blocking
 
@@ -119,7 +122,7 @@ def test_autograd_still_flows_through_bilm():
 
 
 def test_packed_layout_orders_rows_by_length():
-    layout = fast.packed_layout(torch.tensor([2, 4, 1, 4]), time=4, device=torch.device("cpu"))
+    layout = inference.packed_layout(torch.tensor([2, 4, 1, 4]), time=4, device=torch.device("cpu"))
     assert layout.step_sizes == [4, 3, 2, 2]
     assert layout.step_offsets == [0, 4, 7, 9]
     assert layout.sorted_rows.tolist() == [1, 3, 0, 2]  # stable: equal lengths keep their order
@@ -128,23 +131,23 @@ def test_packed_layout_orders_rows_by_length():
     assert layout.backward_index[:4].tolist() == [7, 15, 1, 8]
     assert layout.last_index.tolist() == [9, 10, 4 + 2, 0 + 3]  # offset of the last step + sorted row
     with pytest.raises(ValueError, match="at least one position"):
-        fast.packed_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
+        inference.packed_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
 
 
 def test_packed_layout_can_skip_each_directions_last_step():
     """Forward stops before each row's last position, backward before its first (row 0: 3, row 1: 5 long)."""
-    layout = fast.packed_layout(torch.tensor([3, 5]), time=5, device=torch.device("cpu"), skip_last=True)
+    layout = inference.packed_layout(torch.tensor([3, 5]), time=5, device=torch.device("cpu"), skip_last=True)
     assert layout.step_sizes == [2, 2, 1, 1]
     assert layout.forward_index.tolist() == [5, 0, 6, 1, 7, 8]  # positions 0-3 of row 1, 0-1 of row 0
     assert layout.backward_index.tolist() == [9, 2, 8, 1, 7, 6]  # positions 4-1 of row 1, 2-1 of row 0
     with pytest.raises(ValueError, match="at least two positions"):
-        fast.packed_layout(torch.tensor([3, 1]), time=3, device=torch.device("cpu"), skip_last=True)
+        inference.packed_layout(torch.tensor([3, 1]), time=3, device=torch.device("cpu"), skip_last=True)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_skipping_boundary_steps_changes_no_word_position(threads, monkeypatch):
     """``boundaries=False`` (what ElmoBackend.embed uses) equals the full computation on every word."""
-    monkeypatch.setattr(fast, "DIRECTION_THREADS_MIN_MACS", 0 if threads == 2 else 10**12)
+    monkeypatch.setattr(threads_module, "DIRECTION_THREADS_MIN_MACS", 0 if threads == 2 else 10**12)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -258,12 +261,12 @@ def test_direction_pool_is_renewed_in_a_forked_child():
     """The pool's threads do not survive fork; the child must get a new pool, not hang on the old one."""
     import os
 
-    assert threads.pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
+    assert threads_module.pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
     pid = os.fork()
     if pid == 0:  # child: plain Python work through the pool (torch's OpenMP is another matter)
         code = 1
         try:
-            code = 0 if threads.pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
+            code = 0 if threads_module.pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -1,0 +1,150 @@
+"""The rules of ARCHITECTURE.md that a machine can check: no import circles, bilm/ knows no front end, threads in one place."""
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "spacy_elmo"
+
+
+def module_files() -> Dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name, not ``.__init__``)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = module_files()
+
+
+def import_nodes(tree: ast.AST, *, in_functions: bool) -> Iterator[ast.stmt]:
+    """The import statements of a module: those run at import time (``if TYPE_CHECKING`` blocks included),
+    and with ``in_functions`` also the ones inside functions."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not in_functions:
+            continue
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child
+        yield from import_nodes(child, in_functions=in_functions)
+
+
+def imported_names(name: str, *, in_functions: bool = False) -> Set[str]:
+    """Absolute names of everything module ``name`` imports (other packages too)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in import_nodes(ast.parse(path.read_text(encoding="utf-8")), in_functions=in_functions):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES]
+        found.update(submodules)
+        if len(submodules) < len(node.names):  # a name defined in ``target`` itself
+            found.add(target)
+    return found
+
+
+def internal_graph(*, in_functions: bool = False) -> Dict[str, Set[str]]:
+    return {name: {d for d in imported_names(name, in_functions=in_functions) if d in MODULES and d != name} for name in MODULES}
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import circle as ``[a, b, ..., a]``, or ``[]`` when there is none (depth-first search)."""
+    state: Dict[str, int] = {}  # 1: on the current path, 2: done
+    path: List[str] = []
+
+    def visit(node: str) -> List[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return []
+
+
+def test_the_walk_finds_the_package_and_its_imports():
+    """Guards the checks below against passing because they see nothing."""
+    graph = internal_graph()
+    assert {"spacy_elmo", "spacy_elmo.bilm.model", "spacy_elmo.bilm.inference", "spacy_elmo.backend"} <= set(graph)
+    assert "spacy_elmo.bilm.inference" in graph["spacy_elmo.bilm.model"]
+    assert "spacy_elmo.bilm.lstm" in graph["spacy_elmo.bilm.inference"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "also inside functions"])
+def test_no_import_circle_inside_the_package(in_functions):
+    """A circle means one of its modules is in the wrong room. Type-checking-only imports count too."""
+    cycle = find_cycle(internal_graph(in_functions=in_functions))
+    assert not cycle, "import circle: " + " -> ".join(cycle)
+
+
+def test_bilm_imports_no_front_end():
+    """bilm/ is the model alone: nothing from the rest of spacy_elmo, spaCy, Thinc or scikit-learn, even lazily."""
+    for name in MODULES:
+        if name == "spacy_elmo.bilm" or name.startswith("spacy_elmo.bilm."):
+            for imported in imported_names(name, in_functions=True):
+                top = imported.split(".")[0]
+                outside = top == "spacy_elmo" and not imported.startswith("spacy_elmo.bilm")
+                assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
+
+
+def used_names(path: Path) -> Set[str]:
+    """Every name, attribute and string constant in a module (``getattr(lib, "name")`` counts as using ``name``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    return names
+
+
+def test_threads_are_started_and_limited_only_in_bilm_threads():
+    """Thread pools and thread-count settings live in bilm/threads.py; only the CLI sets torch's process-wide count."""
+    watched = {"ThreadPoolExecutor", "set_num_threads", "set_num_interop_threads", "omp_set_num_threads", "MKL_Set_Num_Threads_Local"}
+    allowed = {"spacy_elmo.bilm.threads": watched, "spacy_elmo.cli": {"set_num_threads"}}
+    assert watched & used_names(MODULES["spacy_elmo.bilm.threads"])  # the check sees what it looks for
+    for name, path in MODULES.items():
+        misplaced = (used_names(path) & watched) - allowed.get(name, set())
+        assert not misplaced, f"{name} uses {sorted(misplaced)}: thread pools and limits belong in bilm/threads.py"
+
+
+def test_nothing_is_unpickled():
+    """No module imports a pickle-based loader or calls torch.load: files from elsewhere cannot run code here."""
+    loaders = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "shelve", "marshal"}
+    for name, path in MODULES.items():
+        imported = {n.split(".")[0] for n in imported_names(name, in_functions=True)}
+        assert not imported & loaders, f"{name} imports {sorted(imported & loaders)}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+                assert not (owner == "torch" and node.func.attr == "load"), f"{name}:{node.lineno} calls torch.load"
+                assert node.func.attr != "read_pickle", f"{name}:{node.lineno} calls read_pickle"
+                pickles = [k for k in node.keywords if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False)]
+                assert not pickles, f"{name}:{node.lineno} allows pickle"
