@@ -1,46 +1,197 @@
-"""A trainable Thinc layer over ``doc._.elmo_layers``: the paper's task-specific scalar mix for ``spacy train``.
+"""The paper's task-specific scalar mix as a Thinc layer for ``spacy train`` (registered in architectures.py).
 
-``spacy_elmo.ElmoScalarMix.v1`` maps docs to ``(n_tokens, width)`` arrays
-``gamma * sum_j softmax(s)_j h_j`` with learnable ``s`` (one per layer) and ``gamma``; the biLM
-itself stays frozen. Use it as the ``tok2vec`` of textcat, ner, tagger, ...; the ``elmo``
-component must come earlier in the pipeline and be listed in ``[training] annotating_components``
-so training docs carry their layers.
+The layer maps docs to float32 ``(n_tokens, width)`` arrays ``gamma * sum_j w_j h_j`` over the ELMo
+layers ``h_j`` of each token (Peters et al. 2018, eq. 1), with ``w = softmax(s)`` learned, or a
+fixed choice of layers; the biLM stays frozen. spaCy links the layer to the ``elmo`` component
+before it in the pipeline (``ElmoComponent.find_listeners``, as for tok2vec listeners), so:
+
+- its width and number of layers come from that component's model at initialize;
+- docs the component has not annotated (it need not be in ``[training] annotating_components``)
+  get their layers from the component on the fly, through the backend's embedding cache.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 from spacy.tokens import Doc
-from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .extensions import LAYERS, doc_layers
+from ..mix import layer_weights
+from .extensions import LAYERS, MODEL, doc_layers
+
+MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners
+LEARNED = "mix"  # the ``layers`` value for the paper's learned softmax weights
+LINK = "elmo_component"  # attr holding the linked component (a _Link, which Thinc cannot serialize and skips)
+LayerChoice = Union[str, int]
 
 
-@registry.architectures("spacy_elmo.ElmoScalarMix.v1")
-def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[List[Doc], List[Floats2d]]:
-    """Learnable ELMo scalar mix: ``width`` = the model's output width (2 x projection_dim), ``n_layers`` = biLSTM layers.
+class _Link:
+    """The ``elmo`` component a mix layer reads from: skipped by Thinc's serialization, shared (not copied) by deepcopy."""
 
-    The mix starts at equal weights (``s = 0``) and the given ``gamma``.
-    """
-    if width < 1 or n_layers < 0:
-        raise ValueError(f"width={width}, n_layers={n_layers}: expected width >= 1 and n_layers >= 0")
+    __slots__ = ("component",)
+
+    def __init__(self, component: Any) -> None:
+        self.component = component
+
+    def __deepcopy__(self, memo: dict) -> "_Link":
+        return self
+
+
+def build_scalar_mix(
+    *,
+    layers: LayerChoice,
+    gamma: float,
+    dropout: float,
+    l2_coef: float,
+    do_layer_norm: bool,
+    anchor_gamma: bool,
+    upstream: str,
+    width: Optional[int] = None,
+    n_outputs: Optional[int] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """The scalar-mix layer; ``width``/``n_outputs`` are inferred at initialize when None (see the architectures)."""
+    _check_options(layers, gamma, dropout, l2_coef, upstream)
     return Model(
-        "elmo_scalar_mix",
+        MIX_NAME,
         _forward,
         init=_init,
         dims={"nO": width},
         params={"s": None, "gamma": None},
-        attrs={"n_outputs": n_layers + 1, "initial_gamma": float(gamma)},
+        attrs={
+            "n_outputs": n_outputs,
+            "initial_gamma": float(gamma),
+            # The "gamma" param holds gamma - gamma_anchor: an optimizer's L2 pulls the param toward 0,
+            # so gamma toward its initial value (anchor) rather than toward 0 (anchor 0, as in v1).
+            "gamma_anchor": float(gamma) if anchor_gamma else 0.0,
+            "layers": layers,
+            "dropout": float(dropout),
+            "l2_coef": float(l2_coef),
+            "do_layer_norm": bool(do_layer_norm),
+            "upstream": upstream,
+        },
     )
 
 
+def _check_options(layers: Any, gamma: Any, dropout: Any, l2_coef: Any, upstream: Any) -> None:
+    if isinstance(layers, bool) or not (layers in (LEARNED, "average", "top") or isinstance(layers, int)):
+        raise ValueError(f"layers={layers!r}: expected 'mix' (learned), 'average', 'top' or a layer index")
+    if not np.isfinite(gamma):
+        raise ValueError(f"gamma={gamma!r}: expected a finite number")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout={dropout!r}: expected 0 <= dropout < 1")
+    if not (np.isfinite(l2_coef) and l2_coef >= 0.0):
+        raise ValueError(f"l2_coef={l2_coef!r}: expected a number >= 0")
+    if not isinstance(upstream, str) or not upstream:
+        raise ValueError(f"upstream={upstream!r}: expected the elmo component's name or '*'")
+
+
+# -- linking to the elmo component ---------------------------------------------------------------
+
+
+def listening_layers(component: Any, upstream_name: str) -> List[Model]:
+    """The mix layers in ``component``'s model that read from the component named ``upstream_name``."""
+    model = getattr(component, "model", None)
+    if not isinstance(model, Model):
+        return []
+    return [n for n in model.walk() if n.name == MIX_NAME and n.attrs.get("upstream") in ("*", upstream_name)]
+
+
+def link(model: Model, component: Any) -> None:
+    """Make the mix layer ``model`` read from ``component``; a layer already sized must fit the component's model."""
+    model.attrs[LINK] = _Link(component)
+    if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
+        _check_shape(model, *_component_shape(component), f"the ELMo model of component {component.name!r}")
+
+
+def unlink(model: Model) -> None:
+    """Forget the linked component."""
+    model.attrs.pop(LINK, None)
+
+
+def _linked(model: Model) -> Optional[Any]:
+    held = model.attrs.get(LINK)
+    return None if held is None else held.component
+
+
+def _component_shape(component: Any) -> Tuple[int, int]:
+    backend = component.backend
+    return backend.n_layers + 1, backend.dim
+
+
+def _check_shape(model: Model, n_outputs: int, width: int, source: str) -> None:
+    """A clear error when ``source`` gives layers other than those the mix was built or trained for."""
+    expected = (model.attrs["n_outputs"], model.get_dim("nO"))
+    if (n_outputs, width) != expected:
+        raise ValueError(
+            f"{source} gives {n_outputs} layers of width {width}, but this ElmoScalarMix was built (or trained) "
+            f"for {expected[0]} layers of width {expected[1]}: use the ELMo model it was trained with "
+            f"(spacy_elmo.ElmoScalarMix.v2 takes both from the model at initialize; v1 states them in the config)"
+        )
+
+
+# -- initialize, forward, backprop ----------------------------------------------------------------
+
+
 def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> Model:
-    model.set_param("s", model.ops.alloc1f(model.attrs["n_outputs"]))
-    model.set_param("gamma", model.ops.asarray1f([model.attrs["initial_gamma"]]))
+    n_outputs, width = _source_shape(model, X)
+    if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
+        _check_shape(model, n_outputs, width, "the ELMo model")
+    model.attrs["n_outputs"] = n_outputs
+    model.set_dim("nO", width)
+    if model.attrs["layers"] != LEARNED:
+        layer_weights(model.attrs["layers"], n_outputs)  # an index beyond the model's layers fails here
+    model.set_param("s", model.ops.alloc1f(n_outputs))
+    model.set_param("gamma", model.ops.asarray1f([model.attrs["initial_gamma"] - model.attrs["gamma_anchor"]]))
     return model
+
+
+def _source_shape(model: Model, X: Optional[List[Doc]]) -> Tuple[int, int]:
+    """``(n_outputs, width)`` from the linked component, else from docs that carry layers, else as built (v1)."""
+    component = _linked(model)
+    if component is not None:
+        return _component_shape(component)
+    for doc in X or ():
+        layers = doc_layers(doc)
+        if layers is not None:
+            return layers.shape[0], layers.shape[2]
+    if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
+        return model.attrs["n_outputs"], model.get_dim("nO")
+    raise ValueError(
+        f"ElmoScalarMix (upstream={model.attrs['upstream']!r}) cannot tell the ELMo model's width and number of "
+        f"layers: put an 'elmo' component before this one in the pipeline, or initialize it with docs that carry "
+        f"doc._.{LAYERS}"
+    )
+
+
+def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    xp = model.ops.xp
+    inputs = _inputs(model, docs)
+    learned = model.attrs["layers"] == LEARNED
+    s = model.get_param("s")
+    weights = _softmax(s, xp) if learned else model.ops.asarray1f(layer_weights(model.attrs["layers"], len(s)))
+    gamma = model.get_param("gamma")[0] + model.attrs["gamma_anchor"]
+    mixes = [xp.tensordot(weights, X, axes=(0, 0)) for X in inputs]
+    rate = model.attrs["dropout"] if is_train else 0.0
+    masks = [model.ops.get_dropout_mask(mix.shape, rate) if rate > 0 else None for mix in mixes]
+    outputs = [gamma * mix if mask is None else gamma * mix * mask for mix, mask in zip(mixes, masks)]
+
+    def backprop(dYs: List[Floats2d]) -> List[Doc]:
+        d_gamma = model.ops.alloc1f(1)
+        d_weights = xp.zeros_like(weights)
+        for X, mix, mask, dY in zip(inputs, mixes, masks, dYs):
+            if mask is not None:
+                dY = dY * mask
+            d_gamma[0] += (dY * mix).sum()
+            if learned:
+                d_weights += gamma * xp.tensordot(X, dY, axes=([1, 2], [0, 1]))
+        if learned:  # softmax Jacobian, plus the paper's regulariser l2_coef * ||s||^2 (bilm-tf puts it on s)
+            model.inc_grad("s", weights * (d_weights - (weights * d_weights).sum()) + 2 * model.attrs["l2_coef"] * s)
+        model.inc_grad("gamma", d_gamma)
+        return []
+
+    return outputs, backprop
 
 
 def _softmax(s: np.ndarray, xp) -> np.ndarray:
@@ -48,45 +199,77 @@ def _softmax(s: np.ndarray, xp) -> np.ndarray:
     return e / e.sum()
 
 
-def _doc_input(model: Model, doc: Doc, is_train: bool):
-    layers = doc_layers(doc)
-    n_outputs, width = model.attrs["n_outputs"], model.get_dim("nO")
-    if layers is None:
-        if is_train:
+def _inputs(model: Model, docs: List[Doc]) -> List[np.ndarray]:
+    """Each doc's float32 ``(n_outputs, n_tokens, width)`` layers: stored on the doc, else from the linked component."""
+    component = _linked(model)
+    fingerprint = component.backend.fingerprint if component is not None else None
+    arrays = [_stored_layers(doc, fingerprint) for doc in docs]
+    missing = [i for i, layers in enumerate(arrays) if layers is None]
+    if missing:
+        if component is None:
             raise ValueError(
-                f"doc._.{LAYERS} is missing on a training doc: put the 'elmo' component before this one and "
-                f"list it in [training] annotating_components"
+                f"doc._.{LAYERS} is missing and no 'elmo' component is linked to this ElmoScalarMix: put the "
+                f"'elmo' component before this one in the pipeline"
             )
-        return None  # e.g. shape inference in nlp.initialize(), which runs before any elmo annotation
-    if layers.shape[0] != n_outputs or layers.shape[2] != width:
-        raise ValueError(
-            f"doc._.{LAYERS} has shape {layers.shape}, but ElmoScalarMix was built for {n_outputs} layers "
-            f"of width {width} (set n_layers={layers.shape[0] - 1}, width={layers.shape[2]})"
-        )
-    return model.ops.asarray(layers, dtype="float32")
+        for i, layers in zip(missing, component.predict([docs[i] for i in missing])):
+            arrays[i] = layers
+    for layers in arrays:
+        if (layers.shape[0], layers.shape[2]) != (model.attrs["n_outputs"], model.get_dim("nO")):
+            _check_shape(model, layers.shape[0], layers.shape[2], f"doc._.{LAYERS} (shape {layers.shape})")
+    inputs = [model.ops.asarray(layers, dtype="float32") for layers in arrays]
+    if model.attrs["do_layer_norm"]:
+        inputs = [_layer_norm(X, doc, model.ops.xp) for X, doc in zip(inputs, docs)]
+    return inputs
 
 
-def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
-    xp = model.ops.xp
-    s, gamma = model.get_param("s"), model.get_param("gamma")
-    weights = _softmax(s, xp)
-    inputs = [_doc_input(model, doc, is_train) for doc in docs]
-    mixes = [
-        model.ops.alloc2f(len(doc), model.get_dim("nO")) if X is None else xp.tensordot(weights, X, axes=(0, 0))
-        for doc, X in zip(docs, inputs)
-    ]
-    outputs = [gamma[0] * mix for mix in mixes]
+def _stored_layers(doc: Doc, fingerprint: Optional[str]) -> Optional[np.ndarray]:
+    """The doc's stored layers, unless they came from another model than the linked one."""
+    stored_by = doc._.get(MODEL)
+    if fingerprint is not None and stored_by is not None and stored_by != fingerprint:
+        return None
+    return doc_layers(doc)
 
-    def backprop(dYs: List[Floats2d]) -> List[Doc]:
-        d_weights = xp.zeros_like(weights)
-        d_gamma = xp.zeros_like(gamma)
-        for X, mix, dY in zip(inputs, mixes, dYs):
-            if X is None:
-                continue
-            d_gamma[0] += (dY * mix).sum()
-            d_weights += gamma[0] * xp.tensordot(X, dY, axes=([1, 2], [0, 1]))
-        model.inc_grad("s", weights * (d_weights - (weights * d_weights).sum()))  # softmax Jacobian
-        model.inc_grad("gamma", d_gamma)
-        return []
 
-    return outputs, backprop
+def _layer_norm(X: np.ndarray, doc: Doc, xp) -> np.ndarray:
+    """Each layer scaled to mean 0, variance 1 over the doc's non-space tokens (AllenNLP's ScalarMix, per doc).
+
+    AllenNLP normalises over the whole padded batch; per doc, a doc's output does not depend on its
+    batch-mates. Whitespace tokens keep their zero rows.
+    """
+    keep = xp.asarray([not token.is_space for token in doc], dtype=bool)
+    if not keep.any():
+        return X
+    kept = X[:, keep]
+    mean = kept.mean(axis=(1, 2), keepdims=True)
+    var = kept.var(axis=(1, 2), keepdims=True)
+    out = xp.zeros_like(X)
+    out[:, keep] = (kept - mean) / xp.sqrt(var + 1e-12)
+    return out
+
+
+# -- reading a trained mix --------------------------------------------------------------------------
+
+
+class LearnedMix(NamedTuple):
+    """A trained mix: the normalised layer weights (layer 0 = token layer) and gamma."""
+
+    weights: List[float]
+    gamma: float
+
+
+def learned_mix(obj: Any) -> LearnedMix:
+    """The layer weights (softmax(s), or the fixed choice) and gamma of the ElmoScalarMix in a pipe or Thinc model."""
+    model = getattr(obj, "model", obj)
+    if not isinstance(model, Model):
+        raise TypeError(f"expected a pipeline component or a Thinc model, not {type(obj).__name__}")
+    mixes = [node for node in model.walk() if node.name == MIX_NAME]
+    if len(mixes) != 1:
+        raise ValueError(f"expected one ElmoScalarMix layer in {model.name!r}, found {len(mixes)}")
+    mix = mixes[0]
+    if mix.has_param("s") is not True:
+        raise ValueError("the ElmoScalarMix layer is not initialized yet (nlp.initialize() or spacy.load a trained pipeline)")
+    s = np.asarray(mix.ops.to_numpy(mix.get_param("s")), dtype=np.float64)
+    choice = mix.attrs["layers"]
+    weights = layer_weights(list(s) if choice == LEARNED else choice, len(s))
+    gamma = float(mix.ops.to_numpy(mix.get_param("gamma"))[0]) + mix.attrs["gamma_anchor"]
+    return LearnedMix([float(w) for w in weights], gamma)

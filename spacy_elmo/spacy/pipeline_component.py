@@ -14,9 +14,9 @@ import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
-from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, minibatch, to_bytes, to_disk
+from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, logger, minibatch, to_bytes, to_disk
 from spacy.vocab import Vocab
-from thinc.api import Config
+from thinc.api import Config, Model
 
 from ..backend import ElmoBackend
 from ..model_files import OPTIONS, WEIGHTS
@@ -25,10 +25,11 @@ from ..mix import LayerSpec, layer_weights
 from .architectures import ElmoModelRef, as_model_ref, optional_device
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import set_hooks
-from .layers import elmo_scalar_mix_v1  # noqa: F401  (registers spacy_elmo.ElmoScalarMix.v1)
+from .layers import link, listening_layers, unlink
 from .windows import Segment, check_window_config, doc_segments
 
 MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds memory on huge docs
+INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
 DEFAULT_CONFIG_STR = """
 [elmo]
@@ -101,7 +102,14 @@ class ElmoComponent(Pipe):
     use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
     set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
+
+    Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
+    mechanism): they take the model's shape from it and embed docs it has not annotated.
     """
+
+    # spaCy links listeners only for components shaped like spacy.ty.ListenedToComponent, which has a
+    # `model`; the biLM is not a Thinc model (nothing of it is trained), so it is None.
+    model = None
 
     def __init__(
         self,
@@ -135,6 +143,7 @@ class ElmoComponent(Pipe):
         self.device = optional_device(device)
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
+        self.listener_map: Dict[str, List[Model]] = {}
 
     # -- the model -----------------------------------------------------------------------------
 
@@ -152,9 +161,69 @@ class ElmoComponent(Pipe):
             self._backend = backend
         return self._backend
 
-    def initialize(self, get_examples: Optional[Callable[[], Iterable[Any]]] = None, *, nlp: Optional[Language] = None) -> None:
-        """Load the biLM now (rather than on the first doc), so a bad model path fails early."""
-        self.backend
+    def initialize(
+        self,
+        get_examples: Optional[Callable[[], Iterable[Any]]] = None,
+        *,
+        nlp: Optional[Language] = None,
+        cache_mb: Optional[float] = None,
+        cache_dir: Optional[str] = None,
+    ) -> None:
+        """Load the biLM now (so a bad model path fails early); for training, size its cache and fill it.
+
+        cache_mb (float | None): the backend's in-memory cache of sentence layers, in MiB (None keeps the
+            backend's setting, 256 MiB by default). Training docs are embedded once per run when their
+            layers fit (n_tokens x (n_layers + 1) x dim x 4 bytes).
+        cache_dir (str | None): a directory for the backend's disk cache, shared by runs and processes.
+        Set them in ``[initialize.components.elmo]``; a loaded pipeline does not run this.
+
+        When a later component's mix layer reads from this component, the training examples are
+        embedded here, in large batches, so each epoch finds their layers in the cache.
+        """
+        backend = self.backend
+        backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
+        if get_examples is None or not self.listeners:
+            return
+        n_docs = 0
+        for docs in minibatch((example.predicted for example in get_examples()), size=INIT_EMBED_DOCS):
+            self.predict(docs)  # the results land in the backend's cache
+            n_docs += len(docs)
+        logger.info("%s: embedded %d training docs (cache: %s MiB in memory)", self.name, n_docs, backend.memory_cache.max_mb)
+
+    # -- listeners: the ElmoScalarMix layers of later components -------------------------------
+
+    @property
+    def listeners(self) -> List[Model]:
+        """Every linked mix layer."""
+        return [layer for layers in self.listener_map.values() for layer in layers]
+
+    @property
+    def listening_components(self) -> List[str]:
+        """Names of the components whose mix layers are linked."""
+        return list(self.listener_map)
+
+    def add_listener(self, listener: Model, component_name: str) -> None:
+        """Link a mix layer of ``component_name``; a trained layer must fit this component's model."""
+        layers = self.listener_map.setdefault(component_name, [])
+        if listener not in layers:
+            layers.append(listener)
+        link(listener, self)
+
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
+        """Unlink a mix layer; False when it was not linked."""
+        layers = self.listener_map.get(component_name, [])
+        if listener not in layers:
+            return False
+        layers.remove(listener)
+        if not layers:
+            del self.listener_map[component_name]
+        unlink(listener)
+        return True
+
+    def find_listeners(self, component: Any) -> None:
+        """Link the mix layers in ``component``'s model whose ``upstream`` is this component's name or "*"."""
+        for layer in listening_layers(component, self.name):
+            self.add_listener(layer, component.name)
 
     # -- processing ----------------------------------------------------------------------------
 
