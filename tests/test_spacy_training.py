@@ -132,7 +132,7 @@ def test_project_conversion_scripts(data_dir, tmp_path, monkeypatch):
         convert_textcat.main(tmp_path / "bad.txt", tmp_path / "bad.spacy", limit=0, seed=0, labels=None)
 
 
-def test_project_accuracy_and_report_helpers(monkeypatch):
+def test_project_accuracy_is_top_category_agreement(monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPTS))
     from evaluate import accuracy
     from spacy.training import Example
