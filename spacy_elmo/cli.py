@@ -283,6 +283,38 @@ def similarity(
         typer.echo(f"wrote {plot}")
 
 
+@app.command("plot-mix")
+def plot_mix(
+    pipeline: Path = typer.Argument(..., help="A trained spaCy pipeline directory (e.g. training/model-best)"),
+    output: Path = typer.Argument(..., help="The figure to write, e.g. mix.png"),
+) -> None:
+    """Bar chart of the layer weights and gamma that each ElmoScalarMix in a trained pipeline learned."""
+    import spacy
+
+    from .similarity import plot_mixes
+    from .spacy import learned_mix
+
+    with _errors_exit_2():
+        nlp = spacy.load(pipeline)
+        mixes = {}
+        for name, pipe in nlp.pipeline:
+            try:
+                mix = learned_mix(pipe)
+            except (TypeError, ValueError):
+                continue  # no (or no initialized) ElmoScalarMix in this component
+            mixes[name] = (mix.weights, mix.gamma)
+        if not mixes:
+            raise ValueError(f"{pipeline}: no component has a trained ElmoScalarMix layer")
+    for name, (weights, gamma) in mixes.items():
+        typer.echo(f"{name}: weights {' / '.join(f'{w:.3f}' for w in weights)}, gamma {gamma:.3f}")
+    try:
+        plot_mixes(mixes, output, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
+    except ImportError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
+    typer.echo(f"wrote {output}")
+
+
 def main() -> None:
     app()
 

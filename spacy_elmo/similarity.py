@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -68,8 +68,8 @@ def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.dot(x.astype(np.float64), y.astype(np.float64)) / norm) if norm else 0.0
 
 
-def plot(result: WordSimilarity, path: Path) -> None:
-    """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive Agg backend, or an ImportError saying which extra to install."""
     try:
         import matplotlib
 
@@ -77,6 +77,12 @@ def plot(result: WordSimilarity, path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'spacy-elmo[plot]'") from None
+    return plt
+
+
+def plot(result: WordSimilarity, path: Path) -> None:
+    """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
+    plt = pyplot()
     (a, b), (i, j) = result.tokens, result.positions
     figure, (bars, heat) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
     labels = [label.split(" (")[0] if not label.startswith("mix") else "mix" for label, _ in result.layers]
@@ -94,6 +100,26 @@ def plot(result: WordSimilarity, path: Path) -> None:
     heat.set_ylabel("sentence A")
     heat.set_title("token-by-token cosine (mixed vectors)")
     figure.colorbar(image, ax=heat, fraction=0.046)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_mixes(mixes: Dict[str, Tuple[List[float], float]], path: Path, title: str = "") -> None:
+    """Bars of each component's learned layer weights (softmax(s)), gamma in its legend label."""
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(7, 4))
+    n_layers = max(len(weights) for weights, _ in mixes.values())
+    width = 0.8 / len(mixes)
+    for k, (name, (weights, gamma)) in enumerate(mixes.items()):
+        xs = [layer + (k - (len(mixes) - 1) / 2) * width for layer in range(len(weights))]
+        bars = axes.bar(xs, weights, width, label=f"{name} (gamma {gamma:.2f})")
+        axes.bar_label(bars, fmt="%.2f", fontsize=8)
+    axes.axhline(1 / n_layers, color="gray", linewidth=0.8, linestyle="--", label="equal weights")
+    axes.set_xticks(range(n_layers), ["layer 0 (char CNN)"] + [f"layer {k} (LSTM {k})" for k in range(1, n_layers)])
+    axes.set_ylabel("learned weight softmax(s)")
+    axes.set_title(title or "ELMo layer weights learned by spacy train", fontsize=10)
+    axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

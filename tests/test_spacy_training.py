@@ -77,6 +77,15 @@ def test_spacy_train_shipped_config_on_the_fixture_model(fixture_dir, tmp_path, 
     if component == "textcat":
         assert sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5)
     assert doc._.elmo_layers.shape == (3, 6, 32)
+    if component == "textcat":  # the learned-mix figure from the CLI, with the numbers it read
+        from typer.testing import CliRunner
+
+        from spacy_elmo.cli import app
+
+        result = CliRunner().invoke(app, ["plot-mix", str(tmp_path / "out" / "model-last"), str(tmp_path / "mix.png")])
+        assert result.exit_code == 0, result.output
+        assert f"textcat: weights {' / '.join(f'{w:.3f}' for w in mix.weights)}, gamma {mix.gamma:.3f}" in result.output
+        assert (tmp_path / "mix.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_architectures_resolve_in_a_fresh_process():
