@@ -21,6 +21,16 @@ def torch_threads(n: int):
         torch.set_num_threads(saved)
 
 
+def load_docs_script(name: str):
+    """A script of the repository's docs/ folder, imported as a module (they are not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "docs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def require_shared(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"reference data not found at {path} (expected ../shared beside the checkout)")

@@ -1,16 +1,15 @@
 """docs/api.md documents every public name (regenerate it with `python docs/make_api.py`)."""
-import importlib.util
+import importlib
 import inspect
 from pathlib import Path
+
+from conftest import load_docs_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _make_api():
-    spec = importlib.util.spec_from_file_location("make_api", ROOT / "docs" / "make_api.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_docs_script("make_api")
 
 
 def test_every_public_name_has_a_section_and_a_docstring():

@@ -1,17 +1,15 @@
 """docs/make_figures.py: the README's speed picture is read from benchmarks/RESULTS.md, the bank picture is real."""
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from conftest import load_docs_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "docs" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_docs_script("make_figures")
 
 
 def test_speed_ratios_come_from_the_current_results_table():
