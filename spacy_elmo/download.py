@@ -68,11 +68,19 @@ def is_archive(value: Union[str, "os.PathLike[str]"]) -> bool:
 # -- single files ----------------------------------------------------------------------------
 
 
-def cached_path(url: str, *, sha256: Optional[str] = None, what: str = "", progress: Optional[bool] = None) -> Path:
+def cached_path(
+    url: str,
+    *,
+    sha256: Optional[str] = None,
+    what: str = "",
+    download_name: Optional[str] = None,
+    progress: Optional[bool] = None,
+) -> Path:
     """The local copy of ``url``, downloaded into the cache first if it is not there (see the module docstring).
 
-    ``what`` names the model in error messages (e.g. ``model 'original'``); ``progress=None``
-    shows a tqdm bar only on a terminal.
+    ``what`` names the model in error messages (e.g. ``model 'original'``); ``download_name`` is what
+    offline mode tells the user to pass to ``spacy-elmo download`` (default: the URL);
+    ``progress=None`` shows a tqdm bar only on a terminal.
     """
     target = _download_target(url)
     record = _record_path(target)
@@ -82,7 +90,7 @@ def cached_path(url: str, *, sha256: Optional[str] = None, what: str = "", progr
     if is_offline():
         raise DownloadError(
             f"offline mode is on ({OFFLINE_ENV}=1) and {what or url} is not in the cache ({target}); "
-            f"on a machine with a network run `spacy-elmo download {_command_argument(what, url)}` "
+            f"on a machine with a network run `spacy-elmo download {download_name or url}` "
             f"(with {HOME_ENV} pointing at the same cache), or unset {OFFLINE_ENV}"
         )
     from filelock import FileLock, Timeout
@@ -154,6 +162,7 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
     name = what if url in what else f"{what} ({url})" if what else url
     session = requests.Session()
     bar = None
+    resumable = False  # whether the server said it serves byte ranges (Accept-Ranges: bytes)
     try:
         for attempt in range(_ATTEMPTS):
             have = part.stat().st_size if part.is_file() else 0
@@ -164,6 +173,7 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
                         part.unlink()
                         continue
                     response.raise_for_status()
+                    resumable = response.headers.get("Accept-Ranges", "").lower() == "bytes"
                     resumed = have and response.status_code == 206
                     if not resumed:
                         have = 0
@@ -186,7 +196,7 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
             except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError,
                     requests.exceptions.Timeout, _CutOff) as err:
                 got = part.stat().st_size if part.is_file() else 0
-                can_resume = got > 0 and _accepts_ranges(session, url)
+                can_resume = got > 0 and resumable
                 if not can_resume:
                     part.unlink(missing_ok=True)
                 if attempt + 1 == _ATTEMPTS or not can_resume:
@@ -212,14 +222,6 @@ class _CutOff(Exception):
     """The server sent fewer bytes than it announced."""
 
 
-def _accepts_ranges(session: Any, url: str) -> bool:
-    try:
-        response = session.head(url, timeout=_CONNECT_TIMEOUT_S, allow_redirects=True)
-    except Exception:  # noqa: BLE001 - any failure means: do not try to resume
-        return False
-    return response.ok and response.headers.get("Accept-Ranges", "").lower() == "bytes"
-
-
 def _short(err: BaseException) -> str:
     text = str(err).strip() or type(err).__name__
     return text if len(text) <= 300 else text[:297] + "..."
@@ -241,12 +243,6 @@ def _write_json_atomically(path: Path, data: Dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _command_argument(what: str, url: str) -> str:
-    if what.startswith("model '") and what.endswith("'"):
-        return what[len("model '") : -1]
-    return url
 
 
 # -- archives ----------------------------------------------------------------------------------

@@ -91,8 +91,8 @@ def resolve_model_files(
 def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
     """The cached options and weights of a published model, downloaded first if needed."""
     what = f"model '{entry.name}'"
-    options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what)
-    weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what)
+    options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what, download_name=entry.name)
+    weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what, download_name=entry.name)
     return options.resolve(), weights.resolve()
 
 

@@ -42,6 +42,20 @@ def _allennlp(name: str, folder: str, parameters_m: float, approx_mb: int, archi
     )
 
 
+def _contributed(name: str, options_url: str, weights_url: str, trained_on: str, source: str) -> PublishedModel:
+    """A contributed model whose publisher states no architecture or size (its options.json says)."""
+    return PublishedModel(
+        name=name,
+        options_url=options_url,
+        weights_url=weights_url,
+        architecture="not stated (see its options.json)",
+        parameters_m=None,
+        approx_mb=None,
+        trained_on=trained_on,
+        source=source,
+    )
+
+
 _1B_WORDS = "1B Word Benchmark (WMT 2011 news, 800M tokens)"
 
 PUBLISHED: Dict[str, PublishedModel] = {
@@ -65,35 +79,17 @@ PUBLISHED: Dict[str, PublishedModel] = {
             trained_on="PubMed (biomedical abstracts)",
             source="contributed: Matthew Peters",
         ),
-        PublishedModel(
-            name="pt-wikipedia",
-            options_url=f"{_S3}/contributed/pt/wikipedia/options.json",
-            weights_url=f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5",
-            architecture="not stated (see its options.json)",
-            parameters_m=None,
-            approx_mb=None,
-            trained_on="Portuguese Wikipedia",
-            source="contributed: UFG (Brazil)",
+        _contributed(
+            "pt-wikipedia", f"{_S3}/contributed/pt/wikipedia/options.json",
+            f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5", "Portuguese Wikipedia", "contributed: UFG (Brazil)",
         ),
-        PublishedModel(
-            name="pt-brwac",
-            options_url=f"{_S3}/contributed/pt/brwac/options.json",
-            weights_url=f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5",
-            architecture="not stated (see its options.json)",
-            parameters_m=None,
-            approx_mb=None,
-            trained_on="Portuguese brWaC web corpus",
-            source="contributed: UFG (Brazil)",
+        _contributed(
+            "pt-brwac", f"{_S3}/contributed/pt/brwac/options.json",
+            f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5", "Portuguese brWaC web corpus", "contributed: UFG (Brazil)",
         ),
-        PublishedModel(
-            name="ja",
-            options_url="https://exawizardsallenlp.blob.core.windows.net/data/options.json",
-            weights_url="https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5",
-            architecture="not stated (see its options.json)",
-            parameters_m=None,
-            approx_mb=None,
-            trained_on="Japanese",
-            source="contributed: ExaWizards",
+        _contributed(
+            "ja", "https://exawizardsallenlp.blob.core.windows.net/data/options.json",
+            "https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5", "Japanese", "contributed: ExaWizards",
         ),
     )
 }
