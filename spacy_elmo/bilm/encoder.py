@@ -7,7 +7,7 @@ with faster kernels (:meth:`CharCNNEncoder.convolve_as_matmul`, MKL pre-packed h
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -109,8 +109,9 @@ class CharCNNEncoder(nn.Module):
         chars = nn.functional.pad(self.char_embed(char_ids), (0, 0, 0, width - 1))  # (n, cols + width - 1, dim)
         dim = chars.shape[-1]
         # (width * dim, n_filters): row k * dim + c holds each filter's weight at offset k, channel c
-        weight = torch.cat([_window_weight(conv, width) for conv in self.convs], dim=1)
-        bias = torch.cat([conv.bias for conv in self.convs])
+        convs = cast(Sequence[nn.Conv1d], self.convs)  # nn.ModuleList is typed as holding plain Modules
+        weight = torch.cat([_window_weight(conv, width) for conv in convs], dim=1)
+        bias = torch.cat([cast(torch.Tensor, conv.bias) for conv in convs])  # every conv has a bias
         pooled = []
         step = max(1, MATMUL_CONV_ELEMENTS // (n_cols * self.n_filters))
         for start in range(0, n_rows, step):
@@ -118,7 +119,7 @@ class CharCNNEncoder(nn.Module):
             windows = part.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * dim)  # (rows * cols, width * dim)
             out = (windows @ weight).view(len(part), n_cols, self.n_filters)
             column, maxima = 0, []
-            for conv in self.convs:
+            for conv in convs:
                 valid = n_cols - conv.kernel_size[0] + 1
                 maxima.append(out[:, :valid, column : column + conv.out_channels].amax(dim=1))
                 column += conv.out_channels

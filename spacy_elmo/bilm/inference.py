@@ -20,13 +20,13 @@ small weights take one batched product for both directions. Nothing here records
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
 
 from . import mkl_prepacked
-from .encoder import CharCNNEncoder
+from .encoder import CharCNNEncoder, Highway
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
 from .threads import pool, split_directions
 
@@ -41,7 +41,7 @@ STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tenso
 def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
     """``encoder(char_ids)`` without autograd: the char CNN as one matmul, MKL pre-packed highway products."""
     x = encoder.pooled_features(char_ids, encoder.convolve_as_matmul)
-    for highway in encoder.highways:
+    for highway in cast(Sequence[Highway], encoder.highways):  # nn.ModuleList is typed as holding Modules
         x = highway.combine(x, _linear(highway.carry, x), _linear(highway.transform, x))
     return encoder.projection(x)
 
@@ -281,10 +281,10 @@ class _StepProducts:
 
     def __init__(self, cells: Sequence[ProjectedLSTMCell], x: torch.Tensor, batch: int) -> None:
         self.cells, self.usable = cells, mkl_prepacked.usable(x)
-        self.input = [cell.input_weight for cell in cells]
+        self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
-        self.state = [cell.state_weight for cell in cells]
-        self.projection = [cell.projection for cell in cells]
+        self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
+        self.projection: List[torch.Tensor] = [cell.projection for cell in cells]
         self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
@@ -323,7 +323,7 @@ class _StepProducts:
         if not self.usable:
             return None
         packs = [mkl_prepacked.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
-        return None if any(p is None for p in packs) else packs
+        return None if any(p is None for p in packs) else cast(List[torch.Tensor], packs)
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:

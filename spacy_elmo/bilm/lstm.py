@@ -9,7 +9,7 @@ faster without autograd; :class:`~.model.BiLM` chooses between them.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -29,6 +29,8 @@ class ProjectedLSTMCell(nn.Module):
     ``bias`` holds the file's raw bias; the +1.0 forget bias is added in :meth:`run` so
     that reading and writing the weight file is bit-exact.
     """
+
+    forget_offset: torch.Tensor  # a buffer: +1.0 on the forget gate's columns
 
     def __init__(self, input_dim: int, cell_dim: int, proj_dim: int, cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
         super().__init__()
@@ -124,7 +126,8 @@ class ElmoBiLSTM(nn.Module):
             sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
             batch_sizes = packed.batch_sizes.tolist()
             data, outputs = packed.data, []
-            for layer_index, cell in enumerate((self.forward_layers, self.backward_layers)[direction]):
+            cells = cast(Sequence[ProjectedLSTMCell], (self.forward_layers, self.backward_layers)[direction])
+            for layer_index, cell in enumerate(cells):
                 h0, c0 = state[layer_index][direction]
                 out, (h, c) = cell.run(data, batch_sizes, (h0[sorted_idx], c0[sorted_idx]))
                 if self.use_skip_connections and layer_index > 0:

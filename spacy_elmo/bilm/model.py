@@ -117,6 +117,9 @@ class BiLM(nn.Module):
     sentence starts from a zero state (stateless); pass ``initial_state`` to carry state over.
     """
 
+    bos_ids: torch.Tensor  # buffers: the character ids of <S> and </S>
+    eos_ids: torch.Tensor
+
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
         self.options = options
@@ -167,7 +170,7 @@ class BiLM(nn.Module):
 
     def forward(
         self, char_ids: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[torch.Tensor, torch.Tensor, BiLSTMState]:
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[BiLSTMState]]:
         mask = (char_ids > 0).any(dim=-1)
         with_bounds, lengths = self.add_boundaries(char_ids, mask)
         layers, final_state = self.contextualize(with_bounds, lengths, initial_state)
@@ -177,7 +180,7 @@ class BiLM(nn.Module):
 
     def contextualize(
         self, char_ids: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[torch.Tensor, BiLSTMState]:
+    ) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
         """Activations ``(n_layers + 1, batch, time, dim)`` for ids that already hold the boundary tokens."""
         return self.contextualize_vectors(self.encode_tokens(char_ids), lengths, initial_state)
 

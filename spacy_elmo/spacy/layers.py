@@ -11,12 +11,12 @@ before it in the pipeline (``ElmoComponent.find_listeners``, as for tok2vec list
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union, cast
 
 import numpy as np
 from spacy.tokens import Doc
 from thinc.api import Model
-from thinc.types import Floats2d
+from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..mix import layer_weights
 from .extensions import LAYERS, MODEL, doc_layers
@@ -169,8 +169,11 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     xp = model.ops.xp
     inputs = _inputs(model, docs)
     learned = model.attrs["layers"] == LEARNED
-    s = model.get_param("s")
-    weights = _softmax(s, xp) if learned else model.ops.asarray1f(layer_weights(model.attrs["layers"], len(s)))
+    s = cast(Floats1d, model.get_param("s"))
+    if learned:
+        weights = _softmax(s, xp)
+    else:
+        weights = model.ops.asarray1f(cast(Floats1d, layer_weights(model.attrs["layers"], len(s))))
     gamma = model.get_param("gamma")[0] + model.attrs["gamma_anchor"]
     mixes = [xp.tensordot(weights, X, axes=(0, 0)) for X in inputs]
     rate = model.attrs["dropout"] if is_train else 0.0
@@ -194,12 +197,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     return outputs, backprop
 
 
-def _softmax(s: np.ndarray, xp) -> np.ndarray:
+def _softmax(s: Floats1d, xp) -> Floats1d:
     e = xp.exp(s - s.max())
     return e / e.sum()
 
 
-def _inputs(model: Model, docs: List[Doc]) -> List[np.ndarray]:
+def _inputs(model: Model, docs: List[Doc]) -> List[Floats3d]:
     """Each doc's float32 ``(n_outputs, n_tokens, width)`` layers: stored on the doc, else from the linked component."""
     component = _linked(model)
     fingerprint = component.backend.fingerprint if component is not None else None
@@ -213,10 +216,11 @@ def _inputs(model: Model, docs: List[Doc]) -> List[np.ndarray]:
             )
         for i, layers in zip(missing, component.predict([docs[i] for i in missing])):
             arrays[i] = layers
-    for layers in arrays:
+    complete = cast(List[np.ndarray], arrays)  # every missing one was filled above
+    for layers in complete:
         if (layers.shape[0], layers.shape[2]) != (model.attrs["n_outputs"], model.get_dim("nO")):
             _check_shape(model, layers.shape[0], layers.shape[2], f"doc._.{LAYERS} (shape {layers.shape})")
-    inputs = [model.ops.asarray(layers, dtype="float32") for layers in arrays]
+    inputs = [model.ops.asarray3f(cast(Floats3d, layers), dtype="float32") for layers in complete]
     if model.attrs["do_layer_norm"]:
         inputs = [_layer_norm(X, doc, model.ops.xp) for X, doc in zip(inputs, docs)]
     return inputs
@@ -230,7 +234,7 @@ def _stored_layers(doc: Doc, fingerprint: Optional[str]) -> Optional[np.ndarray]
     return doc_layers(doc)
 
 
-def _layer_norm(X: np.ndarray, doc: Doc, xp) -> np.ndarray:
+def _layer_norm(X: Floats3d, doc: Doc, xp) -> Floats3d:
     """Each layer scaled to mean 0, variance 1 over the doc's non-space tokens (AllenNLP's ScalarMix, per doc).
 
     AllenNLP normalises over the whole padded batch; per doc, a doc's output does not depend on its

@@ -9,7 +9,7 @@ Two LSTM implementations compute the same function:
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -140,7 +140,7 @@ class LanguageModel(nn.Module):
         template = BiLM(options)
         self.token_encoder = template.token_encoder
         if lstm_impl == "fused":
-            self.lstm: nn.Module = FusedBiLSTM(
+            self.lstm: Union[FusedBiLSTM, ExactBiLSTM] = FusedBiLSTM(
                 options.projection_dim, options.cell_dim, options.n_layers, options.use_skip_connections, dropout
             )
         else:
@@ -183,7 +183,7 @@ class LanguageModel(nn.Module):
             options = _without_clipping(options)
         bilm = BiLM(options)
         bilm.token_encoder.load_state_dict(self.token_encoder.state_dict())
-        if self.lstm_impl == "fused":
+        if isinstance(self.lstm, FusedBiLSTM):
             self.lstm.export_to(bilm.lstm)
         else:
             bilm.lstm.load_state_dict(self.lstm.core.state_dict())
@@ -192,7 +192,7 @@ class LanguageModel(nn.Module):
     def load_bilm_weights(self, bilm: BiLM) -> None:
         """Start from a core :class:`BiLM`'s encoder and LSTM (fine-tuning); the softmax stays as it is."""
         self.token_encoder.load_state_dict(bilm.token_encoder.state_dict())
-        if self.lstm_impl == "fused":
+        if isinstance(self.lstm, FusedBiLSTM):
             self.lstm.import_from(bilm.lstm)
         else:
             self.lstm.core.load_state_dict(bilm.lstm.state_dict())

@@ -118,7 +118,7 @@ class Trainer:
             if initial.softmax is not None:
                 load_softmax_into(self.model.softmax, initial.softmax, initial.softmax_path)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
+        self.state: Dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
         self.metrics: Dict[str, Any] = {
             "command": " ".join(shlex.quote(a) for a in sys.argv),
             "config": jsonable(asdict(config)),
