@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -135,12 +135,14 @@ def _same_file(handle: BinaryIO, path: Path) -> bool:
 
 @contextlib.contextmanager
 def _written_atomically(output_path: Path) -> Iterator[Path]:
-    """A partial file to write, renamed to ``output_path`` if the block succeeds and removed if not (SIGTERM too)."""
+    """A partial file to write, renamed to ``output_path`` if the block succeeds and removed if not (signals too)."""
     _remove_stale_partials(output_path)
     temporary = _partial_path(output_path, os.getpid())
-    with _sigterm_unwinds():
+    with _signals_remove(temporary) as interrupted:
         try:
             yield temporary
+            if interrupted():  # a Ctrl-C whose KeyboardInterrupt Python dropped: the run still must not publish
+                raise KeyboardInterrupt
             os.replace(temporary, output_path)
         finally:
             if temporary.exists():
@@ -179,33 +181,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class _Terminated(BaseException):
-    """SIGTERM as an exception, so that ``finally`` blocks (the partial file's removal) run."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    """The SIGTERM handler while a partial file exists."""
-    raise _Terminated()
-
-
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Let SIGTERM unwind the block (its clean-up runs), then end the process as SIGTERM's default action would."""
-    previous = signal.getsignal(signal.SIGTERM)
-    # Only where that default is in force (a program's own handler, or an ignored SIGTERM, stays) and in the
-    # main thread, the only one Python lets set a handler.
-    if previous != signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    except _Terminated:
-        signal.signal(signal.SIGTERM, previous)
+def _signals_remove(temporary: Path) -> Iterator[Callable[[], bool]]:
+    """While the block runs, SIGTERM and Ctrl-C remove ``temporary`` in their handlers; yields "was Ctrl-C pressed".
+
+    The clean-up cannot wait for an exception to reach a ``finally``: Python drops an exception that a
+    signal handler raises while a ``__del__`` or weakref callback runs ("Exception ignored in ..."), and
+    a run then blocked on a pipe would wait forever beside its partial file. So SIGTERM removes the file
+    and ends the process as its default action would; Ctrl-C removes it and raises KeyboardInterrupt, and
+    if Python drops that one, the block still raises it before it would publish the file. A handler is
+    set only where the default is in force (a program's own handler, or an ignored signal, stays) and in
+    the main thread, the only one Python lets set a handler.
+    """
+    pressed = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)  # the process ends here, with the status a parent expects of SIGTERM
-        raise SystemExit(128 + signal.SIGTERM) from None  # reached only where this thread blocks SIGTERM
+        raise SystemExit(128 + signal.SIGTERM)  # reached only where this thread blocks SIGTERM
+
+    def on_sigint(signum: int, frame: object) -> None:
+        pressed.set()
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise KeyboardInterrupt
+
+    ours = {signal.SIGTERM: (signal.SIG_DFL, on_sigterm), signal.SIGINT: (signal.default_int_handler, on_sigint)}
+    previous = {signum: signal.getsignal(signum) for signum in ours}
+    in_main = threading.current_thread() is threading.main_thread()
+    replaced = [signum for signum, (default, _) in ours.items() if in_main and previous[signum] == default]
+    for signum in replaced:
+        signal.signal(signum, ours[signum][1])
+    try:
+        yield pressed.is_set
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum in replaced:
+            signal.signal(signum, previous[signum])
 
 
 def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:

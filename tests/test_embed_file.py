@@ -307,17 +307,9 @@ EMBED_STDIN_API = (
     ids=["cli-TERM", "cli-INT", "api-TERM"],
 )
 def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, signum):
-    # A run that does not end within 60 s of the signal hung in about 1 of 10 full CI runs (cause not yet
-    # found, see the session note): its Python stacks are dumped (faulthandler, SIGABRT) into the failure
-    # message, and the scenario is tried once more so that one such hang does not block every change.
-    hangs = []
-    for attempt in range(2):
-        result = _signal_mid_run(fixture_dir, tmp_path / f"try{attempt}", via, signum)
-        if result is not None:
-            break
-        hangs.append((tmp_path / f"try{attempt}" / "stderr.txt").read_text(errors="replace"))
-    else:
-        pytest.fail("the run did not end within 60 s of the signal, twice; its stacks:\n" + "\n---\n".join(hangs))
+    result = _signal_mid_run(fixture_dir, tmp_path, via, signum)
+    if result is None:
+        pytest.fail("the run did not end within 60 s of the signal; its stacks:\n" + (tmp_path / "stderr.txt").read_text())
     returncode, stderr, folder = result
     assert partial_files(folder) == [] and not (folder / "out.hdf5").exists(), stderr
     if signum == signal.SIGTERM:
@@ -328,7 +320,7 @@ def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, sig
 
 def _signal_mid_run(fixture_dir, folder, via, signum):
     """(return code, stderr, folder) of a run signalled while it writes, or None if it did not end (stacks in stderr)."""
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     out, log = folder / "out.hdf5", folder / "stderr.txt"
     command = {
         "cli": [sys.executable, "-X", "faulthandler", "-m", "spacy_elmo", "embed", "-", str(out), "--model", str(fixture_dir), "--no-progress"],
@@ -349,6 +341,10 @@ def _signal_mid_run(fixture_dir, folder, via, signum):
             time.sleep(0.02)
         assert partial_files(folder) == [f".out.hdf5.{run.pid}.partial"], log.read_text()
         run.send_signal(signum)
+        if signum == signal.SIGINT:
+            # Python drops a KeyboardInterrupt raised while a weakref callback or __del__ runs (about 1 run in
+            # 40 here): the run then goes on reading. At the end of its input it must still not publish.
+            run.stdin.close()
         try:
             run.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -359,3 +355,29 @@ def _signal_mid_run(fixture_dir, folder, via, signum):
         run.kill()
         run.stdin.close()
     return run.returncode, log.read_text(), folder
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped interrupt, reported
+def test_a_ctrl_c_that_python_drops_still_keeps_the_output_from_appearing(tmp_path):
+    # A KeyboardInterrupt raised while a __del__ (or weakref callback) runs is printed and dropped by
+    # Python, and the interrupted code goes on: the file must still be removed and never published.
+    from spacy_elmo.embed_file import _written_atomically
+
+    class DeletedWithCtrlC:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs inside __del__: its exception is dropped
+
+    out = tmp_path / "out.hdf5"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a program run from a terminal
+    went_on = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _written_atomically(out) as temporary:
+                temporary.write_bytes(b"half a file")
+                DeletedWithCtrlC()
+                went_on = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert went_on  # the interrupt was dropped where it was raised ...
+    assert partial_files(tmp_path) == [] and not out.exists()  # ... and still nothing was published
