@@ -152,7 +152,9 @@ def evaluate(
         f"  ({result['words']} words, {result['sentences']} sentences)"
     )
     if output:
-        output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        from .train.outputs import write_text_atomically
+
+        write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:
         from .train.evaluate import record_result
 
