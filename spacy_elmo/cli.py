@@ -175,6 +175,7 @@ def embed(
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
+    scheduler: Optional[str] = typer.Option(None, help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]"),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .backend import load_bilm
@@ -185,17 +186,19 @@ def embed(
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         backend = load_bilm(model, device=device)
-        summary = embed_file(
-            backend,
-            input_file,
-            output_file,
-            output_format=chosen[0] if chosen else "all",
-            batch_size=batch_size,
-            tokenizer=tokenizer,
-            use_sentence_keys=use_sentence_keys,
-            forget_sentences=forget_sentences,
-            progress=progress,
-        )
+        with _dask_chunks(scheduler, model, device, batch_size, backend.fingerprint) as embed_chunks:
+            summary = embed_file(
+                backend,
+                input_file,
+                output_file,
+                output_format=chosen[0] if chosen else "all",
+                batch_size=batch_size,
+                tokenizer=tokenizer,
+                use_sentence_keys=use_sentence_keys,
+                forget_sentences=forget_sentences,
+                progress=progress,
+                embed_chunks=embed_chunks,
+            )
     typer.echo(
         f"wrote {output_file}: {summary['sentences']} sentences, {summary['tokens']} tokens "
         f"in {summary['seconds']:.1f} s"
@@ -323,3 +326,22 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@contextmanager
+def _dask_chunks(scheduler: Optional[str], model: str, device: Optional[str], batch_size: int, fingerprint: str) -> Iterator[object]:
+    """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard printed."""
+    if scheduler is None:
+        yield None
+        return
+    try:
+        from .dask import cluster_chunks, connect
+    except ImportError as err:  # the message names the extra to install
+        raise ValueError(f"--scheduler {scheduler}: {err}") from err
+
+    client, close = connect(scheduler)
+    try:
+        typer.echo(f"Dask scheduler {client.scheduler.address}, dashboard {client.dashboard_link}", err=True)
+        yield cluster_chunks(client, model, device, batch_size, fingerprint)
+    finally:
+        close()

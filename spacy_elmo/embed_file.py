@@ -19,7 +19,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
+from collections import deque
+from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -31,6 +32,8 @@ CHUNK_LINES = 2000  # lines embedded (and written) at a time
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 PathLike = Union[str, "os.PathLike[str]"]
+# token chunks in, their activations out in the same order; the callable moves the progress bar by n sentences
+EmbedChunks = Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]
 
 
 def embed_file(
@@ -44,11 +47,14 @@ def embed_file(
     use_sentence_keys: bool = False,
     forget_sentences: bool = False,
     progress: bool = False,
+    embed_chunks: Optional[EmbedChunks] = None,
 ) -> Dict[str, float]:
     """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
+    ``embed_chunks``: who computes the activations (default: ``backend`` in this process;
+    ``spacy_elmo.dask.cluster_chunks``: a Dask cluster); the file is the same either way.
     """
     import h5py
     from tqdm import tqdm
@@ -69,9 +75,16 @@ def embed_file(
         total = _count_lines(handle, source) if progress else None  # the bar's length
         with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-            for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
-                tokens = [split(text) for _, text in chunk]
-                embedded = backend.embed(tokens, batch_size=batch_size, on_progress=bar.update)  # the bar moves per batch
+            read: Deque[Tuple[List[Tuple[int, str]], List[List[str]]]] = deque()  # chunks read, not yet written
+
+            def token_chunks() -> Iterator[List[List[str]]]:
+                for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
+                    read.append((chunk, [split(text) for _, text in chunk]))
+                    yield read[-1][1]
+
+            run = embed_chunks or _in_process(backend, batch_size)
+            for embedded in run(token_chunks(), bar.update):
+                chunk, tokens = read.popleft()
                 for (number, text), sentence, layers in zip(chunk, tokens, embedded):
                     key = text if use_sentence_keys else str(number)
                     if use_sentence_keys:
@@ -90,6 +103,16 @@ def embed_file(
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+def _in_process(backend: "ElmoBackend", batch_size: int) -> EmbedChunks:
+    """Each chunk embedded by ``backend`` in this process, the bar moving per batch."""
+
+    def run(token_chunks: Iterator[List[List[str]]], on_progress: Callable[[int], object]) -> Iterator[List[np.ndarray]]:
+        for tokens in token_chunks:
+            yield backend.embed(tokens, batch_size=batch_size, on_progress=on_progress)
+
+    return run
 
 
 def _is_stdin(input_path: Path) -> bool:

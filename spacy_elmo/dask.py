@@ -1,0 +1,312 @@
+"""ELMo on a Dask cluster: pooled vectors as a dask Array, token vectors as a dask Bag, ``embed`` files.
+
+Install with ``pip install 'spacy-elmo[dask]'``. The task graph carries the model's *name or path*
+and the options, never the weights: each worker process loads the model once through
+:func:`spacy_elmo.load_bilm`'s process-wide cache (a published model is downloaded once per
+machine, under a file lock in ``SPACY_ELMO_HOME``) and uses the embedding disk cache named by
+its own ``SPACY_ELMO_CACHE_DIR`` or by ``cache_dir=``. Nothing here sets torch's thread count:
+Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
+``distributed.nanny.pre-spawn-environ`` setting), which torch reads at start-up.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+try:  # absolute imports: this module's own name is "dask" too
+    import dask
+    import dask.array as da
+    import dask.bag as db
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'"
+    ) from err
+
+from .backend import ElmoBackend, load_bilm
+from .mix import LayerSpec, mix_layers
+from .pooling import pooled_dim
+from .sklearn import (
+    CHUNK_SIZE,
+    ElmoVectorizer,
+    TokenizerSpec,
+    _clean_tokens,
+    _resolve_tokenizer,
+    _sample_kind,
+    _split_text,
+)
+from .windows import embed_in_windows
+
+PathLike = Union[str, "os.PathLike[str]"]
+LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
+SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
+EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)
+
+__all__ = ["embed_texts", "embed_tokens", "connect"]
+
+
+def embed_texts(
+    texts: Any,
+    *,
+    model: PathLike = "default",
+    layers: LayerSpec = "average",
+    pooling: str = "mean",
+    tokenizer: TokenizerSpec = None,
+    batch_size: Optional[int] = None,
+    device: Optional[str] = None,
+    max_length: Optional[int] = 128,
+    window_overlap: int = 32,
+    cache_dir: Optional[PathLike] = None,
+    lengths: Union[bool, Sequence[int]] = True,
+) -> "da.Array":
+    """Pooled ELMo vectors of a dask Bag or dask DataFrame Series, as a float32 dask Array ``(n, features)``.
+
+    Each row holds exactly what :class:`spacy_elmo.ElmoVectorizer` with the same parameters gives
+    for that text (each partition goes through its ``transform``; to float32 rounding, as
+    another process may block its sums differently), in the input's order, one chunk of rows
+    per input partition. ``texts`` holds strings or token lists. An input with no texts gives a
+    ``(0, features)`` array.
+
+    ``model``, ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``max_length``,
+    ``window_overlap``: as for ``ElmoVectorizer`` (a callable tokenizer is pickled into the graph).
+    ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
+    ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
+    ``lengths``: ``True`` computes the partitions' lengths now (one pass over the input, running
+    whatever produced it) so the array's chunks are known; ``False`` leaves them unknown (NaN,
+    as ``dask.dataframe.Series.to_dask_array()`` does: call ``.compute_chunk_sizes()`` later);
+    a sequence of ints gives them.
+
+    The model is loaded once here too, to check the parameters and learn the feature width.
+    """
+    params = _vectorizer_params(model, layers, pooling, tokenizer, batch_size, device, max_length, window_overlap)
+    backend = ElmoVectorizer(**params)._check_params()  # errors here, where the input enters, not in a worker
+    features = pooled_dim(backend.dim, pooling)
+    partitions = _partitions(texts)
+    sizes = _partition_lengths(texts, partitions, lengths)
+    if not partitions or (sizes is not None and sum(sizes) == 0):
+        return da.zeros((0, features), dtype=np.float32, chunks=((0,), (features,)))
+    embedded = [dask.delayed(_pooled_partition, pure=True)(part, params, cache_dir) for part in partitions]
+    blocks = [
+        da.from_delayed(block, shape=(np.nan if sizes is None else sizes[i], features), dtype=np.float32)
+        for i, block in enumerate(embedded)
+    ]
+    return da.concatenate(blocks, axis=0, allow_unknown_chunksizes=True)
+
+
+def embed_tokens(
+    texts: Any,
+    *,
+    model: PathLike = "default",
+    layers: LayerSpec = "average",
+    tokenizer: TokenizerSpec = None,
+    batch_size: Optional[int] = None,
+    device: Optional[str] = None,
+    max_length: Optional[int] = 128,
+    window_overlap: int = 32,
+    cache_dir: Optional[PathLike] = None,
+) -> "db.Bag":
+    """Token vectors of a dask Bag or dask DataFrame Series: a dask Bag of one record per text, in order.
+
+    Each record is ``{"tokens": [str, ...], "vectors": float32 array (n_tokens, dim)}``: the
+    tokens ``ElmoVectorizer`` embeds (whitespace tokens dropped) and their mixed layers (the
+    rows that ``pooling="mean"`` would average). A text with no tokens gives ``(0, dim)``.
+    The Bag has one partition per input partition; ``bag.pluck("vectors")`` gives the arrays
+    alone. Parameters as for :func:`embed_texts`.
+    """
+    params = _vectorizer_params(model, layers, "mean", tokenizer, batch_size, device, max_length, window_overlap)
+    ElmoVectorizer(**params)._check_params()
+    partitions = _partitions(texts)
+    embedded = [dask.delayed(_token_partition, pure=True)(part, params, cache_dir) for part in partitions]
+    return db.from_delayed(embedded) if embedded else db.from_sequence([], npartitions=1)
+
+
+def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
+    """A ``distributed.Client`` for ``scheduler`` and a function that closes it (and the cluster it started).
+
+    ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
+    a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``.
+    """
+    from distributed import Client, LocalCluster
+
+    text = str(scheduler).strip()
+    local = LOCAL_SCHEDULER.fullmatch(text)
+    if text.startswith("local"):
+        if not local or int(local[1]) < 1:
+            raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
+        cluster = LocalCluster(
+            n_workers=int(local[1]), processes=True, threads_per_worker=1, dashboard_address=":0"
+        )
+        client = Client(cluster)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return client, close
+    if not SCHEDULER_ADDRESS.fullmatch(text):
+        raise ValueError(
+            f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N"
+        )
+    try:
+        client = Client(text, timeout="20s")
+    except (OSError, TimeoutError) as err:
+        raise ValueError(f"scheduler {scheduler!r}: cannot connect to a Dask scheduler there ({err})") from err
+    return client, client.close
+
+
+# -- what runs on the workers ------------------------------------------------------------------
+
+
+def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> np.ndarray:
+    """One partition through ``ElmoVectorizer.transform`` (the worker's shared backend)."""
+    _worker_backend(params, cache_dir)
+    return ElmoVectorizer(**params).transform(_as_list(texts))
+
+
+def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
+    """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does, layers mixed."""
+    backend = _worker_backend(params, cache_dir)
+    vectorizer = ElmoVectorizer(**params)
+    samples = _as_list(texts)
+    kind = _sample_kind(samples)
+    if kind == "text":
+        split = _resolve_tokenizer(vectorizer.tokenizer)
+        sequences = [_clean_tokens(_split_text(split, str(text), i), i) for i, text in enumerate(samples)]
+    elif kind == "tokens":
+        sequences = [_clean_tokens(tokens, i) for i, tokens in enumerate(samples)]
+    else:
+        raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
+    max_length, overlap = vectorizer._windows()
+    unique = sorted({tokens for tokens in sequences if tokens}, key=len, reverse=True)
+    vectors: Dict[Tuple[str, ...], np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
+    for start in range(0, len(unique), CHUNK_SIZE):
+        chunk = unique[start : start + CHUNK_SIZE]
+        for tokens, layers in zip(chunk, embed_in_windows(backend, chunk, max_length, overlap, vectorizer.batch_size)):
+            vectors[tokens] = np.ascontiguousarray(mix_layers(layers, vectorizer.layers), dtype=np.float32)
+    return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in sequences]
+
+
+def _sentence_chunk(sentences: List[List[str]], model: str, device: Optional[str], batch_size: int, fingerprint: str) -> List[np.ndarray]:
+    """All layers of token sequences for ``embed_file`` on a worker, checked to come from the client's model."""
+    backend = load_bilm(model, device=device)
+    if backend.fingerprint != fingerprint:
+        raise ValueError(
+            f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "
+            f"(fingerprint {backend.fingerprint} != {fingerprint}): give every machine the same model files"
+        )
+    return backend.embed(sentences, batch_size=batch_size)
+
+
+def _worker_backend(params: Dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
+    return load_bilm(params["model"], device=params["device"], cache_dir=cache_dir)
+
+
+# -- on the client ------------------------------------------------------------------------------
+
+
+def cluster_chunks(
+    client: Any, model: str, device: Optional[str], batch_size: int, fingerprint: str
+) -> Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]:
+    """``embed_file``'s ``embed_chunks`` on a Dask cluster: each chunk split into tasks, results in order.
+
+    A few tasks per worker are in flight at a time (memory stays bounded); ``on_progress`` moves
+    as tasks finish anywhere on the cluster, in whatever order they finish.
+    """
+    from distributed import as_completed
+
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    ahead = 2 * n_workers  # tasks in flight
+
+    def run(token_chunks: Iterator[List[List[str]]], on_progress: Callable[[int], object]) -> Iterator[List[np.ndarray]]:
+        finished = as_completed()
+        counted: Dict[str, int] = {}
+        sizes: Dict[str, int] = {}
+        queue: Deque[Tuple[int, List[Any]]] = deque()  # per chunk: its futures in order
+        in_flight = 0
+
+        def wait_for(future: Any) -> None:
+            while future.key not in counted:
+                done = next(finished)
+                counted[done.key] = 1
+                on_progress(sizes[done.key])
+
+        def head() -> List[np.ndarray]:
+            nonlocal in_flight
+            _, futures = queue.popleft()
+            out: List[np.ndarray] = []
+            for future in futures:
+                wait_for(future)
+                out.extend(future.result())
+                counted.pop(future.key)
+                sizes.pop(future.key)
+                in_flight -= 1
+            return out
+
+        for index, tokens in enumerate(token_chunks):
+            futures = []
+            step = max(1, min(EMBED_FILE_TASK_LINES, -(-len(tokens) // n_workers)))
+            for start in range(0, len(tokens), step):
+                part = tokens[start : start + step]
+                future = client.submit(_sentence_chunk, part, model, device, batch_size, fingerprint, pure=False)
+                sizes[future.key] = len(part)
+                finished.add(future)
+                futures.append(future)
+                in_flight += 1
+            queue.append((index, futures))
+            while in_flight > ahead and len(queue) > 1:
+                yield head()
+        while queue:
+            yield head()
+
+    return run
+
+
+def _vectorizer_params(
+    model: PathLike,
+    layers: LayerSpec,
+    pooling: str,
+    tokenizer: TokenizerSpec,
+    batch_size: Optional[int],
+    device: Optional[str],
+    max_length: Optional[int],
+    window_overlap: int,
+) -> Dict[str, Any]:
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    return dict(
+        model=model, layers=layers, pooling=pooling, tokenizer=tokenizer, batch_size=batch_size,
+        device=device, max_length=max_length, window_overlap=window_overlap,
+    )
+
+
+def _partitions(texts: Any) -> List[Any]:
+    """The input's partitions as Delayed objects; ``TypeError`` for anything but a Bag or a Series."""
+    import dask.dataframe as dd
+
+    if isinstance(texts, db.Bag):
+        return list(texts.to_delayed())
+    if isinstance(texts, dd.Series):
+        return list(texts.to_delayed())
+    if isinstance(texts, dd.DataFrame):
+        raise TypeError("texts is a dask DataFrame: pass its text column, e.g. df['text']")
+    raise TypeError(
+        f"texts must be a dask Bag or a dask DataFrame Series of strings or token lists, not {type(texts).__name__} "
+        "(for an in-memory list use ElmoVectorizer, or dask.bag.from_sequence(texts))"
+    )
+
+
+def _partition_lengths(texts: Any, partitions: List[Any], lengths: Union[bool, Sequence[int]]) -> Optional[List[int]]:
+    if lengths is False:
+        return None
+    if lengths is True:
+        return [int(n) for n in dask.compute(*[dask.delayed(len)(part) for part in partitions])]
+    given = [int(n) for n in lengths]
+    if len(given) != len(partitions):
+        raise ValueError(f"lengths: {len(given)} given for {len(partitions)} partitions")
+    return given
+
+
+def _as_list(texts: Any) -> List[Any]:
+    return list(texts)
