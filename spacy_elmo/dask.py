@@ -133,7 +133,7 @@ def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
 
     text = str(scheduler).strip()
     local = LOCAL_SCHEDULER.fullmatch(text)
-    if text.startswith("local"):
+    if text == "local" or text.startswith("local:"):  # not localhost:8786
         if not local or int(local[1]) < 1:
             raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
         cluster = LocalCluster(

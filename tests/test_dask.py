@@ -1,0 +1,153 @@
+"""spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order; `embed --scheduler`."""
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask", reason="Dask is not installed (pip install 'spacy-elmo[dask]')")
+pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'spacy-elmo[dask]')")
+
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+import dask.bag as db  # noqa: E402
+import dask.dataframe as dd  # noqa: E402
+import pandas as pd  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from spacy_elmo import ElmoVectorizer  # noqa: E402
+from spacy_elmo.cli import app  # noqa: E402
+from spacy_elmo.dask import connect, embed_texts, embed_tokens  # noqa: E402
+from spacy_elmo.mix import mix_layers  # noqa: E402
+
+from numerics import assert_recomputed_close  # noqa: E402
+from test_embed_file import assert_same_vectors  # noqa: E402
+
+GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weights would be megabytes
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One LocalCluster (2 worker processes, 1 thread each) for the whole module: starting one takes seconds."""
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster:
+        with Client(cluster) as client:
+            yield client
+
+
+@pytest.fixture(scope="module")
+def texts(fixture_sentences):
+    """Texts of varied lengths, a repeat, an empty text and a whitespace-only one, in a known order."""
+    lines = [" ".join(s) for s in fixture_sentences]
+    return lines + ["", lines[0], "   ", "one more short text ."] + lines[::-1][:5]
+
+
+def test_bag_rows_equal_the_vectorizer_in_order(client, fixture_dir, texts):
+    bag = db.from_sequence(texts, npartitions=3)
+    array = embed_texts(bag, model=fixture_dir, pooling="mean+max")
+    want = ElmoVectorizer(model=fixture_dir, pooling="mean+max").transform(texts)
+    assert isinstance(array, da.Array) and array.dtype == np.float32
+    assert array.shape == want.shape and sum(array.chunks[0]) == len(texts) and len(array.chunks[0]) == 3
+    got = array.compute()
+    assert_recomputed_close(got, want)
+    assert not got[texts.index("")].any() and not got[texts.index("   ")].any()  # no tokens: a zero row
+
+
+def test_series_of_texts_and_bag_of_token_lists(client, fixture_dir, texts):
+    series = dd.from_pandas(pd.Series(texts, name="text"), npartitions=4)
+    want = ElmoVectorizer(model=fixture_dir, layers="top").transform(texts)
+    assert_recomputed_close(embed_texts(series, model=fixture_dir, layers="top").compute(), want)
+    tokens = [t.split() for t in texts]
+    bag = db.from_sequence(tokens, npartitions=2)
+    got = embed_texts(bag, model=fixture_dir, layers="top", lengths=False)
+    assert np.isnan(got.shape[0])  # lengths=False: chunks unknown until computed
+    assert_recomputed_close(got.compute(), ElmoVectorizer(model=fixture_dir, layers="top").transform(tokens))
+
+
+def test_empty_input_gives_an_empty_array(client, fixture_dir, backend):
+    array = embed_texts(db.from_sequence([], npartitions=1), model=fixture_dir)
+    assert array.shape == (0, backend.dim) and array.compute().shape == (0, backend.dim)
+
+
+def test_graph_carries_the_model_name_not_the_weights(fixture_dir, texts):
+    import cloudpickle
+
+    array = embed_texts(db.from_sequence(texts, npartitions=3), model=fixture_dir, lengths=[len(texts) - 2, 1, 1])
+    size = len(cloudpickle.dumps(dict(array.__dask_graph__())))
+    text_bytes = sum(len(t) for t in texts)
+    assert size < text_bytes + 3 * GRAPH_BYTES_PER_PARTITION, size
+    with pytest.raises(ValueError, match="3 partitions"):
+        embed_texts(db.from_sequence(texts, npartitions=3), model=fixture_dir, lengths=[1, 2])
+
+
+def test_token_records_in_order(client, fixture_dir, backend, texts):
+    tokens = [t.split() for t in texts]
+    records = embed_tokens(db.from_sequence(tokens, npartitions=3), model=fixture_dir, layers="average").compute()
+    assert [r["tokens"] for r in records] == tokens
+    for record, layers in zip(records, backend.embed(tokens)):
+        assert record["vectors"].dtype == np.float32 and record["vectors"].shape == (len(record["tokens"]), backend.dim)
+        assert_recomputed_close(record["vectors"], mix_layers(layers, "average"))
+    # strings: the vectorizer's own tokenization, and the mean of a text's token vectors is its pooled row
+    bag = embed_tokens(dd.from_pandas(pd.Series(texts), npartitions=2), model=fixture_dir)
+    arrays = bag.pluck("vectors").compute()
+    pooled = ElmoVectorizer(model=fixture_dir).transform(texts)
+    assert len(arrays) == len(texts) and arrays[texts.index("")].shape == (0, backend.dim)
+    means = np.stack([a.mean(axis=0) if len(a) else np.zeros(backend.dim, np.float32) for a in arrays])
+    assert_recomputed_close(means, pooled)
+
+
+def test_wrong_inputs_are_named(fixture_dir, texts):
+    with pytest.raises(TypeError, match="dask Bag or a dask DataFrame Series"):
+        embed_texts(texts, model=fixture_dir)
+    frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=2)
+    with pytest.raises(TypeError, match=r"df\['text'\]"):
+        embed_texts(frame, model=fixture_dir)
+    with pytest.raises(ValueError, match="pooling"):
+        embed_texts(db.from_sequence(texts), model=fixture_dir, pooling="median")
+
+
+def test_parallel_post_fit_pipeline(client, fixture_dir, texts):
+    pytest.importorskip("dask_ml", reason="dask-ml is not installed")
+    from dask_ml.wrappers import ParallelPostFit
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    labels = [i % 2 for i in range(len(texts))]
+    pipeline = make_pipeline(ElmoVectorizer(model=fixture_dir), LogisticRegression())
+    wrapped = ParallelPostFit(pipeline, predict_meta=np.array([0]), predict_proba_meta=np.zeros((0, 2))).fit(texts, labels)
+    assert len(pickle.dumps(wrapped)) < 20_000  # the vectorizer pickles without the model
+    frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=3)
+    assert_recomputed_close(wrapped.predict_proba(frame).compute(), wrapped.estimator.predict_proba(texts))
+    column = da.from_array(np.asarray(texts, dtype=object)[:, None], chunks=(7, 1))
+    assert list(wrapped.predict(column).compute()) == list(wrapped.estimator.predict(texts))
+
+
+def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixture_sentences, tmp_path, client):
+    lines = [" ".join(s) for s in fixture_sentences] * 3
+    lines.insert(2, "")
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    runner = CliRunner()
+    base = ["embed", str(source), "--model", str(fixture_dir), "--no-progress"]
+    single = runner.invoke(app, [*base[:2], str(tmp_path / "single.hdf5"), *base[2:]])
+    assert single.exit_code == 0, single.output
+    on_cluster = runner.invoke(app, [*base[:2], str(tmp_path / "local.hdf5"), *base[2:], "--scheduler", "local:2"])
+    assert on_cluster.exit_code == 0, on_cluster.output
+    assert "dashboard" in on_cluster.output
+    assert_same_vectors(tmp_path / "single.hdf5", tmp_path / "local.hdf5")
+    address = client.scheduler.address  # an existing cluster, by address
+    by_address = runner.invoke(app, [*base[:2], str(tmp_path / "remote.hdf5"), *base[2:], "--average", "--scheduler", address])
+    assert by_address.exit_code == 0, by_address.output
+    runner.invoke(app, [*base[:2], str(tmp_path / "single-average.hdf5"), *base[2:], "--average"])
+    assert_same_vectors(tmp_path / "single-average.hdf5", tmp_path / "remote.hdf5")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")) == []
+
+
+@pytest.mark.parametrize("scheduler", ["local:0", "local:two", "local", "not an address", "tcp://"])
+def test_bad_scheduler_is_a_clear_error(scheduler, fixture_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir), "--scheduler", scheduler])
+    assert result.exit_code == 2 and "scheduler" in result.output and "local:N" in result.output
+    assert not (tmp_path / "out.hdf5").exists()
+    with pytest.raises(ValueError, match="local:N"):
+        connect(scheduler)
