@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
 from .train.config import TrainConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .embed_file import EmbedChunks
 
 app = typer.Typer(
     name="spacy-elmo",
@@ -329,7 +332,9 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def _dask_chunks(scheduler: Optional[str], model: str, device: Optional[str], batch_size: int, fingerprint: str) -> Iterator[object]:
+def _dask_chunks(
+    scheduler: Optional[str], model: str, device: Optional[str], batch_size: int, fingerprint: str
+) -> Iterator[Optional["EmbedChunks"]]:
     """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard printed."""
     if scheduler is None:
         yield None
@@ -341,7 +346,11 @@ def _dask_chunks(scheduler: Optional[str], model: str, device: Optional[str], ba
 
     client, close = connect(scheduler)
     try:
-        typer.echo(f"Dask scheduler {client.scheduler.address}, dashboard {client.dashboard_link}", err=True)
+        import importlib.util
+
+        served = importlib.util.find_spec("bokeh") is not None  # the dashboard needs bokeh (in the [dask] extra)
+        dashboard = f"dashboard {client.dashboard_link}" if served else "no dashboard (pip install bokeh)"
+        typer.echo(f"Dask scheduler {client.scheduler.address}, {dashboard}", err=True)
         yield cluster_chunks(client, model, device, batch_size, fingerprint)
     finally:
         close()

@@ -1,5 +1,7 @@
 """spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order; `embed --scheduler`."""
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -50,6 +52,20 @@ def test_bag_rows_equal_the_vectorizer_in_order(client, fixture_dir, texts):
     got = array.compute()
     assert_recomputed_close(got, want)
     assert not got[texts.index("")].any() and not got[texts.index("   ")].any()  # no tokens: a zero row
+    loaded = client.run(_backends_loaded)  # each worker loaded the model once, whatever number of tasks it ran
+    assert set(loaded.values()) <= {0, 1} and sum(loaded.values()) >= 1
+
+
+def _backends_loaded():
+    from spacy_elmo import backend
+
+    return len(backend._CACHE)
+
+
+def test_without_dask_the_error_names_the_extra():
+    code = "import sys; sys.modules['dask'] = None; import spacy_elmo.dask"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0 and "pip install 'spacy-elmo[dask]'" in result.stderr
 
 
 def test_series_of_texts_and_bag_of_token_lists(client, fixture_dir, texts):
@@ -132,7 +148,7 @@ def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixt
     assert single.exit_code == 0, single.output
     on_cluster = runner.invoke(app, [*base[:2], str(tmp_path / "local.hdf5"), *base[2:], "--scheduler", "local:2"])
     assert on_cluster.exit_code == 0, on_cluster.output
-    assert "dashboard" in on_cluster.output
+    assert "Dask scheduler tcp://" in on_cluster.output and "dashboard" in on_cluster.output
     assert_same_vectors(tmp_path / "single.hdf5", tmp_path / "local.hdf5")
     address = client.scheduler.address  # an existing cluster, by address
     by_address = runner.invoke(app, [*base[:2], str(tmp_path / "remote.hdf5"), *base[2:], "--average", "--scheduler", address])
