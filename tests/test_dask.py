@@ -111,6 +111,24 @@ def test_token_records_in_order(client, fixture_dir, backend, texts):
     assert_recomputed_close(means, pooled)
 
 
+def test_workers_fill_the_disk_cache_given(client, fixture_dir, texts, tmp_path):
+    from spacy_elmo.cache import open_disk_cache
+
+    cache_dir = tmp_path / "elmo-cache"
+    fresh = [" ".join(reversed(t.split())) + " again" for t in texts[:6]]  # not in the workers' memory caches
+    bag = db.from_sequence(fresh, npartitions=2)
+    first = embed_texts(bag, model=fixture_dir, cache_dir=cache_dir).compute()
+    assert len(open_disk_cache(cache_dir)) == len(set(fresh))
+    assert_recomputed_close(embed_texts(bag, model=fixture_dir, cache_dir=cache_dir).compute(), first)
+    client.run(_no_disk_cache, str(fixture_dir))  # the workers' shared backends keep a cache_dir: drop it
+
+
+def _no_disk_cache(model):
+    from spacy_elmo import load_bilm
+
+    load_bilm(model, cache_dir=False)
+
+
 def test_wrong_inputs_are_named(fixture_dir, texts):
     with pytest.raises(TypeError, match="dask Bag or a dask DataFrame Series"):
         embed_texts(texts, model=fixture_dir)
