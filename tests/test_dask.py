@@ -52,8 +52,15 @@ def test_bag_rows_equal_the_vectorizer_in_order(client, fixture_dir, texts):
     got = array.compute()
     assert_recomputed_close(got, want)
     assert not got[texts.index("")].any() and not got[texts.index("   ")].any()  # no tokens: a zero row
+    assert set(client.run(_torch_threads).values()) == {1}  # the nanny's OMP_NUM_THREADS=1; nothing of ours changed it
     loaded = client.run(_backends_loaded)  # each worker loaded the model once, whatever number of tasks it ran
     assert set(loaded.values()) <= {0, 1} and sum(loaded.values()) >= 1
+
+
+def _torch_threads():
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _backends_loaded():
