@@ -18,8 +18,8 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
