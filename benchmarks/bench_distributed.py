@@ -29,6 +29,7 @@ from bench import SHARED, cpu_description  # noqa: E402
 
 
 def run(label: str, command: List[str], out: Path, env: Dict[str, str]) -> Dict[str, object]:
+    load = os.getloadavg()[0]
     started = time.time()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.time() - started
@@ -44,6 +45,7 @@ def run(label: str, command: List[str], out: Path, env: Dict[str, str]) -> Dict[
         "wall_s": wall,
         "wall_tok_s": metrics["words_seen"] / wall,
         "valid_ppl": last["valid_ppl_mean"],
+        "load": load,
     }
 
 
@@ -82,16 +84,17 @@ def main(argv=None) -> int:
     base = results[0]
     print(f"\ntiny preset, {args.lines} WikiText-2 train lines, {args.steps} steps, global batch {args.token_budget} padded tokens, "
           f"validation on {args.valid_lines} valid lines\n")
-    print("| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process | load avg at start |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         diff = 100.0 * (r["valid_ppl"] - base["valid_ppl"]) / base["valid_ppl"]
         print(f"| {r['label']} | {r['steps']} | {r['words']} | {r['train_tok_s']:.0f} | {r['wall_s']:.1f} | "
-              f"{r['wall_tok_s']:.0f} | {r['valid_ppl']:.2f} | {diff:+.2f}% |")
+              f"{r['wall_tok_s']:.0f} | {r['valid_ppl']:.2f} | {diff:+.2f}% | {r['load']:.2f} |")
     two = results[-1]
     within = abs(two["valid_ppl"] - base["valid_ppl"]) <= 0.05 * base["valid_ppl"]
     print(f"\n2-process perplexity within 5% of 1 process: {'yes' if within else 'NO'}; "
-          f"training throughput 2 processes / 1 process x {cores} threads: {two['train_tok_s'] / base['train_tok_s']:.2f}x")
+          f"training throughput 2 processes / 1 process x {cores} threads: {two['train_tok_s'] / base['train_tok_s']:.2f}x, "
+          f"/ 1 process x 1 thread: {two['train_tok_s'] / results[1]['train_tok_s']:.2f}x")
     return 0 if within else 1
 
 

@@ -101,8 +101,9 @@ class Trainer:
             self._restore(checkpoint, path)
         else:
             self._start()
-        if world.size > 1:
+        if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
             self.metrics["processes"] = world.size
+        if world.size > 1:
             # rank 0 keeps the seeded stream of a single-process run; the others draw other dropout masks
             torch.manual_seed(config.seed * 1_000_003 + 7919 * world.rank + self.state["step"])
         self.network = world.wrap(self.model)  # what a training step calls: DistributedDataParallel with several ranks
@@ -225,7 +226,8 @@ class Trainer:
         self.save_checkpoint()
         if self.world.is_main and (self.output_dir / WEIGHTS).is_file():
             write_model_card(self.output_dir)
-        if self.world.size > 1 and not self.world.same(weights_digest(self.model)):  # DistributedDataParallel keeps them equal; check it did
+        # DistributedDataParallel keeps the ranks' weights equal: check that it did
+        if self.world.size > 1 and not self.world.same(weights_digest(self.model)):
             raise RuntimeError(f"the {self.world.size} training processes ended with different weights")
         self.world.barrier()  # no rank finishes before rank 0 has written everything
         return self.metrics
