@@ -124,7 +124,7 @@ def train(
             threads = trainer.config.threads or (max(1, _cores() // world.local_size) if world.size > 1 else None)
             _set_threads(threads)
             if world.size > 1 and world.is_main:
-                typer.echo(f"{world.describe()}; {threads} torch threads per process")
+                typer.echo(f"{world.describe()}; {threads} torch thread{'' if threads == 1 else 's'} per process")
             metrics = trainer.run()
     finally:
         leave_world(world)
