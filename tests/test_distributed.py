@@ -109,6 +109,16 @@ def test_two_processes_train_the_single_process_model_and_resume(single, resumed
     assert {p.name for p in (root / "out").iterdir()} == EXPECTED_FILES and not list((root / "cwd").iterdir())
 
 
+def test_divergence_stops_every_rank_at_the_same_step(texts, tmp_path):
+    """No rank waits forever at an all-reduce: the all-reduced loss is inf on every rank, each exits with status 2."""
+    result = torchrun(tmp_path / "cwd", tmp_path / "out", texts, "--lr", "1e30", "--checkpoint-every", "1", "--max-steps", "4")
+    assert result.returncode != 0  # torchrun's own status for a failed worker
+    messages = [line for line in result.stderr.splitlines() if line.startswith("error: training diverged at step 2")]
+    assert 1 <= len(messages) <= 2 and "exitcode  : 2" in result.stderr, result.stderr  # rank 1 may be stopped first
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"vocab.txt", "checkpoint.safetensors"}
+    assert load_checkpoint(tmp_path / "out" / "checkpoint.safetensors").info["state"]["step"] == 1
+
+
 def test_shares_of_a_batch_are_disjoint_and_cover_it():
     rows = [f"s{i}" for i in range(7)]
     shares = [World(rank, 3).share(rows) for rank in range(3)]
