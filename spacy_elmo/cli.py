@@ -75,50 +75,72 @@ def train(
     checkpoint_every: int = typer.Option(_TRAIN_DEFAULTS.checkpoint_every, help="Save checkpoint.safetensors every N steps"),
     max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
     max_minutes: Optional[float] = typer.Option(_TRAIN_DEFAULTS.max_minutes, help="Stop after this much wall time (the lr schedule ends there)"),
-    threads: Optional[int] = typer.Option(_TRAIN_DEFAULTS.threads, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice)"),
+    threads: Optional[int] = typer.Option(_TRAIN_DEFAULTS.threads, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun the machine's cores / processes on it)"),
     lstm_impl: str = typer.Option(_TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
     init_from: Optional[Path] = typer.Option(None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
 ) -> None:
-    """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout."""
+    """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
+
+    Under ``torchrun --nproc_per_node N -m spacy_elmo train ...`` the N processes train one model
+    with DistributedDataParallel: --token-budget is the global batch, split across them; rank 0
+    alone writes files and prints.
+    """
     from .train import Trainer, make_sources
+    from .train.distributed import join_world, leave_world
 
     with _errors_exit_2():
-        train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
-        valid_sources = make_sources(valid_files, "lines", tokenizer)
-        if not train_sources and not resume:
-            raise ValueError("give training text with --train FILE and/or --raw FILE")
-        config = TrainConfig(
-            train=[s.to_json() for s in train_sources],
-            valid=[s.to_json() for s in valid_sources],
-            architecture=arch,
-            vocab_size=vocab_size,
-            min_count=min_count,
-            epochs=epochs,
-            token_budget=token_budget,
-            lr=lr,
-            lr_schedule=lr_schedule,
-            warmup_steps=warmup_steps,
-            clip_norm=clip_norm,
-            dropout=dropout,
-            seed=seed,
-            max_length=max_length,
-            cutoffs=tuple(int(c) for c in cutoffs.split(",") if c.strip()),
-            div_value=div_value,
-            eval_every=eval_every,
-            checkpoint_every=checkpoint_every,
-            max_steps=max_steps,
-            max_minutes=max_minutes,
-            threads=threads,
-            lstm_impl=lstm_impl,
-            init_from=str(init_from) if init_from else None,
-        )
-        trainer = Trainer(config, output_dir, resume=resume, progress=progress)
-        _set_threads(trainer.config.threads)
-        metrics = trainer.run()
-    best = metrics.get("best") or {}
-    typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
+        world = join_world()
+    try:
+        with _errors_exit_2():
+            train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
+            valid_sources = make_sources(valid_files, "lines", tokenizer)
+            if not train_sources and not resume:
+                raise ValueError("give training text with --train FILE and/or --raw FILE")
+            config = TrainConfig(
+                train=[s.to_json() for s in train_sources],
+                valid=[s.to_json() for s in valid_sources],
+                architecture=arch,
+                vocab_size=vocab_size,
+                min_count=min_count,
+                epochs=epochs,
+                token_budget=token_budget,
+                lr=lr,
+                lr_schedule=lr_schedule,
+                warmup_steps=warmup_steps,
+                clip_norm=clip_norm,
+                dropout=dropout,
+                seed=seed,
+                max_length=max_length,
+                cutoffs=tuple(int(c) for c in cutoffs.split(",") if c.strip()),
+                div_value=div_value,
+                eval_every=eval_every,
+                checkpoint_every=checkpoint_every,
+                max_steps=max_steps,
+                max_minutes=max_minutes,
+                threads=threads,
+                lstm_impl=lstm_impl,
+                init_from=str(init_from) if init_from else None,
+            )
+            trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world)
+            threads = trainer.config.threads or (max(1, _cores() // world.local_size) if world.size > 1 else None)
+            _set_threads(threads)
+            if world.size > 1 and world.is_main:
+                typer.echo(f"{world.describe()}; {threads} torch thread{'' if threads == 1 else 's'} per process")
+            metrics = trainer.run()
+    finally:
+        leave_world(world)
+    if world.is_main:
+        best = metrics.get("best") or {}
+        typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
+
+
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _set_threads(threads: Optional[int]) -> None:

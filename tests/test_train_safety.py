@@ -226,7 +226,7 @@ def test_divergence_after_a_good_export_keeps_that_export(texts, tmp_path, monke
     import spacy_elmo.train.trainer as trainer_module
 
     trainer = Trainer(config(texts, valid=True, eval_every=2, max_steps=6), tmp_path, progress=False)
-    real = trainer_module.perplexity_on
+    real = trainer_module.perplexities
     calls = []
 
     def failing_later(*args, **kwargs):
@@ -234,7 +234,7 @@ def test_divergence_after_a_good_export_keeps_that_export(texts, tmp_path, monke
         result = real(*args, **kwargs)
         return result if len(calls) == 1 else {**result, "forward": math.inf, "mean": math.inf}
 
-    monkeypatch.setattr(trainer_module, "perplexity_on", failing_later)
+    monkeypatch.setattr(trainer_module, "perplexities", failing_later)
     with pytest.raises(TrainingDiverged, match="validation perplexity is inf"):
         trainer.run()
     metrics = json.loads((tmp_path / "metrics.json").read_text())

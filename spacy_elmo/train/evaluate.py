@@ -1,9 +1,10 @@
 """Perplexity of a biLM on text: forward, backward and their mean (geometric: exp of the mean NLL)."""
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -30,6 +31,24 @@ def perplexity_on(
     crop_width: Optional[int] = None,
 ) -> Dict[str, float]:
     """Perplexity per predicted token (each word and one ``</S>`` / ``<S>`` per sentence), stateless per sentence."""
+    return perplexities(nll_sums(model, vocab, sources, token_budget, max_length, char_cache, crop_width))
+
+
+def nll_sums(
+    model,
+    vocab: Vocabulary,
+    sources: Sequence[Source],
+    token_budget: int = 4096,
+    max_length: int = 100,
+    char_cache: Optional[CharCache] = None,
+    crop_width: Optional[int] = None,
+    part: Tuple[int, int] = (0, 1),
+) -> Dict[str, float]:
+    """Summed forward and backward NLL and the counts behind them; ``part=(k, n)``: only every n-th batch from the k-th.
+
+    The parts of ``n`` processes, summed, are the whole (to float rounding): see :mod:`.distributed`.
+    """
+    index, parts = part
     was_training = model.training
     model.eval()
     if crop_width is None:
@@ -38,7 +57,8 @@ def perplexity_on(
     n = 0
     words = sentences = 0
     with torch.inference_mode():
-        for batch_sentences in bucket_batches(ordered_sentences(sources, max_length), token_budget):
+        batches = bucket_batches(ordered_sentences(sources, max_length), token_budget)
+        for batch_sentences in itertools.islice(batches, index, None, parts):
             batch = tensorize(batch_sentences, vocab, char_cache, crop_width)
             f, b, count = model(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
             nll_f += float(f)
@@ -47,15 +67,22 @@ def perplexity_on(
             words += batch.n_words
             sentences += len(batch_sentences)
     model.train(was_training)
+    return {"nll_forward": nll_f, "nll_backward": nll_b, "predictions": n, "words": words, "sentences": sentences}
+
+
+def perplexities(sums: Dict[str, float]) -> Dict[str, float]:
+    """Forward, backward and mean perplexity from :func:`nll_sums` (a ValueError when there was no text)."""
+    n = int(sums["predictions"])
     if n == 0:
         raise ValueError("no text to evaluate on: the files hold no tokens")
+    nll_f, nll_b = sums["nll_forward"], sums["nll_backward"]
     return {
         "forward": perplexity(nll_f / n),
         "backward": perplexity(nll_b / n),
         "mean": perplexity((nll_f + nll_b) / (2 * n)),
         "predictions": n,
-        "words": words,
-        "sentences": sentences,
+        "words": int(sums["words"]),
+        "sentences": int(sums["sentences"]),
     }
 
 

@@ -12,7 +12,8 @@ The exported files always hold the model with the best validation perplexity so 
 pickled (see :mod:`.storage`); every file is replaced whole (see :mod:`.outputs`). A loss or
 perplexity that stops being finite ends training with :class:`TrainingDiverged` before anything
 of that step is saved. The options are :class:`~.config.TrainConfig`'s; a fine-tuning run starts
-from :func:`~.init_from.load_initial_model`.
+from :func:`~.init_from.load_initial_model`. Under ``torchrun`` each process trains on its share of
+every batch and only rank 0 writes files or prints (see :mod:`.distributed`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from ..model_files import VOCAB, WEIGHTS
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
-from .evaluate import perplexity, perplexity_on
+from .distributed import SINGLE, World, weights_digest
+from .evaluate import nll_sums, perplexities, perplexity
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
@@ -59,11 +61,18 @@ def _require_tokens(sources: Sequence[Source], option: str, purpose: str, max_le
 
 
 class Trainer:
-    """Owns the model, optimizer, vocabulary and the position in the data; ``run()`` trains."""
+    """Owns the model, optimizer, vocabulary and the position in the data; ``run()`` trains.
 
-    def __init__(self, config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True) -> None:
+    ``world``: this process's place among several training processes (:func:`~.distributed.join_world`
+    under torchrun); every rank then builds the same trainer, and rank 0 alone writes and prints.
+    """
+
+    def __init__(
+        self, config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True, world: World = SINGLE
+    ) -> None:
         self.output_dir = Path(output_dir)
-        self.progress = progress
+        self.world = world
+        self.progress = progress and world.is_main
         checkpoint = None
         check_config(config)
         if resume:
@@ -81,15 +90,23 @@ class Trainer:
         _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
         if self.valid_sources:
             _require_tokens(self.valid_sources, "--valid", "validate", config.max_length)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if world.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
         self.char_cache = CharCache()
         self.run_started = time.time()
         self.checkpoint_step: Optional[int] = None  # the step of the newest checkpoint this trainer wrote or read
+        self.elapsed_s = 0.0  # wall time of this run at the end of the last step, the same on every rank
         if checkpoint is not None:
             self._restore(checkpoint, path)
         else:
             self._start()
+        if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
+            self.metrics["processes"] = world.size
+        if world.size > 1:
+            # rank 0 keeps the seeded stream of a single-process run; the others draw other dropout masks
+            torch.manual_seed(config.seed * 1_000_003 + 7919 * world.rank + self.state["step"])
+        self.network = world.wrap(self.model)  # what a training step calls: DistributedDataParallel with several ranks
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -132,7 +149,8 @@ class Trainer:
         }
         if initial is not None:
             self.metrics["init_from"] = previous_training(initial.directory)
-        self.vocab.save(self.output_dir / VOCAB)
+        if self.world.is_main:
+            self.vocab.save(self.output_dir / VOCAB)
         self.best_valid = math.inf
 
     def _build_model(self, options: BiLMOptions) -> LanguageModel:
@@ -176,7 +194,7 @@ class Trainer:
             planned = max(1, config.epochs * self.corpus["words"])
             done = min(1.0, self.state["words_seen"] / planned)
             if config.max_minutes:  # a time limit: be fully decayed when it is reached
-                done = max(done, min(1.0, (time.time() - self.run_started) / (60 * config.max_minutes)))
+                done = max(done, min(1.0, self.elapsed_s / (60 * config.max_minutes)))
             lr *= 1.0 - (1.0 - config.min_lr_ratio) * done
         return lr
 
@@ -189,6 +207,7 @@ class Trainer:
         then hold the last checkpoint and the last exported model from before.
         """
         started = self.run_started = time.time()
+        self.elapsed_s = 0.0
         stop = False
         while self.state["epoch"] < math.ceil(self.config.epochs) and not stop:
             totals = {"nll_f": 0.0, "nll_b": 0.0, "n": 0, "words": 0, "seconds": 0.0}
@@ -205,8 +224,12 @@ class Trainer:
         self.metrics["steps"] = self.state["step"]
         self.write_metrics()
         self.save_checkpoint()
-        if (self.output_dir / WEIGHTS).is_file():
+        if self.world.is_main and (self.output_dir / WEIGHTS).is_file():
             write_model_card(self.output_dir)
+        # DistributedDataParallel keeps the ranks' weights equal: check that it did
+        if self.world.size > 1 and not self.world.same(weights_digest(self.model)):
+            raise RuntimeError(f"the {self.world.size} training processes ended with different weights")
+        self.world.barrier()  # no rank finishes before rank 0 has written everything
         return self.metrics
 
     def _train_epoch(self, totals: Dict[str, float], started: float) -> bool:
@@ -225,15 +248,18 @@ class Trainer:
             for sentences in batches:
                 if epoch_words_done >= words_in_epoch:
                     break
-                batch = tensorize(sentences, self.vocab, self.char_cache, self.crop_width)
+                mine, weight = self.world.share(sentences)
+                batch = tensorize(mine, self.vocab, self.char_cache, self.crop_width)
                 tick = time.time()
-                nll_f, nll_b, n = self.train_step(batch)
-                self._tally(totals, nll_f, nll_b, n, batch.n_words, time.time() - tick)
+                nll_f, nll_b, n, words = self.train_step(batch, sentences, weight)
+                self._tally(totals, nll_f, nll_b, n, words, time.time() - tick)
                 epoch_words_done = self.state["epoch_words"]
-                bar.update(batch.n_words)
+                bar.update(words)
                 self._show_progress(bar, (nll_f + nll_b) / (2 * n), totals)
                 step = self.state["step"]
-                out_of_time = config.max_minutes is not None and time.time() - started > 60 * config.max_minutes
+                if config.max_minutes is not None:  # the slowest rank's clock, so that all ranks stop at one step
+                    self.elapsed_s = self.world.max(time.time() - started)
+                out_of_time = config.max_minutes is not None and self.elapsed_s > 60 * config.max_minutes
                 out_of_steps = config.max_steps is not None and step >= config.max_steps
                 if config.eval_every and step % config.eval_every == 0 and not (out_of_time or out_of_steps):
                     self.validate(totals, partial=True)
@@ -265,18 +291,31 @@ class Trainer:
             lr=f"{self.learning_rate():.2e}",
         )
 
-    def train_step(self, batch: Batch) -> Tuple[float, float, int]:
-        """One optimizer step; a non-finite loss or gradient raises TrainingDiverged before the weights change."""
-        self.model.train()
+    def train_step(
+        self, batch: Batch, sentences: Sequence[Sequence[str]], weight: float = 1.0
+    ) -> Tuple[float, float, int, int]:
+        """One optimizer step on the global batch ``sentences``, of which ``batch`` is this rank's share.
+
+        Returns the NLL sums, predictions per direction and words of the whole global batch. A
+        non-finite loss or gradient raises TrainingDiverged (on every rank) before the weights change.
+        ``weight`` 0: this rank has no rows of its own (see :meth:`~.distributed.World.share`).
+        """
+        self.network.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        nll_f, nll_b, n = self.model(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
-        sum_f, sum_b = float(nll_f.detach()), float(nll_b.detach())
+        nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+        n = sum(len(s) + 1 for s in sentences)  # predictions per direction: each word and one sentence end
+        words = sum(len(s) for s in sentences)
+        mine = [float(nll_f.detach()), float(nll_b.detach())] if weight else [0.0, 0.0]
+        sum_f, sum_b = self.world.sum(mine)
         for direction, total in (("forward", sum_f), ("backward", sum_b)):
             if not math.isfinite(perplexity(total / n)):
                 what = f"the {direction} training loss is {total / n:.4g} per token"
                 raise self._diverged(what, self.state["step"] + 1)
-        loss = (nll_f + nll_b) / (2 * n)
+        # the mean over the global batch: DistributedDataParallel averages the ranks' gradients
+        loss = (nll_f + nll_b) / (2 * n / self.world.size)
+        if not weight:
+            loss = loss * 0.0
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.clip_norm:
@@ -286,8 +325,8 @@ class Trainer:
         self.optimizer.step()
         self.state["step"] += 1
         self.state["batch_in_epoch"] += 1
-        self.state["words_seen"] += batch.n_words
-        return sum_f, sum_b, n
+        self.state["words_seen"] += words
+        return sum_f, sum_b, n, words
 
     def validate(self, totals: Dict[str, float], partial: bool, epoch_end: bool = False) -> Optional[Dict[str, float]]:
         """Validation perplexity; exports the model when it is the best so far (always when there is no valid set)."""
@@ -301,9 +340,13 @@ class Trainer:
             record["train_ppl_backward"] = round(perplexity(totals["nll_b"] / totals["n"]), 2)
             record["tokens_per_s"] = round(totals["words"] / max(totals["seconds"], 1e-9), 1)
         if self.valid_sources:
-            result = perplexity_on(
-                self.model, self.vocab, self.valid_sources, self.config.token_budget, self.config.max_length, self.char_cache, self.crop_width
+            part = (self.world.rank, self.world.size)  # each rank a share of the batches, summed
+            sums = nll_sums(
+                self.model, self.vocab, self.valid_sources, self.config.token_budget, self.config.max_length, self.char_cache,
+                self.crop_width, part,
             )
+            keys = sorted(sums)
+            result = perplexities(dict(zip(keys, self.world.sum([sums[k] for k in keys]))))
             if not math.isfinite(result["mean"]):
                 what = f"the validation perplexity is {result['forward']} forward / {result['backward']} backward"
                 raise self._diverged(what, self.state["step"])
@@ -343,19 +386,22 @@ class Trainer:
     # -- files ---------------------------------------------------------------------------
 
     def export(self) -> None:
-        """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only)."""
-        self._require_finite_weights()
-        export_model(self.model, self.output_dir)
+        """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only; rank 0)."""
+        self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
+        if self.world.is_main:
+            export_model(self.model, self.output_dir)
 
     def write_metrics(self) -> None:
-        write_metrics(self.output_dir, self.metrics)
+        if self.world.is_main:
+            write_metrics(self.output_dir, self.metrics)
 
     def save_checkpoint(self) -> None:
-        """Write checkpoint.safetensors (finite weights only), replacing the last one."""
+        """Write checkpoint.safetensors (finite weights only; rank 0), replacing the last one."""
         self._require_finite_weights()
-        write_checkpoint(
-            self.output_dir, self.config, self.vocab.words, self.state, self.metrics, self.best_valid, self.model, self.optimizer
-        )
+        if self.world.is_main:
+            write_checkpoint(
+                self.output_dir, self.config, self.vocab.words, self.state, self.metrics, self.best_valid, self.model, self.optimizer
+            )
         self.checkpoint_step = self.state["step"]
 
 
@@ -392,6 +438,8 @@ def _number(value: float, decimals: int) -> str:
     return f"{value:.{decimals}f}"
 
 
-def train(config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True) -> Dict[str, Any]:
+def train(
+    config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True, world: World = SINGLE
+) -> Dict[str, Any]:
     """Train a biLM as ``config`` says and write it to ``output_dir``; returns the metrics."""
-    return Trainer(config, output_dir, resume=resume, progress=progress).run()
+    return Trainer(config, output_dir, resume=resume, progress=progress, world=world).run()

@@ -1,0 +1,160 @@
+"""Training on several processes: torchrun's environment, the process group, and what ranks agree on.
+
+``torchrun --nproc_per_node N -m spacy_elmo train ...`` starts N processes with ``WORLD_SIZE``,
+``RANK`` and ``LOCAL_RANK`` set; :func:`join_world` then joins the process group (gloo for a model
+on the CPU, nccl for one on a GPU). Without those variables (or with ``WORLD_SIZE=1``) it returns
+:data:`SINGLE`, whose collectives are no-ops, so a single-process run does exactly what it did
+before.
+
+Every rank reads the same corpus and builds the same global batches; each trains on its
+:meth:`World.share` of each batch's rows, and DistributedDataParallel sums the gradients. The
+global batch (``--token-budget``) and the number of steps are those of a single-process run, and
+so is the gradient (to float rounding); no rank can run out of batches before another. Decisions
+that end or change a run (a diverged loss, the time limit) are taken from all-reduced numbers, so
+all ranks take them at the same step. Rank 0 alone writes files and prints.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes (rank 0 of 1 when not distributed)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0  # rank on this machine
+    local_size: int = 1  # processes on this machine
+    backend: Optional[str] = None  # "gloo" or "nccl" once the process group is joined
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the files and prints (rank 0)."""
+        return self.rank == 0
+
+    def share(self, rows: Sequence[T]) -> Tuple[List[T], float]:
+        """This rank's rows of a global batch (every ``size``-th, from ``rank``) and their weight.
+
+        A batch with fewer rows than ranks leaves some ranks without a row: they take the first
+        row with weight 0, so that they still join the gradient all-reduce but add nothing to it.
+        """
+        mine = list(rows[self.rank :: self.size])
+        if mine:
+            return mine, 1.0
+        return list(rows[:1]), 0.0
+
+    def sum(self, values: Sequence[float]) -> List[float]:
+        """``values`` summed over all ranks (float64; unchanged with one process)."""
+        if self.size == 1:
+            return [float(v) for v in values]
+        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
+        torch.distributed.all_reduce(tensor)
+        return [float(v) for v in tensor.tolist()]
+
+    def max(self, value: float) -> float:
+        """The largest ``value`` of all ranks (unchanged with one process)."""
+        if self.size == 1:
+            return float(value)
+        tensor = torch.tensor([float(value)], dtype=torch.float64, device=self._device())
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return float(tensor.item())
+
+    def same(self, value: int) -> bool:
+        """Whether every rank holds the same ``value`` (an integer below 2**53; True with one process)."""
+        if self.size == 1:
+            return True
+        low, high = self.max(-float(value)), self.max(float(value))
+        return -low == high
+
+    def barrier(self) -> None:
+        """Wait until every rank is here (nothing with one process)."""
+        if self.size > 1:
+            torch.distributed.barrier()
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` as DistributedDataParallel (its weights broadcast from rank 0), or itself with one process.
+
+        ``find_unused_parameters``: the adaptive softmax's tail clusters get no gradient in a
+        step whose targets on this rank are all in the head.
+        """
+        if self.size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [self.local_rank] if self.backend == "nccl" else None
+        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+
+    def describe(self) -> str:
+        """One line for the start of a run, e.g. ``world size 2 (gloo): rank 0 of 2 writes the files``."""
+        return f"world size {self.size} ({self.backend}): rank {self.rank} of {self.size} writes the files"
+
+    def _device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+
+
+SINGLE = World()
+
+
+def weights_digest(module: torch.nn.Module) -> int:
+    """A 48-bit digest of ``module``'s parameter bytes: equal on ranks whose weights are bit-identical."""
+    digest = hashlib.blake2b(digest_size=6)
+    for name, param in sorted(module.named_parameters()):
+        digest.update(name.encode())
+        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
+    return int.from_bytes(digest.digest(), "big")
+
+
+def launched_world() -> Optional[Tuple[int, int, int, int]]:
+    """(rank, size, local rank, local size) from torchrun's variables, or None for a single process."""
+    if not all(name in os.environ for name in _ENV):
+        return None
+    try:
+        size = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ["RANK"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    except ValueError as err:
+        raise ValueError(f"torchrun's WORLD_SIZE, RANK and LOCAL_RANK must be integers ({err})") from err
+    if size <= 1:
+        return None
+    if not 0 <= rank < size:
+        raise ValueError(f"RANK={rank} is not in [0, WORLD_SIZE={size})")
+    return rank, size, local_rank, local_size
+
+
+def join_world(device: torch.device = torch.device("cpu")) -> World:
+    """Join torchrun's process group (gloo on the CPU, nccl for a CUDA ``device``); :data:`SINGLE` without torchrun.
+
+    Joining twice in one process returns the same world.
+    """
+    launched = launched_world()
+    if launched is None:
+        return SINGLE
+    rank, size, local_rank, local_size = launched
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise ValueError("this torch build has no torch.distributed: run one process, without torchrun")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return World(rank, size, local_rank, local_size, backend)
+
+
+def leave_world(world: World) -> None:
+    """Leave the process group (nothing with one process); :meth:`Trainer.run` has waited for every rank already."""
+    if world.size > 1 and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+__all__ = ["SINGLE", "World", "join_world", "launched_world", "leave_world", "weights_digest"]

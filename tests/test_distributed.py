@@ -1,0 +1,174 @@
+"""Training under torchrun: 2 processes train the single-process model, only rank 0 writes, --resume works."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from spacy_elmo.train import TrainConfig, Trainer, make_sources
+from spacy_elmo.train.distributed import SINGLE, World, launched_world
+from spacy_elmo.train.storage import load_checkpoint
+
+from conftest import torch_threads
+
+if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
+    pytest.skip("this torch build has no torch.distributed with the gloo backend", allow_module_level=True)
+
+EXPECTED_FILES = {
+    "options.json", "weights.hdf5", "vocab.txt", "softmax.safetensors", "metrics.json", "checkpoint.safetensors", "README.md",
+}
+# the tiny preset on 300 WikiText-2 lines; global batches of <= 80 padded tokens: the first 8 have 4, 4, 5, 6, 1, 4,
+# 2 and 3 rows, so the ranks' shares are sometimes uneven and once (step 5) rank 1 has no row of its own
+TRAIN_ARGS = ("--arch", "tiny", "--min-count", "2", "--token-budget", "80", "--max-length", "50", "--lr", "1e-2",
+              "--warmup-steps", "5", "--seed", "7", "--epochs", "1", "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("texts")
+    wiki = data_dir / "wikitext-2"
+    (root / "train.txt").write_text("\n".join((wiki / "train.txt").read_text(encoding="utf-8").splitlines()[:300]) + "\n")
+    (root / "valid.txt").write_text("\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]) + "\n")
+    return root / "train.txt", root / "valid.txt"
+
+
+def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2 -m spacy_elmo train OUT ...`` (a free port is chosen), one thread per rank."""
+    train_file, valid_file = texts
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "spacy_elmo", "train", str(out), "--train", str(train_file), "--valid", str(valid_file), *TRAIN_ARGS, *args]
+    cwd.mkdir(exist_ok=True)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def single(texts, tmp_path_factory):
+    """The single-process run to compare with: 8 steps, one thread (what each rank has)."""
+    out = tmp_path_factory.mktemp("single")
+    train_file, valid_file = texts
+    config = TrainConfig(
+        train=[s.to_json() for s in make_sources([train_file])], valid=[s.to_json() for s in make_sources([valid_file])],
+        architecture="tiny", min_count=2, token_budget=80, max_length=50, lr=1e-2, warmup_steps=5, seed=7, max_steps=8,
+    )
+    with torch_threads(1):
+        metrics = Trainer(config, out, progress=False).run()
+    return out, metrics
+
+
+@pytest.fixture(scope="module")
+def half(texts, tmp_path_factory):
+    """2 processes, stopped after 4 of the 8 steps."""
+    root = tmp_path_factory.mktemp("ddp")
+    result = torchrun(root / "cwd", root / "out", texts, "--max-steps", "4", "--checkpoint-every", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root, result
+
+
+@pytest.fixture(scope="module")
+def resumed(texts, half):
+    """The same directory resumed by 2 processes up to step 8."""
+    root, _ = half
+    result = torchrun(root / "cwd", root / "out", texts, "--resume", "--max-steps", "8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root, result
+
+
+def test_rank_0_reports_the_world_and_alone_writes_files(half):
+    root, result = half
+    assert "world size 2 (gloo): rank 0 of 2 writes the files" in result.stdout, result.stdout
+    assert result.stdout.count("saved to") == 1, result.stdout  # rank 1 prints nothing
+    assert "Traceback" not in result.stderr and "error" not in result.stderr.lower(), result.stderr
+    assert {p.name for p in (root / "out").iterdir()} == EXPECTED_FILES
+    assert not list((root / "cwd").iterdir())  # no rank left a file in its working directory
+    metrics = json.loads((root / "out" / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["steps"] == 4
+
+
+def test_two_processes_train_the_single_process_model_and_resume(single, resumed):
+    """The same global batches and steps: the weights agree with one process to float rounding (7e-6 after 8 steps
+    with 2048-token batches), and so does perplexity.
+
+    The ranks' own weights are compared by the run itself (it fails when their digests differ).
+    """
+    single_dir, single_metrics = single
+    root, result = resumed
+    assert "Traceback" not in result.stderr, result.stderr
+    ours = json.loads((root / "out" / "metrics.json").read_text())
+    assert ours["steps"] == single_metrics["steps"] == 8 and ours["words_seen"] == single_metrics["words_seen"]
+    mine, theirs = ours["best"]["valid_ppl_mean"], single_metrics["best"]["valid_ppl_mean"]
+    assert abs(mine - theirs) <= 0.005 * theirs, (mine, theirs)
+    distributed = load_checkpoint(root / "out" / "checkpoint.safetensors").model
+    alone = load_checkpoint(single_dir / "checkpoint.safetensors").model
+    assert distributed.keys() == alone.keys()
+    for name in alone:
+        torch.testing.assert_close(distributed[name], alone[name], rtol=0, atol=1e-4, msg=name)
+    assert {p.name for p in (root / "out").iterdir()} == EXPECTED_FILES and not list((root / "cwd").iterdir())
+
+
+def test_divergence_stops_every_rank_at_the_same_step(texts, tmp_path):
+    """No rank waits forever at an all-reduce: the all-reduced loss is inf on every rank, each exits with status 2."""
+    result = torchrun(tmp_path / "cwd", tmp_path / "out", texts, "--lr", "1e30", "--checkpoint-every", "1", "--max-steps", "4")
+    assert result.returncode != 0  # torchrun's own status for a failed worker
+    messages = [line for line in result.stderr.splitlines() if line.startswith("error: training diverged at step 2")]
+    assert 1 <= len(messages) <= 2 and "exitcode  : 2" in result.stderr, result.stderr  # rank 1 may be stopped first
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"vocab.txt", "checkpoint.safetensors"}
+    assert load_checkpoint(tmp_path / "out" / "checkpoint.safetensors").info["state"]["step"] == 1
+
+
+def test_shares_of_a_batch_are_disjoint_and_cover_it():
+    rows = [f"s{i}" for i in range(7)]
+    shares = [World(rank, 3).share(rows) for rank in range(3)]
+    assert sorted(row for share, weight in shares for row in share) == rows and all(w == 1.0 for _, w in shares)
+    assert World(2, 3).share(["only"]) == (["only"], 0.0)  # no row of its own: joins the all-reduce, adds nothing
+    assert SINGLE.share(rows) == (rows, 1.0) and SINGLE.sum([1.5, 2]) == [1.5, 2.0] and SINGLE.same(3)
+
+
+def test_only_torchruns_variables_make_a_world(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert launched_world() is None
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert launched_world() is None  # torchrun with one process: train as a single process
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert launched_world() == (1, 2, 1, 2)
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match="RANK=2"):
+        launched_world()
+
+
+def _agree(rank: int, port: int, values, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    world = World(rank, 2, rank, 2, "gloo")
+    results.put((rank, world.same(values[rank]), world.same(5), world.sum([rank, 1.0])))
+    torch.distributed.destroy_process_group()
+
+
+def test_ranks_with_different_weights_are_told_apart():
+    """The end-of-run check (World.same on the weights' digests) sees a difference on any rank."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    values = [2**48 - 1, 2**48 - 2]
+    processes = [context.Process(target=_agree, args=(rank, port, values, results)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    answers = sorted(results.get(timeout=60) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+    assert answers == [(0, False, True, [1.0, 2.0]), (1, False, True, [1.0, 2.0])]
