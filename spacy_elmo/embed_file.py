@@ -4,9 +4,10 @@ One dataset per line, named by its 0-based line number (or by the sentence itsel
 ``use_sentence_keys``), holding ``(n_layers + 1, n_tokens, dim)`` for ``"all"`` or
 ``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
 the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
-array instead of an error, the file is streamed in chunks (flat memory), and the output
-appears only once it is complete: until then it is a hidden ``.NAME.PID.partial`` file beside it,
-removed on failure, Ctrl-C and SIGTERM, or by the next run if its process was killed outright.
+array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
+tokens at a time, flat memory), and the output appears only once it is complete: until then it
+is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
+the next run if its process was killed outright.
 """
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, List
 
 import numpy as np
 
+from .tokenize import resolve_tokenizer
+from .windows import embed_segments
+
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import ElmoBackend
 
 OUTPUT_FORMATS = ("all", "top", "average")
-CHUNK_LINES = 2000  # lines embedded (and written) at a time
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -48,19 +51,18 @@ def embed_file(
     """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
-    ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
+    ``tokenizer``: ``"whitespace"`` (the line is already tokenized), ``"spacy"`` (spaCy's English rules) or
+    another spaCy language code (:func:`spacy_elmo.tokenize.resolve_tokenizer`).
     """
     import h5py
     from tqdm import tqdm
-
-    from .train.corpus import get_tokenizer
 
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
     input_path, output_path = Path(input_path), Path(output_path)
     source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
     _check_output(output_path)
-    split = get_tokenizer(tokenizer)
+    split = resolve_tokenizer(tokenizer)
     started = time.perf_counter()
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
@@ -69,23 +71,22 @@ def embed_file(
         total = _count_lines(handle, source) if progress else None  # the bar's length
         with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-            for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
-                tokens = [split(text) for _, text in chunk]
-                embedded = backend.embed(tokens, batch_size=batch_size, on_progress=bar.update)  # the bar moves per batch
-                for (number, text), sentence, layers in zip(chunk, tokens, embedded):
-                    key = text if use_sentence_keys else str(number)
-                    if use_sentence_keys:
-                        if key in sentence_lines:
-                            raise ValueError(
-                                f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
-                                "drop --use-sentence-keys to key the vectors by line number"
-                            )
-                        sentence_lines[key] = number
-                    _write(out, key, _select(layers, output_format), source, number)
-                    if not forget_sentences and not use_sentence_keys:
-                        sentence_to_index[text] = key
-                    n_tokens += len(sentence)
-                n_lines += len(chunk)
+            lines = ((line, split(line[1])) for line in _lines(handle, source))
+            # lines come back in order; the bar moves per batch
+            for (number, text), layers in embed_segments(backend, lines, batch_size=batch_size, on_progress=bar.update):
+                key = text if use_sentence_keys else str(number)
+                if use_sentence_keys:
+                    if key in sentence_lines:
+                        raise ValueError(
+                            f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
+                            "drop --use-sentence-keys to key the vectors by line number"
+                        )
+                    sentence_lines[key] = number
+                _write(out, key, _select(layers, output_format), source, number)
+                if not forget_sentences and not use_sentence_keys:
+                    sentence_to_index[text] = key
+                n_tokens += layers.shape[1]
+                n_lines += 1
             if not forget_sentences and not use_sentence_keys:
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
@@ -225,17 +226,6 @@ def _lines(handle: BinaryIO, source: str) -> Iterator[Tuple[int, str]]:
             yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
         except UnicodeDecodeError as err:
             raise ValueError(f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-
-
-def _chunks(items: Iterator[Tuple[int, str]], size: int) -> Iterator[List[Tuple[int, str]]]:
-    chunk: List[Tuple[int, str]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _select(layers: np.ndarray, output_format: str) -> np.ndarray:

@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 
 from spacy_elmo import WeightFileError, load_bilm
 from spacy_elmo.spacy import ElmoComponent
-from spacy_elmo.spacy import pipeline_component
+from spacy_elmo import windows
 
 from numerics import assert_recomputed_close
 
@@ -257,7 +257,7 @@ def test_huge_doc_bounded_batches(fixture_dir, backend, monkeypatch):
     monkeypatch.setattr(type(backend), "embed", lambda self, s, **kw: calls.append(sum(map(len, s))) or embed(self, s, **kw))
     doc = nlp.get_pipe("elmo")(doc)
     assert doc._.elmo_layers.shape == (3, 100_000, 32) and np.isfinite(doc._.elmo_layers).all()
-    assert len(calls) > 1 and max(calls) <= pipeline_component.MAX_TOKENS_PER_CALL
+    assert len(calls) > 1 and max(calls) <= windows.MAX_TOKENS_PER_CALL
     assert_recomputed_close(doc._.elmo_layers[:, :100], backend.embed([words[:128]])[0][:, :100])
     assert doc[50_000].has_vector and doc.vector.shape == (32,)
 

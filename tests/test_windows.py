@@ -2,7 +2,8 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.spacy.windows import doc_segments, window_bounds
+from spacy_elmo.spacy.architectures import sentence_positions
+from spacy_elmo.windows import window_bounds
 
 
 @pytest.mark.parametrize("n,max_length,overlap", [(0, 4, 1), (3, 4, 1), (4, 4, 0), (10, 4, 2), (11, 4, 1), (57, 8, 3), (100, 7, 6)])
@@ -27,13 +28,13 @@ def test_bad_window_config(max_length, overlap):
         window_bounds(10, max_length, overlap)
 
 
-def test_segments_follow_sentences_and_skip_whitespace():
+def test_positions_follow_sentences_and_skip_whitespace():
     nlp = spacy.blank("en")
     doc = Doc(nlp.vocab, words=["A", "b", "\n", "C", "d", "e", "f", "g"], sent_starts=[True, False, False, True, False, False, False, False])
-    segments = doc_segments(doc, max_length=3, overlap=1)
-    assert [s.positions for s in segments] == [(0, 1), (3, 4, 5), (5, 6, 7)]
-    assert [(s.keep_start, s.keep_end) for s in segments] == [(0, 2), (0, 2), (0, 3)]  # token 5 sits at the edge of both windows: the later one wins
-    whole = doc_segments(doc, max_length=10, overlap=1, use_sentences=False)
-    assert [s.positions for s in whole] == [(0, 1, 3, 4, 5, 6, 7)]
-    assert doc_segments(Doc(nlp.vocab, words=[]), 4, 1) == []
-    assert doc_segments(nlp("   "), 4, 1) == []
+    assert sentence_positions(doc) == [[0, 1], [3, 4, 5, 6, 7]]
+    # with max_length=3, overlap=1 the second sentence becomes two windows, positions (3, 4, 5) and (5, 6, 7)
+    assert window_bounds(2, 3, 1) == [(0, 2, 0, 2)]
+    assert window_bounds(5, 3, 1) == [(0, 3, 0, 2), (2, 5, 2, 5)]  # token 5 sits at the edge of both windows: the later one wins
+    assert sentence_positions(doc, use_sentences=False) == [[0, 1, 3, 4, 5, 6, 7]]
+    assert sentence_positions(Doc(nlp.vocab, words=[])) == []
+    assert sentence_positions(nlp("   ")) == []
