@@ -274,3 +274,26 @@ def test_component_class_defaults(fixture_dir, nlp):
     component = ElmoComponent(nlp.vocab, str(fixture_dir))
     assert component.name == "elmo" and component.layers == "average" and component.max_length == 128
     assert nlp.get_pipe_meta("elmo").assigns == ["doc._.elmo_layers", "doc._.elmo_model", "doc._.elmo_mix"]
+
+
+@spacy.registry.misc("test_spacy_elmo.word_by_word.v1")
+def word_by_word_v1():
+    """A position getter that embeds every non-space token alone (and ignores use_sentences)."""
+    return lambda doc, use_sentences: [[t.i] for t in doc if not t.is_space]
+
+
+def test_position_getter_from_the_config(fixture_dir, backend, tmp_path):
+    default = make_nlp(fixture_dir)
+    assert default.config["components"]["elmo"]["get_positions"] == {"@misc": "spacy_elmo.sentence_positions.v1"}
+    nlp = make_nlp(fixture_dir, get_positions={"@misc": "test_spacy_elmo.word_by_word.v1"})
+    doc = nlp("The bank \n by the river .")
+    words = [t for t in doc if not t.is_space]
+    for token in words:
+        assert_recomputed_close(doc._.elmo_layers[:, token.i], backend.embed([[token.text]])[0][:, 0])
+    assert not doc._.elmo_layers[:, 2].any()  # the newline token: in no group, zeros
+    assert not np.allclose(doc._.elmo_layers, default(doc.text)._.elmo_layers)
+    nlp.to_disk(tmp_path / "pipeline")  # the config names the getter, so a loaded pipeline uses it again
+    loaded = spacy.load(tmp_path / "pipeline")
+    np.testing.assert_array_equal(loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers)
+    with pytest.raises(TypeError, match="get_positions=3"):
+        ElmoComponent(nlp.vocab, str(fixture_dir), get_positions=3)
