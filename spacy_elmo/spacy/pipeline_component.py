@@ -107,8 +107,8 @@ class ElmoComponent(Pipe):
     use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
     set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
-    get_positions (callable): ``(doc, use_sentences) -> groups of token indices``, one group per biLM
-        input before windowing (default: ``spacy_elmo.sentence_positions.v1``: sentences, no whitespace).
+    get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
+        biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -132,7 +132,7 @@ class ElmoComponent(Pipe):
         use_sentences: bool = True,
         set_vectors: bool = True,
         device: Optional[str] = None,
-        get_positions: PositionGetter = sentence_positions,
+        get_positions: Optional[PositionGetter] = None,
     ) -> None:
         install_extensions()
         self.vocab = vocab
@@ -142,9 +142,9 @@ class ElmoComponent(Pipe):
         self.gamma = _check_gamma(gamma)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length, self.window_overlap = check_window_config(max_length, window_overlap)
-        if not callable(get_positions):
+        if get_positions is not None and not callable(get_positions):
             raise TypeError(f"get_positions={get_positions!r}: expected a function (doc, use_sentences) -> token index groups")
-        self.get_positions = get_positions
+        self.get_positions: PositionGetter = get_positions or sentence_positions
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
         self.device = optional_device(device)
