@@ -7,7 +7,7 @@ a row for it.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, List, Union
+from typing import Any, Callable, Iterable, List, Optional, Union, overload
 
 Tokenizer = Callable[[str], List[str]]
 TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]
@@ -20,6 +20,14 @@ DEFAULT_LANGUAGE = "en"
 def is_whitespace(text: str) -> bool:
     """Whether a token is empty or whitespace only (for spaCy tokens the same as ``token.is_space``)."""
     return not text.strip()
+
+
+@overload
+def resolve_tokenizer(spec: Optional[str] = None) -> Tokenizer: ...
+
+
+@overload
+def resolve_tokenizer(spec: Callable[[str], Iterable[Any]]) -> Callable[[str], Iterable[Any]]: ...
 
 
 def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[Any]]:
