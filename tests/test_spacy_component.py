@@ -294,6 +294,6 @@ def test_position_getter_from_the_config(fixture_dir, backend, tmp_path):
     assert not np.allclose(doc._.elmo_layers, default(doc.text)._.elmo_layers)
     nlp.to_disk(tmp_path / "pipeline")  # the config names the getter, so a loaded pipeline uses it again
     loaded = spacy.load(tmp_path / "pipeline")
-    np.testing.assert_array_equal(loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers)
+    assert_recomputed_close(loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers)  # another backend (the copied files)
     with pytest.raises(TypeError, match="get_positions=3"):
         ElmoComponent(nlp.vocab, str(fixture_dir), get_positions=3)
