@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, ContextManager, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 

@@ -104,7 +104,7 @@ class ElmoComponent(Pipe):
     batch_size (int): sentences/windows per biLM forward pass.
     max_length (int): longest biLM input in tokens; longer sentences/docs are cut into windows.
     window_overlap (int): tokens shared by consecutive windows (stitched at the middle of the overlap).
-    use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
+    use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries (passed to get_positions).
     set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per

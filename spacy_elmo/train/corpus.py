@@ -1,4 +1,6 @@
-"""Training text -> sentences of tokens, streamed: line files, raw text, tokenizers, sentence splitting.
+"""Training text -> sentences of tokens, streamed: line files, raw text, sentence splitting.
+
+Tokens come from ``spacy_elmo.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the front ends.
 
 Two kinds of source:
 
