@@ -26,6 +26,8 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo.model_files", ("resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote")),
     ("spacy_elmo.download", ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive")),
     ("spacy_elmo.embed_file", ("embed_file",)),
+    ("spacy_elmo.windows", ("embed_segments", "window_bounds", "length_batches")),
+    ("spacy_elmo.tokenize", ("resolve_tokenizer", "is_whitespace")),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),

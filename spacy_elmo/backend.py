@@ -17,6 +17,8 @@ from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
+from .validation import positive_int
+from .windows import length_batches
 
 PathLike = Union[str, os.PathLike]
 
@@ -136,9 +138,7 @@ class ElmoBackend:
         e.g. with a tqdm bar's ``update``.
         """
         sentences = validate_sentences(sentences)
-        max_rows = DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size)
-        if max_rows < 1:
-            raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+        max_rows = DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
         results: List[Optional[np.ndarray]] = [None] * len(sentences)
         pending: Dict[Tuple[str, ...], List[int]] = {}
         use_memory = self.memory_cache.max_mb > 0
@@ -241,22 +241,6 @@ def _new_cache_lock() -> None:
     """A fork while another thread loads a model copies the held lock: start unlocked."""
     global _CACHE_LOCK
     _CACHE_LOCK = threading.Lock()
-
-
-def length_batches(lengths: Sequence[int], max_rows: int, token_budget: int) -> List[List[int]]:
-    """Group indices of non-empty items, longest first, so that rows x longest <= budget (at least one row)."""
-    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
-    batches: List[List[int]] = []
-    current: List[int] = []
-    for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
-        if current and (len(current) >= max_rows or (len(current) + 1) * longest > token_budget):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 _STR_ONLY = {str}

@@ -29,16 +29,9 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from .backend import ElmoBackend, load_bilm
 from .mix import LayerSpec, mix_layers
 from .pooling import pooled_dim
-from .sklearn import (
-    CHUNK_SIZE,
-    ElmoVectorizer,
-    TokenizerSpec,
-    _clean_tokens,
-    _resolve_tokenizer,
-    _sample_kind,
-    _split_text,
-)
-from .windows import embed_in_windows
+from .sklearn import ElmoVectorizer, _clean_tokens, _sample_kind, _split_text
+from .tokenize import TokenizerSpec, resolve_tokenizer
+from .windows import embed_segments
 
 PathLike = Union[str, "os.PathLike[str]"]
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
@@ -173,7 +166,7 @@ def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pat
     samples = _as_list(texts)
     kind = _sample_kind(samples)
     if kind == "text":
-        split = _resolve_tokenizer(vectorizer.tokenizer)
+        split = resolve_tokenizer(vectorizer.tokenizer)
         sequences = [_clean_tokens(_split_text(split, str(text), i), i) for i, text in enumerate(samples)]
     elif kind == "tokens":
         sequences = [_clean_tokens(tokens, i) for i, tokens in enumerate(samples)]
@@ -182,10 +175,11 @@ def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pat
     max_length, overlap = vectorizer._windows()
     unique = sorted({tokens for tokens in sequences if tokens}, key=len, reverse=True)
     vectors: Dict[Tuple[str, ...], np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
-    for start in range(0, len(unique), CHUNK_SIZE):
-        chunk = unique[start : start + CHUNK_SIZE]
-        for tokens, layers in zip(chunk, embed_in_windows(backend, chunk, max_length, overlap, vectorizer.batch_size)):
-            vectors[tokens] = np.ascontiguousarray(mix_layers(layers, vectorizer.layers), dtype=np.float32)
+    segments = ((tokens, tokens) for tokens in unique)
+    for tokens, layers in embed_segments(
+        backend, segments, max_length=max_length, overlap=overlap, batch_size=vectorizer.batch_size
+    ):
+        vectors[tokens] = np.ascontiguousarray(mix_layers(layers, vectorizer.layers), dtype=np.float32)
     return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in sequences]
 
 

@@ -4,13 +4,15 @@ One dataset per line, named by its 0-based line number (or by the sentence itsel
 ``use_sentence_keys``), holding ``(n_layers + 1, n_tokens, dim)`` for ``"all"`` or
 ``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
 the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
-array instead of an error, the file is streamed in chunks (flat memory), and the output
-appears only once it is complete: until then it is a hidden ``.NAME.PID.partial`` file beside it,
-removed on failure, Ctrl-C and SIGTERM, or by the next run if its process was killed outright.
+array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
+tokens at a time, flat memory), and the output appears only once it is complete: until then it
+is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
+the next run if its process was killed outright.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -20,18 +22,24 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 import numpy as np
+
+from .tokenize import resolve_tokenizer
+from .windows import embed_segments
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import ElmoBackend
 
 OUTPUT_FORMATS = ("all", "top", "average")
-CHUNK_LINES = 2000  # lines embedded (and written) at a time
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
+CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask cluster) at a time
+
 PathLike = Union[str, "os.PathLike[str]"]
+Line = Tuple[int, str]  # (0-based line number, text)
+T = TypeVar("T")
 # token chunks in, their activations out in the same order; the callable moves the progress bar by n sentences
 EmbedChunks = Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]
 
@@ -52,21 +60,20 @@ def embed_file(
     """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
-    ``tokenizer``: ``"whitespace"`` (the line is already tokenized) or ``"spacy"``.
+    ``tokenizer``: ``"whitespace"`` (the line is already tokenized), ``"spacy"`` (spaCy's English rules) or
+    another spaCy language code (:func:`spacy_elmo.tokenize.resolve_tokenizer`).
     ``embed_chunks``: who computes the activations (default: ``backend`` in this process;
     ``spacy_elmo.dask.cluster_chunks``: a Dask cluster); the file is the same either way.
     """
     import h5py
     from tqdm import tqdm
 
-    from .train.corpus import get_tokenizer
-
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
     input_path, output_path = Path(input_path), Path(output_path)
     source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
     _check_output(output_path)
-    split = get_tokenizer(tokenizer)
+    split = resolve_tokenizer(tokenizer)
     started = time.perf_counter()
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
@@ -75,44 +82,44 @@ def embed_file(
         total = _count_lines(handle, source) if progress else None  # the bar's length
         with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
-            read: Deque[Tuple[List[Tuple[int, str]], List[List[str]]]] = deque()  # chunks read, not yet written
-
-            def token_chunks() -> Iterator[List[List[str]]]:
-                for chunk in _chunks(_lines(handle, source), CHUNK_LINES):
-                    read.append((chunk, [split(text) for _, text in chunk]))
-                    yield read[-1][1]
-
-            run = embed_chunks or _in_process(backend, batch_size)
-            for embedded in run(token_chunks(), bar.update):
-                chunk, tokens = read.popleft()
-                for (number, text), sentence, layers in zip(chunk, tokens, embedded):
-                    key = text if use_sentence_keys else str(number)
-                    if use_sentence_keys:
-                        if key in sentence_lines:
-                            raise ValueError(
-                                f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
-                                "drop --use-sentence-keys to key the vectors by line number"
-                            )
-                        sentence_lines[key] = number
-                    _write(out, key, _select(layers, output_format), source, number)
-                    if not forget_sentences and not use_sentence_keys:
-                        sentence_to_index[text] = key
-                    n_tokens += len(sentence)
-                n_lines += len(chunk)
+            lines = ((line, split(line[1])) for line in _lines(handle, source))
+            if embed_chunks is None:  # lines come back in order; the bar moves per batch
+                embedded = embed_segments(backend, lines, batch_size=batch_size, on_progress=bar.update)
+            else:
+                embedded = _embedded_in_chunks(embed_chunks, lines, bar.update)
+            for (number, text), layers in embedded:
+                key = text if use_sentence_keys else str(number)
+                if use_sentence_keys:
+                    if key in sentence_lines:
+                        raise ValueError(
+                            f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
+                            "drop --use-sentence-keys to key the vectors by line number"
+                        )
+                    sentence_lines[key] = number
+                _write(out, key, _select(layers, output_format), source, number)
+                if not forget_sentences and not use_sentence_keys:
+                    sentence_to_index[text] = key
+                n_tokens += layers.shape[1]
+                n_lines += 1
             if not forget_sentences and not use_sentence_keys:
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
 
 
-def _in_process(backend: "ElmoBackend", batch_size: int) -> EmbedChunks:
-    """Each chunk embedded by ``backend`` in this process, the bar moving per batch."""
+def _embedded_in_chunks(
+    embed_chunks: EmbedChunks, lines: Iterator[Tuple[Line, List[str]]], on_progress: Callable[[int], object]
+) -> Iterator[Tuple[Line, np.ndarray]]:
+    """``(line, layers)`` in order, from an embedder handed ``CHUNK_LINES`` token lists at a time."""
+    read: Deque[List[Line]] = deque()  # chunks handed out, not yet handed back
 
-    def run(token_chunks: Iterator[List[List[str]]], on_progress: Callable[[int], object]) -> Iterator[List[np.ndarray]]:
-        for tokens in token_chunks:
-            yield backend.embed(tokens, batch_size=batch_size, on_progress=on_progress)
+    def token_chunks() -> Iterator[List[List[str]]]:
+        for chunk in _chunks(lines, CHUNK_LINES):
+            read.append([line for line, _ in chunk])
+            yield [tokens for _, tokens in chunk]
 
-    return run
+    for embedded in embed_chunks(token_chunks(), on_progress):
+        yield from zip(read.popleft(), embedded)
 
 
 def _is_stdin(input_path: Path) -> bool:
@@ -263,14 +270,12 @@ def _lines(handle: BinaryIO, source: str) -> Iterator[Tuple[int, str]]:
             raise ValueError(f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 
 
-def _chunks(items: Iterator[Tuple[int, str]], size: int) -> Iterator[List[Tuple[int, str]]]:
-    chunk: List[Tuple[int, str]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
+def _chunks(items: Iterator[T], size: int) -> Iterator[List[T]]:
+    """Consecutive lists of ``size`` items (the last one shorter), read lazily."""
+    while True:
+        chunk = list(itertools.islice(items, size))
+        if not chunk:
+            return
         yield chunk
 
 

@@ -1,11 +1,36 @@
 """Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
 LayerSpec = Union[str, int, Sequence[float]]
+
+
+def check_layer_spec(layers: Any) -> LayerSpec:
+    """``layers`` after every check that needs no model: ``"average"``, ``"top"``, an int, or finite numbers.
+
+    Returns the spec in plain Python types (an ``int``, a list of ``float``); ``ValueError`` or
+    ``TypeError`` names a bad one. Whether an index or the number of weights fits a model is
+    :func:`layer_weights`'s to check.
+    """
+    if isinstance(layers, str):
+        if layers not in ("average", "top"):
+            raise ValueError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+        return layers
+    if isinstance(layers, (bool, np.bool_)):
+        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+    if isinstance(layers, (int, np.integer)):
+        return int(layers)
+    try:
+        items = list(layers)
+        values = [float(x) for x in items if not isinstance(x, (bool, np.bool_))]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights") from err
+    if len(values) != len(items) or not all(np.isfinite(values)):
+        raise ValueError(f"layers={items!r}: expected finite numbers, one per layer")
+    return values
 
 
 def layer_weights(layers: LayerSpec, n_outputs: int) -> np.ndarray:
@@ -13,29 +38,20 @@ def layer_weights(layers: LayerSpec, n_outputs: int) -> np.ndarray:
 
     ``"average"``: equal weights; ``"top"``: the last layer; an int: that layer (negative counts
     from the top); a list of ``n_outputs`` numbers: the paper's unnormalised scalars ``s``,
-    softmax-normalised.
+    softmax-normalised. The spec is checked by :func:`check_layer_spec` first.
     """
-    if isinstance(layers, str):
-        if layers == "average":
-            return np.full(n_outputs, 1.0 / n_outputs, dtype=np.float64)
-        if layers == "top":
-            return _one_hot(n_outputs - 1, n_outputs)
-        raise ValueError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of {n_outputs} weights")
-    if isinstance(layers, (bool, np.bool_)):
-        raise TypeError(f"layers={layers!r}: expected 'average', 'top', an int or a list of numbers")
-    if isinstance(layers, (int, np.integer)):
-        index = int(layers)
-        if not -n_outputs <= index < n_outputs:
-            raise ValueError(f"layers={index}: this model has {n_outputs} layers (0..{n_outputs - 1})")
-        return _one_hot(index % n_outputs, n_outputs)
-    try:
-        scalars = np.asarray(list(layers), dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"layers={layers!r}: expected 'average', 'top', an int or a list of numbers") from err
+    layers = check_layer_spec(layers)
+    if layers == "average":
+        return np.full(n_outputs, 1.0 / n_outputs, dtype=np.float64)
+    if layers == "top":
+        return _one_hot(n_outputs - 1, n_outputs)
+    if isinstance(layers, int):
+        if not -n_outputs <= layers < n_outputs:
+            raise ValueError(f"layers={layers}: this model has {n_outputs} layers (0..{n_outputs - 1})")
+        return _one_hot(layers % n_outputs, n_outputs)
+    scalars = np.asarray(layers, dtype=np.float64)
     if scalars.shape != (n_outputs,):
         raise ValueError(f"layers={list(layers)!r}: need exactly {n_outputs} weights, one per layer")
-    if not np.all(np.isfinite(scalars)):
-        raise ValueError(f"layers={list(layers)!r}: weights must be finite numbers")
     exp = np.exp(scalars - scalars.max())
     return exp / exp.sum()
 

@@ -1,9 +1,7 @@
 """scikit-learn transformer: one pooled ELMo vector per text, token list or spaCy ``Doc``."""
 from __future__ import annotations
 
-import functools
 import math
-import numbers
 import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -15,12 +13,13 @@ from tqdm import tqdm
 from .backend import ElmoBackend, load_bilm
 from .mix import LayerSpec, layer_weights, mix_layers
 from .pooling import check_pooling, pool, pooled_dim, pooling_parts
-from .windows import check_window_config, embed_in_windows
+from .spacy.extensions import LAYERS, MODEL
+from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
+from .validation import positive_int
+from .windows import check_window_config, embed_segments
 
-CHUNK_SIZE = 1024  # unique sentences per backend call: bounds the memory held by raw layers
 FEATURE_PREFIX = "elmo"
 
-TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]
 Tokens = Tuple[str, ...]
 
 
@@ -144,11 +143,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         if not isinstance(self.model, (str, os.PathLike)):
             raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
         check_pooling(self.pooling)
-        batch_size = self.batch_size
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1
-        ):
-            raise ValueError(f"batch_size={self.batch_size!r}: expected None or a positive integer")
+        if self.batch_size is not None:
+            positive_int(self.batch_size, "batch_size")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str) and not callable(self.tokenizer):
             raise TypeError(f"tokenizer={self.tokenizer!r}: expected None, a spaCy language code or a callable")
         self._windows()
@@ -158,20 +154,16 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def _windows(self) -> Tuple[Optional[int], int]:
         """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
-        def plain(value: Any) -> Any:
-            return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
-
-        max_length, overlap = plain(self.max_length), plain(self.window_overlap)
-        if max_length is not None:
-            check_window_config(max_length, overlap)
-        return max_length, overlap
+        if self.max_length is None:
+            return None, self.window_overlap
+        return check_window_config(self.max_length, self.window_overlap)
 
     def _transform(self, samples: List[Any], backend: ElmoBackend) -> np.ndarray:
         kind = _sample_kind(samples)
         out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
         pending: Dict[Tokens, List[int]] = {}  # unique token sequence -> rows that need it
         if kind == "text":
-            split = _resolve_tokenizer(self.tokenizer)
+            split = resolve_tokenizer(self.tokenizer)
             tokenized: Dict[str, Tokens] = {}
             for i, text in enumerate(samples):
                 text = str(text)  # numpy.str_ -> str, which spaCy's tokenizer requires
@@ -183,7 +175,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
                 pending.setdefault(_clean_tokens(tokens, i), []).append(i)
         else:
             for i, doc in enumerate(samples):
-                keep = [token.i for token in doc if token.text.strip()]
+                keep = [token.i for token in doc if not is_whitespace(token.text)]
                 stored = stored_layers(doc, backend)
                 if stored is None:
                     pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
@@ -193,16 +185,16 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         return out
 
     def _embed_into(self, out: np.ndarray, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> None:
-        """Embed each unique token sequence once, longest first in bounded chunks, and fill its rows."""
+        """Embed each unique token sequence once, longest first, and fill its rows."""
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         max_length, overlap = self._windows()
+        segments = ((tokens, tokens) for tokens in unique)
         with tqdm(total=len(unique), unit="text", desc="ELMo", disable=not self.verbose) as bar:
-            for start in range(0, len(unique), CHUNK_SIZE):
-                chunk = unique[start : start + CHUNK_SIZE]
-                embedded = embed_in_windows(backend, chunk, max_length, overlap, self.batch_size)
-                for tokens, activations in zip(chunk, embedded):
-                    out[pending[tokens]] = self._pool(activations)
-                bar.update(len(chunk))
+            for tokens, activations in embed_segments(
+                backend, segments, max_length=max_length, overlap=overlap, batch_size=self.batch_size
+            ):
+                out[pending[tokens]] = self._pool(activations)
+                bar.update(1)
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:
@@ -211,10 +203,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
 def stored_layers(doc: Doc, backend: ElmoBackend) -> Optional[np.ndarray]:
     """The ELMo layers the spaCy component stored on ``doc``, if they come from ``backend``'s model and fit the doc."""
-    if not (Doc.has_extension("elmo_layers") and Doc.has_extension("elmo_model")):
+    if not (Doc.has_extension(LAYERS) and Doc.has_extension(MODEL)):
         return None
-    layers = doc._.elmo_layers
-    if layers is None or doc._.elmo_model != backend.fingerprint:
+    layers = doc._.get(LAYERS)
+    if layers is None or doc._.get(MODEL) != backend.fingerprint:
         return None
     layers = np.asarray(layers, dtype=np.float32)
     if layers.shape != (backend.n_layers + 1, len(doc), backend.dim):
@@ -297,7 +289,7 @@ def _clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
             raise TypeError(
                 f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})"
             )
-        if text.strip():
+        if not is_whitespace(text):
             texts.append(str(text))
     return tuple(texts)
 
@@ -311,22 +303,3 @@ def _split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> I
             f"text {row}: {text[err.start:err.end]!r} at position {err.start} is a lone surrogate, not Unicode text, "
             "and the tokenizer cannot take it; decode the bytes with errors='replace' or pass token lists"
         ) from err
-
-
-def _resolve_tokenizer(tokenizer: TokenizerSpec) -> Callable[[str], Iterable[Any]]:
-    if tokenizer is None:
-        return _spacy_tokenizer("en")
-    if isinstance(tokenizer, str):
-        return _spacy_tokenizer(tokenizer)
-    return tokenizer
-
-
-@functools.lru_cache(maxsize=None)
-def _spacy_tokenizer(lang: str) -> Callable[[str], Doc]:
-    """A blank spaCy pipeline's tokenizer, built once per language and process."""
-    import spacy
-
-    try:
-        return spacy.blank(lang).tokenizer
-    except (ImportError, KeyError) as err:
-        raise ValueError(f"tokenizer={lang!r}: not a spaCy language code ({err})") from err

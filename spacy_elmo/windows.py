@@ -1,23 +1,52 @@
-"""Overlapping windows for sequences longer than the biLM should see at once, and stitching them back.
+"""How token sequences reach the biLM, for every front end: windows, token-bounded calls, length batches.
 
 ELMo was trained on sentences; a longer token sequence is cut into windows of at most
 ``max_length`` tokens overlapping by ``overlap``. In the overlap each token takes its vectors
 from the window in which it sits further from the edge (the first half from the earlier window,
-the rest from the later one). Shared by the spaCy component and the scikit-learn transformer.
+the rest from the later one).
+
+:func:`embed_segments` is the one way the front ends (the spaCy component, ``ElmoVectorizer``,
+``embed_file``) embed: a stream of segments in, each segment's stitched layers out, in order,
+with at most ``max_tokens`` tokens handed to the backend at a time (flat memory on huge inputs).
+What a segment is stays with the front end: the tokens of a sentence of a doc (the spaCy side
+supplies their positions), a text, a line of a file. :func:`length_batches` groups sequences
+by length inside the backend and for training.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Callable, Deque, Generic, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .backend import ElmoBackend
+from .validation import positive_int
+
+MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds the memory of raw layers on huge inputs
+
+Key = TypeVar("Key")
+
+
+class Embedder(Protocol):
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.backend.ElmoBackend`)."""
+
+    @property
+    def n_layers(self) -> int: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(
+        self,
+        sentences: Iterable[Sequence[str]],
+        *,
+        batch_size: Optional[int] = None,
+        on_progress: Optional[Callable[[int], object]] = None,
+    ) -> List[np.ndarray]: ...
 
 
 def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int, int, int]]:
     """``(start, end, keep_start, keep_end)`` windows covering ``range(n)``; keeps tile it exactly once."""
-    check_window_config(max_length, overlap)
+    max_length, overlap = check_window_config(max_length, overlap)
     if n <= max_length:
         return [(0, n, 0, n)] if n else []
     step = max_length - overlap
@@ -35,38 +64,121 @@ def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int,
     return bounds
 
 
-def check_window_config(max_length: int, overlap: int) -> None:
-    """Raise ``ValueError`` unless ``max_length >= 1`` and ``0 <= overlap < max_length``."""
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"max_length={max_length!r}: expected a positive number of tokens")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_length:
+def check_window_config(max_length: int, overlap: int) -> Tuple[int, int]:
+    """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and ``0 <= overlap < max_length``."""
+    max_length = positive_int(max_length, "max_length")
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
         raise ValueError(f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})")
+    return max_length, int(overlap)
 
 
-def embed_in_windows(
-    backend: "ElmoBackend",
-    sequences: Sequence[Sequence[str]],
-    max_length: Optional[int],
-    overlap: int,
+class _Open(Generic[Key]):
+    """A segment whose windows are on their way through the backend."""
+
+    __slots__ = ("key", "layers", "windows_left")
+
+    def __init__(self, key: Key, windows: int) -> None:
+        self.key = key
+        self.layers: Optional[np.ndarray] = None  # the stitched layers (a lone window's array is used as it is)
+        self.windows_left = windows
+
+
+def embed_segments(
+    backend: Embedder,
+    segments: Iterable[Tuple[Key, Sequence[str]]],
+    *,
+    max_length: Optional[int] = None,
+    overlap: int = 0,
+    max_tokens: int = MAX_TOKENS_PER_CALL,
     batch_size: Optional[int] = None,
-) -> List[np.ndarray]:
-    """``backend.embed(sequences)``, but each sequence longer than ``max_length`` is embedded as windows and stitched.
+    on_progress: Optional[Callable[[int], object]] = None,
+) -> Iterator[Tuple[Key, np.ndarray]]:
+    """``(key, layers)`` for each ``(key, tokens)`` of ``segments``, in order, as soon as its windows are embedded.
 
-    All windows of all sequences go to the backend in one call (so they are batched together);
-    ``max_length=None`` embeds every sequence whole.
+    backend (Embedder): the biLM, e.g. from :func:`spacy_elmo.load_bilm`.
+    segments (iterable of (key, tokens)): read lazily; ``key`` is the caller's, handed back unchanged.
+    max_length (int | None): a segment longer than this is embedded as overlapping windows and
+        stitched (:func:`window_bounds`); None embeds every segment whole.
+    overlap (int): tokens shared by neighbouring windows.
+    max_tokens (int): tokens handed to the backend per call (at least one window; an empty
+        segment counts as one token, so a stream of empty segments is bounded too).
+    batch_size (int | None): sentences per biLM batch inside each call (the backend's default: None).
+    on_progress (callable | None): the backend's, called with the number of windows done.
+
+    ``layers`` is float32 ``(n_layers + 1, len(tokens), dim)`` and the caller's own; an empty
+    segment gives ``(n_layers + 1, 0, dim)``. Consecutive windows share backend calls, so their
+    sentences are batched together.
     """
-    if max_length is None:
-        return backend.embed(sequences, batch_size=batch_size)
-    plans = [window_bounds(len(tokens), max_length, overlap) for tokens in sequences]
-    pieces = [tuple(tokens[start:end]) for tokens, plan in zip(sequences, plans) for start, end, _, _ in plan]
-    arrays = iter(backend.embed(pieces, batch_size=batch_size))
-    out: List[np.ndarray] = []
-    for tokens, plan in zip(sequences, plans):
-        if len(plan) <= 1:
-            out.append(next(arrays) if plan else np.zeros((backend.n_layers + 1, 0, backend.dim), dtype=np.float32))
-            continue
-        full = np.empty((backend.n_layers + 1, len(tokens), backend.dim), dtype=np.float32)
-        for start, _, keep_start, keep_end in plan:
-            full[:, keep_start:keep_end] = next(arrays)[:, keep_start - start : keep_end - start]
-        out.append(full)
-    return out
+    if max_length is not None:
+        max_length, overlap = check_window_config(max_length, overlap)
+    max_tokens = positive_int(max_tokens, "max_tokens")
+    waiting: Deque[_Open[Key]] = deque()  # segments not yet handed back, in input order
+    windows: List[Tuple[_Open[Key], Sequence[str], int, int, int]] = []  # (segment, tokens, start, keep_start, keep_end)
+    size = 0
+    for key, tokens in segments:
+        n = len(tokens)
+        plan = [(0, n, 0, n)] if max_length is None or n <= max_length else window_bounds(n, max_length, overlap)
+        segment = _Open(key, len(plan))
+        if len(plan) > 1:
+            segment.layers = np.empty((backend.n_layers + 1, n, backend.dim), dtype=np.float32)
+        waiting.append(segment)
+        for start, end, keep_start, keep_end in plan:
+            cost = max(1, end - start)
+            if windows and size + cost > max_tokens:
+                _embed_windows(backend, windows, batch_size, on_progress)
+                windows, size = [], 0
+                yield from _finished(waiting)
+            windows.append((segment, tokens[start:end] if len(plan) > 1 else tokens, start, keep_start, keep_end))
+            size += cost
+    if windows:
+        _embed_windows(backend, windows, batch_size, on_progress)
+    yield from _finished(waiting)
+
+
+def _embed_windows(
+    backend: Embedder,
+    windows: List[Tuple[_Open[Key], Sequence[str], int, int, int]],
+    batch_size: Optional[int],
+    on_progress: Optional[Callable[[int], object]],
+) -> None:
+    """One backend call for ``windows``; each window's kept part goes into its segment's layers."""
+    arrays = backend.embed([tokens for _, tokens, _, _, _ in windows], batch_size=batch_size, on_progress=on_progress)
+    for (segment, _, start, keep_start, keep_end), array in zip(windows, arrays):
+        if segment.layers is None:  # the segment's only window
+            segment.layers = array
+        else:
+            segment.layers[:, keep_start:keep_end] = array[:, keep_start - start : keep_end - start]
+        segment.windows_left -= 1
+
+
+def _finished(waiting: Deque[_Open[Key]]) -> Iterator[Tuple[Key, np.ndarray]]:
+    """Hand back the leading segments whose windows are all embedded (the order stays the input's)."""
+    while waiting and waiting[0].windows_left == 0:
+        segment = waiting.popleft()
+        assert segment.layers is not None
+        yield segment.key, segment.layers
+
+
+def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget: int) -> List[List[int]]:
+    """Indices of the non-empty items, longest first (ties in input order), grouped so that rows x longest <= budget.
+
+    lengths (sequence of int): each item's cost in padded positions (the training batches count the
+        ``<S>``/``</S>`` markers in; the backend counts the words alone).
+    max_rows (int | None): at most this many items per batch (None: only the budget bounds it).
+    token_budget (int): rows x the batch's longest length stays within it, unless one item alone exceeds it.
+
+    Every batch has at least one item. The backend (``ElmoBackend.embed``) and training
+    (``train.batching.bucket_batches``) both batch this way.
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    batches: List[List[int]] = []
+    current: List[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and ((max_rows is not None and len(current) >= max_rows) or (len(current) + 1) * longest > token_budget):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches

@@ -122,6 +122,9 @@ def test_tokenizer_options(fixture_dir, blank_en):
     by_split = ElmoVectorizer(**base, tokenizer=str.split).transform(text)
     np.testing.assert_array_equal(by_split, ElmoVectorizer(**base).transform([text[0].split()]))
     assert not np.allclose(by_split, default)  # spaCy splits "Don't" and "it," differently
+    # the names the CLI and training use (spacy_elmo.tokenize.resolve_tokenizer) mean the same here
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="whitespace").transform(text), by_split)
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="spacy").transform(text), default)
     with pytest.raises(ValueError, match="tokenizer='zz'"):
         ElmoVectorizer(**base, tokenizer="zz").transform(text)
     with pytest.raises(TypeError, match="tokenizer=3"):

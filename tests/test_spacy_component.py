@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 
 from spacy_elmo import WeightFileError, load_bilm
 from spacy_elmo.spacy import ElmoComponent
-from spacy_elmo.spacy import pipeline_component
+from spacy_elmo import windows
 
 from numerics import assert_recomputed_close
 
@@ -257,7 +257,7 @@ def test_huge_doc_bounded_batches(fixture_dir, backend, monkeypatch):
     monkeypatch.setattr(type(backend), "embed", lambda self, s, **kw: calls.append(sum(map(len, s))) or embed(self, s, **kw))
     doc = nlp.get_pipe("elmo")(doc)
     assert doc._.elmo_layers.shape == (3, 100_000, 32) and np.isfinite(doc._.elmo_layers).all()
-    assert len(calls) > 1 and max(calls) <= pipeline_component.MAX_TOKENS_PER_CALL
+    assert len(calls) > 1 and max(calls) <= windows.MAX_TOKENS_PER_CALL
     assert_recomputed_close(doc._.elmo_layers[:, :100], backend.embed([words[:128]])[0][:, :100])
     assert doc[50_000].has_vector and doc.vector.shape == (32,)
 
@@ -274,3 +274,26 @@ def test_component_class_defaults(fixture_dir, nlp):
     component = ElmoComponent(nlp.vocab, str(fixture_dir))
     assert component.name == "elmo" and component.layers == "average" and component.max_length == 128
     assert nlp.get_pipe_meta("elmo").assigns == ["doc._.elmo_layers", "doc._.elmo_model", "doc._.elmo_mix"]
+
+
+@spacy.registry.misc("test_spacy_elmo.word_by_word.v1")
+def word_by_word_v1():
+    """A position getter that embeds every non-space token alone (and ignores use_sentences)."""
+    return lambda doc, use_sentences: [[t.i] for t in doc if not t.is_space]
+
+
+def test_position_getter_from_the_config(fixture_dir, backend, tmp_path):
+    default = make_nlp(fixture_dir)
+    assert default.config["components"]["elmo"]["get_positions"] == {"@misc": "spacy_elmo.sentence_positions.v1"}
+    nlp = make_nlp(fixture_dir, get_positions={"@misc": "test_spacy_elmo.word_by_word.v1"})
+    doc = nlp("The bank \n by the river .")
+    words = [t for t in doc if not t.is_space]
+    for token in words:
+        assert_recomputed_close(doc._.elmo_layers[:, token.i], backend.embed([[token.text]])[0][:, 0])
+    assert not doc._.elmo_layers[:, 2].any()  # the newline token: in no group, zeros
+    assert not np.allclose(doc._.elmo_layers, default(doc.text)._.elmo_layers)
+    nlp.to_disk(tmp_path / "pipeline")  # the config names the getter, so a loaded pipeline uses it again
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert_recomputed_close(loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers)  # another backend (the copied files)
+    with pytest.raises(TypeError, match="get_positions=3"):
+        ElmoComponent(nlp.vocab, str(fixture_dir), get_positions=3)

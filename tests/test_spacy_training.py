@@ -95,14 +95,15 @@ def test_architectures_resolve_in_a_fresh_process():
         "from thinc.api import Config\n"
         "cfg = Config().from_str('[mix]\\n@architectures = \"spacy_elmo.ElmoScalarMix.v2\"\\n"
         "[old]\\n@architectures = \"spacy_elmo.ElmoScalarMix.v1\"\\nwidth = 32\\nn_layers = 2\\n"
-        "[model]\\n@misc = \"spacy_elmo.ElmoBiLM.v1\"\\n')\n"
+        "[model]\\n@misc = \"spacy_elmo.ElmoBiLM.v1\"\\n"
+        "[positions]\\n@misc = \"spacy_elmo.sentence_positions.v1\"\\n')\n"
         "assert 'spacy_elmo' not in sys.modules\n"
         "r = spacy.registry.resolve(cfg)\n"
-        "print(r['mix'].name, r['old'].get_dim('nO'), r['model'].path)\n"
+        "print(r['mix'].name, r['old'].get_dim('nO'), r['model'].path, r['positions'].__name__)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["elmo_scalar_mix", "32", "default"]
+    assert result.stdout.split() == ["elmo_scalar_mix", "32", "default", "sentence_positions"]
 
 
 @pytest.mark.parametrize("config", [EXAMPLES / "config.cfg", *CONFIGS], ids=lambda p: p.name)

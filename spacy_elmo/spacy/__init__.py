@@ -1,5 +1,5 @@
-"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader and trainable mix."""
-from .architectures import ElmoModelRef, elmo_bilm_v1, elmo_scalar_mix_v1, elmo_scalar_mix_v2
+"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and trainable mix."""
+from .architectures import ElmoModelRef, elmo_bilm_v1, elmo_scalar_mix_v1, elmo_scalar_mix_v2, sentence_positions
 from .extensions import install_extensions
 from .hooks import set_hooks
 from .layers import LearnedMix, learned_mix
@@ -16,5 +16,6 @@ __all__ = [
     "install_extensions",
     "learned_mix",
     "make_elmo",
+    "sentence_positions",
     "set_hooks",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Union
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
+from ..tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
 
@@ -26,7 +27,7 @@ def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
 
 def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:
     """Mean mixed vector of the non-space tokens in ``start:end``; zeros when there are none."""
-    keep = [i - start for i in range(start, end) if not doc[i].is_space]
+    keep = [i - start for i in range(start, end) if not is_whitespace(doc[i].text)]
     vectors = mixed(doc, start, end)
     if vectors is None:
         return np.zeros((0,), dtype=np.float32)
@@ -36,7 +37,7 @@ def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:
 
 
 def _has_content(doc: Doc, start: int, end: int) -> bool:
-    return doc_layers(doc) is not None and any(not doc[i].is_space for i in range(start, end))
+    return doc_layers(doc) is not None and any(not is_whitespace(doc[i].text) for i in range(start, end))
 
 
 def doc_vector(doc: Doc) -> np.ndarray:

@@ -19,6 +19,7 @@ from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..mix import layer_weights
+from ..tokenize import is_whitespace
 from .extensions import LAYERS, MODEL, doc_layers
 
 MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners
@@ -240,7 +241,7 @@ def _layer_norm(X: Floats3d, doc: Doc, xp) -> Floats3d:
     AllenNLP normalises over the whole padded batch; per doc, a doc's output does not depend on its
     batch-mates. Whitespace tokens keep their zero rows.
     """
-    keep = xp.asarray([not token.is_space for token in doc], dtype=bool)
+    keep = xp.asarray([not is_whitespace(token.text) for token in doc], dtype=bool)
     if not keep.any():
         return X
     kept = X[:, keep]

@@ -21,14 +21,14 @@ from thinc.api import Config, Model
 from ..backend import ElmoBackend
 from ..model_files import OPTIONS, WEIGHTS
 from ..bilm.weights import WeightFileError
-from ..mix import LayerSpec, layer_weights
-from .architectures import ElmoModelRef, as_model_ref, optional_device
+from ..mix import LayerSpec, check_layer_spec, layer_weights
+from ..validation import positive_int
+from ..windows import check_window_config, embed_segments
+from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import set_hooks
 from .layers import link, listening_layers, unlink
-from .windows import Segment, check_window_config, doc_segments
 
-MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds memory on huge docs
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
 DEFAULT_CONFIG_STR = """
@@ -45,6 +45,9 @@ device = null
 [elmo.model]
 @misc = "spacy_elmo.ElmoBiLM.v1"
 path = "default"
+
+[elmo.get_positions]
+@misc = "spacy_elmo.sentence_positions.v1"
 """
 DEFAULT_CONFIG = Config().from_str(DEFAULT_CONFIG_STR)
 
@@ -73,6 +76,7 @@ def make_elmo(
     use_sentences: bool,
     set_vectors: bool,
     device: Optional[str],
+    get_positions: PositionGetter,
 ) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -87,6 +91,7 @@ def make_elmo(
         use_sentences=use_sentences,
         set_vectors=set_vectors,
         device=device,
+        get_positions=get_positions,
     )
 
 
@@ -99,9 +104,11 @@ class ElmoComponent(Pipe):
     batch_size (int): sentences/windows per biLM forward pass.
     max_length (int): longest biLM input in tokens; longer sentences/docs are cut into windows.
     window_overlap (int): tokens shared by consecutive windows (stitched at the middle of the overlap).
-    use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
+    use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries (passed to get_positions).
     set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
+    get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
+        biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -125,19 +132,19 @@ class ElmoComponent(Pipe):
         use_sentences: bool = True,
         set_vectors: bool = True,
         device: Optional[str] = None,
+        get_positions: Optional[PositionGetter] = None,
     ) -> None:
         install_extensions()
         self.vocab = vocab
         self.name = name
         self.model_ref = as_model_ref(model)
-        self.layers = _check_layer_spec(layers)
+        self.layers = check_layer_spec(layers)
         self.gamma = _check_gamma(gamma)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
-        check_window_config(max_length, window_overlap)
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.window_overlap = window_overlap
+        self.batch_size = positive_int(batch_size, "batch_size")
+        self.max_length, self.window_overlap = check_window_config(max_length, window_overlap)
+        if get_positions is not None and not callable(get_positions):
+            raise TypeError(f"get_positions={get_positions!r}: expected a function (doc, use_sentences) -> token index groups")
+        self.get_positions: PositionGetter = get_positions or sentence_positions
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
         self.device = optional_device(device)
@@ -253,14 +260,15 @@ class ElmoComponent(Pipe):
         _quiet_in_workers()
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
-        work = []  # (doc index, segment, words)
-        for d, doc in enumerate(docs):
-            for segment in doc_segments(doc, self.max_length, self.window_overlap, self.use_sentences):
-                work.append((d, segment, [doc[i].text for i in segment.positions]))
-        for chunk in _chunks(work, MAX_TOKENS_PER_CALL):
-            activations = backend.embed([words for _, _, words in chunk], batch_size=self.batch_size)
-            for (d, segment, _), acts in zip(chunk, activations):
-                _write(outputs[d], segment, acts)
+        segments = (
+            ((d, np.asarray(positions, dtype=np.intp)), [doc[i].text for i in positions])
+            for d, doc in enumerate(docs)
+            for positions in self.get_positions(doc, self.use_sentences)
+        )
+        for (d, positions), layers in embed_segments(
+            backend, segments, max_length=self.max_length, overlap=self.window_overlap, batch_size=self.batch_size
+        ):
+            outputs[d][:, positions, :] = layers
         return outputs
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[np.ndarray]) -> None:
@@ -362,49 +370,10 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
     return source
 
 
-def _chunks(work: List[Any], max_tokens: int) -> Iterator[List[Any]]:
-    """Consecutive groups of segments with at most ``max_tokens`` tokens (at least one segment each)."""
-    chunk: List[Any] = []
-    size = 0
-    for item in work:
-        n = len(item[1].positions)
-        if chunk and size + n > max_tokens:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += n
-    if chunk:
-        yield chunk
-
-
-def _write(output: np.ndarray, segment: Segment, activations: np.ndarray) -> None:
-    """Copy the kept part of a segment's activations into the doc's layer array."""
-    positions = np.asarray(segment.positions[segment.keep_start : segment.keep_end], dtype=np.intp)
-    output[:, positions, :] = activations[:, segment.keep_start : segment.keep_end, :]
-
-
 def _copy(source: Path, target: Path) -> None:
     if target.exists() and target.resolve() == source.resolve():
         return  # re-saving a loaded pipeline into its own folder
     shutil.copyfile(source, target)
-
-
-def _check_layer_spec(layers: Any) -> LayerSpec:
-    """The layer spec as given, after the checks possible before the model is loaded."""
-    if isinstance(layers, str):
-        if layers not in ("average", "top"):
-            raise ValueError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
-        return layers
-    if isinstance(layers, bool):
-        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
-    if isinstance(layers, (int, np.integer)):
-        return int(layers)
-    if isinstance(layers, (list, tuple)):
-        values = [float(x) for x in layers if not isinstance(x, bool)]
-        if len(values) != len(layers) or not all(np.isfinite(values)):
-            raise ValueError(f"layers={list(layers)!r}: expected finite numbers, one per layer")
-        return values
-    raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
 
 
 def _check_gamma(gamma: Any) -> float:

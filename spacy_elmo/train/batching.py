@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
+from ..windows import length_batches
 from .corpus import PathLike, Source, read_sentences
 
 UNK_TOKEN = "<UNK>"
@@ -101,17 +102,8 @@ def bucket_batches(
 
 
 def _flush(buffer: List[List[str]], token_budget: int, rng: Optional[random.Random]) -> Iterator[List[List[str]]]:
-    buffer.sort(key=len, reverse=True)
-    batches: List[List[List[str]]] = []
-    current: List[List[str]] = []
-    for sentence in buffer:
-        longest = len(current[0]) + 2 if current else len(sentence) + 2
-        if current and (len(current) + 1) * longest > token_budget:
-            batches.append(current)
-            current = []
-        current.append(sentence)
-    if current:
-        batches.append(current)
+    """The buffer's batches (:func:`~spacy_elmo.windows.length_batches`, each row counting its two markers), shuffled with ``rng``."""
+    batches = [[buffer[i] for i in batch] for batch in length_batches([len(s) + 2 for s in buffer], None, token_budget)]
     if rng is not None:
         rng.shuffle(batches)
     yield from batches

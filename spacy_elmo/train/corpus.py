@@ -1,4 +1,6 @@
-"""Training text -> sentences of tokens, streamed: line files, raw text, tokenizers, sentence splitting.
+"""Training text -> sentences of tokens, streamed: line files, raw text, sentence splitting.
+
+Tokens come from ``spacy_elmo.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the front ends.
 
 Two kinds of source:
 
@@ -12,18 +14,18 @@ WikiText paragraph becomes its sentences and no batch holds a 500-token row.
 """
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Sequence, Union
+from typing import Iterator, List, Sequence, Union
+
+from ..tokenize import SPACY, WHITESPACE, resolve_tokenizer
 
 PathLike = Union[str, os.PathLike]
-Tokenizer = Callable[[str], List[str]]
 
 SENTENCE_END = frozenset({".", "!", "?"})
 CLOSERS = frozenset({'"', "'", "''", ")", "]", "}", "”", "’", "»"})
-TOKENIZERS = ("whitespace", "spacy")
+TOKENIZERS = (WHITESPACE, SPACY)
 FORMATS = ("lines", "raw")
 
 
@@ -62,19 +64,6 @@ def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: st
     return sources
 
 
-@functools.lru_cache(maxsize=None)
-def get_tokenizer(name: str) -> Tokenizer:
-    """A function text -> tokens: ``whitespace`` (str.split) or ``spacy`` (spaCy's English rules)."""
-    if name == "whitespace":
-        return str.split
-    if name == "spacy":
-        import spacy
-
-        tokenizer = spacy.blank("en").tokenizer
-        return lambda text: [t.text for t in tokenizer(text) if not t.is_space]
-    raise ValueError(f"unknown tokenizer {name!r}: expected one of {TOKENIZERS}")
-
-
 def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[List[str]]:
     """Split a token sequence after sentence-final punctuation, then into pieces of <= ``max_length``."""
     current: List[str] = []
@@ -97,7 +86,7 @@ def _chop(tokens: List[str], max_length: int) -> Iterator[List[str]]:
 
 def read_sentences(source: Source, max_length: int = 100, split: bool = True) -> Iterator[List[str]]:
     """Stream the token lists of one source (no sentence is ever empty)."""
-    tokenize = get_tokenizer(source.tokenizer)
+    tokenize = resolve_tokenizer(source.tokenizer)
     for block in _blocks(source):
         tokens = tokenize(block)
         if not tokens:

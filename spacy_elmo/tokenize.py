@@ -1,0 +1,63 @@
+"""Text -> tokens for every front end and for training: the one tokenizer resolver and the one whitespace test.
+
+ELMo never saw whitespace: a token that is empty or whitespace only (spaCy's ``" "``,
+``"\\n"`` SPACE tokens) is never fed to the biLM and gets zero vectors where a front end keeps
+a row for it.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterable, List, Optional, Union, overload
+
+Tokenizer = Callable[[str], List[str]]
+TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]
+
+WHITESPACE = "whitespace"  # the text is already tokenized: str.split
+SPACY = "spacy"  # spaCy's English rules (the default)
+DEFAULT_LANGUAGE = "en"
+
+
+def is_whitespace(text: str) -> bool:
+    """Whether a token is empty or whitespace only (for spaCy tokens the same as ``token.is_space``)."""
+    return not text.strip()
+
+
+@overload
+def resolve_tokenizer(spec: Optional[str] = None) -> Tokenizer: ...
+
+
+@overload
+def resolve_tokenizer(spec: Callable[[str], Iterable[Any]]) -> Callable[[str], Iterable[Any]]: ...
+
+
+def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[Any]]:
+    """A function text -> tokens for a tokenizer setting.
+
+    spec (None | str | callable): ``"whitespace"`` (``str.split``); None or ``"spacy"`` (a blank
+        English spaCy tokenizer); another string, a spaCy language code (``"de"``: that
+        language's blank tokenizer); a callable (returned as it is, e.g. ``nlp.tokenizer``).
+
+    The built-in tokenizers return token strings without whitespace tokens; a callable's tokens
+    (strings or spaCy tokens) are the caller's to clean. ``ValueError`` names an unknown code.
+    """
+    if callable(spec):
+        return spec
+    if spec == WHITESPACE:
+        return str.split
+    if spec is None or spec == SPACY:
+        return spacy_tokenizer(DEFAULT_LANGUAGE)
+    if isinstance(spec, str):
+        return spacy_tokenizer(spec)
+    raise TypeError(f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable")
+
+
+@functools.lru_cache(maxsize=None)
+def spacy_tokenizer(lang: str) -> Tokenizer:
+    """Token strings of a blank spaCy pipeline's tokenizer for ``lang``, whitespace tokens left out (built once per process)."""
+    import spacy
+
+    try:
+        tokenizer = spacy.blank(lang).tokenizer
+    except (ImportError, KeyError) as err:
+        raise ValueError(f"tokenizer={lang!r}: not a spaCy language code ({err})") from err
+    return lambda text: [token.text for token in tokenizer(text) if not is_whitespace(token.text)]

@@ -1,0 +1,37 @@
+"""The one tokenizer resolver and the one whitespace test (spacy_elmo/tokenize.py), shared by every front end and training."""
+import pytest
+import spacy
+from spacy.tokens import Doc
+
+from spacy_elmo.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
+from spacy_elmo.train.corpus import Source, read_sentences
+
+TEXT = "Dr. Smith's bank,\n\n  by the river\u2003costs $3.50!"
+
+
+def test_whitespace_test_is_spacys_is_space_on_spacy_tokens():
+    nlp = spacy.blank("en")
+    doc = Doc(nlp.vocab, words=["a", " ", "\n", "\u2003", "\u00a0", "\u200b", "b\n", "\t\r"], spaces=[False] * 8)
+    assert [is_whitespace(t.text) for t in doc] == [t.is_space for t in doc]
+    assert [is_whitespace(t.text) for t in nlp(TEXT)] == [t.is_space for t in nlp(TEXT)]
+    assert is_whitespace("") and is_whitespace(" \n") and not is_whitespace("\u200b")  # empty counts; a zero-width space is text
+
+
+def test_resolver_names_and_callables():
+    assert resolve_tokenizer("whitespace") is str.split
+    english = resolve_tokenizer(None)
+    assert resolve_tokenizer("spacy") is english is resolve_tokenizer("en") is spacy_tokenizer("en")  # built once
+    assert english(TEXT) == [t.text for t in spacy.blank("en")(TEXT) if not t.is_space]
+    assert resolve_tokenizer(str.upper) is str.upper
+    assert resolve_tokenizer("de")("Das Haus.") == ["Das", "Haus", "."]
+    with pytest.raises(ValueError, match="tokenizer='zz'"):
+        resolve_tokenizer("zz")
+    with pytest.raises(TypeError, match="tokenizer=3"):
+        resolve_tokenizer(3)
+
+
+def test_training_reads_with_the_same_tokenizers(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text(TEXT.replace("\n", " ") + "\n", encoding="utf-8")
+    assert [w for s in read_sentences(Source(path, "lines", "spacy")) for w in s] == resolve_tokenizer("spacy")(TEXT)
+    assert [w for s in read_sentences(Source(path, "lines", "whitespace")) for w in s] == TEXT.split()
