@@ -170,6 +170,7 @@ def embed(
     batch_size: int = typer.Option(64, help="Sentences per batch (also bounded by a padded-token budget)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
+    dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16 or int8 (faster on CPU, approximate)"),
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
@@ -182,7 +183,7 @@ def embed(
     with _errors_exit_2():
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
-        backend = load_bilm(model, device=device)
+        backend = load_bilm(model, device=device, dtype=dtype)
         summary = embed_file(
             backend,
             input_file,

@@ -18,7 +18,7 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..backend import ElmoBackend
+from ..backend import ElmoBackend, resolve_dtype
 from ..model_files import OPTIONS, WEIGHTS
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, layer_weights
@@ -41,6 +41,7 @@ window_overlap = 32
 use_sentences = true
 set_vectors = true
 device = null
+dtype = "float32"
 
 [elmo.model]
 @misc = "spacy_elmo.ElmoBiLM.v1"
@@ -73,6 +74,7 @@ def make_elmo(
     use_sentences: bool,
     set_vectors: bool,
     device: Optional[str],
+    dtype: str = "float32",
 ) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -87,6 +89,7 @@ def make_elmo(
         use_sentences=use_sentences,
         set_vectors=set_vectors,
         device=device,
+        dtype=dtype,
     )
 
 
@@ -102,6 +105,7 @@ class ElmoComponent(Pipe):
     use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries.
     set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
+    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16" or "int8" (README: "Precision").
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -125,6 +129,7 @@ class ElmoComponent(Pipe):
         use_sentences: bool = True,
         set_vectors: bool = True,
         device: Optional[str] = None,
+        dtype: str = "float32",
     ) -> None:
         install_extensions()
         self.vocab = vocab
@@ -141,6 +146,8 @@ class ElmoComponent(Pipe):
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
         self.device = optional_device(device)
+        resolve_dtype(dtype)  # a bad value fails here, naming it
+        self.dtype = str(dtype)
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
         self.listener_map: Dict[str, List[Model]] = {}
@@ -151,7 +158,7 @@ class ElmoComponent(Pipe):
     def backend(self) -> ElmoBackend:
         """The shared biLM backend, loaded on first use (or by ``initialize``/``from_disk``)."""
         if self._backend is None:
-            backend = self.model_ref.load(self.device)
+            backend = self.model_ref.load(self.device, self.dtype)
             if self._expected_fingerprint is not None and backend.fingerprint != self._expected_fingerprint:
                 raise WeightFileError(
                     f"component {self.name!r}: the ELMo model in {self.model_ref.path} has fingerprint "
