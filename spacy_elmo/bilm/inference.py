@@ -302,7 +302,7 @@ class _StepProducts:
         low = [low_precision.pack_of(cell, "input_weight", w.t(), rows[d]) for d, (cell, w) in enumerate(zip(self.cells, self.input))]
         if all(p is not None for p in low):
             for d, pack in enumerate(low):
-                out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]
+                out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]  # None ruled out above
             return
         packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) else None
         for d, weight in enumerate(self.input):
@@ -315,9 +315,9 @@ class _StepProducts:
         """``gates[d] += h_prev[d, :n] @ state[d]`` for every direction ``d``."""
         if self.low_ok:
             for d, cell in enumerate(self.cells):
-                pack = low_precision.pack_of(cell, "state_weight", self.state[d].t(), h_prev[d, :n])
-                if pack is not None:
-                    gates[d].add_(low_precision.linear(h_prev[d, :n], pack))
+                low = low_precision.pack_of(cell, "state_weight", self.state[d].t(), h_prev[d, :n])
+                if low is not None:
+                    gates[d].add_(low_precision.linear(h_prev[d, :n], low))
                 else:
                     gates[d].addmm_(h_prev[d, :n], self.state[d])
             return
@@ -334,9 +334,9 @@ class _StepProducts:
         """``out[d] = hidden[d] @ projection[d]`` for every direction ``d``."""
         if self.low_ok:
             for d, cell in enumerate(self.cells):
-                pack = low_precision.pack_of(cell, "projection", self.projection[d].t(), hidden[d])
-                if pack is not None:
-                    out[d] = low_precision.linear(hidden[d], pack)
+                low = low_precision.pack_of(cell, "projection", self.projection[d].t(), hidden[d])
+                if low is not None:
+                    out[d] = low_precision.linear(hidden[d], low)
                 else:
                     torch.mm(hidden[d], self.projection[d], out=out[d])
             return

@@ -29,7 +29,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, TypeVar
 
 import torch
 from torch import nn
@@ -54,6 +54,7 @@ _Entry = Tuple[Tuple[int, int], Optional[Pack]]
 _packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.WeakKeyDictionary()
 _int8_modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 _lock = threading.Lock()
+M = TypeVar("M", bound=nn.Module)
 
 
 @at_fork_in_child
@@ -68,7 +69,7 @@ def int8_available() -> bool:
     return INT8_ENGINE in torch.backends.quantized.supported_engines
 
 
-def quantize(model: nn.Module) -> nn.Module:
+def quantize(model: M) -> M:
     """Mark ``model``'s LSTM cells and linear layers for int8 products on the inference path; returns ``model``.
 
     Nothing is copied here: each weight is quantized on first use (and again after it changes).
