@@ -181,3 +181,30 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
     np.testing.assert_array_equal(stored, load_bilm(fixture_dir, dtype="int8").embed([text.read_text().split("\n")[0].split()])[0])
     bad = runner.invoke(app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"])
     assert bad.exit_code == 2 and "dtype must be one of" in bad.output
+
+
+@needs_int8
+def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
+    """Batch 1's steps (1 row) use the fbgemm pack, bigger products the oneDNN one; both within tolerance."""
+    used = {"few": 0, "many": 0}
+    plain = torch.ops.quantized.linear_dynamic
+    few_packs = set()
+
+    def counting(rows, pack, reduce_range):
+        used["few" if id(pack) in few_packs else "many"] += 1
+        return plain(rows, pack, reduce_range)
+
+    backend = load_bilm(fixture_dir, dtype="int8")
+    backend.clear_cache()
+    sentence = ["The", "bank", "approved", "the", "loan", "."]
+    backend.embed([sentence])  # packs made
+    int8 = [entry[1] for packs in low_precision._packs.values() for entry in packs.values() if entry[1] and entry[1].kind == "int8"]
+    if any(pack.few_rows is None for pack in int8):
+        pytest.skip("this torch has no fbgemm engine")
+    few_packs.update(id(pack.few_rows) for pack in int8)
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", counting)
+    backend.clear_cache()
+    one = backend.embed([sentence])[0]
+    assert used["few"] > 0 and used["many"] > 0  # steps of one row; the input projections and token layers
+    exact = load_bilm(fixture_dir).embed([sentence])
+    assert (layer_errors([one], exact) < TOLERANCE["int8"]).all()

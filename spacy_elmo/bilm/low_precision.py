@@ -10,8 +10,11 @@ are untouched): the LSTM input, state and projection products, the highway layer
 projection multiply int8 weights, symmetric per output channel (scale = max |w| / 127 of each
 row), by activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, per
 tensor, its own range); the products come back float32, and the rest (gates, cell, clipping,
-char CNN) stays float32. The weights are packed by oneDNN (:data:`INT8_ENGINE`), whose AMX/VNNI
-kernels were 1.5-8x faster than fbgemm's here from 8 rows up (fbgemm ~1.2x faster at 1-4 rows).
+char CNN) stays float32. The weights are packed twice: by oneDNN (:data:`INT8_ENGINE`), whose
+AMX/VNNI kernels were 1.5-8x faster than fbgemm's here from 8 rows up, and by fbgemm
+(:data:`INT8_FEW_ROWS_ENGINE`), 10-15% faster for products of 1-4 rows (the steps of batch 1):
+one LSTM at batch 1 took 104 ms with both vs 117 ms with oneDNN alone (float32: 327 ms, one
+thread). Cost: two int8 copies (together half the float32 matrix) beside the float32 parameters.
 The result is an approximation of the float32 model, not a rounding of it: see
 ``tests/test_precision.py`` for the measured and allowed error.
 
@@ -20,8 +23,12 @@ every call, which at a few rows costs more than the arithmetic (so bf16 was slow
 at batch 1); oneDNN's pre-packed weights (``mkldnn::_reorder_linear_weight`` +
 ``mkldnn::_linear_pointwise``, the ops torch's own CPU inductor uses) pack once.
 
-Both need a torch with oneDNN (x86 builds); elsewhere :func:`pack_of` returns None and the plain
-products run (int8 then falls back to float32 products: :func:`int8_available` says which).
+Both need a torch with oneDNN (x86 builds): elsewhere bf16 runs the plain products, and
+``load_bilm`` refuses ``dtype="int8"`` (:func:`int8_available`). On CUDA neither is used: bf16 and
+float16 models run torch's ordinary (tensor-core) kernels there, and int8 is refused.
+Not batch-invariant to float32 rounding, unlike float32: a sentence's activations may take
+other kernels (and other activation ranges) in another batch; they agree within the precision's
+tolerance.
 """
 from __future__ import annotations
 
@@ -38,6 +45,8 @@ from .lstm import ProjectedLSTMCell
 from .threads import at_fork_in_child
 
 INT8_ENGINE = "onednn"
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # 10-15% faster than oneDNN for 1-4 rows (batch 1's steps), 1.5-2x slower from 8 up
+INT8_FEW_ROWS = 4
 BF16_MIN_ELEMENTS = 1 << 18  # smaller bf16 weights gain nothing from a pack
 BF16_MAX_ROWS = 256  # from here up plain bf16 GEMM is as fast (it packs once per big product anyway)
 
@@ -48,6 +57,7 @@ class Pack:
 
     kind: str
     packed: object
+    few_rows: object = None  # int8: a second pack for products of at most INT8_FEW_ROWS rows (None: use ``packed``)
 
 
 _Entry = Tuple[Tuple[int, int], Optional[Pack]]
@@ -113,7 +123,8 @@ def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor, rows: torch.Tenso
 def linear(rows: torch.Tensor, pack: Pack, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``rows @ out_in.T (+ bias)`` through ``pack``; float32 out for int8, bf16 for bf16."""
     if pack.kind == "int8":
-        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), pack.packed, False)
+        packed = pack.few_rows if pack.few_rows is not None and rows.shape[0] <= INT8_FEW_ROWS else pack.packed
+        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, False)
         return out if bias is None else out.add_(bias)
     return torch.ops.mkldnn._linear_pointwise(rows, pack.packed, bias, "none", [], "")
 
@@ -123,6 +134,20 @@ def quantize_weight(out_in: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     w = out_in.detach().float()
     scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
     return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
+
+
+def _prepack(qweight: torch.Tensor, engine: str) -> Optional[object]:
+    """``qweight`` packed by ``engine`` (None where this torch lacks it). The engine is process-wide
+    state, read only when packing (each pack then runs its own engine's kernels): it is set for this
+    call alone, under the module lock, and put back."""
+    if engine not in torch.backends.quantized.supported_engines:
+        return None
+    before = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = engine
+        return torch.ops.quantized.linear_prepack(qweight, None)
+    finally:
+        torch.backends.quantized.engine = before
 
 
 def _pack(out_in: torch.Tensor, kind: str) -> Optional[Pack]:
@@ -136,12 +161,7 @@ def _pack(out_in: torch.Tensor, kind: str) -> Optional[Pack]:
         with warnings.catch_warnings():  # torch 2.10+ flags quantized tensor *creation* as deprecated
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
-        engine = torch.backends.quantized.engine
-        try:  # the engine is read when packing only (each pack then runs its own kernels)
-            torch.backends.quantized.engine = INT8_ENGINE
-            packed = torch.ops.quantized.linear_prepack(qweight, None)
-        finally:
-            torch.backends.quantized.engine = engine
-        return Pack(kind, packed)
+        packed = _prepack(qweight, INT8_ENGINE)
+        return None if packed is None else Pack(kind, packed, _prepack(qweight, INT8_FEW_ROWS_ENGINE))
     except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
         return None
