@@ -130,7 +130,7 @@ def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
 
 
 @needs_int8
-def test_spacy_component_passes_dtype(fixture_dir):
+def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
     import spacy
 
     nlp = spacy.blank("en")
@@ -139,6 +139,13 @@ def test_spacy_component_passes_dtype(fixture_dir):
     doc = nlp("The bank approved the loan .")
     assert doc._.elmo_layers.shape[1] == len(doc)
     assert nlp.config["components"]["elmo"]["dtype"] == "int8"
+    nlp.to_disk(tmp_path / "pipeline")
+    again = spacy.load(tmp_path / "pipeline")  # the saved fingerprint is int8's: it must match on load
+    loaded = again.get_pipe("elmo").backend  # the pipeline's own copy of the model, in int8
+    assert loaded.dtype is torch.int8 and loaded.fingerprint == component.backend.fingerprint
+    # int8 quantizes each product's activations per call (one range per batch), so the same words in
+    # another batch (here: another token cache) agree to the int8 tolerance, not bit for bit
+    assert (layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]).all()
     assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).dtype == "float32"
     with pytest.raises(ValueError, match="dtype must be one of"):
         spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int4"})
