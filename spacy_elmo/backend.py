@@ -11,6 +11,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import torch
 
+from .bilm import low_precision
 from .bilm.model import BiLM
 from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -25,7 +26,8 @@ PathLike = Union[str, os.PathLike]
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
 
 
 class ElmoBackend:
@@ -44,7 +46,14 @@ class ElmoBackend:
         device: torch.device,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.model = model.to(device=device, dtype=dtype).eval()
+        if dtype == torch.int8:
+            if device.type != "cpu":
+                raise ValueError(f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)")
+            if not low_precision.int8_available():
+                raise ValueError(f"dtype='int8' needs torch's {low_precision.INT8_ENGINE!r} quantized engine, which this torch lacks")
+            self.model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
+        else:
+            self.model = model.to(device=device, dtype=dtype).eval()
         self.options_path = options_path
         self.weights_path = weights_path
         self.device = device
@@ -292,13 +301,16 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
 
 
 def resolve_dtype(dtype: Union[None, str, torch.dtype]) -> torch.dtype:
-    """``None`` means float32; half precision ("float16"/"bfloat16") trades ~1e-3 accuracy for speed on GPUs."""
+    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (README: "Precision").
+
+    ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
+    """
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
         name = str(dtype).replace("torch.", "")
     else:
-        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32"}.get(str(dtype), str(dtype))
+        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}.get(str(dtype), str(dtype))
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
     return DTYPES[name]

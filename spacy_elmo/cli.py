@@ -197,6 +197,7 @@ def embed(
     batch_size: int = typer.Option(64, help="Sentences per batch (also bounded by a padded-token budget)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
+    dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16 or int8 (faster on CPU, approximate)"),
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
@@ -210,8 +211,8 @@ def embed(
     with _errors_exit_2():
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
-        backend = load_bilm(model, device=device)
-        with _dask_chunks(scheduler, model, device, batch_size, backend.fingerprint) as embed_chunks:
+        backend = load_bilm(model, device=device, dtype=dtype)
+        with _dask_chunks(scheduler, model, device, dtype, batch_size, backend.fingerprint) as embed_chunks:
             summary = embed_file(
                 backend,
                 input_file,
@@ -355,7 +356,7 @@ if __name__ == "__main__":
 
 @contextmanager
 def _dask_chunks(
-    scheduler: Optional[str], model: str, device: Optional[str], batch_size: int, fingerprint: str
+    scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
 ) -> Iterator[Optional["EmbedChunks"]]:
     """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard printed."""
     if scheduler is None:
@@ -373,6 +374,6 @@ def _dask_chunks(
         served = importlib.util.find_spec("bokeh") is not None  # the dashboard needs bokeh (in the [dask] extra)
         dashboard = f"dashboard {client.dashboard_link}" if served else "no dashboard (pip install bokeh)"
         typer.echo(f"Dask scheduler {client.scheduler.address}, {dashboard}", err=True)
-        yield cluster_chunks(client, model, device, batch_size, fingerprint)
+        yield cluster_chunks(client, model, device, dtype, batch_size, fingerprint)
     finally:
         close()

@@ -50,6 +50,7 @@ def embed_texts(
     tokenizer: TokenizerSpec = None,
     batch_size: Optional[int] = None,
     device: Optional[str] = None,
+    dtype: Optional[str] = None,
     max_length: Optional[int] = 128,
     window_overlap: int = 32,
     cache_dir: Optional[PathLike] = None,
@@ -63,8 +64,8 @@ def embed_texts(
     per input partition. ``texts`` holds strings or token lists. An input with no texts gives a
     ``(0, features)`` array.
 
-    ``model``, ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``max_length``,
-    ``window_overlap``: as for ``ElmoVectorizer`` (a callable tokenizer is pickled into the graph).
+    ``model``, ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``dtype``,
+    ``max_length``, ``window_overlap``: as for ``ElmoVectorizer`` (a callable tokenizer is pickled into the graph).
     ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
     ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
     ``lengths``: ``True`` computes the partitions' lengths now (one pass over the input, running
@@ -74,7 +75,7 @@ def embed_texts(
 
     The model is loaded once here too, to check the parameters and learn the feature width.
     """
-    params = _vectorizer_params(model, layers, pooling, tokenizer, batch_size, device, max_length, window_overlap)
+    params = _vectorizer_params(model, layers, pooling, tokenizer, batch_size, device, dtype, max_length, window_overlap)
     backend = ElmoVectorizer(**params)._check_params()  # errors here, where the input enters, not in a worker
     features = pooled_dim(backend.dim, pooling)
     partitions = _partitions(texts)
@@ -97,6 +98,7 @@ def embed_tokens(
     tokenizer: TokenizerSpec = None,
     batch_size: Optional[int] = None,
     device: Optional[str] = None,
+    dtype: Optional[str] = None,
     max_length: Optional[int] = 128,
     window_overlap: int = 32,
     cache_dir: Optional[PathLike] = None,
@@ -109,7 +111,7 @@ def embed_tokens(
     The Bag has one partition per input partition; ``bag.pluck("vectors")`` gives the arrays
     alone. Parameters as for :func:`embed_texts`.
     """
-    params = _vectorizer_params(model, layers, "mean", tokenizer, batch_size, device, max_length, window_overlap)
+    params = _vectorizer_params(model, layers, "mean", tokenizer, batch_size, device, dtype, max_length, window_overlap)
     ElmoVectorizer(**params)._check_params()
     partitions = _partitions(texts)
     embedded = [dask.delayed(_token_partition, pure=True)(part, params, cache_dir) for part in partitions]
@@ -183,9 +185,11 @@ def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pat
     return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in sequences]
 
 
-def _sentence_chunk(sentences: List[List[str]], model: str, device: Optional[str], batch_size: int, fingerprint: str) -> List[np.ndarray]:
+def _sentence_chunk(
+    sentences: List[List[str]], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
+) -> List[np.ndarray]:
     """All layers of token sequences for ``embed_file`` on a worker, checked to come from the client's model."""
-    backend = load_bilm(model, device=device)
+    backend = load_bilm(model, device=device, dtype=dtype)
     if backend.fingerprint != fingerprint:
         raise ValueError(
             f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "
@@ -195,14 +199,14 @@ def _sentence_chunk(sentences: List[List[str]], model: str, device: Optional[str
 
 
 def _worker_backend(params: Dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
-    return load_bilm(params["model"], device=params["device"], cache_dir=cache_dir)
+    return load_bilm(params["model"], device=params["device"], dtype=params["dtype"], cache_dir=cache_dir)
 
 
 # -- on the client ------------------------------------------------------------------------------
 
 
 def cluster_chunks(
-    client: Any, model: str, device: Optional[str], batch_size: int, fingerprint: str
+    client: Any, model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
 ) -> Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]:
     """``embed_file``'s ``embed_chunks`` on a Dask cluster: each chunk split into tasks, results in order.
 
@@ -244,7 +248,7 @@ def cluster_chunks(
             step = max(1, min(EMBED_FILE_TASK_LINES, -(-len(tokens) // n_workers)))
             for start in range(0, len(tokens), step):
                 part = tokens[start : start + step]
-                future = client.submit(_sentence_chunk, part, model, device, batch_size, fingerprint, pure=False)
+                future = client.submit(_sentence_chunk, part, model, device, dtype, batch_size, fingerprint, pure=False)
                 sizes[future.key] = len(part)
                 finished.add(future)
                 futures.append(future)
@@ -265,13 +269,14 @@ def _vectorizer_params(
     tokenizer: TokenizerSpec,
     batch_size: Optional[int],
     device: Optional[str],
+    dtype: Optional[str],
     max_length: Optional[int],
     window_overlap: int,
 ) -> Dict[str, Any]:
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     return dict(
         model=model, layers=layers, pooling=pooling, tokenizer=tokenizer, batch_size=batch_size,
-        device=device, max_length=max_length, window_overlap=window_overlap,
+        device=device, dtype=dtype, max_length=max_length, window_overlap=window_overlap,
     )
 
 

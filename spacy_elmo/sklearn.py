@@ -55,6 +55,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         which it is further from the edge.
     verbose : bool or int, default=0
         Show a tqdm progress bar over the texts being embedded in ``transform``.
+    dtype : str or None, default=None
+        The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
+        "bfloat16", "float16" or "int8" (faster on CPU, approximate; README: "Precision").
 
     Input
     -----
@@ -84,6 +87,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         max_length: Optional[int] = 128,
         window_overlap: int = 32,
         verbose: Union[bool, int] = 0,
+        dtype: Optional[str] = None,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -94,6 +98,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         self.max_length = max_length
         self.window_overlap = window_overlap
         self.verbose = verbose
+        self.dtype = dtype
 
     # -- scikit-learn API ------------------------------------------------------------------
 
@@ -148,7 +153,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         if self.tokenizer is not None and not isinstance(self.tokenizer, str) and not callable(self.tokenizer):
             raise TypeError(f"tokenizer={self.tokenizer!r}: expected None, a spaCy language code or a callable")
         self._windows()
-        backend = load_bilm(self.model, device=self.device)
+        backend = load_bilm(self.model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
         layer_weights(self.layers, backend.n_layers + 1)
         return backend
 

@@ -3,6 +3,7 @@ import pickle
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ import pandas as pd  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from spacy_elmo import ElmoVectorizer  # noqa: E402
+from spacy_elmo import ElmoVectorizer, load_bilm  # noqa: E402
 from spacy_elmo.cli import app  # noqa: E402
 from spacy_elmo.dask import connect, embed_texts, embed_tokens  # noqa: E402
 from spacy_elmo.mix import mix_layers  # noqa: E402
@@ -192,3 +193,19 @@ def test_bad_scheduler_is_a_clear_error(scheduler, fixture_dir, tmp_path):
     assert not (tmp_path / "out.hdf5").exists()
     with pytest.raises(ValueError, match="local:N"):
         connect(scheduler)
+
+
+def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentences, tmp_path, client):
+    # The workers must load the same precision as the client, or every task would fail its model check.
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(" ".join(s) for s in fixture_sentences) + "\n", encoding="utf-8")
+    base = ["embed", str(source), "--model", str(fixture_dir), "--no-progress", "--dtype", "bfloat16"]
+    on_cluster = CliRunner().invoke(app, [*base[:2], str(tmp_path / "bf16.hdf5"), *base[2:], "--scheduler", client.scheduler.address])
+    assert on_cluster.exit_code == 0, on_cluster.output
+    with h5py.File(tmp_path / "bf16.hdf5", "r") as out:
+        assert out.attrs["model_fingerprint"] == load_bilm(fixture_dir, dtype="bfloat16").fingerprint
+        assert out.attrs["model_fingerprint"] != load_bilm(fixture_dir).fingerprint
+        exact = load_bilm(fixture_dir).embed(fixture_sentences)
+        for i, layers in enumerate(exact):
+            scale = np.abs(layers).max()
+            assert np.abs(out[str(i)][()] - layers).max() <= 2.5e-2 * scale  # tests/test_precision.py's bf16 bound

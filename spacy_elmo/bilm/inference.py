@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple, cast
 import torch
 from torch import nn
 
-from . import mkl_prepacked
+from . import low_precision, mkl_prepacked
 from .encoder import CharCNNEncoder, Highway
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
 from .threads import pool, split_directions
@@ -39,15 +39,19 @@ STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tenso
 
 
 def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """``encoder(char_ids)`` without autograd: the char CNN as one matmul, MKL pre-packed highway products."""
+    """``encoder(char_ids)`` without autograd: the char CNN as one matmul, pre-packed highway and projection products."""
     x = encoder.pooled_features(char_ids, encoder.convolve_as_matmul)
     for highway in cast(Sequence[Highway], encoder.highways):  # nn.ModuleList is typed as holding Modules
         x = highway.combine(x, _linear(highway.carry, x), _linear(highway.transform, x))
-    return encoder.projection(x)
+    return _linear(encoder.projection, x)
 
 
 def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)``, through MKL's pre-packed GEMM for a few rows of a big layer (:mod:`.mkl_prepacked`)."""
+    """``layer(x)``: int8 or bf16 packs where :mod:`.low_precision` has one, MKL's pre-packed GEMM for a few rows
+    of a big float32 layer (:mod:`.mkl_prepacked`), else the plain product."""
+    low = low_precision.pack_of(layer, "weight", layer.weight, x)
+    if low is not None:
+        return low_precision.linear(x, low, layer.bias)
     if mkl_prepacked.fits(x.shape[0]) and mkl_prepacked.usable(x):
         pack = mkl_prepacked.pack_of(layer, "weight", layer.weight)
         if pack is not None:
@@ -274,24 +278,32 @@ def _run_layer(
 class _StepProducts:
     """A layer's matrix products (input projections, recurrent, projection) for D directions, by the fastest route.
 
-    Big weights with 3-64 rows to multiply: MKL pre-packed products (:mod:`.mkl_prepacked`). Small weights
-    (both directions interleaved in one loop): one batched product for both directions, fewer
-    operator calls per step. Otherwise one plain product per direction.
+    int8 cells and bf16 weights: :mod:`.low_precision` packs. Big float32 weights with 3-64 rows to
+    multiply: MKL pre-packed products (:mod:`.mkl_prepacked`). Small weights (both directions
+    interleaved in one loop): one batched product for both directions, fewer operator calls per
+    step. Otherwise one plain product per direction.
     """
 
     def __init__(self, cells: Sequence[ProjectedLSTMCell], x: torch.Tensor, batch: int) -> None:
         self.cells, self.usable = cells, mkl_prepacked.usable(x)
+        self.low = [low_precision.pack_of(cell, "state_weight", cell.state_weight.t(), x[0, :batch]) for cell in cells]
+        self.low_ok = all(p is not None for p in self.low)
         self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
         self.projection: List[torch.Tensor] = [cell.projection for cell in cells]
         self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
-        small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS
+        small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS and not self.low_ok
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
 
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
+        low = [low_precision.pack_of(cell, "input_weight", w.t(), rows[d]) for d, (cell, w) in enumerate(zip(self.cells, self.input))]
+        if all(p is not None for p in low):
+            for d, pack in enumerate(low):
+                out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]  # None ruled out above
+            return
         packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) else None
         for d, weight in enumerate(self.input):
             if packs is not None:
@@ -301,6 +313,14 @@ class _StepProducts:
 
     def add_recurrent(self, gates: torch.Tensor, h_prev: torch.Tensor, n: int) -> None:
         """``gates[d] += h_prev[d, :n] @ state[d]`` for every direction ``d``."""
+        if self.low_ok:
+            for d, cell in enumerate(self.cells):
+                low = low_precision.pack_of(cell, "state_weight", self.state[d].t(), h_prev[d, :n])
+                if low is not None:
+                    gates[d].add_(low_precision.linear(h_prev[d, :n], low))
+                else:
+                    gates[d].addmm_(h_prev[d, :n], self.state[d])
+            return
         if self.state_packs is not None and mkl_prepacked.fits(n):
             for d, pack in enumerate(self.state_packs):
                 gates[d].add_(mkl_prepacked.linear(h_prev[d, :n], self.state[d].t(), None, pack))
@@ -312,6 +332,14 @@ class _StepProducts:
 
     def project(self, hidden: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = hidden[d] @ projection[d]`` for every direction ``d``."""
+        if self.low_ok:
+            for d, cell in enumerate(self.cells):
+                low = low_precision.pack_of(cell, "projection", self.projection[d].t(), hidden[d])
+                if low is not None:
+                    out[d] = low_precision.linear(hidden[d], low)
+                else:
+                    torch.mm(hidden[d], self.projection[d], out=out[d])
+            return
         if self.projection_stack is not None:
             torch.bmm(hidden, self.projection_stack, out=out)
         else:

@@ -49,9 +49,9 @@ class ElmoModelRef:
         """The resolved ``(options.json, weights)`` paths; ``WeightFileError`` names what is missing."""
         return resolve_model_files(self.path)
 
-    def load(self, device: Union[None, str, torch.device] = None) -> ElmoBackend:
-        """The shared :class:`ElmoBackend` for this model on ``device`` (loaded once per process)."""
-        return load_bilm(self.path, device=device)
+    def load(self, device: Union[None, str, torch.device] = None, dtype: Optional[str] = None) -> ElmoBackend:
+        """The shared :class:`ElmoBackend` for this model on ``device`` in ``dtype`` (loaded once per process)."""
+        return load_bilm(self.path, device=device, dtype=dtype)
 
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")

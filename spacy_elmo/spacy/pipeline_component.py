@@ -18,7 +18,7 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..backend import ElmoBackend
+from ..backend import ElmoBackend, resolve_dtype
 from ..model_files import OPTIONS, WEIGHTS
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, check_layer_spec, layer_weights
@@ -41,6 +41,7 @@ window_overlap = 32
 use_sentences = true
 set_vectors = true
 device = null
+dtype = "float32"
 
 [elmo.model]
 @misc = "spacy_elmo.ElmoBiLM.v1"
@@ -77,6 +78,7 @@ def make_elmo(
     set_vectors: bool,
     device: Optional[str],
     get_positions: PositionGetter,
+    dtype: str = "float32",
 ) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -92,6 +94,7 @@ def make_elmo(
         set_vectors=set_vectors,
         device=device,
         get_positions=get_positions,
+        dtype=dtype,
     )
 
 
@@ -109,6 +112,7 @@ class ElmoComponent(Pipe):
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
+    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16" or "int8" (README: "Precision").
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -133,6 +137,7 @@ class ElmoComponent(Pipe):
         set_vectors: bool = True,
         device: Optional[str] = None,
         get_positions: Optional[PositionGetter] = None,
+        dtype: str = "float32",
     ) -> None:
         install_extensions()
         self.vocab = vocab
@@ -148,6 +153,8 @@ class ElmoComponent(Pipe):
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
         self.device = optional_device(device)
+        resolve_dtype(dtype)  # a bad value fails here, naming it
+        self.dtype = str(dtype)
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
         self.listener_map: Dict[str, List[Model]] = {}
@@ -158,7 +165,7 @@ class ElmoComponent(Pipe):
     def backend(self) -> ElmoBackend:
         """The shared biLM backend, loaded on first use (or by ``initialize``/``from_disk``)."""
         if self._backend is None:
-            backend = self.model_ref.load(self.device)
+            backend = self.model_ref.load(self.device, self.dtype)
             if self._expected_fingerprint is not None and backend.fingerprint != self._expected_fingerprint:
                 raise WeightFileError(
                     f"component {self.name!r}: the ELMo model in {self.model_ref.path} has fingerprint "

@@ -1,0 +1,217 @@
+"""Low precision (``dtype="bfloat16" | "float16" | "int8"``) against float32: error bounds, fingerprints, front ends.
+
+Low precision is an approximation of the float32 model, not a rounding of it, so the rule of
+``tests/numerics.py`` (a few ulps) does not apply. The bound here is the error of each layer
+relative to that layer's activation scale (its largest magnitude over the sentences compared),
+``max |low - float32| / max |float32|``, every layer checked. Measured (torch 2.13, Intel Xeon
+with AVX-512 BF16/VNNI/AMX), worst layer:
+
+=========  =============================  ======================================  =========
+dtype      fixture (30 sentences)         random small models (3 seeds, 12 sent.)  allowed
+=========  =============================  ======================================  =========
+float16    8.3e-4                         (not measured)                           2e-3
+bfloat16   6.7e-3                         9.9e-3                                   2.5e-2
+int8       1.4e-2                         1.5e-2                                   4e-2
+=========  =============================  ======================================  =========
+
+(2.5-3x margin: other CPUs take other oneDNN kernels; the "original" and "small" architectures'
+figures are in benchmarks/RESULTS.md.) A wrong weight, gate or scale moves layers by 10% or more.
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.backend import ElmoBackend, resolve_dtype
+from spacy_elmo.bilm import BiLM, low_precision
+from spacy_elmo.bilm.weights import load_model, save_model
+
+from test_inference_path import _options, _random_batch
+
+TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
+
+needs_int8 = pytest.mark.skipif(not low_precision.int8_available(), reason="this torch has no oneDNN quantized engine")
+
+
+def layer_errors(low, exact):
+    """Per layer: the largest |low - exact| over all sentences, over that layer's largest |exact|."""
+    worst = np.max([np.abs(a - b).max(axis=(1, 2)) for a, b in zip(low, exact)], axis=0)
+    scale = np.max([np.abs(b).max(axis=(1, 2)) for b in exact], axis=0)
+    return worst / scale
+
+
+@pytest.fixture
+def count_packs(monkeypatch):
+    """Count the low-precision products by kind, so that a silently unused path fails."""
+    counts = {"int8": 0, "bfloat16": 0}
+    plain = low_precision.linear
+
+    def counting(rows, pack, bias=None):
+        counts[pack.kind] += 1
+        return plain(rows, pack, bias)
+
+    monkeypatch.setattr(low_precision, "linear", counting)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def sentences(fixture_dir):
+    groups = json.loads((fixture_dir / "sentences.json").read_text())
+    return [s.split() for group in groups for s in group]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", pytest.param("int8", marks=needs_int8)])
+def test_fixture_within_documented_tolerance(fixture_dir, backend, sentences, dtype, count_packs, monkeypatch):
+    monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
+    low = load_bilm(fixture_dir, dtype=dtype)
+    low.clear_cache()
+    ours, exact = low.embed(sentences), backend.embed(sentences)
+    assert all(a.dtype == np.float32 and a.shape == b.shape for a, b in zip(ours, exact))
+    errors = layer_errors(ours, exact)
+    print(dtype, errors)
+    assert (errors > 0).all() and (errors < TOLERANCE[dtype]).all()
+    if dtype != "float16":
+        assert count_packs[dtype] > 0
+
+
+@needs_int8
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_small_model_within_documented_tolerance(tmp_path, seed, count_packs):
+    torch.manual_seed(seed)
+    directory = save_model(BiLM(_options(cell_dim=64, projection_dim=16)), tmp_path / "m")
+    sentences = _random_batch(seed=seed, n=12, longest=20)
+    exact = load_bilm(directory).embed(sentences)
+    for dtype in ("bfloat16", "int8"):
+        errors = layer_errors(load_bilm(directory, dtype=dtype).embed(sentences), exact)
+        print(dtype, errors)
+        assert (errors > 0).all() and (errors < TOLERANCE[dtype]).all()
+    assert count_packs["int8"] > 0
+
+
+def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
+    names = ["float32", "float16", "bfloat16"] + (["int8"] if low_precision.int8_available() else [])
+    backends = [load_bilm(fixture_dir, dtype=name) for name in names]
+    assert len({b.fingerprint for b in backends}) == len(names)
+    assert len({id(b) for b in backends}) == len(names)
+    assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, dtype="float32").fingerprint
+    assert resolve_dtype("int8") is torch.int8 and resolve_dtype(None) is torch.float32
+    with pytest.raises(ValueError, match="dtype must be one of.*'int4'"):
+        resolve_dtype("int4")
+
+
+@needs_int8
+def test_int8_keeps_float32_parameters_and_refuses_other_devices(fixture_dir):
+    backend = load_bilm(fixture_dir, dtype="int8")
+    assert backend.dtype is torch.int8
+    assert all(p.dtype == torch.float32 for p in backend.model.parameters())  # the packs hold the int8 copies
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    with pytest.raises(ValueError, match="int8.*CPU only"):
+        ElmoBackend(model, backend.options_path, backend.weights_path, torch.device("cuda"), torch.int8)
+
+
+@needs_int8
+def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    backend = ElmoBackend(model, fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", torch.device("cpu"), torch.int8)
+    before = backend.embed(sentences[:6])
+    with torch.no_grad():  # in place: the same storage, a new version
+        for cell in list(model.lstm.forward_layers) + list(model.lstm.backward_layers):
+            cell.state_weight.mul_(0.5)
+        model.token_encoder.highways[0].transform.weight.mul_(-1.0)
+    backend.clear_cache()
+    after = backend.embed(sentences[:6])
+    exact_model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    exact_model.load_state_dict(model.state_dict())
+    exact = ElmoBackend(exact_model, fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", torch.device("cpu")).embed(sentences[:6])
+    assert layer_errors(before, exact).max() > 0.1  # the change matters
+    assert (layer_errors(after, exact) < TOLERANCE["int8"]).all()  # and the int8 products followed it
+
+
+@needs_int8
+def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
+    import spacy
+
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int8"})
+    assert component.backend is load_bilm(fixture_dir, dtype="int8")
+    doc = nlp("The bank approved the loan .")
+    assert doc._.elmo_layers.shape[1] == len(doc)
+    assert nlp.config["components"]["elmo"]["dtype"] == "int8"
+    nlp.to_disk(tmp_path / "pipeline")
+    again = spacy.load(tmp_path / "pipeline")  # the saved fingerprint is int8's: it must match on load
+    loaded = again.get_pipe("elmo").backend  # the pipeline's own copy of the model, in int8
+    assert loaded.dtype is torch.int8 and loaded.fingerprint == component.backend.fingerprint
+    # int8 quantizes each product's activations per call (one range per batch), so the same words in
+    # another batch (here: another token cache) agree to the int8 tolerance, not bit for bit
+    assert (layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]).all()
+    assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).dtype == "float32"
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int4"})
+
+
+@needs_int8
+def test_vectorizer_passes_dtype(fixture_dir):
+    from sklearn.base import clone
+
+    from spacy_elmo import ElmoVectorizer
+
+    texts = [["The", "bank", "approved", "the", "loan", "."], ["A", "river", "bank", "."]]
+    low = ElmoVectorizer(model=str(fixture_dir), dtype="int8", tokenizer=str.split)
+    assert clone(low).get_params()["dtype"] == "int8"
+    features = low.fit_transform(texts)
+    assert low.model_fingerprint_ == load_bilm(fixture_dir, dtype="int8").fingerprint
+    exact = ElmoVectorizer(model=str(fixture_dir), tokenizer=str.split).fit_transform(texts)
+    assert features.dtype == np.float32 and 0 < np.abs(features - exact).max() < 0.1 * np.abs(exact).max()
+    bad = ElmoVectorizer(model=str(fixture_dir), dtype="int4")  # stored unchanged; checked in fit
+    assert bad.dtype == "int4"
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        bad.fit(texts)
+
+
+@needs_int8
+def test_embed_command_takes_dtype(fixture_dir, tmp_path):
+    import h5py
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    text = tmp_path / "in.txt"
+    text.write_text("The bank approved the loan .\nA river bank .\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["embed", str(text), str(tmp_path / "out.hdf5"), "-m", str(fixture_dir), "--dtype", "int8", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "out.hdf5", "r") as f:
+        stored = f["0"][...]
+    assert stored.dtype == np.float32
+    np.testing.assert_array_equal(stored, load_bilm(fixture_dir, dtype="int8").embed([text.read_text().split("\n")[0].split()])[0])
+    bad = runner.invoke(app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"])
+    assert bad.exit_code == 2 and "dtype must be one of" in bad.output
+
+
+@needs_int8
+def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
+    """Batch 1's steps (1 row) use the fbgemm pack, bigger products the oneDNN one; both within tolerance."""
+    used = {"few": 0, "many": 0}
+    plain = torch.ops.quantized.linear_dynamic
+    few_packs = set()
+
+    def counting(rows, pack, reduce_range):
+        used["few" if id(pack) in few_packs else "many"] += 1
+        return plain(rows, pack, reduce_range)
+
+    backend = load_bilm(fixture_dir, dtype="int8")
+    backend.clear_cache()
+    sentence = ["The", "bank", "approved", "the", "loan", "."]
+    backend.embed([sentence])  # packs made
+    int8 = [entry[1] for packs in low_precision._packs.values() for entry in packs.values() if entry[1] and entry[1].kind == "int8"]
+    if any(pack.few_rows is None for pack in int8):
+        pytest.skip("this torch has no fbgemm engine")
+    few_packs.update(id(pack.few_rows) for pack in int8)
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", counting)
+    backend.clear_cache()
+    one = backend.embed([sentence])[0]
+    assert used["few"] > 0 and used["many"] > 0  # steps of one row; the input projections and token layers
+    exact = load_bilm(fixture_dir).embed([sentence])
+    assert (layer_errors([one], exact) < TOLERANCE["int8"]).all()
