@@ -29,9 +29,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from .backend import ElmoBackend, load_bilm
 from .mix import LayerSpec, mix_layers
 from .pooling import pooled_dim
-from .sklearn import ElmoVectorizer, _clean_tokens, _sample_kind, _split_text
-from .tokenize import TokenizerSpec, resolve_tokenizer
-from .windows import embed_segments
+from .sklearn import ElmoVectorizer, _sample_kind
+from .tokenize import TokenizerSpec
 
 PathLike = Union[str, "os.PathLike[str]"]
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
@@ -162,25 +161,20 @@ def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pa
 
 
 def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
-    """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does, layers mixed."""
+    """One partition's token records: tokenized and windowed by ``ElmoVectorizer``'s own steps, layers mixed."""
     backend = _worker_backend(params, cache_dir)
     vectorizer = ElmoVectorizer(**params)
     samples = _as_list(texts)
     kind = _sample_kind(samples)
-    if kind == "text":
-        split = resolve_tokenizer(vectorizer.tokenizer)
-        sequences = [_clean_tokens(_split_text(split, str(text), i), i) for i, text in enumerate(samples)]
-    elif kind == "tokens":
-        sequences = [_clean_tokens(tokens, i) for i, tokens in enumerate(samples)]
-    else:
+    if kind == "doc":
         raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
-    max_length, overlap = vectorizer._windows()
-    unique = sorted({tokens for tokens in sequences if tokens}, key=len, reverse=True)
+    rows = vectorizer._token_rows(samples, kind)
+    sequences: List[Tuple[str, ...]] = [()] * len(samples)
+    for tokens, where in rows.items():
+        for i in where:
+            sequences[i] = tokens
     vectors: Dict[Tuple[str, ...], np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
-    segments = ((tokens, tokens) for tokens in unique)
-    for tokens, layers in embed_segments(
-        backend, segments, max_length=max_length, overlap=overlap, batch_size=vectorizer.batch_size
-    ):
+    for tokens, layers in vectorizer._embedded(rows, backend):
         vectors[tokens] = np.ascontiguousarray(mix_layers(layers, vectorizer.layers), dtype=np.float32)
     return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in sequences]
 

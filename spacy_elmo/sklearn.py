@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -166,7 +166,25 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def _transform(self, samples: List[Any], backend: ElmoBackend) -> np.ndarray:
         kind = _sample_kind(samples)
         out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
-        pending: Dict[Tokens, List[int]] = {}  # unique token sequence -> rows that need it
+        if kind == "doc":
+            pending: Dict[Tokens, List[int]] = {}  # unique token sequence -> rows that need it
+            for i, doc in enumerate(samples):
+                keep = [token.i for token in doc if not is_whitespace(token.text)]
+                stored = stored_layers(doc, backend)
+                if stored is None:
+                    pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
+                else:
+                    out[i] = self._pool(stored[:, keep])
+        else:
+            pending = self._token_rows(samples, kind)
+        for tokens, activations in self._embedded(pending, backend):
+            out[pending[tokens]] = self._pool(activations)
+        # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
+        return out
+
+    def _token_rows(self, samples: List[Any], kind: str) -> Dict[Tokens, List[int]]:
+        """Each unique token sequence of strings (``kind="text"``) or token lists, and the rows that hold it."""
+        pending: Dict[Tokens, List[int]] = {}
         if kind == "text":
             split = resolve_tokenizer(self.tokenizer)
             tokenized: Dict[str, Tokens] = {}
@@ -175,22 +193,13 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
                 if text not in tokenized:
                     tokenized[text] = _clean_tokens(_split_text(split, text, i), i)
                 pending.setdefault(tokenized[text], []).append(i)
-        elif kind == "tokens":
+        else:
             for i, tokens in enumerate(samples):
                 pending.setdefault(_clean_tokens(tokens, i), []).append(i)
-        else:
-            for i, doc in enumerate(samples):
-                keep = [token.i for token in doc if not is_whitespace(token.text)]
-                stored = stored_layers(doc, backend)
-                if stored is None:
-                    pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
-                else:
-                    out[i] = self._pool(stored[:, keep])
-        self._embed_into(out, pending, backend)
-        return out
+        return pending
 
-    def _embed_into(self, out: np.ndarray, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> None:
-        """Embed each unique token sequence once, longest first, and fill its rows."""
+    def _embedded(self, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
+        """All layers of each unique non-empty token sequence, embedded once, longest first (windowed as configured)."""
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         max_length, overlap = self._windows()
         segments = ((tokens, tokens) for tokens in unique)
@@ -198,9 +207,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             for tokens, activations in embed_segments(
                 backend, segments, max_length=max_length, overlap=overlap, batch_size=self.batch_size
             ):
-                out[pending[tokens]] = self._pool(activations)
+                yield tokens, activations
                 bar.update(1)
-        # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:
         return pool(mix_layers(activations, self.layers), self.pooling)
