@@ -10,7 +10,9 @@
 2. Error vs float32 on 64 sentences, every layer: the max abs difference, and the max difference
    over that layer's activation scale (its largest |float32| value).
 3. Downstream, on the bundled default model: TREC-6 and SST-5 test accuracy of
-   ``ElmoVectorizer(dtype=...)`` + StandardScaler + LogisticRegression (examples/sklearn_classify.py's setup).
+   ``ElmoVectorizer(dtype=...)`` + StandardScaler + LogisticRegression (examples/sklearn_classify.py's setup),
+   and paired with float32's predictions on the same test items: how many changed, how many of those
+   became right or wrong, and the exact McNemar p-value (is the difference more than chance?).
 """
 from __future__ import annotations
 
@@ -77,8 +79,22 @@ def downstream(dataset: str, dtype: str, max_train, data_dir: Path) -> Dict[str,
         ElmoVectorizer(model="default", tokenizer=str.split, dtype=dtype), StandardScaler(), LogisticRegression(max_iter=3000)
     )
     model.fit(train_x, train_y)
-    accuracy = model.score(test_x, test_y)
-    return {"accuracy": accuracy, "seconds": time.perf_counter() - start, "train": len(train_x), "test": len(test_x)}
+    predictions = model.predict(test_x)
+    accuracy = float(np.mean(predictions == np.asarray(test_y)))
+    return {"accuracy": accuracy, "seconds": time.perf_counter() - start, "train": len(train_x), "test": len(test_x),
+            "predictions": predictions, "truth": np.asarray(test_y)}
+
+
+def paired(low: Dict, exact: Dict) -> str:
+    """How the low-precision classifier's test predictions differ from float32's: the changed predictions, those that
+    became right / wrong, and the exact McNemar p-value (two-sided binomial test on those two counts)."""
+    from scipy.stats import binomtest
+
+    changed = low["predictions"] != exact["predictions"]
+    fixed = int(np.sum(changed & (low["predictions"] == low["truth"])))
+    broken = int(np.sum(changed & (exact["predictions"] == exact["truth"])))
+    p = binomtest(fixed, fixed + broken).pvalue if fixed + broken else 1.0
+    return f"{int(changed.sum())} changed: {fixed} right / {broken} wrong, McNemar p = {p:.2f}"
 
 
 def main(argv=None) -> int:
@@ -150,7 +166,7 @@ def main(argv=None) -> int:
               "| dataset | train / test | " + " | ".join(DTYPES) + " |", "|---|---|" + "---|" * len(DTYPES)]
     for dataset, by_dtype in accuracy.items():
         first = by_dtype["float32"]
-        cells = [f"{100 * by_dtype[d]['accuracy']:.1f}" + ("" if d == "float32" else f" ({100 * (by_dtype[d]['accuracy'] - first['accuracy']):+.1f})") for d in DTYPES]
+        cells = [f"{100 * by_dtype[d]['accuracy']:.1f}" + ("" if d == "float32" else f" ({100 * (by_dtype[d]['accuracy'] - first['accuracy']):+.1f}; {paired(by_dtype[d], first)})") for d in DTYPES]
         lines.append(f"| {dataset} | {first['train']} / {first['test']} | " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"
     print(report)

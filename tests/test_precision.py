@@ -25,10 +25,12 @@ import torch
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
-from spacy_elmo.bilm import BiLM, low_precision
+from spacy_elmo.bilm import BiLM, inference, int8_steps, low_precision, threads
+from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
-from test_inference_path import _options, _random_batch
+from numerics import assert_recomputed_close
+from test_inference_path import _options, _random_batch, _random_state
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 
@@ -201,6 +203,7 @@ def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
         used["few" if id(pack) in few_packs else "many"] += 1
         return plain(rows, pack, reduce_range)
 
+    monkeypatch.setattr(int8_steps, "compiled", lambda: None)  # the Python loop, whose ops this test can see
     backend = load_bilm(fixture_dir, dtype="int8")
     backend.clear_cache()
     sentence = ["The", "bank", "approved", "the", "loan", "."]
@@ -215,3 +218,58 @@ def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
     assert used["few"] > 0 and used["many"] > 0  # steps of one row; the input projections and token layers
     exact = load_bilm(fixture_dir).embed([sentence])
     assert (layer_errors([one], exact) < TOLERANCE["int8"]).all()
+
+
+@needs_int8
+@pytest.mark.parametrize("direction_threads", [False, True])
+def test_int8_compiled_step_loop_matches_the_python_loop(direction_threads, monkeypatch):
+    """The TorchScript step loop (:mod:`int8_steps`) runs the Python loop's ops: the same outputs and final states.
+
+    Rows end at different steps, step sizes fall from 9 through INT8_FEW_ROWS (the few-row pack) to 1,
+    the input projections come in chunks of 7 rows, and the initial state is random. A wrong gate,
+    clip or carried state moves outputs by far more than recomputation rounding. (Which engine's
+    pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
+    """
+    assert int8_steps.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
+    if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
+        monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
+        monkeypatch.setattr(threads, "_pool", None)
+        saved_threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+    monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
+    torch.manual_seed(4)
+    model = low_precision.quantize(BiLM(_options(cell_dim=64, projection_dim=16)).eval())
+    for p in model.parameters():  # realistic spread, so the clips are hit
+        torch.nn.init.uniform_(p, -0.5, 0.5)
+    sentences = _random_batch(seed=6, n=9, longest=15)
+    ids = torch.as_tensor(batch_to_char_ids(sentences))
+    state = _random_state(model, len(sentences), 5)
+    runs = []
+    try:
+        for use_script in (True, False):
+            if not use_script:
+                monkeypatch.setattr(int8_steps, "compiled", lambda: None)
+            with torch.inference_mode():
+                runs.append(model(ids, state))
+    finally:
+        if direction_threads:
+            torch.set_num_threads(saved_threads)
+    (acts, mask, final), (python_acts, python_mask, python_final) = runs
+    assert torch.equal(mask, python_mask)
+    assert_recomputed_close(acts, python_acts)
+    for layer in range(model.n_layers):
+        for d in range(2):
+            for ours, python in zip(final[layer][d], python_final[layer][d]):
+                assert_recomputed_close(ours, python)
+
+
+def test_int8_step_loop_falls_back_to_python_without_torchscript(monkeypatch):
+    """Where ``torch.jit.script`` is missing or fails, no compiled loop is offered (the Python loop runs)."""
+
+    def broken(_function):
+        raise RuntimeError("no TorchScript here")
+
+    monkeypatch.setattr(torch.jit, "script", broken)
+    monkeypatch.setattr(int8_steps, "_tried", False)
+    monkeypatch.setattr(int8_steps, "_compiled", None)
+    assert int8_steps.compiled() is None

@@ -20,12 +20,12 @@ small weights take one batched product for both directions. Nothing here records
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, cast
+from typing import Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
 
-from . import low_precision, mkl_prepacked
+from . import int8_steps, low_precision, mkl_prepacked
 from .encoder import CharCNNEncoder, Highway
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
 from .threads import pool, split_directions
@@ -235,11 +235,23 @@ def _run_layer(
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
     chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
+    script = products.int8_script()
+    if script is not None:  # each direction's steps in TorchScript (:mod:`.int8_steps`): no GIL between ops
+        c_d = [c[d] for d in range(len(cells))]
+        h_d = [None if h_prev is None else h_prev[d] for d in range(len(cells))]
     for first_step, stop in chunk_steps:
         start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
         gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
         products.project_inputs(x[:, start_row:end_row], gx)
+        if script is not None:
+            sizes, offsets = layout.step_sizes[first_step:stop], layout.step_offsets[first_step:stop]
+            for d, packs in enumerate(script.packs):
+                h_d[d], c_d[d] = script.run(
+                    gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *packs,
+                    low_precision.INT8_FEW_ROWS, float(cell_clip or 0.0), float(proj_clip or 0.0), sigmoid_tanh,
+                )
+            continue
         for step in range(first_step, stop):
             n = layout.step_sizes[step]
             begin = layout.step_offsets[step] - start_row
@@ -270,6 +282,10 @@ def _run_layer(
             if proj_clip:
                 h.clamp_(-proj_clip, proj_clip)
             h_prev = h
+    if script is not None:
+        for d, c_last in enumerate(c_d):
+            last_c[d, : c_last.shape[0]] = c_last
+        return out, last_c
     last_c[:, : c.shape[1]] = c
     return out, last_c
 
@@ -288,6 +304,7 @@ class _StepProducts:
         self.cells, self.usable = cells, mkl_prepacked.usable(x)
         self.low = [low_precision.pack_of(cell, "state_weight", cell.state_weight.t(), x[0, :batch]) for cell in cells]
         self.low_ok = all(p is not None for p in self.low)
+        self.probe = x[0, :1]  # a float32 row: what pack_of needs to pick the int8 pack
         self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
@@ -296,6 +313,21 @@ class _StepProducts:
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS and not self.low_ok
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
+
+    def int8_script(self) -> Optional["_Int8Script"]:
+        """The compiled int8 step loop and each direction's packs, where every product here is int8 and TorchScript works."""
+        if not self.low_ok or any(p.kind != "int8" for p in self.low):  # type: ignore[union-attr]  # low_ok: none is None
+            return None
+        run = int8_steps.compiled()
+        if run is None:
+            return None
+        packs = []
+        for cell, state, projection in zip(self.cells, self.low, self.projection):
+            proj = low_precision.pack_of(cell, "projection", projection.t(), self.probe)
+            if proj is None or proj.kind != "int8":
+                return None
+            packs.append((*_int8_pair(state), *_int8_pair(proj)))  # type: ignore[arg-type]  # low_ok: not None
+        return _Int8Script(run, packs)
 
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
@@ -352,6 +384,19 @@ class _StepProducts:
             return None
         packs = [mkl_prepacked.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
         return None if any(p is None for p in packs) else cast(List[torch.Tensor], packs)
+
+
+@dataclass
+class _Int8Script:
+    """The compiled step loop (:func:`.int8_steps.int8_steps`) and, per direction, its packs: state few/many, projection few/many."""
+
+    run: Callable[..., Tuple[Optional[torch.Tensor], torch.Tensor]]
+    packs: List[Tuple[object, object, object, object]]
+
+
+def _int8_pair(pack: low_precision.Pack) -> Tuple[object, object]:
+    """An int8 pack's (few rows, many rows) packed weights; the oneDNN one serves both where fbgemm is missing."""
+    return (pack.few_rows if pack.few_rows is not None else pack.packed), pack.packed
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
