@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
@@ -63,8 +63,12 @@ def errors(low: List[np.ndarray], exact: List[np.ndarray]) -> Dict[str, List[flo
     return {"max_abs": worst.tolist(), "relative": (worst / scale).tolist(), "scale": scale.tolist()}
 
 
-def downstream(dataset: str, dtype: str, max_train, data_dir: Path) -> Dict[str, float]:
+def downstream(dataset: str, dtype: str, max_train, data_dir: Path, folds: int = 0) -> Dict[str, Any]:
+    """Test accuracy of ``ElmoVectorizer(dtype=...)`` + StandardScaler + LogisticRegression trained on the train split;
+    with ``folds``, also the accuracy of ``folds``-fold cross-validated predictions over train + test together
+    (every labelled item predicted once, by a model that did not see it: a larger, less noisy sample)."""
     from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     from sklearn_classify import load_dataset, subsample
@@ -75,14 +79,19 @@ def downstream(dataset: str, dtype: str, max_train, data_dir: Path) -> Dict[str,
     train_x, train_y = subsample(train_x, train_y, max_train)
     load_bilm("default", dtype=dtype).clear_cache()
     start = time.perf_counter()
-    model = make_pipeline(
-        ElmoVectorizer(model="default", tokenizer=str.split, dtype=dtype), StandardScaler(), LogisticRegression(max_iter=3000)
-    )
-    model.fit(train_x, train_y)
-    predictions = model.predict(test_x)
-    accuracy = float(np.mean(predictions == np.asarray(test_y)))
-    return {"accuracy": accuracy, "seconds": time.perf_counter() - start, "train": len(train_x), "test": len(test_x),
-            "predictions": predictions, "truth": np.asarray(test_y)}
+    vectorizer = ElmoVectorizer(model="default", tokenizer=str.split, dtype=dtype)
+    train_rows, test_rows = vectorizer.transform(train_x), vectorizer.transform(test_x)
+    classifier = lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))  # noqa: E731
+    predictions = classifier().fit(train_rows, train_y).predict(test_rows)
+    result: Dict[str, Any] = {"accuracy": float(np.mean(predictions == np.asarray(test_y))), "train": len(train_x),
+                              "test": len(test_x), "predictions": predictions, "truth": np.asarray(test_y)}
+    if folds:
+        rows, labels = np.vstack([train_rows, test_rows]), np.asarray(list(train_y) + list(test_y))
+        splits = StratifiedKFold(folds, shuffle=True, random_state=0)
+        cv = cross_val_predict(classifier(), rows, labels, cv=splits)
+        result["cv"] = {"accuracy": float(np.mean(cv == labels)), "predictions": cv, "truth": labels, "n": len(labels)}
+    result["seconds"] = time.perf_counter() - start
+    return result
 
 
 def paired(low: Dict, exact: Dict) -> str:
@@ -105,6 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", default="small,original")
     parser.add_argument("--datasets", default="trec,sst5")
     parser.add_argument("--max-train", type=int, default=None, help="a seeded subset of the training sentences")
+    parser.add_argument("--folds", type=int, default=5, help="also K-fold cross-validated accuracy over train + test (0: off)")
     parser.add_argument("--quick", action="store_true", help="smoke test: few sentences, 1 pass, 500 training sentences")
     parser.add_argument("--out", help="also write the markdown report here")
     args = parser.parse_args(argv)
@@ -140,7 +150,7 @@ def main(argv=None) -> int:
     for dataset in args.datasets.split(","):
         accuracy[dataset] = {}
         for d in DTYPES:
-            accuracy[dataset][d] = downstream(dataset, d, max_train, data_dir)
+            accuracy[dataset][d] = downstream(dataset, d, max_train, data_dir, 0 if args.quick else args.folds)
             print(f"[{dataset}] {d}: accuracy {accuracy[dataset][d]['accuracy']:.4f}", file=sys.stderr, flush=True)
     lines = [
         f"CPU: {cpu}",
@@ -168,6 +178,10 @@ def main(argv=None) -> int:
         first = by_dtype["float32"]
         cells = [f"{100 * by_dtype[d]['accuracy']:.1f}" + ("" if d == "float32" else f" ({100 * (by_dtype[d]['accuracy'] - first['accuracy']):+.1f}; {paired(by_dtype[d], first)})") for d in DTYPES]
         lines.append(f"| {dataset} | {first['train']} / {first['test']} | " + " | ".join(cells) + " |")
+        if "cv" in first:
+            cv = {d: by_dtype[d]["cv"] for d in DTYPES}
+            cells = [f"{100 * cv[d]['accuracy']:.1f}" + ("" if d == "float32" else f" ({100 * (cv[d]['accuracy'] - cv['float32']['accuracy']):+.1f}; {paired(cv[d], cv['float32'])})") for d in DTYPES]
+            lines.append(f"| {dataset}, {args.folds}-fold CV over train + test | {cv['float32']['n']} items | " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
