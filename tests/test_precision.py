@@ -25,7 +25,7 @@ import torch
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
-from spacy_elmo.bilm import BiLM, inference, int8_steps, low_precision, threads
+from spacy_elmo.bilm import BiLM, compiled_steps, inference, low_precision, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
@@ -55,6 +55,20 @@ def count_packs(monkeypatch):
         return plain(rows, pack, bias)
 
     monkeypatch.setattr(low_precision, "linear", counting)
+    compiled = compiled_steps.compiled
+
+    def counting_loop(kind):  # the compiled step loops multiply by the packs without low_precision.linear
+        run = compiled(kind)
+        if run is None:
+            return None
+
+        def counted(*args):
+            counts[kind] += 1
+            return run(*args)
+
+        return counted
+
+    monkeypatch.setattr(compiled_steps, "compiled", counting_loop)
     return counts
 
 
@@ -203,7 +217,7 @@ def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
         used["few" if id(pack) in few_packs else "many"] += 1
         return plain(rows, pack, reduce_range)
 
-    monkeypatch.setattr(int8_steps, "compiled", lambda: None)  # the Python loop, whose ops this test can see
+    monkeypatch.setattr(compiled_steps, "compiled", lambda kind: None)  # the Python loop, whose ops this test can see
     backend = load_bilm(fixture_dir, dtype="int8")
     backend.clear_cache()
     sentence = ["The", "bank", "approved", "the", "loan", "."]
@@ -220,56 +234,74 @@ def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
     assert (layer_errors([one], exact) < TOLERANCE["int8"]).all()
 
 
-@needs_int8
+@pytest.mark.parametrize("dtype", [pytest.param("int8", marks=needs_int8), "bfloat16"])
 @pytest.mark.parametrize("direction_threads", [False, True])
-def test_int8_compiled_step_loop_matches_the_python_loop(direction_threads, monkeypatch):
-    """The TorchScript step loop (:mod:`int8_steps`) runs the Python loop's ops: the same outputs and final states.
+def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, count_packs, monkeypatch):
+    """The TorchScript step loops (:mod:`compiled_steps`) run the Python loop's ops: the same outputs and final states.
 
     Rows end at different steps, step sizes fall from 9 through INT8_FEW_ROWS (the few-row pack) to 1,
     the input projections come in chunks of 7 rows, and the initial state is random. A wrong gate,
     clip or carried state moves outputs by far more than recomputation rounding. (Which engine's
-    pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
+    int8 pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
     """
-    assert int8_steps.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
+    assert compiled_steps.compiled(dtype) is not None  # x86 torch has TorchScript: a broken compile must not pass silently
     if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
         monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
         monkeypatch.setattr(threads, "_pool", None)
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
     monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
+    monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
-    model = low_precision.quantize(BiLM(_options(cell_dim=64, projection_dim=16)).eval())
-    for p in model.parameters():  # realistic spread, so the clips are hit
+    model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite
+    for p in model.parameters():
         torch.nn.init.uniform_(p, -0.5, 0.5)
     sentences = _random_batch(seed=6, n=9, longest=15)
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     state = _random_state(model, len(sentences), 5)
+    if dtype == "int8":
+        low_precision.quantize(model)
+    else:
+        model = model.to(torch.bfloat16)
+        state = [[(h.bfloat16(), c.bfloat16()) for h, c in layer] for layer in state]
+    calls = []
+    compiled_loop = inference._StepProducts.compiled_loop
+
+    def recording(products):
+        loop = compiled_loop(products)
+        calls.append(loop is not None)
+        return loop
+
+    monkeypatch.setattr(inference._StepProducts, "compiled_loop", recording)
     runs = []
     try:
         for use_script in (True, False):
             if not use_script:
-                monkeypatch.setattr(int8_steps, "compiled", lambda: None)
+                monkeypatch.setattr(compiled_steps, "compiled", lambda kind: None)
             with torch.inference_mode():
                 runs.append(model(ids, state))
     finally:
         if direction_threads:
             torch.set_num_threads(saved_threads)
+    steps_runs = 4 if direction_threads else 2  # 2 layers x 2 directions on the threads, or 2 layers in one loop
+    assert calls == [True] * steps_runs + [False] * steps_runs
     (acts, mask, final), (python_acts, python_mask, python_final) = runs
     assert torch.equal(mask, python_mask)
-    assert_recomputed_close(acts, python_acts)
+    assert (acts[1].abs() == 0.5).any()  # the projection clip was hit (layer 1: the first LSTM's clipped outputs)
+    assert_recomputed_close(acts.float(), python_acts.float())
     for layer in range(model.n_layers):
         for d in range(2):
             for ours, python in zip(final[layer][d], python_final[layer][d]):
-                assert_recomputed_close(ours, python)
+                assert_recomputed_close(ours.float(), python.float())
+    assert count_packs[dtype] > 0
 
 
-def test_int8_step_loop_falls_back_to_python_without_torchscript(monkeypatch):
+def test_step_loops_fall_back_to_python_without_torchscript(monkeypatch):
     """Where ``torch.jit.script`` is missing or fails, no compiled loop is offered (the Python loop runs)."""
 
     def broken(_function):
         raise RuntimeError("no TorchScript here")
 
     monkeypatch.setattr(torch.jit, "script", broken)
-    monkeypatch.setattr(int8_steps, "_tried", False)
-    monkeypatch.setattr(int8_steps, "_compiled", None)
-    assert int8_steps.compiled() is None
+    monkeypatch.setattr(compiled_steps, "_compiled", {})
+    assert compiled_steps.compiled("int8") is None and compiled_steps.compiled("bfloat16") is None

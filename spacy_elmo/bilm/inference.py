@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, cast
 import torch
 from torch import nn
 
-from . import int8_steps, low_precision, mkl_prepacked
+from . import compiled_steps, low_precision, mkl_prepacked
 from .encoder import CharCNNEncoder, Highway
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
 from .threads import pool, split_directions
@@ -228,15 +228,16 @@ def _run_layer(
     last_c = x.new_empty(len(cells), batch, c_dim)
     # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
     # math, which starts its own thread team even for a few hundred elements; on a busy machine
-    # each call can then wait milliseconds. The sigmoid form stays on torch's own kernels.
+    # each call can then wait milliseconds. The sigmoid form (compiled_steps.cell_update) stays on torch's own kernels.
     sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
     products = _StepProducts(cells, x, batch)
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
     chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
-    script = products.int8_script()
-    if script is not None:  # each direction's steps in TorchScript (:mod:`.int8_steps`): no GIL between ops
+    clips = (float(cell_clip or 0.0), float(proj_clip or 0.0), sigmoid_tanh)
+    loop = products.compiled_loop()
+    if loop is not None:  # each direction's steps in TorchScript (:mod:`.compiled_steps`): no GIL between ops
         c_d = [c[d] for d in range(len(cells))]
         h_d = [None if h_prev is None else h_prev[d] for d in range(len(cells))]
     for first_step, stop in chunk_steps:
@@ -244,13 +245,10 @@ def _run_layer(
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
         gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
         products.project_inputs(x[:, start_row:end_row], gx)
-        if script is not None:
+        if loop is not None:
             sizes, offsets = layout.step_sizes[first_step:stop], layout.step_offsets[first_step:stop]
-            for d, packs in enumerate(script.packs):
-                h_d[d], c_d[d] = script.run(
-                    gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *packs,
-                    low_precision.INT8_FEW_ROWS, float(cell_clip or 0.0), float(proj_clip or 0.0), sigmoid_tanh,
-                )
+            for d, weights in enumerate(loop.weights):
+                h_d[d], c_d[d] = loop.run(gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *weights, *clips)
             continue
         for step in range(first_step, stop):
             n = layout.step_sizes[step]
@@ -261,34 +259,19 @@ def _run_layer(
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
                 products.add_recurrent(g, h_prev, n)
-            i, j, f, o = g.unflatten(2, (4, c_dim)).unbind(2)  # views, in TF order
-            if sigmoid_tanh:  # tanh(x) = 2 sigmoid(2x) - 1: one sigmoid over all four gate blocks
-                j.mul_(2)
-                g.sigmoid_()
-                c = torch.addcmul(f * c, i, j, value=2).sub_(i)
-            else:
-                j = torch.tanh(j)
-                g.sigmoid_()  # i, f, o (the sigmoid of the j block is unused)
-                c = torch.addcmul(f * c, i, j)
-            if cell_clip:
-                c.clamp_(-cell_clip, cell_clip)
-            if sigmoid_tanh:  # o * tanh(c) = 2 o sigmoid(2c) - o
-                hid = torch.mul(c, 2).sigmoid_().mul_(o).mul_(2).sub_(o)
-            else:
-                hid = torch.tanh(c).mul_(o)
+            hid, c = compiled_steps.cell_update(g, c, clips[0], sigmoid_tanh)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
             products.project(hid, h)
             if proj_clip:
                 h.clamp_(-proj_clip, proj_clip)
             h_prev = h
-    if script is not None:
+    if loop is not None:
         for d, c_last in enumerate(c_d):
             last_c[d, : c_last.shape[0]] = c_last
         return out, last_c
     last_c[:, : c.shape[1]] = c
     return out, last_c
-
 
 
 class _StepProducts:
@@ -304,7 +287,7 @@ class _StepProducts:
         self.cells, self.usable = cells, mkl_prepacked.usable(x)
         self.low = [low_precision.pack_of(cell, "state_weight", cell.state_weight.t(), x[0, :batch]) for cell in cells]
         self.low_ok = all(p is not None for p in self.low)
-        self.probe = x[0, :1]  # a float32 row: what pack_of needs to pick the int8 pack
+        self.probe = x[0, :batch]  # the step rows' dtype and most rows: what pack_of picks a pack by
         self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
@@ -314,20 +297,26 @@ class _StepProducts:
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
 
-    def int8_script(self) -> Optional["_Int8Script"]:
-        """The compiled int8 step loop and each direction's packs, where every product here is int8 and TorchScript works."""
-        if not self.low_ok or any(p.kind != "int8" for p in self.low):  # type: ignore[union-attr]  # low_ok: none is None
+    def compiled_loop(self) -> Optional["_CompiledLoop"]:
+        """The compiled step loop (:mod:`.compiled_steps`) and each direction's weights, where every step product
+        here has an int8 pack, or every state product a bf16 one, and TorchScript works."""
+        if not self.low_ok:
             return None
-        run = int8_steps.compiled()
-        if run is None:
+        kind = cast(low_precision.Pack, self.low[0]).kind
+        run = compiled_steps.compiled(kind)
+        if run is None or any(cast(low_precision.Pack, p).kind != kind for p in self.low):
             return None
-        packs = []
-        for cell, state, projection in zip(self.cells, self.low, self.projection):
+        weights: List[tuple] = []
+        for cell, state, projection in zip(self.cells, cast(List[low_precision.Pack], self.low), self.projection):
             proj = low_precision.pack_of(cell, "projection", projection.t(), self.probe)
-            if proj is None or proj.kind != "int8":
-                return None
-            packs.append((*_int8_pair(state), *_int8_pair(proj)))  # type: ignore[arg-type]  # low_ok: not None
-        return _Int8Script(run, packs)
+            if kind == "int8":
+                if proj is None:
+                    return None
+                weights.append((*_int8_pair(state), *_int8_pair(proj), low_precision.INT8_FEW_ROWS))
+            else:
+                packed = None if proj is None else proj.packed
+                weights.append((cell.state_weight, state.packed, projection, packed, low_precision.BF16_MAX_ROWS))
+        return _CompiledLoop(run, weights)
 
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
@@ -387,11 +376,11 @@ class _StepProducts:
 
 
 @dataclass
-class _Int8Script:
-    """The compiled step loop (:func:`.int8_steps.int8_steps`) and, per direction, its packs: state few/many, projection few/many."""
+class _CompiledLoop:
+    """A compiled step loop (:func:`.compiled_steps.int8_steps` or ``bf16_steps``) and, per direction, its weight arguments."""
 
     run: Callable[..., Tuple[Optional[torch.Tensor], torch.Tensor]]
-    packs: List[Tuple[object, object, object, object]]
+    weights: List[tuple]
 
 
 def _int8_pair(pack: low_precision.Pack) -> Tuple[object, object]:
