@@ -7,8 +7,9 @@ both layers, one direction per thread: 38 ms alone and 49 ms with both direction
 Python, 25 ms and 26 ms through :func:`int8_steps`. TorchScript's interpreter runs the same aten
 ops (the packs of :mod:`.low_precision`) without holding the GIL.
 
-:func:`cell_update` is the one copy of the gate and cell math: the Python loop of
-:mod:`.inference` calls it for every precision, and the compiled loops call its compiled form.
+:func:`cell_update` (the gate and cell math) and :func:`retire_ended_rows` are the one copy of each:
+the Python loop of :mod:`.inference` calls them for every precision, the compiled loops their
+compiled forms.
 ``torch.jit.script`` is in maintenance mode (torch 2.x warns that it is deprecated); where it is
 missing or fails, :func:`compiled` returns None and :mod:`.inference` runs its Python loop, which
 computes the same function (the same ops in the same order).
@@ -68,6 +69,16 @@ def cell_update(g: torch.Tensor, c: torch.Tensor, cell_clip: float, sigmoid_tanh
     return hid, c
 
 
+def retire_ended_rows(c: torch.Tensor, last_c: torch.Tensor, n: int) -> torch.Tensor:
+    """Rows ``n..`` of cell ``c`` (``[..., rows, cell]``) ended at the previous step: keep their final cell in
+    ``last_c``; returns the ``n`` rows still running."""
+    rows = c.shape[-2]
+    if n < rows:
+        last_c.narrow(-2, n, rows - n).copy_(c.narrow(-2, n, rows - n))
+        c = c.narrow(-2, 0, n)
+    return c
+
+
 def int8_steps(
     gx: torch.Tensor,
     out: torch.Tensor,
@@ -96,9 +107,7 @@ def int8_steps(
     """
     for k in range(len(step_sizes)):
         n = step_sizes[k]
-        if n < c.shape[0]:  # rows n.. ended at the previous step: keep their final cell
-            last_c[n : c.shape[0]] = c[n:]
-            c = c[:n]
+        c = retire_ended_rows(c, last_c, n)
         begin = step_offsets[k] - start_row
         g = gx[begin : begin + n]
         if h_prev is not None:  # None: the zero state adds nothing
@@ -138,9 +147,7 @@ def bf16_steps(
     no_scalars: List[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
     for k in range(len(step_sizes)):
         n = step_sizes[k]
-        if n < c.shape[0]:
-            last_c[n : c.shape[0]] = c[n:]
-            c = c[:n]
+        c = retire_ended_rows(c, last_c, n)
         begin = step_offsets[k] - start_row
         g = gx[begin : begin + n]
         if h_prev is not None:

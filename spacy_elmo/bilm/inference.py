@@ -223,7 +223,7 @@ def _run_layer(
     first = cells[0]
     c_dim, n_total = first.cell_dim, x.shape[1]
     batch = layout.step_sizes[0]
-    cell_clip, proj_clip = first.cell_clip, first.proj_clip
+    cell_clip, proj_clip = float(first.cell_clip or 0.0), float(first.proj_clip or 0.0)  # 0: no clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
     last_c = x.new_empty(len(cells), batch, c_dim)
     # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
@@ -235,7 +235,6 @@ def _run_layer(
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
     chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
-    clips = (float(cell_clip or 0.0), float(proj_clip or 0.0), sigmoid_tanh)
     loop = products.compiled_loop()
     if loop is not None:  # each direction's steps in TorchScript (:mod:`.compiled_steps`): no GIL between ops
         c_d = [c[d] for d in range(len(cells))]
@@ -248,18 +247,18 @@ def _run_layer(
         if loop is not None:
             sizes, offsets = layout.step_sizes[first_step:stop], layout.step_offsets[first_step:stop]
             for d, weights in enumerate(loop.weights):
-                h_d[d], c_d[d] = loop.run(gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *weights, *clips)
+                h_d[d], c_d[d] = loop.run(
+                    gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *weights, cell_clip, proj_clip, sigmoid_tanh
+                )
             continue
         for step in range(first_step, stop):
             n = layout.step_sizes[step]
             begin = layout.step_offsets[step] - start_row
-            if n < c.shape[1]:  # rows n.. ended at the previous step: keep their final cell
-                last_c[:, n : c.shape[1]] = c[:, n:]
-                c = c[:, :n]
+            c = compiled_steps.retire_ended_rows(c, last_c, n)
             g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
             if h_prev is not None:  # None: the zero state adds nothing
                 products.add_recurrent(g, h_prev, n)
-            hid, c = compiled_steps.cell_update(g, c, clips[0], sigmoid_tanh)
+            hid, c = compiled_steps.cell_update(g, c, cell_clip, sigmoid_tanh)
             row = layout.step_offsets[step]
             h = out[:, row : row + n]
             products.project(hid, h)
