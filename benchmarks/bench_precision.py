@@ -57,6 +57,38 @@ def speed(backends: Dict[str, object], calls: List[List[List[str]]], batch_size:
             return best
 
 
+def kernel_ceiling(repeats: int = 50) -> List[str]:
+    """The products' own speed limit: one "original" LSTM step's recurrent (512 -> 16384) and projection (4096 -> 512)
+    products, float32 (``torch.mm``, MKL) vs int8 (this CPU's chosen kernel, :mod:`spacy_elmo.bilm.cpu_support`), on
+    one thread, for 1 and 32 rows. The whole biLM cannot gain more from int8 than these ratios."""
+    from spacy_elmo.bilm import cpu_support, low_precision
+
+    kernels = cpu_support.int8_kernels()
+    rows_out = []
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for inner, outer in ((512, 16384), (4096, 512)):
+            weight = torch.randn(outer, inner) * 0.02
+            pack = low_precision._pack(weight, "int8")
+            for rows in (1, 32):
+                x = torch.randn(rows, inner).tanh()
+                timings = {}
+                for name, run in (("float32", lambda: torch.mm(x, weight.t())), ("int8", lambda: low_precision.linear(x, pack))):
+                    run()
+                    start = time.perf_counter()
+                    for _ in range(repeats):
+                        run()
+                    timings[name] = (time.perf_counter() - start) / repeats
+                kernel = kernels.few_rows if rows <= low_precision.INT8_FEW_ROWS else kernels.many_rows
+                rows_out.append(f"| {inner} -> {outer} | {rows} | {timings['float32'] * 1e6:,.0f} | {timings['int8'] * 1e6:,.0f} "
+                                f"({kernel.engine}{', 7-bit activations' if kernel.reduce_range else ''}) "
+                                f"| **{timings['float32'] / timings['int8']:.2f}x** |")
+    finally:
+        torch.set_num_threads(saved)
+    return rows_out
+
+
 def errors(low: List[np.ndarray], exact: List[np.ndarray]) -> Dict[str, List[float]]:
     worst = np.max([np.abs(a - b).max(axis=(1, 2)) for a, b in zip(low, exact)], axis=0)
     scale = np.max([np.abs(b).max(axis=(1, 2)) for b in exact], axis=0)
@@ -112,6 +144,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-seconds", type=float, default=2.0)
     parser.add_argument("--sets", default="small,original")
+    parser.add_argument("--dtypes", default=None, help="comma-separated, float32 first (default: float32, bfloat16 where "
+                        "this CPU has native bf16 kernels, int8)")
     parser.add_argument("--datasets", default="trec,sst5")
     parser.add_argument("--max-train", type=int, default=None, help="a seeded subset of the training sentences")
     parser.add_argument("--folds", type=int, default=5, help="also K-fold cross-validated accuracy over train + test (0: off)")
@@ -120,9 +154,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from spacy_elmo import load_bilm
+    from spacy_elmo.bilm import cpu_support
+
+    global DTYPES
+    DTYPES = args.dtypes.split(",") if args.dtypes else ["float32"] + (["bfloat16"] if cpu_support.bf16_native() else []) + ["int8"]
 
     cpu = bench.cpu_description()
     print(f"CPU: {cpu}", flush=True)
+    print(f"precision support: {cpu_support.summary()}", flush=True)
     started, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     pool = bench.read_sentences(25000)
     near20 = [s for s in pool if 18 <= len(s) <= 22]
@@ -147,7 +186,7 @@ def main(argv=None) -> int:
     accuracy: Dict[str, Dict[str, Dict[str, float]]] = {}
     max_train = 500 if args.quick else args.max_train
     data_dir = bench.SHARED / "data"
-    for dataset in args.datasets.split(","):
+    for dataset in filter(None, args.datasets.split(",")):
         accuracy[dataset] = {}
         for d in DTYPES:
             accuracy[dataset][d] = downstream(dataset, d, max_train, data_dir, 0 if args.quick else args.folds)
@@ -155,17 +194,17 @@ def main(argv=None) -> int:
     lines = [
         f"CPU: {cpu}",
         "",
+        f"Precision support: {cpu_support.summary()}",
+        "",
         f"{args.threads} threads; started {started}, load average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end.",
         "",
-        "| weights | workload | tokens | float32 tok/s | bfloat16 tok/s (x f32) | int8 tok/s (x f32) |",
-        "|---|---|---|---|---|---|",
+        "| weights | workload | tokens | float32 tok/s | " + " | ".join(f"{d} tok/s (x f32)" for d in DTYPES[1:]) + " |",
+        "|---|---|---|---|" + "---|" * (len(DTYPES) - 1),
     ]
     for name, label, tokens, tps in rows:
         f32 = tps["float32"]
-        lines.append(
-            f"| {name} | {label} | {tokens} | {f32:,.0f} | {tps['bfloat16']:,.0f} (**{tps['bfloat16'] / f32:.2f}x**) "
-            f"| {tps['int8']:,.0f} (**{tps['int8'] / f32:.2f}x**) |"
-        )
+        lines.append(f"| {name} | {label} | {tokens} | {f32:,.0f} | "
+                     + " | ".join(f"{tps[d]:,.0f} (**{tps[d] / f32:.2f}x**)" for d in DTYPES[1:]) + " |")
     lines += ["", f"Error vs float32 ({len(check)} sentences, batch 32), per layer 0 / 1 / 2:", "",
               "| weights | dtype | max abs | max abs / layer's activation scale |", "|---|---|---|---|"]
     for name, d, e in error_rows:
@@ -182,6 +221,9 @@ def main(argv=None) -> int:
             cv = {d: by_dtype[d]["cv"] for d in DTYPES}
             cells = [f"{100 * cv[d]['accuracy']:.1f}" + ("" if d == "float32" else f" ({100 * (cv[d]['accuracy'] - cv['float32']['accuracy']):+.1f}; {paired(cv[d], cv['float32'])})") for d in DTYPES]
             lines.append(f"| {dataset}, {args.folds}-fold CV over train + test | {cv['float32']['n']} items | " + " | ".join(cells) + " |")
+    lines += ["", "The products' own limit (one LSTM step's products on one thread, microseconds per call):", "",
+              "| product | rows | float32 (MKL) | int8 (kernel) | int8 x f32 |", "|---|---|---|---|---|"]
+    lines += kernel_ceiling()
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:

@@ -11,7 +11,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import torch
 
-from .bilm import low_precision
+from .bilm import cpu_support, low_precision
 from .bilm.model import BiLM
 from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -28,6 +28,8 @@ DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 # "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
+AUTO = "auto"  # the fastest precision on the device within its documented bound (bilm/cpu_support.auto_dtype)
+DTYPE_NAMES = sorted(DTYPES) + [AUTO]
 
 
 class ElmoBackend:
@@ -50,17 +52,20 @@ class ElmoBackend:
             if device.type != "cpu":
                 raise ValueError(f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)")
             if not low_precision.int8_available():
-                raise ValueError(f"dtype='int8' needs torch's {low_precision.INT8_ENGINE!r} quantized engine, which this torch lacks")
+                raise ValueError(f"dtype='int8' needs torch's {cpu_support.INT8_MANY_ROWS_ENGINE!r} quantized engine, which this torch lacks")
+            # int8 weights only: the float32 matrices are released once packed (bilm/low_precision.py)
             self.model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
         else:
             self.model = model.to(device=device, dtype=dtype).eval()
+        cpu_support.warn_if_slow(dtype, device, stacklevel=4)  # correct but emulated: say so once, with what to pick
         self.options_path = options_path
         self.weights_path = weights_path
         self.device = device
         self.dtype = dtype
-        self.fingerprint = fingerprint(options_path, weights_path)
+        self.files_fingerprint = fingerprint(options_path, weights_path)  # the model's identity, whatever the precision
+        self.fingerprint = self.files_fingerprint  # the vectors' identity: cache keys, Doc data
         if dtype != torch.float32:  # other precisions give other vectors: never share cache entries
-            self.fingerprint = hashlib.sha256(f"{self.fingerprint}:{dtype}".encode()).hexdigest()[:32]
+            self.fingerprint = hashlib.sha256(f"{self.files_fingerprint}:{dtype}".encode()).hexdigest()[:32]
         self.token_budget = DEFAULT_TOKEN_BUDGET
         self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
         self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)
@@ -124,10 +129,10 @@ class ElmoBackend:
         return self.model.output_dim
 
     def __repr__(self) -> str:
-        return f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, n_layers={self.n_layers}, dim={self.dim})"
+        return f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, dtype={dtype_name(self.dtype)!r}, n_layers={self.n_layers}, dim={self.dim})"
 
     def __reduce__(self):  # pickles as a reference: the unpickled backend comes from the shared cache
-        dtype = str(self.dtype).replace("torch.", "")
+        dtype = dtype_name(self.dtype)
         return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device), dtype))
 
     def embed(
@@ -300,20 +305,28 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
     return resolved
 
 
-def resolve_dtype(dtype: Union[None, str, torch.dtype]) -> torch.dtype:
-    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (README: "Precision").
+def resolve_dtype(dtype: Union[None, str, torch.dtype], device: Union[None, str, torch.device] = None) -> torch.dtype:
+    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (README: "Precision");
+    "auto" is the fastest of them on ``device`` (default CPU) that stays within its documented bound.
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
     """
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
-        name = str(dtype).replace("torch.", "")
+        name = dtype_name(dtype)
     else:
         name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}.get(str(dtype), str(dtype))
+    if name == AUTO:
+        return cpu_support.auto_dtype(resolve_device(device))
     if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, not {dtype!r}")
     return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The name ``load_bilm`` takes for ``dtype`` ("float32", "int8", ...)."""
+    return str(dtype).replace("torch.", "")
 
 
 def load_bilm(
@@ -335,10 +348,15 @@ def load_bilm(
     cache arguments (see :meth:`ElmoBackend.configure_cache`) reconfigure that shared object;
     ``None`` keeps its settings (defaults: 256 MiB in memory, a disk cache only when given or
     named by ``SPACY_ELMO_CACHE_DIR``).
+
+    ``dtype``: ``None``/"float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest of them
+    on this device within its documented error bound: int8 on x86 CPUs, bfloat16 or float16 on CUDA,
+    else float32); ``backend.dtype`` says which was chosen, and it is part of ``backend.fingerprint``.
+    A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
     options_path, weights_path = resolve_model_files(model, options, weights)
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype)
+    torch_dtype = resolve_dtype(dtype, torch_device)
     if not weights_path.is_file():
         raise WeightFileError(f"weight file not found: {weights_path}")
     stat = weights_path.stat()

@@ -197,14 +197,14 @@ def embed(
     batch_size: int = typer.Option(64, help="Sentences per batch (also bounded by a padded-token budget)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
-    dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16 or int8 (faster on CPU, approximate)"),
+    dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"),
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
     scheduler: Optional[str] = typer.Option(None, help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]"),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
-    from .backend import load_bilm
+    from .backend import dtype_name, load_bilm
     from .embed_file import embed_file
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
@@ -212,7 +212,8 @@ def embed(
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         backend = load_bilm(model, device=device, dtype=dtype)
-        with _dask_chunks(scheduler, model, device, dtype, batch_size, backend.fingerprint) as embed_chunks:
+        chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
+        with _dask_chunks(scheduler, model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
             summary = embed_file(
                 backend,
                 input_file,

@@ -26,7 +26,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'"
     ) from err
 
-from .backend import ElmoBackend, load_bilm
+from .backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .mix import LayerSpec, mix_layers
 from .pooling import pooled_dim
 from .sklearn import ElmoVectorizer, _sample_kind
@@ -268,6 +268,8 @@ def _vectorizer_params(
     window_overlap: int,
 ) -> Dict[str, Any]:
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    if dtype == AUTO:  # chosen once, here: workers on other CPUs must not each pick their own precision
+        dtype = dtype_name(resolve_dtype(dtype, device))
     return dict(
         model=model, layers=layers, pooling=pooling, tokenizer=tokenizer, batch_size=batch_size,
         device=device, dtype=dtype, max_length=max_length, window_overlap=window_overlap,

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
+from .bilm import cpu_support
 from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
 from .model_files import METRICS
@@ -29,6 +30,9 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"output:       {options.n_layers + 1} layers x {options.output_dim} dims",
         f"parameters:   {parameter_count(options_path):,} (biLM, without the softmax)",
     ]
+    support = cpu_support.summary()
+    lines.append(f"this machine: {support['cpu flags']} (ATen {support['aten capability']}); int8 {support['int8']}; "
+                 f"bfloat16 {support['bfloat16']}; float16 {support['float16']}; dtype='auto' -> {support['auto (cpu)']}")
     metrics_path = directory / METRICS
     if metrics_path.is_file():
         lines += _metrics_lines(json.loads(metrics_path.read_text(encoding="utf-8")))

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
 from tqdm import tqdm
 
-from .backend import ElmoBackend, load_bilm
+from .backend import ElmoBackend, dtype_name, load_bilm
 from .mix import LayerSpec, layer_weights, mix_layers
 from .pooling import check_pooling, pool, pooled_dim, pooling_parts
 from .spacy.extensions import LAYERS, MODEL
@@ -57,7 +57,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         Show a tqdm progress bar over the texts being embedded in ``transform``.
     dtype : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
-        "bfloat16", "float16" or "int8" (faster on CPU, approximate; README: "Precision").
+        "bfloat16", "float16", "int8" (faster on CPU, approximate; README: "Precision"), or "auto"
+        (the fastest within its error bound on this machine; ``model_fingerprint_`` names the choice).
 
     Input
     -----
@@ -71,7 +72,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     model_fingerprint_ : str
-        The backend's fingerprint (hash of options and weights) seen by ``fit``.
+        The backend's fingerprint (hash of options and weights, and the precision) seen by ``fit``.
+    dtype_ : str
+        The precision ``fit`` loaded the biLM in ("float32", "int8", ...; what ``dtype="auto"`` chose).
     layer_weights_ : ndarray of shape (n_layers + 1,)
         The normalised layer weights that ``layers`` resolves to.
     """
@@ -140,6 +143,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         backend = self._check_params()
         _sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
+        self.dtype_ = dtype_name(backend.dtype)
         self.layer_weights_ = layer_weights(self.layers, backend.n_layers + 1)
         return backend
 

@@ -294,7 +294,8 @@ def test_spacy_component_and_vectorizer_with_a_url_model(home, fixture_dir, tmp_
         assert doc._.elmo_model == backend.fingerprint
         nlp.to_disk(tmp_path / "pipeline")
         saved = json.loads((tmp_path / "pipeline" / "elmo" / "model" / "model.json").read_text())
-        assert saved == {"source": "remote", "model": url, "fingerprint": backend.fingerprint}  # a reference, not a copy
+        assert saved == {"source": "remote", "model": url, "fingerprint": backend.fingerprint,
+                         "files_fingerprint": backend.files_fingerprint}  # a reference, not a copy
         assert not (tmp_path / "pipeline" / "elmo" / "model" / "weights.hdf5").exists()
         loaded = spacy.load(tmp_path / "pipeline")
         assert loaded("A bank .")._.elmo_model == backend.fingerprint

@@ -93,6 +93,8 @@ def int8_steps(
     projection_few: LinearPacked,
     projection_many: LinearPacked,
     few_rows: int,
+    few_reduce_range: bool,
+    many_reduce_range: bool,
     cell_clip: float,
     proj_clip: float,
     sigmoid_tanh: bool,
@@ -102,7 +104,8 @@ def int8_steps(
     ``gx`` holds the chunk's input projections from packed row ``start_row`` on, and becomes the
     gates in place; ``out`` receives the projected outputs; rows that end keep their cell in
     ``last_c``. ``h_prev`` None is the zero state. A clip of 0 means none. Products of at most
-    ``few_rows`` rows take the ``*_few`` packs. The same ops, in the same order, as
+    ``few_rows`` rows take the ``*_few`` packs; ``*_reduce_range``: 7-bit activations for each kind of pack
+    (:mod:`.cpu_support`: where the CPU's kernels saturate at full range). The same ops, in the same order, as
     ``inference._run_layer``'s Python loop.
     """
     for k in range(len(step_sizes)):
@@ -111,13 +114,17 @@ def int8_steps(
         begin = step_offsets[k] - start_row
         g = gx[begin : begin + n]
         if h_prev is not None:  # None: the zero state adds nothing
-            packed = state_few if n <= few_rows else state_many
-            g.add_(torch.ops.quantized.linear_dynamic(h_prev[:n].contiguous(), packed, False))
+            if n <= few_rows:
+                g.add_(torch.ops.quantized.linear_dynamic(h_prev[:n].contiguous(), state_few, few_reduce_range))
+            else:
+                g.add_(torch.ops.quantized.linear_dynamic(h_prev[:n].contiguous(), state_many, many_reduce_range))
         hid, c = cell_update(g, c, cell_clip, sigmoid_tanh)
         row = step_offsets[k]
         h = out[row : row + n]
-        packed = projection_few if n <= few_rows else projection_many
-        h.copy_(torch.ops.quantized.linear_dynamic(hid, packed, False))
+        if n <= few_rows:
+            h.copy_(torch.ops.quantized.linear_dynamic(hid, projection_few, few_reduce_range))
+        else:
+            h.copy_(torch.ops.quantized.linear_dynamic(hid, projection_many, many_reduce_range))
         if proj_clip != 0.0:
             h.clamp_(-proj_clip, proj_clip)
         h_prev = h
@@ -168,7 +175,7 @@ def bf16_steps(
     return h_prev, c
 
 
-_LOOPS = {"int8": int8_steps, "bfloat16": bf16_steps}
+_LOOPS: Dict[str, Callable[..., Any]] = {"int8": int8_steps, "bfloat16": bf16_steps}
 
 
 def compiled(kind: str) -> Optional[Callable[..., Any]]:

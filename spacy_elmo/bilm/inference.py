@@ -291,7 +291,8 @@ class _StepProducts:
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
         self.projection: List[torch.Tensor] = [cell.projection for cell in cells]
-        self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
+        # int8 cells multiply their own packs (their float32 weights may be released): no MKL copies
+        self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS and not self.low_ok else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS and not self.low_ok
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
@@ -311,7 +312,8 @@ class _StepProducts:
             if kind == "int8":
                 if proj is None:
                     return None
-                weights.append((*_int8_pair(state), *_int8_pair(proj), low_precision.INT8_FEW_ROWS))
+                weights.append((*_int8_pair(state), *_int8_pair(proj), low_precision.INT8_FEW_ROWS,
+                                state.few_reduce_range, state.reduce_range))
             else:
                 packed = None if proj is None else proj.packed
                 weights.append((cell.state_weight, state.packed, projection, packed, low_precision.BF16_MAX_ROWS))
@@ -324,7 +326,7 @@ class _StepProducts:
             for d, pack in enumerate(low):
                 out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]  # None ruled out above
             return
-        packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) else None
+        packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) and not self.low_ok else None
         for d, weight in enumerate(self.input):
             if packs is not None:
                 out[d] = mkl_prepacked.linear(rows[d], weight.t(), self.bias[d], packs[d])
@@ -383,8 +385,8 @@ class _CompiledLoop:
 
 
 def _int8_pair(pack: low_precision.Pack) -> Tuple[object, object]:
-    """An int8 pack's (few rows, many rows) packed weights; the oneDNN one serves both where fbgemm is missing."""
-    return (pack.few_rows if pack.few_rows is not None else pack.packed), pack.packed
+    """An int8 pack's (few rows, many rows) packed weights."""
+    return pack.few_rows, pack.packed
 
 
 def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:

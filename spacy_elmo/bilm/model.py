@@ -81,16 +81,27 @@ def needs_autograd(module: nn.Module, *tensors: object) -> bool:
     if not torch.is_grad_enabled():
         return False
     if any(p.requires_grad for p in module.parameters()):
+        _check_weights_kept(module)
         return True
     stack = list(tensors)
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
             if item.requires_grad:
+                _check_weights_kept(module)
                 return True
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return False
+
+
+def _check_weights_kept(module: nn.Module) -> None:
+    """The reference path needs the float32 weights: refuse clearly where int8 released them."""
+    if any(p.is_meta for p in module.parameters()):
+        raise RuntimeError(
+            "this biLM was loaded with dtype='int8', which keeps only int8 weights for inference: gradients and "
+            "training need the float32 model (load_bilm(..., dtype='float32'), or load_model())"
+        )
 
 
 def token_vectors(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:

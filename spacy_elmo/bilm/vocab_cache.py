@@ -34,7 +34,7 @@ class TokenVectorCache:
 
     def _encode(self, tokens: Sequence[str]) -> torch.Tensor:
         encoder = self.model.token_encoder
-        char_ids = torch.as_tensor(tokens_to_char_ids(tokens), device=encoder.projection.weight.device)
+        char_ids = torch.as_tensor(tokens_to_char_ids(tokens), device=encoder.char_embed.weight.device)
         if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
             return run_halves(lambda rows: token_vectors(encoder, rows), char_ids)
         return token_vectors(encoder, char_ids)

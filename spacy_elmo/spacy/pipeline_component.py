@@ -112,7 +112,8 @@ class ElmoComponent(Pipe):
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
-    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16" or "int8" (README: "Precision").
+    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest
+        within its error bound on the machine that runs the pipeline; README: "Precision").
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -157,6 +158,7 @@ class ElmoComponent(Pipe):
         self.dtype = str(dtype)
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
+        self._expected_is_files = False
         self.listener_map: Dict[str, List[Model]] = {}
 
     # -- the model -----------------------------------------------------------------------------
@@ -166,10 +168,14 @@ class ElmoComponent(Pipe):
         """The shared biLM backend, loaded on first use (or by ``initialize``/``from_disk``)."""
         if self._backend is None:
             backend = self.model_ref.load(self.device, self.dtype)
-            if self._expected_fingerprint is not None and backend.fingerprint != self._expected_fingerprint:
+            # the files' identity (saved since dtype="auto": another machine may pick another precision),
+            # else, for pipelines saved before it, the precision-specific fingerprint
+            expected = self._expected_fingerprint
+            found = backend.files_fingerprint if self._expected_is_files else backend.fingerprint
+            if expected is not None and found != expected:
                 raise WeightFileError(
                     f"component {self.name!r}: the ELMo model in {self.model_ref.path} has fingerprint "
-                    f"{backend.fingerprint}, but the pipeline was saved with {self._expected_fingerprint}"
+                    f"{found}, but the pipeline was saved with {expected}"
                 )
             layer_weights(self.layers, backend.n_layers + 1)  # a bad layer spec fails here, naming the model's layers
             self._backend = backend
@@ -310,11 +316,14 @@ class ElmoComponent(Pipe):
 
     def _model_payload(self, with_files: bool) -> Dict[str, Any]:
         if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
-            return {"source": "default", "fingerprint": self._backend.fingerprint if self._backend else None}
+            backend = self._backend
+            return {"source": "default", "fingerprint": backend.fingerprint if backend else None,
+                    "files_fingerprint": backend.files_fingerprint if backend else None}
+        identity = {"fingerprint": self.backend.fingerprint, "files_fingerprint": self.backend.files_fingerprint}
         if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
-            return {"source": "remote", "model": self.model_ref.path, "fingerprint": self.backend.fingerprint}
+            return {"source": "remote", "model": self.model_ref.path, **identity}
         options, weights = self.model_ref.files()
-        payload: Dict[str, Any] = {"source": "files", "fingerprint": self.backend.fingerprint}
+        payload: Dict[str, Any] = {"source": "files", **identity}
         if with_files:
             payload["options"] = options.read_bytes()
             payload["weights"] = weights.read_bytes()
@@ -336,23 +345,25 @@ class ElmoComponent(Pipe):
         meta = srsly.read_json(meta_path)
         source = _saved_source(meta, f"component {self.name!r}: {meta_path}", files=())
         path = {"default": "default", "remote": meta.get("model"), "files": str(directory)}[source]
-        self._use_model(path, meta.get("fingerprint"))
+        self._use_model(path, meta)
 
     def _load_payload(self, payload: Dict[str, Any]) -> None:
         where = f"component {self.name!r}: the model in the serialized bytes"
         source = _saved_source(payload, where, files=("options", "weights"))
         if source != "files":
-            self._use_model("default" if source == "default" else payload["model"], payload.get("fingerprint"))
+            self._use_model("default" if source == "default" else payload["model"], payload)
             return
         directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
         atexit.register(shutil.rmtree, directory, True)
         (directory / OPTIONS).write_bytes(payload["options"])
         (directory / WEIGHTS).write_bytes(payload["weights"])
-        self._use_model(str(directory), payload.get("fingerprint"))
+        self._use_model(str(directory), payload)
 
-    def _use_model(self, path: str, fingerprint: Optional[str]) -> None:
+    def _use_model(self, path: str, saved: Dict[str, Any]) -> None:
+        """Use the model at ``path``, checked against the identity ``saved`` with the pipeline."""
         self.model_ref = ElmoModelRef(path)
-        self._expected_fingerprint = fingerprint
+        self._expected_is_files = saved.get("files_fingerprint") is not None
+        self._expected_fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
         self._backend = None
         self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
 

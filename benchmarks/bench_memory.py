@@ -1,0 +1,85 @@
+"""Resident memory of a loaded backend per precision, each in a fresh process (Linux: /proc/self/status).
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/bench_memory.py --out /tmp/memory.md
+
+For each weight set (random "small" and "original" architectures written at benchmark time, as
+``bench.py`` does) and each precision, a child process imports the package, notes its resident set
+(VmRSS), loads the backend, embeds 64 real sentences (batch 32) twice so that every pack and buffer
+exists, drops the caches, and notes VmRSS again and the peak (VmHWM). "Growth" is the steady resident
+set minus the one before loading: what a server worker pays per model. The weights' own size (4 bytes
+per float32 parameter) is printed beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench  # noqa: E402  (read_sentences, write_weight_sets, cpu_description)
+
+CHILD = r"""
+import gc, json, sys
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # MiB
+import torch
+torch.set_num_threads(int(sys.argv[4]))
+from spacy_elmo import load_bilm
+sentences = json.loads(sys.argv[3])
+before = status("VmRSS")
+backend = load_bilm(sys.argv[1], dtype=sys.argv[2], cache_mb=0, token_cache_size=0)
+for _ in range(2):
+    backend.embed(sentences, batch_size=32)
+backend.clear_cache()
+gc.collect()
+params = sum(p.numel() for p in backend.model.parameters())
+print(json.dumps({"before": before, "after": status("VmRSS"), "peak": status("VmHWM"), "params": params}))
+"""
+
+
+def measure(directory: Path, dtype: str, sentences, threads: int) -> Dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(directory), dtype, json.dumps(sentences), str(threads)],
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="small,original")
+    parser.add_argument("--dtypes", default="float32,int8,bfloat16")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    sentences = bench.read_sentences(64, max_len=40)
+    lines = [f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads)", "",
+             "| weights | dtype | float32 weights (MiB) | growth (MiB) | x float32 growth | peak (MiB) |",
+             "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = bench.write_weight_sets(Path(tmp))
+        for name in args.sets.split(","):
+            results = {d: measure(sets[name], d, sentences, args.threads) for d in args.dtypes.split(",")}
+            base = results["float32"]["after"] - results["float32"]["before"] if "float32" in results else None
+            for dtype, r in results.items():
+                growth = r["after"] - r["before"]
+                ratio = f"{growth / base:.2f}" if base else "-"
+                lines.append(f"| {name} | {dtype} | {r['params'] * 4 / 2**20:.0f} | {growth:.0f} | {ratio} | {r['peak']:.0f} |")
+                print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

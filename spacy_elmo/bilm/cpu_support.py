@@ -1,0 +1,244 @@
+"""What this CPU and this torch build run natively, probed once per process: the one place precision kernels are chosen.
+
+x86 CPUs differ in what their int8 and bfloat16 kernels do, not only in how fast they are:
+
+- **int8** products multiply unsigned 8-bit activations by signed 8-bit weights. With VNNI
+  (AVX-512 VNNI, AVX-VNNI, AMX) the pairs are summed in int32. Without it (AVX2-only CPUs such as
+  AMD Zen 2/3 and older Intel) fbgemm and oneDNN use ``vpmaddubsw``, which adds each pair of
+  products into int16 *with saturation*: large activations times large weights are silently cut.
+  ``reduce_range=True`` (activations quantized to 7 bits) keeps every pair sum within int16.
+  Rather than guess from CPU flags, :func:`int8_kernels` multiplies a probe built to saturate
+  (every activation and weight at its largest) through each engine, and uses ``reduce_range``
+  exactly where the probe comes back wrong. The engine's own dispatch (``ONEDNN_MAX_CPU_ISA``,
+  ``FBGEMM_ENABLE_INSTRUCTIONS``) is respected because the probe runs the real kernels.
+- **bfloat16** products have native oneDNN kernels with AVX-512 (BW/VL/DQ), AVX-512 BF16, AMX or
+  AVX-NE-CONVERT; elsewhere torch falls back to scalar bf16 arithmetic, 20-100x slower than
+  float32. oneDNN's own answer (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, which follows
+  ``ONEDNN_MAX_CPU_ISA``) decides.
+- **float16** on CPU is native only with AVX-512 FP16 / AMX-FP16 (``_is_mkldnn_fp16_supported``).
+
+:func:`slow_precision_reason` says why a requested precision would run emulated (the backend warns
+once with it); :func:`auto_dtype` picks the fastest precision within its documented error bound;
+:func:`summary` is what ``spacy-elmo info`` and the logs show. Measured speed and error per CPU
+family: README "Precision" and ``benchmarks/RESULTS.md``.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, FrozenSet, Optional, Tuple
+
+import torch
+
+from .int8_ops import prepack, quantize_weight
+
+logger = logging.getLogger("spacy_elmo")
+
+INT8_MANY_ROWS_ENGINE = "onednn"  # AMX/VNNI kernels 1.5-8x faster than fbgemm's from 8 rows up (RESULTS.md)
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # 10-15% faster than oneDNN for products of 1-4 rows (batch 1's steps)
+_PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
+
+
+class SlowPrecisionWarning(RuntimeWarning):
+    """A requested precision has no native kernels on this CPU: it runs correctly but emulated, slower than float32."""
+
+
+@dataclass(frozen=True)
+class Int8Kernel:
+    """How int8 products run for one role: the quantized ``engine`` that packs the weights, and whether
+    activations are quantized to 7 bits (``reduce_range``) because the engine's kernels saturate here."""
+
+    engine: str
+    reduce_range: bool
+
+
+@dataclass(frozen=True)
+class Int8Kernels:
+    """The int8 kernels chosen for this process: products of many rows, and of at most a few rows (batch 1's steps)."""
+
+    many_rows: Int8Kernel
+    few_rows: Int8Kernel
+
+
+def cpu_flags() -> FrozenSet[str]:
+    """The CPU's feature flags as Linux reports them (``/proc/cpuinfo``); empty elsewhere. For messages and reports."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+# environment variables that cap the kernels' instruction sets below what the CPU has (CI's second pass sets them)
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_flags() -> str:
+    """The flags that decide the precision kernels, e.g. ``"avx2 fma avx512f avx512_vnni avx512_bf16 amx_int8"``,
+    and any environment variable that caps the kernels below them."""
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
+              "amx_int8", "amx_bf16", "amx_fp16", "avx_ne_convert", "asimd", "sve", "bf16", "i8mm")
+    flags = cpu_flags()
+    text = " ".join(f for f in wanted if f in flags) or platform.machine()
+    caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
+    return f"{text}; capped by {' '.join(caps)}" if caps else text
+
+
+def aten_capability() -> str:
+    """ATen's vector ISA in use (``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``...; follows ``ATEN_CPU_CAPABILITY``)."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+def bf16_native() -> bool:
+    """Whether oneDNN has native bfloat16 kernels on this CPU (false on AVX2-only CPUs, or when capped below AVX-512)."""
+    return _mkldnn_query("_is_mkldnn_bf16_supported")
+
+
+def fp16_native() -> bool:
+    """Whether oneDNN has native float16 kernels on this CPU (AVX-512 FP16 / AMX-FP16 only)."""
+    return _mkldnn_query("_is_mkldnn_fp16_supported")
+
+
+def _mkldnn_query(name: str) -> bool:
+    try:
+        return bool(getattr(torch.ops.mkldnn, name)()) and torch.backends.mkldnn.is_available()
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def int8_engines() -> Tuple[str, ...]:
+    """The quantized engines of this torch that serve the int8 path (both on x86 builds)."""
+    engines = torch.backends.quantized.supported_engines
+    return tuple(e for e in (INT8_MANY_ROWS_ENGINE, INT8_FEW_ROWS_ENGINE) if e in engines)
+
+
+def int8_available() -> bool:
+    """Whether this torch has the oneDNN quantized engine the int8 path needs (x86 CPU builds)."""
+    return INT8_MANY_ROWS_ENGINE in int8_engines()
+
+
+@functools.lru_cache(maxsize=None)
+def int8_kernels() -> Optional[Int8Kernels]:
+    """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
+
+    Each role keeps its preferred engine and turns ``reduce_range`` on only where that engine's full-range
+    product fails the saturation probe; the other engine is used if it is exact at full range and the
+    preferred one is not (then the two roles share one pack).
+    """
+    if not int8_available():
+        return None
+    exact = {engine: _saturation_free(engine) for engine in int8_engines()}
+
+    def choose(preferred: str) -> Int8Kernel:
+        if exact.get(preferred):
+            return Int8Kernel(preferred, False)
+        other = next((e for e, ok in exact.items() if ok and e != preferred), None)
+        return Int8Kernel(other, False) if other else Int8Kernel(preferred, True)
+
+    kernels = Int8Kernels(choose(INT8_MANY_ROWS_ENGINE), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact
+                                                                   else INT8_MANY_ROWS_ENGINE))
+    if kernels.many_rows.reduce_range or kernels.few_rows.reduce_range:
+        logger.info("int8: products saturate at full range on this CPU (%s): activations quantized to 7 bits", isa_flags())
+    logger.debug("int8 kernels: %s", kernels)
+    return kernels
+
+
+def _saturation_free(engine: str) -> bool:
+    """Whether ``engine``'s full-range dynamic int8 product is exact on a probe that saturates int16 pair sums.
+
+    Activations all 1.0 quantize to 255, weights all 1.0 to 127: every pair of products sums to 64770, twice
+    int16's range. An exact kernel returns ``_PROBE_WIDTH`` in every output; a saturating one about half.
+    Rows 1, 4 and 64 cover the kernels engines use for few and many rows.
+    """
+    try:
+        q, scale = quantize_weight(torch.ones(64, _PROBE_WIDTH))
+        packed = prepack(q, scale, engine)
+        if packed is None:
+            return False
+        for rows in (1, 4, 64):
+            out = torch.ops.quantized.linear_dynamic(torch.ones(rows, _PROBE_WIDTH), packed, False)
+            if not torch.allclose(out, torch.full_like(out, float(_PROBE_WIDTH)), rtol=1e-3):
+                return False
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+    return True
+
+
+def int8_fast() -> bool:
+    """Whether int8 products have vector kernels here: at least AVX2 (fbgemm's minimum; below it they are emulated)."""
+    if not int8_available():
+        return False
+    return aten_capability() not in ("DEFAULT", "unknown") or platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686")
+
+
+def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[str]:
+    """Why ``dtype`` would run emulated (slower than float32) on ``device``, with what to pick instead; None if native."""
+    if device.type != "cpu" or dtype == torch.float32:
+        return None
+    flags = isa_flags()
+    if dtype == torch.bfloat16 and not bf16_native():
+        return (f"dtype='bfloat16' has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16, AMX "
+                f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-100x slower than float32. "
+                f"Use dtype='int8' (faster, approximate) or 'float32' (exact), or dtype='auto'")
+    if dtype == torch.float16 and not fp16_native():
+        return (f"dtype='float16' has no native kernels on this CPU (oneDNN needs AVX-512 FP16 or AMX-FP16; this CPU "
+                f"has: {flags}); it runs emulated, slower than float32. Use dtype='int8' (faster, approximate) or "
+                f"'float32' (exact), or dtype='auto'")
+    if dtype == torch.int8 and not int8_fast():
+        return (f"dtype='int8' has no vector kernels on this CPU (they need at least AVX2; ATen reports "
+                f"{aten_capability()}, flags: {flags}); it runs emulated, slower than float32. Use dtype='float32'")
+    return None
+
+
+_warned: Dict[str, bool] = {}
+
+
+def warn_if_slow(dtype: torch.dtype, device: torch.device, stacklevel: int = 3) -> None:
+    """Warn once per process and precision (:class:`SlowPrecisionWarning`) when ``dtype`` runs emulated on ``device``."""
+    reason = slow_precision_reason(dtype, device)
+    if reason is None or _warned.get(str(dtype)):
+        return
+    _warned[str(dtype)] = True
+    logger.info(reason)
+    warnings.warn(reason, SlowPrecisionWarning, stacklevel=stacklevel)
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """The fastest precision on ``device`` that stays within its documented error bound; float32 when none is faster.
+
+    CPU: int8 wherever it has vector kernels (AVX2 and up: 2-3x float32 on "original", README "Precision"),
+    else float32 (bfloat16 is never faster than int8 on the CPUs measured). CUDA: bfloat16 where the GPU
+    supports it (no overflow, unlike float16), else float16.
+    """
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu" and int8_fast():
+        return torch.int8
+    return torch.float32
+
+
+def summary() -> Dict[str, object]:
+    """What this process runs natively, for ``spacy-elmo info`` and bug reports."""
+    kernels = int8_kernels()
+    return {
+        "cpu flags": isa_flags(),
+        "aten capability": aten_capability(),
+        "int8": "unavailable" if kernels is None else
+                f"{'fast' if int8_fast() else 'emulated'}; many rows: {kernels.many_rows.engine}"
+                f"{' (7-bit activations)' if kernels.many_rows.reduce_range else ''}, few rows: {kernels.few_rows.engine}"
+                f"{' (7-bit activations)' if kernels.few_rows.reduce_range else ''}",
+        "bfloat16": "native" if bf16_native() else "emulated (slow)",
+        "float16": "native" if fp16_native() else "emulated (slow)",
+        "auto (cpu)": str(auto_dtype(torch.device("cpu"))).replace("torch.", ""),
+    }
