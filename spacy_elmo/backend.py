@@ -52,7 +52,7 @@ class ElmoBackend:
             if device.type != "cpu":
                 raise ValueError(f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)")
             if not low_precision.int8_available():
-                raise ValueError(f"dtype='int8' needs torch's {cpu_support.INT8_MANY_ROWS_ENGINE!r} quantized engine, which this torch lacks")
+                raise ValueError("dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks")
             # int8 weights only: the float32 matrices are released once packed (bilm/low_precision.py)
             self.model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
         else:

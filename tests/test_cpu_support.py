@@ -70,10 +70,11 @@ def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fre
 @needs_int8
 def test_full_range_where_the_kernels_saturate_would_be_wrong(fresh_kernels, monkeypatch):
     """Why the probe matters: forcing full range onto kernels that saturate breaks the bound by far (skipped on VNNI CPUs)."""
-    engine = cpu_support.INT8_MANY_ROWS_ENGINE
+    engine = cpu_support.int8_kernels().many_rows.engine
     if saturating_product(engine, False, 8) < 1e-3:
         pytest.skip("this CPU's int8 kernels sum in int32 (VNNI/AMX): nothing saturates; see the AVX2 child-process test")
     assert cpu_support._saturation_free(engine) is False
+    cpu_support.int8_kernels.cache_clear()
     assert cpu_support.int8_kernels().many_rows.reduce_range
 
 

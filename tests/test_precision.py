@@ -40,7 +40,7 @@ from test_inference_path import _options, _random_batch, _random_state
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 
-needs_int8 = pytest.mark.skipif(not low_precision.int8_available(), reason="this torch has no oneDNN quantized engine")
+needs_int8 = pytest.mark.skipif(not low_precision.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)")
 
 
 def layer_errors(low, exact):
@@ -239,30 +239,40 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
 
 
 @needs_int8
-def test_int8_few_row_products_take_the_second_pack(fixture_dir, monkeypatch):
-    """Batch 1's steps (1 row) use the few-rows pack (fbgemm), bigger products the many-rows one (oneDNN); both within tolerance."""
+@pytest.mark.parametrize("amx", [False, True])
+def test_int8_packs_per_role(fixture_dir, amx, monkeypatch):
+    """One pack per weight where one kernel serves every row count (fbgemm); with AMX (oneDNN for many rows,
+    forced here on any CPU) the LSTM's step weights get a second, few-rows pack, which batch 1's steps use."""
+    if amx and cpu_support.INT8_AMX_ENGINE not in cpu_support.int8_engines():
+        pytest.skip("this torch has no oneDNN quantized engine")
+    monkeypatch.setattr(cpu_support, "amx_int8", lambda: amx)
+    cpu_support.int8_kernels.cache_clear()
+    try:
+        kernels = cpu_support.int8_kernels()
+        assert kernels.many_rows.engine == (cpu_support.INT8_AMX_ENGINE if amx else cpu_support.INT8_ENGINE)
+        files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        backend = ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.int8)
+    finally:
+        cpu_support.int8_kernels.cache_clear()
+    packs = [(name, pack) for module in backend.model.modules() for name, pack in low_precision.released_packs(module).items()]
+    assert packs and all(pack.kind == "int8" for _, pack in packs)
+    # input projections and token layers multiply many rows: always one pack
+    assert all(pack.few_rows is pack.packed for name, pack in packs if name not in low_precision.FEW_ROWS_WEIGHTS)
+    steps = [pack for name, pack in packs if name in low_precision.FEW_ROWS_WEIGHTS]
+    assert all((pack.few_rows is not pack.packed) == amx for pack in steps)
     used = {"few": 0, "many": 0}
     plain = torch.ops.quantized.linear_dynamic
-    few_packs = set()
+    few_packs = {id(pack.few_rows) for pack in steps if pack.few_rows is not pack.packed}
 
     def counting(rows, pack, reduce_range):
         used["few" if id(pack) in few_packs else "many"] += 1
         return plain(rows, pack, reduce_range)
 
     monkeypatch.setattr(compiled_steps, "compiled", lambda kind: None)  # the Python loop, whose ops this test can see
-    backend = load_bilm(fixture_dir, dtype="int8")
-    backend.clear_cache()
-    sentence = ["The", "bank", "approved", "the", "loan", "."]
-    backend.embed([sentence])  # packs made
-    int8 = [pack for module in backend.model.modules() for pack in low_precision.released_packs(module).values()]
-    assert int8 and all(pack.kind == "int8" for pack in int8)
-    if any(pack.few_rows is pack.packed for pack in int8):
-        pytest.skip("one int8 kernel serves both roles with this torch / CPU")
-    few_packs.update(id(pack.few_rows) for pack in int8)
     monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", counting)
-    backend.clear_cache()
+    sentence = ["The", "bank", "approved", "the", "loan", "."]
     one = backend.embed([sentence])[0]
-    assert used["few"] > 0 and used["many"] > 0  # steps of one row; the input projections and token layers
+    assert used["many"] > 0 and (used["few"] > 0) == amx  # steps of one row; the input projections and token layers
     exact = load_bilm(fixture_dir).embed([sentence])
     assert (layer_errors([one], exact) < TOLERANCE["int8"]).all()
 
@@ -284,6 +294,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
     monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
+    monkeypatch.setattr(inference, "INT8_GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
     monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
     model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite

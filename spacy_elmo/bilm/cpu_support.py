@@ -39,8 +39,10 @@ from .int8_ops import prepack, quantize_weight
 
 logger = logging.getLogger("spacy_elmo")
 
-INT8_MANY_ROWS_ENGINE = "onednn"  # AMX/VNNI kernels 1.5-8x faster than fbgemm's from 8 rows up (RESULTS.md)
-INT8_FEW_ROWS_ENGINE = "fbgemm"  # 10-15% faster than oneDNN for products of 1-4 rows (batch 1's steps)
+# measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
+INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
+INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM is several times fbgemm's (its pack holds 2 int8 copies)
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # faster than oneDNN for products of 1-4 rows (batch 1's steps)
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 
 
@@ -120,25 +122,27 @@ def _mkldnn_query(name: str) -> bool:
 def int8_engines() -> Tuple[str, ...]:
     """The quantized engines of this torch that serve the int8 path (both on x86 builds)."""
     engines = torch.backends.quantized.supported_engines
-    return tuple(e for e in (INT8_MANY_ROWS_ENGINE, INT8_FEW_ROWS_ENGINE) if e in engines)
+    return tuple(e for e in (INT8_ENGINE, INT8_AMX_ENGINE) if e in engines)
 
 
 def int8_available() -> bool:
-    """Whether this torch has the oneDNN quantized engine the int8 path needs (x86 CPU builds)."""
-    return INT8_MANY_ROWS_ENGINE in int8_engines()
+    """Whether this torch has a quantized engine the int8 path can use (fbgemm or oneDNN: x86 CPU builds)."""
+    return bool(int8_engines())
 
 
 @functools.lru_cache(maxsize=None)
 def int8_kernels() -> Optional[Int8Kernels]:
     """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
 
-    Each role keeps its preferred engine and turns ``reduce_range`` on only where that engine's full-range
-    product fails the saturation probe; the other engine is used if it is exact at full range and the
-    preferred one is not (then the two roles share one pack).
+    Many rows: fbgemm (one int8 copy per weight; faster than oneDNN on AVX2), oneDNN where AMX tiles serve
+    int8 (several times faster there, at the cost of a second int8 copy inside its pack). Few rows: fbgemm. Each role keeps its engine and turns ``reduce_range``
+    on only where that engine's full-range product fails the saturation probe; the other engine is used if it
+    is exact at full range and the preferred one is not.
     """
     if not int8_available():
         return None
     exact = {engine: _saturation_free(engine) for engine in int8_engines()}
+    many_rows = INT8_AMX_ENGINE if (amx_int8() and INT8_AMX_ENGINE in exact) or INT8_ENGINE not in exact else INT8_ENGINE
 
     def choose(preferred: str) -> Int8Kernel:
         if exact.get(preferred):
@@ -146,12 +150,17 @@ def int8_kernels() -> Optional[Int8Kernels]:
         other = next((e for e, ok in exact.items() if ok and e != preferred), None)
         return Int8Kernel(other, False) if other else Int8Kernel(preferred, True)
 
-    kernels = Int8Kernels(choose(INT8_MANY_ROWS_ENGINE), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact
-                                                                   else INT8_MANY_ROWS_ENGINE))
+    kernels = Int8Kernels(choose(many_rows), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact else many_rows))
     if kernels.many_rows.reduce_range or kernels.few_rows.reduce_range:
         logger.info("int8: products saturate at full range on this CPU (%s): activations quantized to 7 bits", isa_flags())
     logger.debug("int8 kernels: %s", kernels)
     return kernels
+
+
+def amx_int8() -> bool:
+    """Whether oneDNN can use AMX int8 tiles here: the CPU has them and ``ONEDNN_MAX_CPU_ISA`` does not cap below them."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    return "amx_int8" in cpu_flags() and (cap == "ALL" or "AMX" in cap)
 
 
 def _saturation_free(engine: str) -> bool:

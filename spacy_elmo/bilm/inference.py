@@ -32,6 +32,9 @@ from .threads import pool, split_directions
 
 # rows x 4*cell_dim floats per direction for one chunk of precomputed input projections
 GATE_CHUNK_ELEMENTS = 1 << 23
+# int8: each input projection also allocates its own output and accumulators: smaller chunks keep the working
+# memory down at no measured cost in speed (benchmarks/RESULTS.md, "Precision on every CPU")
+INT8_GATE_CHUNK_ELEMENTS = 1 << 21
 STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
 
 
@@ -234,7 +237,8 @@ def _run_layer(
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     h_prev = h0  # None means the zero state: the first recurrent matmul is skipped
 
-    chunk_steps = _chunks(layout, max(1, GATE_CHUNK_ELEMENTS // (4 * c_dim)))
+    chunk_elements = INT8_GATE_CHUNK_ELEMENTS if products.int8 else GATE_CHUNK_ELEMENTS
+    chunk_steps = _chunks(layout, max(1, chunk_elements // (4 * c_dim)))
     loop = products.compiled_loop()
     if loop is not None:  # each direction's steps in TorchScript (:mod:`.compiled_steps`): no GIL between ops
         c_d = [c[d] for d in range(len(cells))]
@@ -286,6 +290,7 @@ class _StepProducts:
         self.cells, self.usable = cells, mkl_prepacked.usable(x)
         self.low = [low_precision.pack_of(cell, "state_weight", cell.state_weight.t(), x[0, :batch]) for cell in cells]
         self.low_ok = all(p is not None for p in self.low)
+        self.int8 = self.low_ok and all(cast(low_precision.Pack, p).kind == "int8" for p in self.low)
         self.probe = x[0, :batch]  # the step rows' dtype and most rows: what pack_of picks a pack by
         self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]

@@ -9,8 +9,9 @@ the token projection multiply int8 weights, symmetric per output channel (scale 
 each row), by activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or
 7-bit where :func:`.cpu_support.int8_kernels` found that this CPU's kernels saturate at full range;
 per tensor, its own range); the products come back float32, and the rest (gates, cell, clipping,
-char CNN) stays float32. Each weight is packed by the engine of each role (oneDNN for many rows,
-fbgemm for the 1-4 rows of batch 1's steps; one pack where both roles take the same kernel).
+char CNN) stays float32. Each weight is packed by the engine :mod:`.cpu_support` chose for its role
+(fbgemm, or oneDNN for many rows where AMX serves int8); only the LSTM's step weights get a second,
+few-rows pack, and only where the two roles take different kernels.
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
 parameters become meta tensors of the same shape), so an int8 model holds int8 weights, not a
 float32 copy beside them; such a model cannot take gradients or change its weights (a clear error
@@ -33,6 +34,9 @@ within the precision's tolerance.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import platform
 import threading
 import weakref
 from dataclasses import dataclass
@@ -52,6 +56,9 @@ BF16_MAX_ROWS = 256  # measured: from a few hundred rows up plain bf16 GEMM is a
 # the parameters each marked module multiplies, as (name, whether its (out, in) view is the transpose)
 _INT8_WEIGHTS = {ProjectedLSTMCell: (("input_weight", True), ("state_weight", True), ("projection", True)),
                  nn.Linear: (("weight", False),)}
+# the weights whose products can have a few rows (the LSTM steps at batch 1) and so get the few-rows kernel's pack
+# too; input projections and token-encoder layers multiply whole chunks of rows: one pack (less memory)
+FEW_ROWS_WEIGHTS = ("state_weight", "projection")
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ def _new_lock_after_fork() -> None:
 
 
 def int8_available() -> bool:
-    """Whether this torch has the quantized dynamic linear with the oneDNN engine (x86 CPU builds)."""
+    """Whether this torch has a quantized engine for the int8 path (fbgemm or oneDNN: x86 CPU builds)."""
     return cpu_support.int8_available()
 
 
@@ -104,13 +111,29 @@ def quantize(model: M, keep_float32: bool = False) -> M:
         return model
     for module in marked:
         for name, out_in in _int8_weights(module):
-            pack = _pack(out_in.detach(), "int8")
+            few_rows = isinstance(module, ProjectedLSTMCell) and name in FEW_ROWS_WEIGHTS
+            pack = _pack(out_in.detach(), "int8", few_rows=few_rows)
             if pack is None:  # no int8 engine: int8 is refused before this (backend), keep the weights
                 return model
             param = getattr(module, name)
             module.__dict__.setdefault(RELEASED_PACKS, {})[name] = pack  # the pack lives with its module: it *is* the weight now
             setattr(module, name, nn.Parameter(torch.empty(param.shape, device="meta", dtype=param.dtype), requires_grad=False))
+            del param, out_in
+    return_freed_memory()
     return model
+
+
+def return_freed_memory() -> None:
+    """Give the released float32 matrices' pages back to the system (glibc keeps freed heap memory otherwise).
+
+    ``malloc_trim`` changes no setting: it only unmaps free pages. A no-op where glibc is absent.
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def released_packs(module: nn.Module) -> Dict[str, Pack]:
@@ -173,7 +196,9 @@ def linear(rows: torch.Tensor, pack: Pack, bias: Optional[torch.Tensor] = None) 
     return torch.ops.mkldnn._linear_pointwise(rows, pack.packed, bias, "none", [], "")
 
 
-def _pack(out_in: torch.Tensor, kind: str) -> Optional[Pack]:
+def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pack]:
+    """``out_in`` packed for ``kind``; int8 with ``few_rows=False`` makes the many-rows pack alone (it then serves
+    every row count)."""
     try:
         if kind == "bfloat16":
             return Pack(kind, torch.ops.mkldnn._reorder_linear_weight(out_in.contiguous(), 32))
@@ -184,9 +209,10 @@ def _pack(out_in: torch.Tensor, kind: str) -> Optional[Pack]:
         many = prepack(q, scale, kernels.many_rows.engine)
         if many is None:
             return None
-        few = many if kernels.few_rows.engine == kernels.many_rows.engine else prepack(q, scale, kernels.few_rows.engine)
+        same = kernels.few_rows.engine == kernels.many_rows.engine or not few_rows
+        few = many if same else prepack(q, scale, kernels.few_rows.engine)
         few_reduce = kernels.few_rows.reduce_range
-        if few is None:  # the few-rows engine is missing: the many-rows pack serves every product
+        if few is None or few is many:  # the few-rows engine is missing: the many-rows pack serves every product
             few, few_reduce = many, kernels.many_rows.reduce_range
         return Pack(kind, many, few, kernels.many_rows.reduce_range, few_reduce)
     except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
