@@ -304,12 +304,14 @@ def _row_is_sound(row: Tuple[object, ...], shape: Tuple[int, int, int]) -> bool:
     a row must be a miss (dropped and recomputed), not a ``TypeError`` in every embed that reads it.
     """
     _, _, layers, n_tokens, width, data, checksum, used = row
-    counts = (layers, n_tokens, width, checksum)
-    if not all(type(value) is int for value in counts) or not isinstance(data, bytes):
+    if any(type(value) is not int for value in (layers, n_tokens, width, checksum)) or type(used) not in (int, float):
         return False
-    if type(used) not in (int, float):
-        return False
-    return (layers, n_tokens, width) == shape and len(data) == 4 * layers * n_tokens * width and zlib.crc32(data) == checksum
+    return (
+        isinstance(data, bytes)
+        and (layers, n_tokens, width) == shape
+        and len(data) == 4 * shape[0] * shape[1] * shape[2]
+        and zlib.crc32(data) == checksum
+    )
 
 
 def _open_database(path: Path) -> sqlite3.Connection:

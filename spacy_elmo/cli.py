@@ -38,10 +38,12 @@ def _options(
 
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError) or an unusable path: a red one-line message and exit status 2."""
+    """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and exit 2."""
+    from .write_guard import WriteFailedError
+
     try:
         yield
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, WriteFailedError) as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
 
