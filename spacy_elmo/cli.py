@@ -251,14 +251,18 @@ def info(
 @app.command()
 def download(
     models: List[str] = typer.Argument(..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"),
+    force: bool = typer.Option(False, "--force", help="Drop what the cache holds of these models first, then fetch them again"),
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
     from .download import cached_path, home, is_archive, is_url
-    from .model_files import resolve_model_files
+    from .model_files import forget_cached, resolve_model_files
     from .published import published_by_url
 
     with _errors_exit_2():
         for model in models:
+            if force:
+                for path in forget_cached(model):
+                    typer.echo(f"removed {path}")
             if is_url(model) and not is_archive(model) and published_by_url(model) is None:
                 where = cached_path(model)  # one file of a model that has no name
             else:
