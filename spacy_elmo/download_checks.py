@@ -16,6 +16,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import List, Optional
 
+from .bilm.weights import first_line
+
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 WEIGHT_SUFFIXES = (".hdf5", ".h5")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -64,7 +66,7 @@ def _hdf5_problem(path: Path) -> Optional[str]:
         with h5py.File(path, "r") as handle:
             handle.visititems(lambda name, item: None)  # reads every object header: damage shows here
     except Exception as err:  # h5py raises OSError, KeyError, RuntimeError, ValueError... on damaged files
-        return f"it has the HDF5 signature but h5py cannot read it ({type(err).__name__}: {_first_line(err)})"
+        return f"it has the HDF5 signature but h5py cannot read it ({type(err).__name__}: {first_line(err)})"
     return None
 
 
@@ -94,7 +96,7 @@ def _archive_problem(path: Path) -> Optional[str]:
     try:
         names = _member_names(path)
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as err:
-        return f"it is {describe_body(_head(path))}, not a readable zip or tar archive ({_first_line(err)})"
+        return f"it is {describe_body(_head(path))}, not a readable zip or tar archive ({first_line(err)})"
     return layout_problem(names)
 
 
@@ -117,8 +119,3 @@ def layout_problem(names: List[str]) -> Optional[str]:
     if not any(p.parent == folder and p.name.lower().endswith(".hdf5") for p in paths):
         return f"it holds no .hdf5 weight file beside {options[0]}"
     return None
-
-
-def _first_line(err: BaseException, limit: int = 200) -> str:
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -471,12 +471,12 @@ def _damage_reported(path: Path, dataset: Optional[str] = None) -> Iterator[None
         where = f" dataset {dataset!r}" if dataset is not None else ""
         raise WeightFileError(
             f"weight file {path}:{where} cannot be read, the file is damaged or not a complete ELMo HDF5 file "
-            f"({type(err).__name__}: {_first_line(err)})"
+            f"({type(err).__name__}: {first_line(err)})"
         ) from err
 
 
-def _first_line(err: BaseException, limit: int = 200) -> str:
-    """The first line of an error's text (h5py's can span many), cut to ``limit`` characters."""
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of an error's text (h5py's can span many), cut to ``limit`` characters, for a one-line message."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
