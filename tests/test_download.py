@@ -23,7 +23,6 @@ import spacy_elmo.published
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.download import DownloadError
 from spacy_elmo.bilm.weights import WeightFileError
-import spacy_elmo.backend
 from spacy_elmo.published import PublishedModel
 
 from numerics import assert_recomputed_close
@@ -433,7 +432,6 @@ def test_a_poisoned_entry_from_before_is_fetched_again(home, server, monkeypatch
     cached.write_bytes(page)
     record = cached.with_name("weights.hdf5.json")
     record.write_text(json.dumps({"url": entry.weights_url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()}))
-    spacy_elmo.backend._CACHE.clear()
     assert load_bilm("loopback-test").fingerprint == backend.fingerprint
     assert json.loads(record.read_text())["sha256"] == hashlib.sha256(server.files["m/weights.hdf5"]).hexdigest()
 
@@ -448,7 +446,6 @@ def test_a_damaged_cached_file_names_the_folder_and_the_force_command(home, serv
     cached = next(home.glob("downloads/*/weights.hdf5"))
     with h5py.File(cached, "r+") as handle:  # still an HDF5 file of the recorded size, but NaN in a weight
         handle["CNN_proj/b_proj"][0] = float("nan")
-    spacy_elmo.backend._CACHE.clear()
     with pytest.raises(WeightFileError) as err:
         load_bilm("loopback-test")
     message = str(err.value)
