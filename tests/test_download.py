@@ -577,3 +577,26 @@ def test_an_archive_url_without_the_elmo_layout_is_not_cached(home, fixture_dir,
         assert not list(home.glob("downloads/*/other.zip*"))
     finally:
         srv.stop()
+
+
+def test_a_damaged_unpacked_archive_names_its_folder_and_force_unpacks_it_again(home, fixture_dir, tmp_path, backend):
+    import h5py
+
+    from spacy_elmo.cli import app
+
+    archive = _nlpl_archive(fixture_dir, tmp_path / "elmo.tar.gz")
+    srv = LoopbackServer({"elmo.tar.gz": archive.read_bytes()})
+    try:
+        url = srv.url("elmo.tar.gz")
+        load_bilm(url)
+        unpacked = next(home.glob("archives/*/elmo/model.hdf5"))
+        with h5py.File(unpacked, "r+") as handle:
+            handle["CNN_proj/b_proj"][0] = float("inf")
+        with pytest.raises(WeightFileError) as err:
+            load_bilm(url)
+        assert f"delete {unpacked.parent.parent}" in str(err.value) and f"`spacy-elmo download --force {url}`" in str(err.value)
+        forced = CliRunner().invoke(app, ["download", "--force", url])
+        assert forced.exit_code == 0, forced.output
+        assert load_bilm(url).fingerprint == backend.fingerprint and srv.hits["elmo.tar.gz"] == 2
+    finally:
+        srv.stop()
