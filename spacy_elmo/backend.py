@@ -16,6 +16,7 @@ from .bilm.model import BiLM
 from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
+from .download import cache_advice
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .validation import positive_int
@@ -364,7 +365,13 @@ def load_bilm(
     with _CACHE_LOCK:
         backend = _CACHE.get(key)
         if backend is None:
-            model_ = load_model(options_path, weights_path)
+            try:
+                model_ = load_model(options_path, weights_path)
+            except WeightFileError as err:
+                advice = cache_advice(weights_path)  # a damaged cached file: say which folder to delete, and how
+                if not advice:
+                    raise
+                raise WeightFileError(f"{err}{advice}") from err
             backend = ElmoBackend(model_, options_path, weights_path, torch_device, torch_dtype)
             _CACHE[key] = backend
     return backend.configure_cache(

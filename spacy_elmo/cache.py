@@ -3,7 +3,7 @@
 The disk cache is one sqlite3 database in WAL mode: every write is a transaction (a killed writer
 leaves nothing behind), several processes can read and write it at once, entries of different
 models never mix (the fingerprint is part of the key), each row carries a CRC-32 of its vectors
-(a damaged row is a miss, deleted and recomputed), and the total size stays under a bound by
+(a damaged row, whether its bytes or the storage type of any value, is a miss, deleted and recomputed), and the total size stays under a bound by
 evicting the least recently used entries. A cache that cannot be used (a directory that cannot
 be created, a file that is not a database) warns once and turns itself off: embedding goes on.
 """
@@ -195,17 +195,13 @@ class DiskCache:
                         f"AND key IN ({','.join('?' * len(chunk))})",
                         [fingerprint, *chunk],
                     ).fetchall()
-                    for row_id, key, layers, n_tokens, width, data, checksum, used in rows:
-                        tokens = by_hash[key]
-                        shape = (layers, n_tokens, width)
-                        if (
-                            shape != (n_layers, len(tokens), dim)
-                            or len(data) != 4 * n_layers * len(tokens) * dim
-                            or zlib.crc32(data) != checksum
-                        ):
-                            bad.append(key)  # written by a foreign or broken writer, or damaged since: recompute
+                    for row in rows:
+                        row_id, key, layers, n_tokens, width, data, checksum, used = row
+                        tokens = by_hash.get(key) if isinstance(key, bytes) else None
+                        if tokens is None or not _row_is_sound(row, (n_layers, len(tokens), dim)):
+                            bad.append(row_id)  # written by a foreign or broken writer, or damaged since: recompute
                             continue
-                        found[tokens] = np.frombuffer(data, dtype="<f4").reshape(shape).astype(np.float32)
+                        found[tokens] = np.frombuffer(data, dtype="<f4").reshape(n_layers, len(tokens), dim).astype(np.float32)
                         if used < now - _TOUCH_AFTER_S:
                             touched.append(row_id)
                 if touched or bad:  # mark as recently used (for eviction) and drop broken entries
@@ -213,7 +209,7 @@ class DiskCache:
                         for start in range(0, len(touched), _QUERY_CHUNK):
                             ids = touched[start : start + _QUERY_CHUNK]
                             con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(ids))})", [now, *ids])
-                        con.executemany("DELETE FROM vectors WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in bad])
+                        con.executemany("DELETE FROM vectors WHERE id = ?", [(row_id,) for row_id in bad])
         except _UNUSABLE as err:
             self._fail(err)
             return {}
@@ -298,6 +294,24 @@ class DiskCache:
             if self._con is not None and self._pid == os.getpid():
                 self._con.close()
             self._con = None
+
+
+def _row_is_sound(row: Tuple[object, ...], shape: Tuple[int, int, int]) -> bool:
+    """Whether a stored row holds what the schema says, with the expected shape and a matching CRC.
+
+    sqlite columns do not enforce their types: a flipped serial-type byte or another program
+    writing the file can leave an integer where bytes belong or text in the timestamp, and such
+    a row must be a miss (dropped and recomputed), not a ``TypeError`` in every embed that reads it.
+    """
+    _, _, layers, n_tokens, width, data, checksum, used = row
+    if any(type(value) is not int for value in (layers, n_tokens, width, checksum)) or type(used) not in (int, float):
+        return False
+    return (
+        isinstance(data, bytes)
+        and (layers, n_tokens, width) == shape
+        and len(data) == 4 * shape[0] * shape[1] * shape[2]
+        and zlib.crc32(data) == checksum
+    )
 
 
 def _open_database(path: Path) -> sqlite3.Connection:

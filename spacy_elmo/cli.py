@@ -38,10 +38,12 @@ def _options(
 
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError) or an unusable path: a red one-line message and exit status 2."""
+    """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and exit 2."""
+    from .write_guard import WriteFailedError
+
     try:
         yield
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, WriteFailedError) as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
 
@@ -250,14 +252,18 @@ def info(
 @app.command()
 def download(
     models: List[str] = typer.Argument(..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"),
+    force: bool = typer.Option(False, "--force", help="Drop what the cache holds of these models first, then fetch them again"),
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
     from .download import cached_path, home, is_archive, is_url
-    from .model_files import resolve_model_files
+    from .model_files import forget_cached, resolve_model_files
     from .published import published_by_url
 
     with _errors_exit_2():
         for model in models:
+            if force:
+                for path in forget_cached(model):
+                    typer.echo(f"removed {path}")
             if is_url(model) and not is_archive(model) and published_by_url(model) is None:
                 where = cached_path(model)  # one file of a model that has no name
             else:

@@ -1,13 +1,21 @@
 """Downloads and archives, once per machine: the cache under ``SPACY_ELMO_HOME``, locks, checks, offline mode.
 
 A URL is fetched with ``requests`` into ``home()/downloads/<hash of the URL>/<file name>``: streamed
-to a ``.part`` file (resumed with an HTTP Range request where the server allows), checked against
-the length the server announced and any known sha256, and renamed into place only when complete.
-Beside it a ``.json`` record keeps the URL, size and sha256 of the first download; a later
-download with another sha256 is refused (the published file changed or the transfer is corrupt).
-A file lock makes concurrent processes (spaCy ``n_process``, ``GridSearchCV(n_jobs=...)``, Dask
-workers) download once while the others wait. Archives (``.zip``, ``.tar.gz``) are unpacked once
-into ``home()/archives/``, refusing members with absolute paths, ``..`` or links. With
+to a ``.part`` file, checked against the length the server announced, checked to be what its name
+says (:mod:`.download_checks`: an HDF5 file that opens, a JSON object, an ELMo archive; so an HTML
+error page answered with 200 is refused, not cached) and against any known sha256, and renamed into
+place only then. A cut-off transfer is resumed only from a ``.part`` whose version (ETag or
+Last-Modified, kept in ``.part.json``) the server confirms (``If-Range``) and whose ``Content-Range``
+starts where the ``.part`` ends; anything else starts again from zero, so two versions of a file are
+never spliced. Servers are asked not to compress (``Accept-Encoding: identity``). Beside the file a
+``.json`` record keeps the URL, size and sha256 of the first download that loaded; a later download
+with another sha256 is refused (the published file changed or the transfer is corrupt). Messages
+about a cached file name the folder to delete and the command that does it,
+``spacy-elmo download --force NAME`` (:func:`forget`). A file lock makes concurrent processes
+(spaCy ``n_process``, ``GridSearchCV(n_jobs=...)``, Dask workers) download once while the others
+wait. Archives (``.zip``, ``.tar.gz``) are unpacked once into ``home()/archives/``, refusing
+members with absolute paths, ``..`` or links, and archives that would expand beyond their declared
+sizes, ``MAX_EXPANSION`` times their own size or the free disk space (archive bombs). With
 ``SPACY_ELMO_OFFLINE=1`` nothing touches the network. Nothing downloaded is ever unpickled.
 """
 from __future__ import annotations
@@ -15,23 +23,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
 from .bilm.weights import WeightFileError
+from .download_checks import ARCHIVE_SUFFIXES, content_problem
 
 HOME_ENV = "SPACY_ELMO_HOME"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
-ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 _CHUNK = 1 << 20
 _ATTEMPTS = 3  # transfers cut off mid-way are resumed (Range) up to this many times per call
 _LOCK_TIMEOUT_S = 6 * 3600.0  # another process downloading the original model on a slow line
 _CONNECT_TIMEOUT_S, _READ_TIMEOUT_S = 15.0, 120.0
+MAX_EXPANSION = 100  # an archive may unpack to at most this many times its size (ELMo weights hardly compress)...
+MIN_EXPANSION_BYTES = 64 << 20  # ...or to this much, whatever its size
+FREE_RESERVE_BYTES = 64 << 20  # left free on the disk after unpacking
 
 
 class DownloadError(WeightFileError):
@@ -79,18 +91,19 @@ def cached_path(
     """The local copy of ``url``, downloaded into the cache first if it is not there (see the module docstring).
 
     ``what`` names the model in error messages (e.g. ``model 'original'``); ``download_name`` is what
-    offline mode tells the user to pass to ``spacy-elmo download`` (default: the URL);
+    offline mode and cache errors tell the user to pass to ``spacy-elmo download`` (default: the URL);
     ``progress=None`` shows a tqdm bar only on a terminal.
     """
     target = _download_target(url)
     record = _record_path(target)
-    found = _verified(target, record, url, sha256)
+    name = download_name or url
+    found = _verified(target, record, url, sha256, name)
     if found is not None:
         return found
     if is_offline():
         raise DownloadError(
             f"offline mode is on ({OFFLINE_ENV}=1) and {what or url} is not in the cache ({target}); "
-            f"on a machine with a network run `spacy-elmo download {download_name or url}` "
+            f"on a machine with a network run `spacy-elmo download {name}` "
             f"(with {HOME_ENV} pointing at the same cache), or unset {OFFLINE_ENV}"
         )
     from filelock import FileLock, Timeout
@@ -98,13 +111,62 @@ def cached_path(
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(str(target.parent / ".lock"), timeout=_LOCK_TIMEOUT_S):
-            found = _verified(target, record, url, sha256)  # another process may have fetched it meanwhile
+            found = _verified(target, record, url, sha256, name)  # another process may have fetched it meanwhile
             if found is not None:
                 return found
-            _download(url, target, record, sha256, what, progress)
+            _drop_unloadable(target, record)
+            _download(url, target, record, sha256, what, progress, name)
     except Timeout:
         raise DownloadError(f"timed out waiting for another process to download {url} into {target}") from None
     return target
+
+
+def force_command(name: str) -> str:
+    """The command that drops a model's cached files and fetches them again."""
+    return f"spacy-elmo download --force {name}"
+
+
+def cache_advice(path: Path) -> str:
+    """For a file inside the download cache: "; delete FOLDER or run `spacy-elmo download --force NAME`", else ""."""
+    try:
+        relative = path.resolve().relative_to(home().resolve())
+    except (OSError, ValueError):
+        return ""
+    if len(relative.parts) < 3 or relative.parts[0] not in ("downloads", "archives"):
+        return ""
+    folder = home() / relative.parts[0] / relative.parts[1]
+    if relative.parts[0] == "downloads":
+        info = _read_record(_record_path(folder / relative.parts[2])) or {}
+        source = info.get("name") or info.get("url")
+    else:
+        try:
+            source = (folder / ".complete").read_text(encoding="utf-8").strip()
+        except OSError:
+            source = None
+    command = f" or run `{force_command(source)}`" if source else ""
+    return f"; it came from the download cache: delete {folder}{command} to fetch it again"
+
+
+def forget(source: str) -> List[Path]:
+    """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked copies."""
+    removed: List[Path] = []
+    if is_url(source):
+        folder = _download_target(source).parent
+        if folder.is_dir():
+            from filelock import FileLock
+
+            with FileLock(str(folder / ".lock"), timeout=_LOCK_TIMEOUT_S):
+                for path in folder.iterdir():
+                    if path.name != ".lock":
+                        path.unlink()
+                        removed.append(path)
+    archives = home() / "archives"
+    wanted = source if is_url(source) else str(Path(source).expanduser().resolve())
+    for done in sorted(archives.glob("*/.complete")) if archives.is_dir() else []:
+        if done.read_text(encoding="utf-8").strip() == wanted:
+            shutil.rmtree(done.parent)
+            removed.append(done.parent)
+    return removed
 
 
 def _download_target(url: str) -> Path:
@@ -116,6 +178,12 @@ def _record_path(target: Path) -> Path:
     return target.with_name(target.name + ".json")
 
 
+def _part_paths(target: Path) -> Tuple[Path, Path]:
+    """The ``.part`` file a transfer streams into, and the ``.part.json`` version (ETag or Last-Modified) it holds."""
+    part = target.with_name(target.name + ".part")
+    return part, part.with_name(part.name + ".json")
+
+
 def _read_record(record: Path) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
@@ -124,7 +192,7 @@ def _read_record(record: Path) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def _verified(target: Path, record: Path, url: str, sha256: Optional[str]) -> Optional[Path]:
+def _verified(target: Path, record: Path, url: str, sha256: Optional[str], name: str) -> Optional[Path]:
     """``target`` if it is a complete download of ``url`` (size as recorded, sha256 as expected), else None."""
     info = _read_record(record)
     if info is None or not target.is_file() or info.get("url") != url:
@@ -134,71 +202,120 @@ def _verified(target: Path, record: Path, url: str, sha256: Optional[str]) -> Op
     if sha256 is not None and info.get("sha256") != sha256.lower():
         raise DownloadError(
             f"{target} (from {url}) has sha256 {info.get('sha256')}, but {sha256.lower()} is expected; "
-            f"delete {target.parent} to fetch it again"
+            f"delete {target.parent} or run `{force_command(name)}` to fetch it again"
         )
+    if content_problem(target, target.name) is not None:
+        return None  # cached before downloads were checked (an error page?): dropped and fetched again
     return target
 
 
-def _download(url: str, target: Path, record: Path, sha256: Optional[str], what: str, progress: Optional[bool]) -> None:
+def _drop_unloadable(target: Path, record: Path) -> None:
+    """A cached file that is not what its name says (and its record, the sha256 of that body) are removed."""
+    if target.is_file() and content_problem(target, target.name) is not None:
+        target.unlink()
+        record.unlink(missing_ok=True)
+
+
+def _download(
+    url: str, target: Path, record: Path, sha256: Optional[str], what: str, progress: Optional[bool], name: str
+) -> None:
     """Fetch ``url`` into ``target`` under the caller's lock: ``.part`` file, resume, checks, rename."""
-    part = target.with_name(target.name + ".part")
+    part, version = _part_paths(target)
     size, digest = _fetch_to(url, part, what, progress)
+    shown = what if url in what else f"{what} ({url})" if what else url
+    problem = content_problem(part, target.name)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        version.unlink(missing_ok=True)
+        raise DownloadError(
+            f"downloading {shown} failed: the server answered 200, but {problem}; nothing was put in the cache, "
+            "so the next try downloads it again"
+        )
     expected = (sha256 or "").lower() or None
     first = _read_record(record)
     recorded = first.get("sha256") if first and first.get("url") == url else None
     for wanted, why in ((expected, "is expected"), (recorded, f"was recorded at the first download ({record})")):
         if wanted is not None and digest != wanted:
             part.unlink(missing_ok=True)
-            raise DownloadError(f"{url}: the downloaded file has sha256 {digest}, but {wanted} {why}; refused")
+            version.unlink(missing_ok=True)
+            raise DownloadError(
+                f"{url}: the downloaded file has sha256 {digest}, but {wanted} {why}; refused "
+                f"(if the published file really changed, delete {target.parent} or run `{force_command(name)}`)"
+            )
     os.replace(part, target)
-    _write_json_atomically(record, {"url": url, "size": size, "sha256": digest})
+    version.unlink(missing_ok=True)
+    _write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": name})
 
 
 def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tuple[int, str]:
-    """Stream ``url`` into ``part`` (resuming what is there), returning (size, sha256) of the whole file."""
+    """Stream ``url`` into ``part`` (resuming what is there), returning (size, sha256) of the whole file.
+
+    A resume asks for the rest with ``Range`` and ``If-Range`` (the version the ``.part`` holds); a
+    reply that is not exactly that rest of that version (a 206 from another offset or of another
+    version) throws the ``.part`` away and starts again from zero. ``Accept-Encoding: identity``
+    keeps servers from compressing; a server that compresses anyway is decoded, its length checked
+    on the wire, and never resumed (ranges would count compressed bytes).
+    """
     import requests
     from tqdm import tqdm
 
     name = what if url in what else f"{what} ({url})" if what else url
+    version_path = part.with_name(part.name + ".json")
     session = requests.Session()
     bar = None
-    resumable = False  # whether the server said it serves byte ranges (Accept-Ranges: bytes)
+    resumable = False  # whether the last reply can be resumed (Accept-Ranges: bytes and a version to ask for)
+    mismatch = ""
     try:
         for attempt in range(_ATTEMPTS):
-            have = part.stat().st_size if part.is_file() else 0
-            headers = {"Range": f"bytes={have}-"} if have else {}
+            have, version = _resume_point(part, version_path, url)
+            headers = {"Accept-Encoding": "identity"}
+            if have:
+                headers.update({"Range": f"bytes={have}-", "If-Range": version})
             try:
                 with session.get(url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)) as response:
-                    if response.status_code == 416 and have:  # nothing left to send: what we have is the whole file
-                        part.unlink()
+                    if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
+                        _discard(part, version_path)
                         continue
                     response.raise_for_status()
-                    resumable = response.headers.get("Accept-Ranges", "").lower() == "bytes"
-                    resumed = have and response.status_code == 206
+                    encoded = response.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
+                    if response.status_code == 206:
+                        problem = _range_problem(response, have, version, encoded)
+                        if problem is not None:
+                            mismatch = problem
+                            _discard(part, version_path)
+                            continue
+                    resumed = response.status_code == 206
+                    start = have if resumed else 0
+                    served = None if encoded else _version_of(response)
+                    resumable = served is not None and response.headers.get("Accept-Ranges", "").lower() == "bytes"
                     if not resumed:
-                        have = 0
+                        _discard(part, version_path)
+                        if resumable:
+                            _write_json_atomically(version_path, {"url": url, "version": served})
                     length = response.headers.get("Content-Length")
-                    total = have + int(length) if length is not None and length.isdigit() else None
+                    wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
+                    total = start + wire if wire is not None and not encoded else None
                     if bar is None:
-                        bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
+                        bar = tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
                                    desc=PurePosixPath(urlparse(url).path).name, disable=_bar_disabled(progress), leave=False)
                     else:
                         bar.reset(total=total)
-                        bar.update(have)
+                        bar.update(start)
                     with open(part, "ab" if resumed else "wb") as handle:
                         for chunk in response.iter_content(1 << 16):  # small reads: a cut-off keeps most of what came
                             handle.write(chunk)
                             bar.update(len(chunk))
                     got = part.stat().st_size
-                    if total is not None and got != total:
-                        raise _CutOff(f"got {got:,} of {total:,} bytes")
+                    received = response.raw.tell() if encoded else got - start
+                    if wire is not None and received != wire:
+                        raise _CutOff(f"got {received:,} of {wire:,} bytes")
                     return got, _sha256_of(part)
             except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError,
                     requests.exceptions.Timeout, _CutOff) as err:
                 got = part.stat().st_size if part.is_file() else 0
                 can_resume = got > 0 and resumable
                 if not can_resume:
-                    part.unlink(missing_ok=True)
+                    _discard(part, version_path)
                 if attempt + 1 == _ATTEMPTS or not can_resume:
                     reason = "could not connect" if got == 0 and isinstance(err, requests.exceptions.ConnectionError) else "the transfer was cut off"
                     kept = f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
@@ -206,16 +323,62 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
                         f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
                     ) from None
             except requests.exceptions.HTTPError as err:
-                part.unlink(missing_ok=True)
+                _discard(part, version_path)
                 raise DownloadError(f"downloading {name} failed: the server answered {_short(err)}") from None
             except requests.exceptions.RequestException as err:
-                part.unlink(missing_ok=True)
+                _discard(part, version_path)
                 raise DownloadError(f"downloading {name} failed: {_short(err)}") from None
-        raise DownloadError(f"downloading {name} failed after {_ATTEMPTS} attempts")
+        why = f": {mismatch}" if mismatch else ""
+        raise DownloadError(f"downloading {name} failed after {_ATTEMPTS} attempts{why}; nothing was put in the cache")
     finally:
         if bar is not None:
             bar.close()
         session.close()
+
+
+def _resume_point(part: Path, version_path: Path, url: str) -> Tuple[int, str]:
+    """``(bytes in the .part, the version they are of)``; ``(0, "")`` when there is no part of a known version."""
+    info = _read_record(version_path)
+    have = part.stat().st_size if part.is_file() else 0
+    if not have or info is None or info.get("url") != url or not isinstance(info.get("version"), str):
+        _discard(part, version_path)  # bytes of an unknown version are never resumed
+        return 0, ""
+    return have, info["version"]
+
+
+def _version_of(response: Any) -> Optional[str]:
+    """What ``If-Range`` can name of a reply: its strong ETag, else its Last-Modified date, else None."""
+    etag = response.headers.get("ETag", "").strip()
+    if etag and not etag.startswith("W/"):  # weak ETags are not allowed in If-Range
+        return etag
+    modified = response.headers.get("Last-Modified", "").strip()
+    return modified or None
+
+
+def _range_problem(response: Any, have: int, version: str, encoded: bool) -> Optional[str]:
+    """Why a 206 reply is not the rest (from byte ``have``) of the version the ``.part`` holds; None if it is."""
+    if not have:
+        return "the server sent a partial reply (206) to a request for the whole file"
+    if encoded:
+        return "the server compressed a partial reply (Content-Encoding), so its bytes cannot be appended"
+    found = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", response.headers.get("Content-Range", ""))
+    if found is None:
+        return f"the server's partial reply has no usable Content-Range ({response.headers.get('Content-Range')!r})"
+    first, last, total = int(found[1]), int(found[2]), found[3]
+    if first != have or (total != "*" and last + 1 != int(total)):
+        return f"asked for bytes {have}- the server sent {found[0].strip()!r}"
+    length = response.headers.get("Content-Length")
+    if length is not None and length.isdigit() and int(length) != last - first + 1:
+        return f"the partial reply's Content-Length {length} disagrees with its Content-Range {found[0].strip()!r}"
+    served = _version_of(response)
+    if served is not None and served != version:
+        return f"the file changed on the server since the transfer began (version {served}, was {version})"
+    return None
+
+
+def _discard(part: Path, version_path: Path) -> None:
+    part.unlink(missing_ok=True)
+    version_path.unlink(missing_ok=True)
 
 
 class _CutOff(Exception):
@@ -277,14 +440,15 @@ def unpacked_archive(archive: Path, *, source: Optional[str] = None) -> Path:
 
 
 def _extract(archive: Path, into: Path, name: str) -> None:
-    """Every regular file of a zip or tar archive, after checking every member's name and kind."""
+    """Every regular file of a zip or tar archive, after checking every member's name, kind and declared size."""
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
-            members = [(info.filename, _zip_kind(info)) for info in zf.infolist()]
-            _check_members(members, name)
-            for info in zf.infolist():
-                if not info.is_dir():
-                    _write_member(into, info.filename, zf.open(info))
+            infos = zf.infolist()
+            _check_members([(info.filename, _zip_kind(info)) for info in infos], name)
+            files = [info for info in infos if not info.is_dir()]
+            _check_expansion([(info.filename, info.file_size) for info in files], archive, into, name)
+            for info in files:
+                _write_member(into, info.filename, zf.open(info), info.file_size, name)
         return
     try:
         tf = tarfile.open(archive, "r:*")
@@ -293,13 +457,46 @@ def _extract(archive: Path, into: Path, name: str) -> None:
     with tf:
         entries = tf.getmembers()
         _check_members([(m.name, _tar_kind(m)) for m in entries], name)
-        for member in entries:
-            if member.isfile():
-                handle = tf.extractfile(member)
-                assert handle is not None
-                _write_member(into, member.name, handle)
+        regular = [member for member in entries if member.isfile()]
+        _check_expansion([(member.name, member.size) for member in regular], archive, into, name)
+        for member in regular:
+            handle = tf.extractfile(member)
+            assert handle is not None
+            _write_member(into, member.name, handle, member.size, name)
 
 
+def _check_expansion(members: List[Tuple[str, int]], archive: Path, into: Path, name: str) -> None:
+    """Refuse, before writing anything, an archive whose declared sizes add up to a bomb or more than the free space.
+
+    The bound is ``MAX_EXPANSION`` times the archive's size (at least ``MIN_EXPANSION_BYTES``): ELMo
+    weights hardly compress, so a real model archive is far below it. The error names the member
+    at which the running total crosses the bound.
+    """
+    packed = archive.stat().st_size
+    bound = max(MAX_EXPANSION * packed, MIN_EXPANSION_BYTES)
+    free = _free_bytes(into) - FREE_RESERVE_BYTES
+    total = 0
+    for member, size in members:
+        total += size
+        if total > bound:
+            raise DownloadError(
+                f"{name}: member {member!r} would bring what the archive unpacks to {_mib(total)}, more than "
+                f"{MAX_EXPANSION} times the archive's {_mib(packed)}; refused (an archive bomb?)"
+            )
+        if total > free:
+            raise DownloadError(
+                f"{name}: unpacking needs {_mib(total)} by member {member!r}, but only {_mib(max(free, 0))} can be "
+                f"used in {into.parent} (keeping {_mib(FREE_RESERVE_BYTES)} free); refused: free some disk space"
+            )
+
+
+def _free_bytes(folder: Path) -> int:
+    """Free bytes on the disk that holds ``folder``."""
+    return shutil.disk_usage(folder).free
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 def _zip_kind(info: zipfile.ZipInfo) -> str:
     mode = info.external_attr >> 16
     if stat.S_ISLNK(mode):
@@ -329,11 +526,20 @@ def _check_members(members: Any, name: str) -> None:
             raise DownloadError(f"{name}: member {member!r} is {kind}; refused (links could point outside the archive)")
 
 
-def _write_member(into: Path, member: str, source: Any) -> None:
+def _write_member(into: Path, member: str, source: Any, declared: int, name: str) -> None:
+    """Copy one member, never more than its declared size; a failed write is a DownloadError naming the member."""
     path = into.joinpath(*PurePosixPath(member.replace("\\", "/")).parts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with source, open(path, "wb") as out:
-        shutil.copyfileobj(source, out, _CHUNK)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with source, open(path, "wb") as out:
+            written = 0
+            for chunk in iter(lambda: source.read(_CHUNK), b""):
+                written += len(chunk)
+                if written > declared:
+                    raise DownloadError(f"{name}: member {member!r} expands beyond its declared {declared:,} bytes; refused")
+                out.write(chunk)
+    except OSError as err:
+        raise DownloadError(f"{name}: cannot unpack member {member!r} into {into.parent}: {err.strerror or err}") from None
 
 
 def model_dir_in(directory: Path, name: str) -> Path:
@@ -351,6 +557,6 @@ def is_cached(url: str) -> bool:
     """Whether a complete download of ``url`` is in the cache (no network access)."""
     target = _download_target(url)
     try:
-        return _verified(target, _record_path(target), url, None) is not None
+        return _verified(target, _record_path(target), url, None, url) is not None
     except DownloadError:
         return False

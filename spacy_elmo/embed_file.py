@@ -7,7 +7,9 @@ the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_t
 array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
 tokens at a time, flat memory), and the output appears only once it is complete: until then it
 is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
-the next run if its process was killed outright.
+the next run if its process was killed outright. A failed write (no space left, a file-size
+limit) stops the run at once with a :class:`~spacy_elmo.write_guard.WriteFailedError` naming the
+output (:mod:`.write_guard`: HDF5 never sees the error, so it cannot crash on it).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import numpy as np
 
 from .tokenize import resolve_tokenizer
 from .windows import embed_segments
+from .write_guard import GuardedFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import ElmoBackend
@@ -78,9 +81,10 @@ def embed_file(
     sentence_to_index: Dict[str, str] = {}
     sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
-    with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary:
+    with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary, \
+            _guarded(temporary, output_path) as guarded:
         total = _count_lines(handle, source) if progress else None  # the bar's length
-        with h5py.File(temporary, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
+        with h5py.File(guarded, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
             lines = ((line, split(line[1])) for line in _lines(handle, source))
             if embed_chunks is None:  # lines come back in order; the bar moves per batch
@@ -97,6 +101,7 @@ def embed_file(
                         )
                     sentence_lines[key] = number
                 _write(out, key, _select(layers, output_format), source, number)
+                guarded.check()  # a full disk stops the run at the first failed write
                 if not forget_sentences and not use_sentence_keys:
                     sentence_to_index[text] = key
                 n_tokens += layers.shape[1]
@@ -105,6 +110,17 @@ def embed_file(
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+@contextlib.contextmanager
+def _guarded(temporary: Path, output_path: Path) -> Iterator[GuardedFile]:
+    """The partial file as a :class:`GuardedFile` for h5py: checked once HDF5 has closed it, then closed."""
+    guarded = GuardedFile(temporary, shown_as=output_path)
+    try:
+        yield guarded
+        guarded.check()  # HDF5 writes its metadata when the file closes
+    finally:
+        guarded.close()
 
 
 def _embedded_in_chunks(

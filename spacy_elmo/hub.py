@@ -15,12 +15,14 @@ starts from a zero state for every sentence, so a sentence's vectors do not depe
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .backend import ElmoBackend, load_bilm
 from .model_files import PathLike
+from .pooling import PoolSink, pool
+from .windows import fold_segments
 
 Outputs = Dict[str, np.ndarray]
 
@@ -41,19 +43,28 @@ class HubModule:
         """TF-Hub 1.x style: ``elmo(strings, signature="default", as_dict=True)``; without ``as_dict`` the ``default`` output."""
         if signature not in self.signatures:
             raise ValueError(f"signature={signature!r}: expected one of {sorted(self.signatures)}")
+        if signature == "default" and not as_dict:  # only the pooled rows: never the padded per-token arrays
+            return self._default_rows(_split_sentences(inputs))
         outputs = self.default(inputs) if signature == "default" else self.tokens(**inputs)
         return outputs if as_dict else outputs["default"]
 
     def default(self, strings: Sequence[str]) -> Outputs:
         """Each string split on spaces (as TF-Hub's ``default`` signature does), then embedded."""
-        if isinstance(strings, str):
-            raise TypeError("the default signature takes a list of strings (one per sentence), not one string")
-        sentences = []
-        for i, text in enumerate(_as_list(strings)):
-            if not isinstance(text, str):
-                raise TypeError(f"sentence {i}: expected a string, not {type(text).__name__}")
-            sentences.append([token for token in text.split(" ") if token])
-        return self._outputs(sentences)
+        return self._outputs(_split_sentences(strings))
+
+    def _default_rows(self, sentences: List[List[str]]) -> np.ndarray:
+        """The ``default`` output alone, ``(batch, dim)``: each sentence's layers averaged, then its tokens, as it comes.
+
+        Memory stays that of one backend call (``windows.fold_segments``), where the full outputs
+        pad every sentence to the longest: ``(n_layers + 1, batch, longest, dim)``.
+        """
+        def new_sink(shape: Tuple[int, int, int], windows: int) -> PoolSink:
+            return PoolSink(shape, windows, "mean", _average_layers)
+
+        rows = np.zeros((len(sentences), self.backend.dim), dtype=np.float32)
+        for row, pooled in fold_segments(self.backend, enumerate(sentences), new_sink):
+            rows[row] = pooled
+        return rows
 
     def tokens(self, tokens: Sequence[Sequence[str]], sequence_len: Sequence[int]) -> Outputs:
         """Padded token lists and the true length of each (padding tokens past the length are ignored)."""
@@ -78,14 +89,32 @@ class HubModule:
             padded[:, row, : array.shape[1]] = array
         lengths = np.array([len(s) for s in sentences], dtype=np.int32)
         elmo = padded.mean(axis=0)
-        counts = np.maximum(lengths, 1)[:, None].astype(np.float32)
         outputs: Outputs = {"word_emb": np.ascontiguousarray(padded[0, :, :, :projection])}  # layer 0 is [x; x]
         for k in range(1, backend.n_layers + 1):
             outputs[f"lstm_outputs{k}"] = padded[k]
         outputs["elmo"] = elmo
-        outputs["default"] = (elmo.sum(axis=1) / counts).astype(np.float32)
+        outputs["default"] = np.stack([pool(_average_layers(array), "mean") for array in layers]) if layers else (
+            np.zeros((0, backend.dim), dtype=np.float32)
+        )  # row by row as _default_rows pools them: the same bits either way
         outputs["sequence_len"] = lengths
         return outputs
+
+
+def _average_layers(layers: np.ndarray) -> np.ndarray:
+    """``elmo``: the equal-weight average of all layers (TF-Hub's initial mix), ``(n_tokens, dim)``."""
+    return layers.mean(axis=0)
+
+
+def _split_sentences(strings: Sequence[str]) -> List[List[str]]:
+    """Each string split on spaces, as TF-Hub's ``default`` signature does."""
+    if isinstance(strings, str):
+        raise TypeError("the default signature takes a list of strings (one per sentence), not one string")
+    sentences = []
+    for i, text in enumerate(_as_list(strings)):
+        if not isinstance(text, str):
+            raise TypeError(f"sentence {i}: expected a string, not {type(text).__name__}")
+        sentences.append([token for token in text.split(" ") if token])
+    return sentences
 
 
 def _as_list(values: Any) -> List[Any]:

@@ -12,10 +12,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from .bilm.weights import WeightFileError
-from .download import cached_path, is_archive, is_url, model_dir_in, unpacked_archive
+from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -94,6 +94,22 @@ def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
     options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what, download_name=entry.name)
     weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what, download_name=entry.name)
     return options.resolve(), weights.resolve()
+
+
+def forget_cached(model: PathLike) -> List[Path]:
+    """Remove what the download cache holds of ``model`` (a published name, URL or archive path); returns what went.
+
+    The next use downloads (or unpacks) it again: what ``spacy-elmo download --force`` does.
+    """
+    text = os.fspath(model)
+    entry = published_model(text) or (published_by_url(text) if is_url(text) else None)
+    if entry is not None:
+        sources = [entry.options_url, entry.weights_url]
+    elif is_url(text) or is_archive(text):
+        sources = [text]
+    else:
+        sources = []
+    return [path for source in sources for path in forget(source)]
 
 
 def _local(value: PathLike, role: str) -> Path:

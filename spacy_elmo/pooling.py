@@ -1,7 +1,7 @@
 """Pool token vectors into one fixed-size vector; shared by the spaCy and scikit-learn front ends."""
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -31,3 +31,48 @@ def pool(vectors: np.ndarray, pooling: str = "mean") -> np.ndarray:
         return np.zeros(dim * len(parts), dtype=np.float32)
     blocks = [vectors.mean(axis=0) if part == "mean" else vectors.max(axis=0) for part in parts]
     return np.concatenate(blocks).astype(np.float32, copy=False)
+
+
+class PoolSink:
+    """One pooled row from token vectors that come in pieces (a window at a time), as :func:`pool` gives for all at once.
+
+    Mean, max and mean+max compose: sums (in float64) and maxima of the pieces combine into those
+    of the whole, so a text of any length needs the memory of one piece, never its full layers.
+    A segment of one piece is pooled by :func:`pool` itself (the same bits as before).
+    ``to_vectors`` turns a piece's layers ``(n_layers + 1, t, dim)`` into ``(t, dim)`` token vectors
+    (a layer mix); it is a :class:`spacy_elmo.windows.Sink`.
+    """
+
+    def __init__(
+        self, shape: Tuple[int, int, int], windows: int, pooling: str, to_vectors: Callable[[np.ndarray], np.ndarray]
+    ) -> None:
+        self.parts = pooling_parts(pooling)
+        self.pooling = pooling
+        self.to_vectors = to_vectors
+        self.windows = windows
+        self.dim = shape[2]
+        self.count = 0
+        self.total: Optional[np.ndarray] = None
+        self.maximum: Optional[np.ndarray] = None
+        self.row: Optional[np.ndarray] = None
+
+    def add(self, start: int, layers: np.ndarray) -> None:
+        vectors = self.to_vectors(layers)
+        if self.windows == 1:
+            self.row = pool(vectors, self.pooling)
+            return
+        if not len(vectors):
+            return
+        self.count += len(vectors)
+        total = vectors.sum(axis=0, dtype=np.float64)
+        maximum = vectors.max(axis=0)
+        self.total = total if self.total is None else self.total + total
+        self.maximum = maximum if self.maximum is None else np.maximum(self.maximum, maximum)
+
+    def result(self) -> np.ndarray:
+        if self.row is not None:
+            return self.row
+        if self.count == 0 or self.total is None or self.maximum is None:
+            return np.zeros(self.dim * len(self.parts), dtype=np.float32)
+        blocks = [(self.total / self.count).astype(np.float32) if part == "mean" else self.maximum for part in self.parts]
+        return np.concatenate(blocks).astype(np.float32, copy=False)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from functools import partial
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -12,15 +13,16 @@ from tqdm import tqdm
 
 from .backend import ElmoBackend, dtype_name, load_bilm
 from .mix import LayerSpec, layer_weights, mix_layers
-from .pooling import check_pooling, pool, pooled_dim, pooling_parts
+from .pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
 from .spacy.extensions import LAYERS, MODEL
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .validation import positive_int
-from .windows import check_window_config, embed_segments
+from .windows import check_window_config, embed_segments, fold_segments
 
 FEATURE_PREFIX = "elmo"
 
 Tokens = Tuple[str, ...]
+T = TypeVar("T")
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):
@@ -181,8 +183,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
                     out[i] = self._pool(stored[:, keep])
         else:
             pending = self._token_rows(samples, kind)
-        for tokens, activations in self._embedded(pending, backend):
-            out[pending[tokens]] = self._pool(activations)
+        for tokens, row in self._pooled(pending, backend):  # window by window: memory flat in the text's length
+            out[pending[tokens]] = row
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
         return out
 
@@ -204,14 +206,26 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def _embedded(self, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
         """All layers of each unique non-empty token sequence, embedded once, longest first (windowed as configured)."""
+        return self._folded(pending, backend, embed_segments)
+
+    def _pooled(self, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
+        """The mixed, pooled row of each unique non-empty token sequence, folded window by window (never stitched)."""
+
+        def new_sink(shape: Tuple[int, int, int], windows: int) -> PoolSink:
+            return PoolSink(shape, windows, self.pooling, lambda layers: mix_layers(layers, self.layers))
+
+        return self._folded(pending, backend, partial(fold_segments, new_sink=new_sink))
+
+    def _folded(
+        self, pending: Dict[Tokens, List[int]], backend: ElmoBackend, embed: Callable[..., Iterator[Tuple[Tokens, T]]]
+    ) -> Iterator[Tuple[Tokens, T]]:
+        """``embed``'s result for each unique non-empty token sequence, longest first (windowed as configured), with the bar."""
         unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         max_length, overlap = self._windows()
         segments = ((tokens, tokens) for tokens in unique)
         with tqdm(total=len(unique), unit="text", desc="ELMo", disable=not self.verbose) as bar:
-            for tokens, activations in embed_segments(
-                backend, segments, max_length=max_length, overlap=overlap, batch_size=self.batch_size
-            ):
-                yield tokens, activations
+            for tokens, result in embed(backend, segments, max_length=max_length, overlap=overlap, batch_size=self.batch_size):
+                yield tokens, result
                 bar.update(1)
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:

@@ -24,6 +24,8 @@ from .validation import positive_int
 MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds the memory of raw layers on huge inputs
 
 Key = TypeVar("Key")
+Out = TypeVar("Out")
+Out_co = TypeVar("Out_co", covariant=True)
 
 
 class Embedder(Protocol):
@@ -72,14 +74,44 @@ def check_window_config(max_length: int, overlap: int) -> Tuple[int, int]:
     return max_length, int(overlap)
 
 
-class _Open(Generic[Key]):
+class Sink(Protocol[Out_co]):
+    """Where a segment's windows go: the kept part of each (in any order), then one result for the segment."""
+
+    def add(self, start: int, layers: np.ndarray) -> None:
+        """The layers ``(n_layers + 1, t, dim)`` of the segment's tokens ``start .. start + t``."""
+
+    def result(self) -> Out_co:
+        """What the segment becomes once every token was added."""
+
+
+class _Stitched:
+    """The segment's full layers ``(n_layers + 1, n_tokens, dim)``; a lone window's array is used as it is."""
+
+    __slots__ = ("layers", "shape")
+
+    def __init__(self, shape: Tuple[int, int, int], windows: int) -> None:
+        self.shape = shape
+        self.layers: Optional[np.ndarray] = np.empty(shape, dtype=np.float32) if windows > 1 else None
+
+    def add(self, start: int, layers: np.ndarray) -> None:
+        if self.layers is None:
+            self.layers = layers
+        else:
+            self.layers[:, start : start + layers.shape[1]] = layers
+
+    def result(self) -> np.ndarray:
+        assert self.layers is not None
+        return self.layers
+
+
+class _Open(Generic[Key, Out]):
     """A segment whose windows are on their way through the backend."""
 
-    __slots__ = ("key", "layers", "windows_left")
+    __slots__ = ("key", "sink", "windows_left")
 
-    def __init__(self, key: Key, windows: int) -> None:
+    def __init__(self, key: Key, sink: Sink[Out], windows: int) -> None:
         self.key = key
-        self.layers: Optional[np.ndarray] = None  # the stitched layers (a lone window's array is used as it is)
+        self.sink = sink
         self.windows_left = windows
 
 
@@ -109,18 +141,39 @@ def embed_segments(
     segment gives ``(n_layers + 1, 0, dim)``. Consecutive windows share backend calls, so their
     sentences are batched together.
     """
+    return fold_segments(
+        backend, segments, _Stitched, max_length=max_length, overlap=overlap, max_tokens=max_tokens,
+        batch_size=batch_size, on_progress=on_progress,
+    )
+
+
+def fold_segments(
+    backend: Embedder,
+    segments: Iterable[Tuple[Key, Sequence[str]]],
+    new_sink: Callable[[Tuple[int, int, int], int], Sink[Out]],
+    *,
+    max_length: Optional[int] = None,
+    overlap: int = 0,
+    max_tokens: int = MAX_TOKENS_PER_CALL,
+    batch_size: Optional[int] = None,
+    on_progress: Optional[Callable[[int], object]] = None,
+) -> Iterator[Tuple[Key, Out]]:
+    """As :func:`embed_segments`, but each segment's windows go into ``new_sink(shape, n_windows)``; yields its result.
+
+    A front end that needs only a pooled row per segment folds each window into it as it comes
+    (``pooling.PoolSink``), so a segment of any length costs the memory of one backend call, not
+    of its stitched ``(n_layers + 1, n_tokens, dim)`` layers.
+    """
     if max_length is not None:
         max_length, overlap = check_window_config(max_length, overlap)
     max_tokens = positive_int(max_tokens, "max_tokens")
-    waiting: Deque[_Open[Key]] = deque()  # segments not yet handed back, in input order
-    windows: List[Tuple[_Open[Key], Sequence[str], int, int, int]] = []  # (segment, tokens, start, keep_start, keep_end)
+    waiting: Deque[_Open[Key, Out]] = deque()  # segments not yet handed back, in input order
+    windows: List[_Window] = []
     size = 0
     for key, tokens in segments:
         n = len(tokens)
         plan = [(0, n, 0, n)] if max_length is None or n <= max_length else window_bounds(n, max_length, overlap)
-        segment = _Open(key, len(plan))
-        if len(plan) > 1:
-            segment.layers = np.empty((backend.n_layers + 1, n, backend.dim), dtype=np.float32)
+        segment = _Open(key, new_sink((backend.n_layers + 1, n, backend.dim), len(plan)), len(plan))
         waiting.append(segment)
         for start, end, keep_start, keep_end in plan:
             cost = max(1, end - start)
@@ -135,28 +188,28 @@ def embed_segments(
     yield from _finished(waiting)
 
 
+_Window = Tuple[_Open, Sequence[str], int, int, int]  # (segment, tokens, start, keep_start, keep_end)
+
+
 def _embed_windows(
     backend: Embedder,
-    windows: List[Tuple[_Open[Key], Sequence[str], int, int, int]],
+    windows: List[_Window],
     batch_size: Optional[int],
     on_progress: Optional[Callable[[int], object]],
 ) -> None:
-    """One backend call for ``windows``; each window's kept part goes into its segment's layers."""
+    """One backend call for ``windows``; each window's kept part goes into its segment's sink."""
     arrays = backend.embed([tokens for _, tokens, _, _, _ in windows], batch_size=batch_size, on_progress=on_progress)
     for (segment, _, start, keep_start, keep_end), array in zip(windows, arrays):
-        if segment.layers is None:  # the segment's only window
-            segment.layers = array
-        else:
-            segment.layers[:, keep_start:keep_end] = array[:, keep_start - start : keep_end - start]
+        whole = keep_start == start and keep_end - start == array.shape[1]
+        segment.sink.add(keep_start, array if whole else array[:, keep_start - start : keep_end - start])
         segment.windows_left -= 1
 
 
-def _finished(waiting: Deque[_Open[Key]]) -> Iterator[Tuple[Key, np.ndarray]]:
+def _finished(waiting: Deque[_Open[Key, Out]]) -> Iterator[Tuple[Key, Out]]:
     """Hand back the leading segments whose windows are all embedded (the order stays the input's)."""
     while waiting and waiting[0].windows_left == 0:
         segment = waiting.popleft()
-        assert segment.layers is not None
-        yield segment.key, segment.layers
+        yield segment.key, segment.sink.result()
 
 
 def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget: int) -> List[List[int]]:

@@ -1,4 +1,7 @@
 """Published models, URLs and archives, against a loopback HTTP server this test starts (no real network)."""
+import email.utils
+import gzip
+import hashlib
 import io
 import json
 import shutil
@@ -19,21 +22,37 @@ from typer.testing import CliRunner
 import spacy_elmo.published
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.download import DownloadError
+from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.published import PublishedModel
 
 from numerics import assert_recomputed_close
 
 
 class LoopbackServer:
-    """Serves ``files`` (path -> bytes) on 127.0.0.1; counts GETs; can cut transfers off or refuse ranges."""
+    """Serves ``files`` (path -> bytes) on 127.0.0.1; counts GETs; can cut transfers off, refuse ranges, and misbehave.
 
-    def __init__(self, files, ranges=True, delay=0.0):
+    Replies carry a strong ETag (the sha256 of the body) and a Last-Modified date (``validators``
+    picks which); a Range request is served as 206 unless its If-Range names another version
+    (then the whole file, 200), as HTTP wants. The misbehaviours a test can switch on: ``error_pages``
+    (path -> how many GETs get a 200 HTML page instead), ``ignore_if_range`` (206 of the new version
+    whatever If-Range says), ``range_shift`` (a 206 whose range starts that many bytes early),
+    ``gzip`` ("negotiated": when the client accepts it; "always": whatever it asked).
+    """
+
+    def __init__(self, files, ranges=True, delay=0.0, validators=("etag", "last-modified")):
         self.files = dict(files)
         self.hits = Counter()
         self.range_requests = Counter()
+        self.if_range = []  # the If-Range header of each Range request
         self.cut_next = Counter()  # path -> how many of the next GETs stop half way
+        self.error_pages = Counter()
         self.ranges = ranges
         self.delay = delay
+        self.validators = validators
+        self.ignore_if_range = False
+        self.range_shift = 0
+        self.gzip = None
+        self.on_cut = None  # called after a transfer was cut off (e.g. to publish a new version)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,36 +76,66 @@ class LoopbackServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def version(self, data):
+        etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+        modified = email.utils.formatdate(1_700_000_000 + int.from_bytes(hashlib.sha256(data).digest()[:3], "big"), usegmt=True)
+        return etag, modified
+
     def _serve(self, handler, body):
         path = handler.path.lstrip("/")
         data = self.files.get(path)
         if data is None:
             handler.send_error(404, "Not Found")
             return
-        start = 0
-        wanted = handler.headers.get("Range") if self.ranges else None
         if body:
             self.hits[path] += 1
+        if body and self.error_pages[path] > 0:
+            self.error_pages[path] -= 1
+            page = b"<!DOCTYPE html><html><body><h1>Service unavailable</h1>try again later</body></html>"
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/html")
+            handler.send_header("Content-Length", str(len(page)))
+            handler.end_headers()
+            handler.wfile.write(page)
+            return
+        etag, modified = self.version(data)
+        start = 0
+        wanted = handler.headers.get("Range") if self.ranges else None
         if wanted and wanted.startswith("bytes="):
-            start = int(wanted[len("bytes="):].split("-")[0])
+            self.if_range.append(handler.headers.get("If-Range"))
+            condition = handler.headers.get("If-Range")
+            if condition is not None and condition not in (etag, modified) and not self.ignore_if_range:
+                wanted = None  # another version: the whole file
+        gzipped = self.gzip == "always" or (self.gzip == "negotiated" and "gzip" in handler.headers.get("Accept-Encoding", ""))
+        if wanted and wanted.startswith("bytes="):
+            start = max(0, int(wanted[len("bytes="):].split("-")[0]) - self.range_shift)
             self.range_requests[path] += body
             handler.send_response(206)
             handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         else:
             handler.send_response(200)
-        handler.send_header("Content-Length", str(len(data) - start))
+        payload = data[start:]
+        if gzipped:
+            payload = gzip.compress(payload)
+            handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(payload)))
+        if "etag" in self.validators:
+            handler.send_header("ETag", etag)
+        if "last-modified" in self.validators:
+            handler.send_header("Last-Modified", modified)
         if self.ranges:
             handler.send_header("Accept-Ranges", "bytes")
         handler.end_headers()
         if not body:
             return
-        payload = data[start:]
         if self.cut_next[path] > 0:
             self.cut_next[path] -= 1
             handler.wfile.write(payload[: len(payload) // 2])
             handler.wfile.flush()
             handler.close_connection = True
             handler.connection.shutdown(2)  # the client sees the connection close mid-body
+            if self.on_cut is not None:
+                self.on_cut()
             return
         for i in range(0, len(payload), 65536):
             if self.delay:
@@ -338,3 +387,217 @@ def test_published_table_names_the_allennlp_models():
         assert entry.options_url.startswith("https://") and entry.weights_url.endswith(".hdf5")
     url = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
     assert published_by_url(url).name == "original"  # AllenNLP's own default URL spelling
+
+
+# -- issue 24: servers that misbehave, archives that explode ----------------------------------------
+
+
+def _cached_weights(home):
+    return sorted(p.name for p in home.glob("downloads/*/weights.hdf5*"))
+
+
+@pytest.fixture(scope="module")
+def second_version(fixture_dir, tmp_path_factory):
+    """Another valid weight file for the fixture's options (every parameter x 1.01): the file "changed on the server"."""
+    import torch
+
+    from spacy_elmo.bilm import load_model
+    from spacy_elmo.bilm.weights import save_weights
+
+    model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.01)
+    path = tmp_path_factory.mktemp("v2") / "weights.hdf5"
+    save_weights(model, path)
+    return path.read_bytes()
+
+
+def test_an_html_error_page_answered_with_200_is_refused_and_never_cached(home, server, monkeypatch, backend):
+    """Item 1: the page was cached as weights.hdf5 with its sha256 recorded; the model stayed broken after the server recovered."""
+    _publish(monkeypatch, server)
+    server.error_pages["m/weights.hdf5"] = 1
+    with pytest.raises(DownloadError, match=r"the server answered 200, but it is an HTML page.*nothing was put in the cache"):
+        load_bilm("loopback-test")
+    assert _cached_weights(home) == []  # no file, no record, no .part
+    assert load_bilm("loopback-test").fingerprint == backend.fingerprint  # the server recovered: fetched again
+    assert server.hits["m/weights.hdf5"] == 2
+
+
+def test_a_poisoned_entry_from_before_is_fetched_again(home, server, monkeypatch, backend):
+    """A cache filled by an older version (an error page stored with its record) heals itself on the next load."""
+    entry = _publish(monkeypatch, server)
+    load_bilm("loopback-test")
+    cached = next(home.glob("downloads/*/weights.hdf5"))
+    page = b"<html><body>Login required</body></html>"
+    cached.write_bytes(page)
+    record = cached.with_name("weights.hdf5.json")
+    record.write_text(json.dumps({"url": entry.weights_url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()}))
+    assert load_bilm("loopback-test").fingerprint == backend.fingerprint
+    assert json.loads(record.read_text())["sha256"] == hashlib.sha256(server.files["m/weights.hdf5"]).hexdigest()
+
+
+def test_a_damaged_cached_file_names_the_folder_and_the_force_command(home, server, monkeypatch, backend):
+    import h5py
+
+    from spacy_elmo.cli import app
+
+    _publish(monkeypatch, server)
+    load_bilm("loopback-test")
+    cached = next(home.glob("downloads/*/weights.hdf5"))
+    with h5py.File(cached, "r+") as handle:  # still an HDF5 file of the recorded size, but NaN in a weight
+        handle["CNN_proj/b_proj"][0] = float("nan")
+    with pytest.raises(WeightFileError) as err:
+        load_bilm("loopback-test")
+    message = str(err.value)
+    assert f"delete {cached.parent}" in message and "`spacy-elmo download --force loopback-test`" in message
+    forced = CliRunner().invoke(app, ["download", "--force", "loopback-test"])
+    assert forced.exit_code == 0, forced.output
+    assert f"removed {cached}" in forced.output
+    assert load_bilm("loopback-test").fingerprint == backend.fingerprint
+    assert server.hits["m/weights.hdf5"] == 2
+
+
+@pytest.mark.parametrize(
+    "validators, ignore_if_range",
+    [(("etag",), False), (("last-modified",), False), (("etag", "last-modified"), True), ((), False)],
+    ids=["etag", "last-modified", "server-ignores-if-range", "no-version"],
+)
+def test_a_resume_never_splices_two_versions(home, model_bytes, monkeypatch, second_version, validators, ignore_if_range):
+    """Item 2: the file changed on the server between the cut-off transfer and the resume; old + new bytes were appended."""
+    srv = LoopbackServer(model_bytes, validators=validators)
+    try:
+        _publish(monkeypatch, srv)
+        first_version = srv.version(model_bytes["m/weights.hdf5"])
+        srv.ignore_if_range = ignore_if_range
+        srv.cut_next["m/weights.hdf5"] = 1
+        srv.on_cut = lambda: srv.files.__setitem__("m/weights.hdf5", second_version)
+        if validators:
+            elmo = load_bilm("loopback-test")
+            assert srv.if_range == [first_version[0] if "etag" in validators else first_version[1]]
+        else:  # nothing to name the version by: not resumed, started again from zero on the next try
+            with pytest.raises(DownloadError, match="cut off"):
+                load_bilm("loopback-test")
+            assert _cached_weights(home) == []
+            elmo = load_bilm("loopback-test")
+            assert srv.if_range == []
+        assert elmo.weights_path.read_bytes() == second_version
+        assert _cached_weights(home) == ["weights.hdf5", "weights.hdf5.json"]  # no .part, no .part.json left
+    finally:
+        srv.stop()
+
+
+def test_a_206_from_another_offset_starts_again_from_zero(home, server, monkeypatch, model_bytes, backend):
+    """Item 3: a 206 whose Content-Range starts elsewhere was appended: an oversized file, its sha256 recorded."""
+    _publish(monkeypatch, server)
+    server.range_shift = 1000
+    server.cut_next["m/weights.hdf5"] = 1
+    elmo = load_bilm("loopback-test")
+    assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"] and elmo.fingerprint == backend.fingerprint
+    assert server.range_requests["m/weights.hdf5"] == 1 and server.hits["m/weights.hdf5"] == 3  # cut, refused 206, whole
+
+
+@pytest.mark.parametrize("mode", ["negotiated", "always"])
+def test_a_gzip_content_encoding_still_loads(home, server, monkeypatch, model_bytes, backend, mode):
+    """Item 4: requests decoded the body and compared it with the compressed Content-Length: "cut off", a bogus .part."""
+    _publish(monkeypatch, server)
+    server.gzip = mode  # "always": a server that compresses whatever the client asked for
+    elmo = load_bilm("loopback-test")
+    assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"] and elmo.fingerprint == backend.fingerprint
+    assert _cached_weights(home) == ["weights.hdf5", "weights.hdf5.json"]
+
+
+class _Zeros(io.RawIOBase):
+    """``size`` zero bytes, read in pieces (so building a bomb needs no gigabyte in memory)."""
+
+    def __init__(self, size):
+        self.left = size
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def _bomb(fixture_dir, path, size):
+    """An ELMo archive plus a member of ``size`` zero bytes, which compresses about 1000:1."""
+    _nlpl_archive(fixture_dir, path)
+    if path.name.endswith(".zip"):
+        with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as zf, zf.open("elmo/vocab.big", "w", force_zip64=True) as out:
+            shutil.copyfileobj(_Zeros(size), out, 1 << 20)
+    else:
+        with tarfile.open(path, "r:gz") as tf:
+            members = [(m, tf.extractfile(m).read()) for m in tf.getmembers()]
+        with tarfile.open(path, "w:gz") as tf:
+            for info, data in members:
+                tf.addfile(info, io.BytesIO(data))
+            info = tarfile.TarInfo("elmo/vocab.big")
+            info.size = size
+            tf.addfile(info, io.BufferedReader(_Zeros(size), 1 << 20))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
+def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir, tmp_path, suffix, monkeypatch):
+    """Item 5: a small archive whose member expands to far more was written out until the disk or a limit stopped it."""
+    import spacy_elmo.download
+
+    archive = _bomb(fixture_dir, tmp_path / f"bomb{suffix}", 96 << 20)
+    assert archive.stat().st_size < 1 << 20
+    written = []
+    real = spacy_elmo.download._write_member
+    monkeypatch.setattr(spacy_elmo.download, "_write_member", lambda into, member, *a: written.append(member) or real(into, member, *a))
+    with pytest.raises(DownloadError, match=r"member 'elmo/vocab\.big' would bring .* more than 100 times .*archive bomb"):
+        load_bilm(archive)
+    assert written == [] and list((home / "archives").iterdir()) == [next((home / "archives").glob(".*.lock"))]
+
+
+@pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
+def test_an_archive_larger_than_the_free_space_is_refused(home, fixture_dir, tmp_path, suffix, monkeypatch):
+    import spacy_elmo.download
+
+    archive = _nlpl_archive(fixture_dir, tmp_path / f"elmo{suffix}")
+    monkeypatch.setattr(spacy_elmo.download, "_free_bytes", lambda folder: spacy_elmo.download.FREE_RESERVE_BYTES + 100_000)
+    with pytest.raises(DownloadError, match=r"needs 0\.4 MiB by member 'elmo/model\.hdf5', but only 0\.1 MiB can be used.*free some disk space"):
+        load_bilm(archive)
+    assert not list(home.glob("archives/*/elmo"))
+
+
+def test_an_archive_url_without_the_elmo_layout_is_not_cached(home, fixture_dir, tmp_path):
+    archive = tmp_path / "other.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("readme.txt", "no model here")
+    srv = LoopbackServer({"other.zip": archive.read_bytes()})
+    try:
+        with pytest.raises(DownloadError, match="it holds no options.json"):
+            load_bilm(srv.url("other.zip"))
+        assert not list(home.glob("downloads/*/other.zip*"))
+    finally:
+        srv.stop()
+
+
+def test_a_damaged_unpacked_archive_names_its_folder_and_force_unpacks_it_again(home, fixture_dir, tmp_path, backend):
+    import h5py
+
+    from spacy_elmo.cli import app
+
+    archive = _nlpl_archive(fixture_dir, tmp_path / "elmo.tar.gz")
+    srv = LoopbackServer({"elmo.tar.gz": archive.read_bytes()})
+    try:
+        url = srv.url("elmo.tar.gz")
+        load_bilm(url)
+        unpacked = next(home.glob("archives/*/elmo/model.hdf5"))
+        with h5py.File(unpacked, "r+") as handle:
+            handle["CNN_proj/b_proj"][0] = float("inf")
+        with pytest.raises(WeightFileError) as err:
+            load_bilm(url)
+        assert f"delete {unpacked.parent.parent}" in str(err.value) and f"`spacy-elmo download --force {url}`" in str(err.value)
+        forced = CliRunner().invoke(app, ["download", "--force", url])
+        assert forced.exit_code == 0, forced.output
+        assert load_bilm(url).fingerprint == backend.fingerprint and srv.hits["elmo.tar.gz"] == 2
+    finally:
+        srv.stop()

@@ -381,3 +381,29 @@ def test_a_ctrl_c_that_python_drops_still_keeps_the_output_from_appearing(tmp_pa
         signal.signal(signal.SIGINT, previous)
     assert went_on  # the interrupt was dropped where it was raised ...
     assert partial_files(tmp_path) == [] and not out.exists()  # ... and still nothing was published
+
+
+_DISK_FULL = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk with ENOSPC
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from spacy_elmo.cli import app
+app(sys.argv[2:])
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs POSIX file-size limits")
+def test_a_full_disk_stops_embed_at_the_first_failed_write(fixture_dir, tmp_path):
+    """HDF5 swallowed write errors ("Exception ignored in ObjectID.__dealloc__") and the process died with SIGSEGV."""
+    words = ["the", "bank", "river", "money", "a", "of", "went"]
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(" ".join(words[(i * 7 + j) % 7] for j in range(30)) for i in range(400)) + "\n")
+    out = tmp_path / "out" / "vectors.hdf5"
+    out.parent.mkdir()
+    args = ["embed", str(text), str(out), "--model", str(fixture_dir), "--no-progress"]
+    done = subprocess.run([sys.executable, "-c", _DISK_FULL, str(200_000), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # about 30 of 400 lines fit under 200 kB
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"error: cannot write {out}: file too large (errno EFBIG)"], done.stderr[-2000:]
+    assert list(out.parent.iterdir()) == []  # neither the output nor a partial file is left

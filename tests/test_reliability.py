@@ -249,6 +249,29 @@ def test_flipped_byte_in_a_stored_row_is_recomputed(fresh_model, tmp_path, fixtu
     con.close()
 
 
+@pytest.mark.parametrize(
+    "column, value",
+    [("data", 7), ("data", "text, not bytes"), ("used", "yesterday"), ("layers", "three"), ("checksum", b"\x01"), ("dim", 1.5)],
+)
+def test_a_row_with_a_wrongly_typed_value_is_a_miss(fresh_model, tmp_path, fixture_sentences, monkeypatch, column, value):
+    """sqlite does not enforce column types: a damaged row (flipped serial-type byte, a foreign writer) is recomputed."""
+    cache_dir = tmp_path / "cache"
+    b = load_bilm(fresh_model, cache_dir=cache_dir, cache_mb=0)
+    first = b.embed(fixture_sentences[:1])[0]
+    con = sqlite3.connect(cache_dir / DB_NAME)
+    (data,) = con.execute("SELECT data FROM vectors").fetchone()
+    with con:
+        con.execute(f"UPDATE vectors SET {column} = ?", (value,))
+    calls = []
+    real = b._embed_batch
+    monkeypatch.setattr(b, "_embed_batch", lambda batch: calls.append(len(batch)) or real(batch))
+    np.testing.assert_array_equal(b.embed(fixture_sentences[:1])[0], first)
+    assert calls == [1]  # a miss: dropped and computed again
+    rows = con.execute("SELECT data, typeof(used), typeof(layers) FROM vectors").fetchall()
+    assert rows == [(data, "real", "integer")]  # the damaged row is gone, a good one took its place
+    con.close()
+
+
 def test_a_cache_from_before_checksums_is_replaced(tmp_path):
     con = sqlite3.connect(tmp_path / DB_NAME)
     con.execute(

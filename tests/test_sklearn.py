@@ -397,3 +397,67 @@ def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
     err = capsys.readouterr().err
     assert "ELMo" in err and "3/3" in err  # the three non-empty texts
     np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation
+
+
+# -- issue 24, item 9: a long text is pooled window by window, never stitched ---------------------------
+
+WORDS = "the bank by the river was closed so we walked along the water to town".split()
+
+
+@pytest.fixture()
+def uncached_model(fixture_dir, tmp_path):
+    """A copy of the fixture whose backend keeps no memory cache (so only the embedding itself takes memory)."""
+    import shutil
+
+    target = tmp_path / "model"
+    shutil.copytree(fixture_dir, target)
+    load_bilm(target, cache_mb=0)
+    return str(target)
+
+
+def _peak_mib(call):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def test_one_long_text_takes_flat_memory(uncached_model):
+    """The (n_layers + 1, n_tokens, dim) array was stitched before pooling: 3 x 80k x 32 float32 = 29 MiB more here."""
+    est = ElmoVectorizer(model=uncached_model, pooling="mean+max")
+    est.transform([WORDS])  # warm up
+    short, long = ([WORDS[i % len(WORDS)] for i in range(n)] for n in (40_000, 120_000))
+    growth = _peak_mib(lambda: est.transform([long])) - _peak_mib(lambda: est.transform([short]))
+    assert growth < 4, f"peak memory grew by {growth:.1f} MiB for 80k more tokens"
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "mean+max"])
+@pytest.mark.parametrize("layers", ["average", "top", 0, [0.2, 0.3, 0.5]])
+def test_pooling_window_by_window_equals_pooling_the_stitched_layers(backend, fixture_dir, pooling, layers):
+    from spacy_elmo.mix import mix_layers
+    from spacy_elmo.pooling import pool
+    from spacy_elmo.windows import embed_segments
+
+    tokens = tuple(WORDS[(i * 5) % len(WORDS)] + ("s" if i % 11 == 0 else "") for i in range(300))
+    est = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling, max_length=64, window_overlap=16)
+    got = est.fit_transform([list(tokens), list(tokens[:40])])
+    for row, sequence in enumerate((tokens, tokens[:40])):
+        ((_, stitched),) = embed_segments(backend, [(0, sequence)], max_length=64, overlap=16)
+        assert_recomputed_close(got[row], pool(mix_layers(stitched, layers), pooling))
+
+
+def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend):
+    """``elmo(strings, as_dict=False)`` padded every sentence to the longest: (3, 21, 5000, 32) float32 = 38 MiB here."""
+    from spacy_elmo import hub
+
+    elmo = hub.load(uncached_model)
+    sentences = [" ".join(WORDS[i % len(WORDS)] for i in range(5000))] + ["the bank ."] * 20
+    peak = _peak_mib(lambda: elmo(sentences, as_dict=False))
+    rows = elmo(sentences, as_dict=False)
+    assert peak < 12, f"{peak:.1f} MiB"
+    np.testing.assert_array_equal(rows, elmo.signatures["default"](sentences)["default"])
+    assert_recomputed_close(rows[0], backend.embed([sentences[0].split()])[0].mean(axis=0).mean(axis=0))

@@ -379,3 +379,90 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
     monkeypatch.setattr(spacy_elmo.bilm.model, "BiLM", lambda *a, **k: pytest.fail("built the model"))
     base = parameter_count(fixture_dir / "options.json")
     assert parameter_count(path) == base + (10**9 - 262) * options["char_cnn"]["embedding"]["dim"]
+
+
+# -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _data_ranges(path):
+    """Each dataset's raw data as (name, first byte, end) in the file (the fixture stores them contiguously)."""
+    ranges = []
+    with h5py.File(path, "r") as handle:
+        def visit(name, item):
+            if isinstance(item, h5py.Dataset):
+                offset = item.id.get_offset()
+                ranges.append((name, offset, offset + item.id.get_storage_size()))
+        handle.visititems(visit)
+    return ranges
+
+
+def _damaged(original: bytes, offset: int, mask: bytes) -> bytes:
+    data = bytearray(original)
+    for k, bits in enumerate(mask[: len(data) - offset]):
+        data[offset + k] ^= bits
+    return bytes(data)
+
+
+@pytest.mark.parametrize("signature", [b"SNOD", b"TREE", b"HEAP"])
+def test_a_damaged_structure_is_a_weight_file_error_and_embed_exits_2(model_copy, signature, tmp_path):
+    """A damaged symbol table, B-tree or heap made h5py raise RuntimeError/KeyError; the CLI printed a traceback."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    options, weights = model_copy
+    data = weights.read_bytes()
+    at = data.index(signature)
+    weights.write_bytes(_damaged(data, at, b"\xff\xff\xff\xff"))
+    with pytest.raises(WeightFileError, match=f"weight file {weights}.*damaged") as err:
+        load_model(options, weights)
+    assert isinstance(err.value.__cause__, Exception) and not isinstance(err.value.__cause__, WeightFileError)
+    (tmp_path / "in.txt").write_text("a b\n")
+    result = CliRunner().invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: weight file") and "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def damage_targets(fixture_dir):
+    """The fixture's bytes, its datasets' data ranges, the bytes outside them (metadata) and its exported datasets."""
+    path = fixture_dir / "lm_weights.hdf5"
+    original = path.read_bytes()
+    ranges = _data_ranges(path)
+    in_data = np.zeros(len(original), dtype=bool)
+    for _, start, end in ranges:
+        in_data[start:end] = True
+    with h5py.File(path, "r") as handle:
+        reference = {name: handle[name][...] for name, _, _ in ranges}
+    return original, ranges, [int(i) for i in np.flatnonzero(~in_data)], reference
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_damage_gives_a_faithful_load_or_a_weight_file_error(model_copy, damage_targets, data):
+    """Flip 1-4 bytes anywhere (mostly in the metadata, where h5py's raw errors came from).
+
+    Outcomes allowed: WeightFileError, or a model whose every dataset equals the undamaged file's,
+    except datasets whose own data bytes were flipped (those equal what the damaged file holds).
+    """
+    original, ranges, metadata, reference = damage_targets
+    options, weights = model_copy
+    offset = data.draw(st.one_of(st.sampled_from(metadata), st.integers(0, len(original) - 1)), label="offset")
+    mask = data.draw(st.binary(min_size=1, max_size=4).filter(any), label="xor mask")
+    weights.write_bytes(_damaged(original, offset, mask))
+    try:
+        model = load_model(options, weights)
+    except WeightFileError as err:
+        assert str(weights) in str(err)
+        return
+    hit = {name for name, start, end in ranges if start < offset + len(mask) and offset < end}
+    saved = weights.with_name("saved.hdf5")
+    weights_module.save_weights(model, saved)
+    with h5py.File(saved, "r") as out, h5py.File(weights, "r") as damaged:
+        for name, expected in reference.items():
+            wanted = damaged[name][...].astype(np.float32) if name in hit else expected
+            np.testing.assert_array_equal(out[name][...], wanted, err_msg=f"{name} at offset {offset}")

@@ -295,7 +295,8 @@ def _check_file(handle: Any, options: BiLMOptions, path: Path) -> Dict[str, Any]
     _check_copies(options, datasets, path)
     wanted: Set[str] = set()
     for name, entry, i in _expected(options):  # stops at the first missing dataset: never longer than the file
-        _check_dataset(datasets, groups, name, entry.shape(options, i), entry.shaped_by, path)
+        with _damage_reported(path, name):
+            _check_dataset(datasets, groups, name, entry.shape(options, i), entry.shaped_by, path)
         wanted.add(name)
     extra = sorted(set(datasets) - wanted)
     if extra:
@@ -318,8 +319,9 @@ def _contents(handle: Any, path: Path) -> Tuple[Dict[str, Any], Set[str]]:
         prefix, group = stack.pop()
         for key in group:
             name = prefix + key
-            _refuse_link(group.get(key, getlink=True), name, path)
-            item = group[key]
+            with _damage_reported(path, name):
+                _refuse_link(group.get(key, getlink=True), name, path)
+                item = group[key]
             if isinstance(item, h5py.Dataset):
                 datasets[name] = item
             elif isinstance(item, h5py.Group) and item.id not in visited:
@@ -445,10 +447,38 @@ def _checked_file(path: Path, options: BiLMOptions) -> Iterator[Dict[str, Any]]:
         raise WeightFileError(f"weight file not found: {path}")
     try:
         handle = h5py.File(path, "r")
-    except OSError as err:
+    except Exception as err:  # OSError mostly; damaged superblocks also give ValueError or RuntimeError
         raise WeightFileError(f"weight file {path} is not a readable HDF5 file (truncated or corrupt?): {err}") from err
     with handle:
-        yield _check_file(handle, options, path)
+        with _damage_reported(path):
+            datasets = _check_file(handle, options, path)
+        yield datasets
+
+
+@contextmanager
+def _damage_reported(path: Path, dataset: Optional[str] = None) -> Iterator[None]:
+    """Any error h5py raises while reading the file's metadata or data becomes a :class:`WeightFileError`.
+
+    A damaged file (a flipped byte in an object header, a B-tree or a heap) makes h5py raise
+    ``KeyError``, ``RuntimeError``, ``ValueError``, ``OSError`` or ``TypeError`` from deep inside its
+    C library; callers and the CLI need one error that names the file (and the dataset, where known).
+    """
+    try:
+        yield
+    except WeightFileError:
+        raise
+    except Exception as err:
+        where = f" dataset {dataset!r}" if dataset is not None else ""
+        raise WeightFileError(
+            f"weight file {path}:{where} cannot be read, the file is damaged or not a complete ELMo HDF5 file "
+            f"({type(err).__name__}: {first_line(err)})"
+        ) from err
+
+
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of an error's text (h5py's can span many), cut to ``limit`` characters, for a one-line message."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _read_into(model: BiLM, datasets: Dict[str, Any], path: Path) -> None:
@@ -460,10 +490,8 @@ def _read_into(model: BiLM, datasets: Dict[str, Any], path: Path) -> None:
 
 def _read_finite(dataset: Any, name: str, path: Path) -> np.ndarray:
     """The dataset as float32; NaN/Inf are refused (one of them makes every vector NaN)."""
-    try:
+    with _damage_reported(path, name):
         raw = dataset[...]
-    except OSError as err:
-        raise WeightFileError(f"weight file {path}: cannot read dataset {name!r} (corrupt?): {err}") from err
     with np.errstate(over="ignore", invalid="ignore"):
         array = np.asarray(raw, dtype=np.float32)  # a float64 beyond float32's range becomes inf: refused below
     _refuse_non_finite(array, f"weight file {path}: dataset {name!r}")

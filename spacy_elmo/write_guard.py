@@ -1,0 +1,92 @@
+"""A binary file for h5py that never hands a write error to HDF5, so a full disk is a clear error, not a crash.
+
+When a write fails (no space left, the file-size limit), HDF5 reports it from wherever the write
+happened to be flushed: mostly from ``__dealloc__`` of some object, where h5py can only print
+"Exception ignored", and the process later dies with SIGSEGV when the file is closed. Through
+:class:`GuardedFile` (h5py's ``fileobj`` driver) HDF5 never sees the error: the first failed
+write is remembered, it and every later write are dropped, and :meth:`GuardedFile.check` raises
+:class:`WriteFailedError` naming the path. The writer calls ``check`` after each dataset and
+after closing, then deletes the (incomplete) file.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+
+class WriteFailedError(OSError):
+    """An output file could not be written (no space left on the device, file too large, an I/O error)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message names path and reason already; no "[Errno 28]" in front
+
+
+class GuardedFile:
+    """``path`` opened for writing, with the methods h5py's ``fileobj`` driver calls; write errors are held back."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], shown_as: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+        self.path = Path(path)
+        self.shown_as = Path(shown_as) if shown_as is not None else self.path  # the name in the error (the output, not a temporary)
+        self._file = open(self.path, "w+b", buffering=0)  # unbuffered: a write fails where it happens
+        self._error: Optional[OSError] = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether a write has failed (everything written since was dropped)."""
+        return self._error is not None
+
+    def check(self) -> None:
+        """Raise :class:`WriteFailedError` if a write has failed (its reason and the path in the message)."""
+        if self._error is None:
+            return
+        reason = self._error.strerror or str(self._error)
+        number = self._error.errno or errno.EIO
+        raise WriteFailedError(number, f"cannot write {self.shown_as}: {reason.lower()} (errno {errno.errorcode.get(number, number)})")
+
+    # -- what h5py's fileobj driver needs ---------------------------------------------------------
+
+    def read(self, size: int = -1) -> bytes:
+        return self._file.read(size)
+
+    def readinto(self, buffer: "bytearray | memoryview") -> int:
+        return self._file.readinto(buffer) or 0
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def write(self, data: "bytes | memoryview") -> int:
+        view = memoryview(data).cast("B")
+        start = self._file.tell()
+        if self._error is None:
+            try:
+                done = 0
+                while done < len(view):  # a write near a size limit may be partial: the rest then fails
+                    done += self._file.write(view[done:]) or 0
+                return len(view)
+            except OSError as err:
+                self._error = err
+        self._file.seek(start + len(view))  # dropped, but HDF5 is told it was written: it stays consistent
+        return len(view)
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        if self._error is None:
+            try:
+                return self._file.truncate(size)
+            except OSError as err:
+                self._error = err
+        return self._file.tell() if size is None else size
+
+    def flush(self) -> None:
+        if self._error is None:
+            try:
+                self._file.flush()
+            except OSError as err:
+                self._error = err
+
+    def close(self) -> None:
+        self._file.close()
