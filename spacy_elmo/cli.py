@@ -237,13 +237,12 @@ def info(
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities."""
     from .model_files import resolve_model_files
-    from .bilm.weights import read_options
     from .info import describe
 
     with _errors_exit_2():
         options_path, weights_path = resolve_model_files(model_dir)
-        read_options(options_path)
-    typer.echo(describe(options_path, weights_path))
+        text = describe(options_path, weights_path)
+    typer.echo(text)
 
 
 @app.command()

@@ -5,6 +5,12 @@ A model is named by ``"default"`` (the bundled biLM), a published name (``"origi
 options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
 URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
 pair, downloading and unpacking into the cache (:mod:`.download`) when needed.
+
+Two directory formats are told apart by their files: ELMo's (``options.json`` + an HDF5 weight
+file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` and
+``token_embedder.pkl``, see :mod:`.bilm.manylangs_files`). For the latter the pair is
+``(config.json, encoder.pkl)``; :func:`is_manylangs` recognises such a pair and
+:func:`model_file_map` lists every file of either kind of model.
 """
 from __future__ import annotations
 
@@ -12,8 +18,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
+from .bilm import manylangs_files
 from .bilm.weights import WeightFileError
 from .download import cached_path, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
@@ -64,7 +71,7 @@ def resolve_model_files(
             )
         return _in_directory(DEFAULT_MODEL_DIR)
     text = os.fspath(model)  # type: ignore[arg-type]
-    if (Path(text).expanduser() / OPTIONS).is_file():  # a local model folder wins over a published name
+    if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
         return _in_directory(Path(text).expanduser())
     entry = published_model(text)
     if entry is None and is_url(text):
@@ -103,7 +110,31 @@ def _local(value: PathLike, role: str) -> Path:
     return Path(text).expanduser().resolve()
 
 
+def is_model_dir(directory: Path) -> bool:
+    """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
+    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory)
+
+
+def is_manylangs(options_path: Path, weights_path: Path) -> bool:
+    """Whether a resolved pair is an ELMoForManyLangs model's ``(config.json, encoder.pkl)``."""
+    return (
+        options_path.name == manylangs_files.CONFIG
+        and weights_path.name == manylangs_files.ENCODER
+        and options_path.parent == weights_path.parent
+        and manylangs_files.is_model_dir(weights_path.parent)
+    )
+
+
+def model_file_map(options_path: Path, weights_path: Path) -> Dict[str, Path]:
+    """Every file of the model a resolved pair names, by the name it must have in a copy of the model's folder."""
+    if is_manylangs(options_path, weights_path):
+        return manylangs_files.model_files(weights_path.parent)
+    return {OPTIONS: options_path, WEIGHTS: weights_path}
+
+
 def _in_directory(directory: Path) -> Tuple[Path, Path]:
+    if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
+        return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(f"ELMo model directory {directory} has no {OPTIONS}")
@@ -125,8 +156,16 @@ def find_weights(directory: Path) -> Path:
 
 
 def fingerprint(options_path: Path, weights_path: Path) -> str:
-    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint."""
+    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint.
+
+    An ELMoForManyLangs model's covers each of its files (name and bytes).
+    """
     digest = hashlib.sha256()
+    if is_manylangs(options_path, weights_path):
+        for name, path in sorted(model_file_map(options_path, weights_path).items()):
+            digest.update(name.encode("utf-8") + b"\0")
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:32]
     options = json.loads(options_path.read_text(encoding="utf-8"))
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
     with open(weights_path, "rb") as handle:
