@@ -29,7 +29,7 @@ def sentences():
 
 def reference(kind):
     with np.load(FIXTURES / kind / "reference.npz", allow_pickle=False) as data:
-        return [data[f"s{i}"] for i in range(len(data.files))]
+        return [data[f"s{i}"] for i in range(len(sentences()))]
 
 
 def relative_errors(got, expected):
