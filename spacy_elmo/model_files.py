@@ -29,7 +29,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 OPTIONS = "options.json"
 WEIGHTS = "weights.hdf5"
-WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5")  # looked for in this order; else the only *.hdf5
+WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5", "model.hdf5")  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
 VOCAB = "vocab.txt"
 METRICS = "metrics.json"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
@@ -142,7 +142,7 @@ def _in_directory(directory: Path) -> Tuple[Path, Path]:
 
 
 def find_weights(directory: Path) -> Path:
-    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, or its only ``*.hdf5``."""
+    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, ``model.hdf5``, or its only ``*.hdf5``."""
     for name in WEIGHT_NAMES:
         if (directory / name).is_file():
             return directory / name
