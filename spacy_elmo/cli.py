@@ -270,16 +270,18 @@ def models() -> None:
     from .download import home, is_cached
     from .published import PUBLISHED
 
-    rows = [("name", "architecture", "params", "size", "trained on", "source", "cached")]
+    rows = [("name", "language", "architecture", "params", "size", "trained on", "source", "licence", "cached")]
     for entry in PUBLISHED.values():
-        cached = is_cached(entry.options_url) and is_cached(entry.weights_url)
+        cached = all(is_cached(url) for url in entry.urls)
         rows.append((
             entry.name,
+            entry.language,
             entry.architecture,
             f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
             f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
             entry.trained_on,
             entry.source,
+            entry.licence,
             "yes" if cached else "no",
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -96,8 +96,12 @@ def resolve_model_files(
 
 
 def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
-    """The cached options and weights of a published model, downloaded first if needed."""
+    """The cached options and weights of a published model (or its unpacked archive's), downloaded first if needed."""
     what = f"model '{entry.name}'"
+    if entry.archive_url is not None:
+        archive = cached_path(entry.archive_url, what=what, download_name=entry.name)
+        return _in_directory(model_dir_in(unpacked_archive(archive, source=entry.archive_url), entry.archive_url))
+    assert entry.options_url is not None and entry.weights_url is not None  # a model of two files
     options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what, download_name=entry.name)
     weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what, download_name=entry.name)
     return options.resolve(), weights.resolve()

@@ -254,3 +254,30 @@ def test_the_model_class_and_padding_char():
     assert isinstance(model, ManyLangsBiLM)
     pad = model.token_encoder.special["<pad>"]
     assert model.token_encoder.char_embed.weight[pad].abs().sum() > 0  # the padding char keeps its trained embedding
+
+
+def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
+    """A manylangs-* entry is one zip (its own URL): fetched once into the cache, unpacked, found, loaded."""
+    import spacy_elmo.published
+    from spacy_elmo.published import PUBLISHED, PublishedModel
+    from test_download import LoopbackServer
+
+    monkeypatch.setenv("SPACY_ELMO_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
+    archive = Path(shutil.make_archive(str(tmp_path / "model"), "zip", FIXTURES, "word_char"))
+    server = LoopbackServer({"11/1.zip": archive.read_bytes()})
+    try:
+        entry = PublishedModel(
+            name="manylangs-test", options_url=None, weights_url=None, archive_url=server.url("11/1.zip"),
+            architecture="fixture", parameters_m=None, approx_mb=None, trained_on="test", source="test", language="Test",
+        )
+        monkeypatch.setitem(spacy_elmo.published.PUBLISHED, entry.name, entry)
+        backend = spacy_elmo.load_bilm("manylangs-test")
+        assert max(relative_errors(backend.embed(sentences()), reference("word_char"))) <= TOLERANCE
+        spacy_elmo.load_bilm("manylangs-test")
+        assert server.hits == {"11/1.zip": 1}
+    finally:
+        server.stop()
+    english = PUBLISHED["manylangs-en"]
+    assert english.language == "English" and english.archive_url == "http://vectors.nlpl.eu/repository/11/144.zip"
+    assert sum(name.startswith("manylangs-") for name in PUBLISHED if name != entry.name) == 44

@@ -25,7 +25,7 @@ from the zero state, padded positions are zero, averages cover the text's own to
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -90,27 +90,27 @@ class ElmoModel:
         texts: tokenized texts (lists of words). warmup: run the first chunk once first.
         layers: ``"average"``, ``"top"`` or ``"all"``. stateless: this package's batch-invariant vectors.
         """
-        backend, texts = self._ready(texts, layers)
-        longest = max((len(t) for t in texts), default=0)
-        shape = (len(texts), backend.n_layers + 1, longest, backend.dim) if layers == "all" else (len(texts), longest, backend.dim)
+        backend, rows = self._ready(texts, layers)
+        longest = max((len(t) for t in rows), default=0)
+        shape = (len(rows), backend.n_layers + 1, longest, backend.dim) if layers == "all" else (len(rows), longest, backend.dim)
         final = np.zeros(shape)
-        for first_row, chunk_vectors in self._chunks(texts, warmup, layers, stateless):
-            rows = chunk_vectors.shape[0]
+        for first_row, chunk_vectors in self._chunks(rows, warmup, layers, stateless):
+            last_row = first_row + chunk_vectors.shape[0]
             if layers == "all":
-                final[first_row : first_row + rows, :, : chunk_vectors.shape[2]] = chunk_vectors
+                final[first_row:last_row, :, : chunk_vectors.shape[2]] = chunk_vectors
             else:
-                final[first_row : first_row + rows, : chunk_vectors.shape[1]] = chunk_vectors
+                final[first_row:last_row, : chunk_vectors.shape[1]] = chunk_vectors
         return final
 
     def get_elmo_vector_average(
         self, texts: Sequence[Sequence[str]], warmup: bool = True, layers: str = "average", *, stateless: bool = False
     ) -> np.ndarray:
         """One L2-normalised vector per text, float64 ``(n_texts, dim)`` (``(n_texts, n_layers, dim)`` for ``"all"``)."""
-        backend, texts = self._ready(texts, layers)
+        backend, rows = self._ready(texts, layers)
         n_layers, dim = backend.n_layers + 1, backend.dim
-        averages = np.zeros((len(texts), n_layers, dim) if layers == "all" else (len(texts), dim))
+        averages = np.zeros((len(rows), n_layers, dim) if layers == "all" else (len(rows), dim))
         row = 0
-        for _, chunk_vectors in self._chunks(texts, warmup, layers, stateless):
+        for _, chunk_vectors in self._chunks(rows, warmup, layers, stateless):
             if layers == "all":  # simple_elmo reshapes (n_layers, length, dim) as (length, n_layers, dim)
                 chunk_vectors = chunk_vectors.reshape(chunk_vectors.shape[0], chunk_vectors.shape[2], n_layers, dim)
             for vectors in chunk_vectors:
@@ -122,7 +122,7 @@ class ElmoModel:
 
     # -- the chunks -----------------------------------------------------------------------------
 
-    def _ready(self, texts: Sequence[Sequence[str]], layers: str):
+    def _ready(self, texts: Sequence[Sequence[str]], layers: str) -> Tuple[ElmoBackend, List[List[str]]]:
         if self.backend is None or self.batch_size is None:
             raise RuntimeError("no model loaded: call load(PATH) first")
         if layers not in LAYER_CHOICES:
@@ -131,7 +131,7 @@ class ElmoModel:
             raise TypeError("texts must be a list of tokenized texts (lists of words), not a string")
         return self.backend, [list(text) for text in texts]
 
-    def _chunks(self, texts: List[List[str]], warmup: bool, layers: str, stateless: bool):
+    def _chunks(self, texts: List[List[str]], warmup: bool, layers: str, stateless: bool) -> Iterator[Tuple[int, np.ndarray]]:
         """``(first row, the chunk's vectors)`` per chunk of ``batch_size`` texts, in order (float32)."""
         assert self.backend is not None and self.batch_size is not None
         chunks = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
