@@ -190,7 +190,7 @@ def evaluate(
 def embed(
     input_file: Path = typer.Argument(..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"),
     output_file: Path = typer.Argument(..., help="HDF5 file to write (it appears only when complete)"),
-    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
+    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
     all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
     top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
     average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),

@@ -281,3 +281,11 @@ def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
     english = PUBLISHED["manylangs-en"]
     assert english.language == "English" and english.archive_url == "http://vectors.nlpl.eu/repository/11/144.zip"
     assert sum(name.startswith("manylangs-") for name in PUBLISHED if name != entry.name) == 44
+
+
+def test_the_backend_pickles_by_reference():
+    """Backends pickle as a reference (dask, multiprocessing): the same shared object comes back."""
+    import pickle
+
+    backend = spacy_elmo.load_bilm(FIXTURES / "char_only")
+    assert pickle.loads(pickle.dumps(backend)) is backend

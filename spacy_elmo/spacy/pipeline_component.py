@@ -101,7 +101,7 @@ def make_elmo(
 class ElmoComponent(Pipe):
     """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
 
-    model (str | ElmoModelRef): directory with options.json + weights, or "default"; loaded lazily, shared.
+    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published name, or "default"; loaded lazily, shared.
     layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
     gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
     batch_size (int): sentences/windows per biLM forward pass.
@@ -291,7 +291,7 @@ class ElmoComponent(Pipe):
     # -- serialization -------------------------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Save the model: a copy of options.json + weights, or only a reference for the bundled default."""
+        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a reference for the bundled default."""
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
