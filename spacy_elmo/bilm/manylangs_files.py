@@ -100,7 +100,7 @@ def architecture_file(directory: Path) -> Optional[Path]:
 
 
 def read_config(directory: Path) -> ManyLangsConfig:
-    """The model's architecture, each value checked by :data:`_SCHEMA`."""
+    """The model's architecture, each value checked by :data:`_KINDS` and :data:`_SCHEMA`."""
     path = architecture_file(directory)
     if path is None:
         named = Path(_read_json(directory / CONFIG)["config_path"]).name
@@ -118,9 +118,8 @@ _FILTERS = _Rule(
 )
 _NAME = lambda name: _Rule(lambda value: value == name, f'"{name}" (the only kind spacy-elmo runs)')  # noqa: E731
 _CNN = _Rule(lambda value: isinstance(value, str) and value.lower() == "cnn", '"cnn" (the only token embedder spacy-elmo runs)')
+_KINDS = (_Option("encoder.name", "encoder", _NAME("elmo")), _Option("token_embedder.name", "token_embedder", _CNN))
 _SCHEMA: Tuple[_Option, ...] = (
-    _Option("encoder.name", "", _NAME("elmo")),
-    _Option("token_embedder.name", "", _CNN),
     _Option("token_embedder.filters", "filters", _FILTERS),
     _Option("token_embedder.char_dim", "char_dim", _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)")),
     _Option("token_embedder.word_dim", "word_dim", _int_at_least(0)),
@@ -139,8 +138,9 @@ def config_from_dict(raw: Any, source: str = "config") -> ManyLangsConfig:
     """Build :class:`ManyLangsConfig` from an architecture dictionary; unknown keys (training settings) are ignored."""
     if not isinstance(raw, dict) or not isinstance(raw.get("encoder"), dict) or not isinstance(raw.get("token_embedder"), dict):
         raise WeightFileError(f"{source}: expected an object with 'encoder' and 'token_embedder' sections")
+    for kind in _KINDS:  # the encoder and token embedder kinds spacy-elmo runs
+        _option_value(raw, kind, source)
     values = {option.field: _option_value(raw, option, source) for option in _SCHEMA}
-    values.pop("")
     values["filters"] = tuple((width, count) for width, count in values["filters"])
     widest = max(width for width, _ in values["filters"])
     if widest > values["max_chars"]:
