@@ -123,7 +123,7 @@ class BiLM(nn.Module):
         """``token_encoder``: another format's token encoder (default: ELMo's char CNN, from ``options``)."""
         super().__init__()
         self.options = options
-        self.token_encoder = token_encoder or CharCNNEncoder(
+        self.token_encoder = token_encoder if token_encoder is not None else CharCNNEncoder(
             options.filters,
             options.char_embed_dim,
             options.char_embedding_rows,  # the weight file has no row for char id 0; the model adds it
