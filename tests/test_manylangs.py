@@ -102,10 +102,10 @@ def test_vectorizer_and_spacy_component_take_the_directory(tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "elmo" / "model"
     assert manylangs_files.is_model_dir(saved) and (saved / "cnn_test.json").is_file()
-    assert np.array_equal(spacy.load(tmp_path / "pipeline")(doc.text)._.elmo_layers, doc._.elmo_layers)
+    np.testing.assert_allclose(spacy.load(tmp_path / "pipeline")(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6)  # another backend: rounding
     other = spacy.blank("xx")
     other.add_pipe("elmo", config={"model": str(FIXTURES / "char_only")})
-    assert np.array_equal(other.from_bytes(nlp.to_bytes())(doc.text)._.elmo_layers, doc._.elmo_layers)
+    np.testing.assert_allclose(other.from_bytes(nlp.to_bytes())(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6)
 
 
 def test_cli_info_and_embed_take_the_directory(tmp_path):
