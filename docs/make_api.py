@@ -20,10 +20,12 @@ TARGET = ROOT / "docs" / "api.md"
 PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo", ()),  # its __all__
     ("spacy_elmo.hub", ("load", "HubModule")),
+    ("spacy_elmo.compat.elmoformanylangs", ()),  # its __all__
+    ("spacy_elmo.compat.simple_elmo", ()),
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
-    ("spacy_elmo.model_files", ("resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote")),
+    ("spacy_elmo.model_files", ("resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote", "model_file_map")),
     ("spacy_elmo.download", ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive")),
     ("spacy_elmo.embed_file", ("embed_file",)),
     ("spacy_elmo.windows", ("embed_segments", "window_bounds", "length_batches")),
@@ -31,6 +33,7 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
+    ("spacy_elmo.bilm.manylangs_files", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),
     ("spacy_elmo.train", ()),
 ]
 

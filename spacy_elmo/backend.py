@@ -11,13 +11,13 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import torch
 
-from .bilm import cpu_support, low_precision
+from .bilm import cpu_support, low_precision, manylangs_files
 from .bilm.model import BiLM
 from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .download import cache_advice
-from .model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
+from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .validation import positive_int
 from .windows import length_batches
@@ -360,13 +360,14 @@ def load_bilm(
     torch_dtype = resolve_dtype(dtype, torch_device)
     if not weights_path.is_file():
         raise WeightFileError(f"weight file not found: {weights_path}")
-    stat = weights_path.stat()
-    key = (str(options_path), str(weights_path), stat.st_size, stat.st_mtime_ns, str(torch_device), str(torch_dtype))
+    files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
+    stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
+    key = (str(options_path), str(weights_path), *stats, str(torch_device), str(torch_dtype))
     with _CACHE_LOCK:
         backend = _CACHE.get(key)
         if backend is None:
             try:
-                model_ = load_model(options_path, weights_path)
+                model_ = load_model_files(options_path, weights_path)
             except WeightFileError as err:
                 advice = cache_advice(weights_path)  # a damaged cached file: say which folder to delete, and how
                 if not advice:
@@ -377,6 +378,13 @@ def load_bilm(
     return backend.configure_cache(
         cache_mb=cache_mb, cache_dir=cache_dir, disk_cache_mb=disk_cache_mb, token_cache_size=token_cache_size
     )
+
+
+def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
+    """The biLM in a resolved pair of files, by their format: ELMo's options.json + HDF5, or ELMoForManyLangs'."""
+    if is_manylangs(options_path, weights_path):
+        return manylangs_files.load_model(weights_path.parent)
+    return load_model(options_path, weights_path)
 
 
 def _load_from_paths(options: str, weights: str, device: str, dtype: str = "float32") -> ElmoBackend:

@@ -192,7 +192,7 @@ def evaluate(
 def embed(
     input_file: Path = typer.Argument(..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"),
     output_file: Path = typer.Argument(..., help="HDF5 file to write (it appears only when complete)"),
-    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
+    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
     all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
     top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
     average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),
@@ -240,13 +240,12 @@ def info(
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities."""
     from .model_files import resolve_model_files
-    from .bilm.weights import read_options
     from .info import describe
 
     with _errors_exit_2():
         options_path, weights_path = resolve_model_files(model_dir)
-        read_options(options_path)
-    typer.echo(describe(options_path, weights_path))
+        text = describe(options_path, weights_path)
+    typer.echo(text)
 
 
 @app.command()
@@ -278,16 +277,18 @@ def models() -> None:
     from .download import home, is_cached
     from .published import PUBLISHED
 
-    rows = [("name", "architecture", "params", "size", "trained on", "source", "cached")]
+    rows = [("name", "language", "architecture", "params", "size", "trained on", "source", "licence", "cached")]
     for entry in PUBLISHED.values():
-        cached = is_cached(entry.options_url) and is_cached(entry.weights_url)
+        cached = all(is_cached(url) for url in entry.urls)
         rows.append((
             entry.name,
+            entry.language,
             entry.architecture,
             f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
             f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
             entry.trained_on,
             entry.source,
+            entry.licence,
             "yes" if cached else "no",
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

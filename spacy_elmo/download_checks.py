@@ -5,7 +5,8 @@ HTML error, an S3 XML error, a gzip body nobody decoded. Cached under the file's
 sha256 recorded as the file's identity, such a body would poison the model for good. So a weight
 file (``.hdf5``/``.h5``) must carry the HDF5 signature and open with h5py (every object visited),
 an options file (``.json``) must parse as a JSON object, and an archive must be a readable zip or
-tar holding exactly one ``options.json`` with an ``.hdf5`` file beside it. Other names are not
+tar holding exactly one ``options.json`` with an ``.hdf5`` file beside it, or an ELMoForManyLangs
+model folder (``config.json``, ``encoder.pkl``, ``token_embedder.pkl``). Other names are not
 checked. Nothing here raises: :func:`content_problem` says what is wrong, in words, or ``None``.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import List, Optional
 
+from .bilm import manylangs_files
 from .bilm.weights import first_line
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
@@ -109,8 +111,12 @@ def _member_names(path: Path) -> List[str]:
 
 
 def layout_problem(names: List[str]) -> Optional[str]:
-    """What is wrong with an ELMo archive's file members: exactly one options.json, an .hdf5 file beside it."""
+    """What is wrong with an ELMo archive's file members: exactly one options.json, an .hdf5 file beside it
+    (or an ELMoForManyLangs model folder: config.json with its torch-saved state files beside it)."""
     paths = [PurePosixPath(name.replace("\\", "/")) for name in names]
+    for config in (p for p in paths if p.name == manylangs_files.CONFIG):
+        if all(config.parent / state in paths for state in manylangs_files.STATE_FILES):
+            return None
     options = [p for p in paths if p.name == "options.json"]
     if len(options) != 1:
         found = "no options.json" if not options else f"{len(options)} options.json files"

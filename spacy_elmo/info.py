@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from .bilm import cpu_support
+from .bilm import cpu_support, manylangs_files
 from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
-from .model_files import METRICS
+from .model_files import METRICS, is_manylangs
 
 
 def parameter_count(options_path: Path) -> int:
@@ -17,7 +17,9 @@ def parameter_count(options_path: Path) -> int:
 
 
 def describe(options_path: Path, weights_path: Path) -> str:
-    """Lines of text describing the model whose files these are."""
+    """Lines of text describing the model whose files these are (either format)."""
+    if is_manylangs(options_path, weights_path):
+        return _describe_manylangs(weights_path.parent)
     options = read_options(options_path)
     directory = options_path.parent
     lines: List[str] = [
@@ -39,6 +41,20 @@ def describe(options_path: Path, weights_path: Path) -> str:
     else:
         lines.append("training:     no metrics.json (not trained by spacy-elmo train)")
     return "\n".join(lines)
+
+
+def _describe_manylangs(directory: Path) -> str:
+    """The lines of :func:`describe` for an ELMoForManyLangs model (its architecture file; nothing is built)."""
+    config = manylangs_files.read_config(directory)
+    words = f"word embedding {config.word_dim} + " if config.word_dim else "no word embedding, "
+    sizes = sum(p.stat().st_size for p in manylangs_files.source_files(directory)) / 1e6
+    return "\n".join([
+        f"model:        {directory} (ELMoForManyLangs format, {sizes:.1f} MB)",
+        f"architecture: {words}char CNN {[list(f) for f in config.filters]} (char dim {config.char_dim}, "
+        f"{config.n_highway} highway) -> {config.n_layers} x biLSTM {config.cell_dim} cells, projection "
+        f"{config.projection_dim}, residual, clipping cell={config.cell_clip} proj={config.proj_clip}",
+        f"output:       {config.n_layers + 1} layers x {2 * config.projection_dim} dims",
+    ])
 
 
 def _metrics_lines(metrics: Dict[str, Any]) -> List[str]:

@@ -5,6 +5,12 @@ A model is named by ``"default"`` (the bundled biLM), a published name (``"origi
 options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
 URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
 pair, downloading and unpacking into the cache (:mod:`.download`) when needed.
+
+Two directory formats are told apart by their files: ELMo's (``options.json`` + an HDF5 weight
+file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` and
+``token_embedder.pkl``, see :mod:`.bilm.manylangs_files`). For the latter the pair is
+``(config.json, encoder.pkl)``; :func:`is_manylangs` recognises such a pair and
+:func:`model_file_map` lists every file of either kind of model.
 """
 from __future__ import annotations
 
@@ -12,8 +18,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
+from .bilm import manylangs_files
 from .bilm.weights import WeightFileError
 from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
@@ -22,7 +29,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 OPTIONS = "options.json"
 WEIGHTS = "weights.hdf5"
-WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5")  # looked for in this order; else the only *.hdf5
+WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5", "model.hdf5")  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
 VOCAB = "vocab.txt"
 METRICS = "metrics.json"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
@@ -64,7 +71,7 @@ def resolve_model_files(
             )
         return _in_directory(DEFAULT_MODEL_DIR)
     text = os.fspath(model)  # type: ignore[arg-type]
-    if (Path(text).expanduser() / OPTIONS).is_file():  # a local model folder wins over a published name
+    if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
         return _in_directory(Path(text).expanduser())
     entry = published_model(text)
     if entry is None and is_url(text):
@@ -89,8 +96,12 @@ def resolve_model_files(
 
 
 def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
-    """The cached options and weights of a published model, downloaded first if needed."""
+    """The cached options and weights of a published model (or its unpacked archive's), downloaded first if needed."""
     what = f"model '{entry.name}'"
+    if entry.archive_url is not None:
+        archive = cached_path(entry.archive_url, what=what, download_name=entry.name)
+        return _in_directory(model_dir_in(unpacked_archive(archive, source=entry.archive_url), entry.archive_url))
+    assert entry.options_url is not None and entry.weights_url is not None  # a model of two files
     options = cached_path(entry.options_url, sha256=entry.options_sha256, what=what, download_name=entry.name)
     weights = cached_path(entry.weights_url, sha256=entry.weights_sha256, what=what, download_name=entry.name)
     return options.resolve(), weights.resolve()
@@ -104,7 +115,7 @@ def forget_cached(model: PathLike) -> List[Path]:
     text = os.fspath(model)
     entry = published_model(text) or (published_by_url(text) if is_url(text) else None)
     if entry is not None:
-        sources = [entry.options_url, entry.weights_url]
+        sources = list(entry.urls)
     elif is_url(text) or is_archive(text):
         sources = [text]
     else:
@@ -119,7 +130,31 @@ def _local(value: PathLike, role: str) -> Path:
     return Path(text).expanduser().resolve()
 
 
+def is_model_dir(directory: Path) -> bool:
+    """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
+    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory)
+
+
+def is_manylangs(options_path: Path, weights_path: Path) -> bool:
+    """Whether a resolved pair is an ELMoForManyLangs model's ``(config.json, encoder.pkl)``."""
+    return (
+        options_path.name == manylangs_files.CONFIG
+        and weights_path.name == manylangs_files.ENCODER
+        and options_path.parent == weights_path.parent
+        and manylangs_files.is_model_dir(weights_path.parent)
+    )
+
+
+def model_file_map(options_path: Path, weights_path: Path) -> Dict[str, Path]:
+    """Every file of the model a resolved pair names, by the name it must have in a copy of the model's folder."""
+    if is_manylangs(options_path, weights_path):
+        return manylangs_files.model_files(weights_path.parent)
+    return {OPTIONS: options_path, WEIGHTS: weights_path}
+
+
 def _in_directory(directory: Path) -> Tuple[Path, Path]:
+    if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
+        return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(f"ELMo model directory {directory} has no {OPTIONS}")
@@ -127,7 +162,7 @@ def _in_directory(directory: Path) -> Tuple[Path, Path]:
 
 
 def find_weights(directory: Path) -> Path:
-    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, or its only ``*.hdf5``."""
+    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, ``model.hdf5``, or its only ``*.hdf5``."""
     for name in WEIGHT_NAMES:
         if (directory / name).is_file():
             return directory / name
@@ -141,8 +176,16 @@ def find_weights(directory: Path) -> Path:
 
 
 def fingerprint(options_path: Path, weights_path: Path) -> str:
-    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint."""
+    """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint.
+
+    An ELMoForManyLangs model's covers each of its files (name and bytes).
+    """
     digest = hashlib.sha256()
+    if is_manylangs(options_path, weights_path):
+        for name, path in sorted(model_file_map(options_path, weights_path).items()):
+            digest.update(name.encode("utf-8") + b"\0")
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:32]
     options = json.loads(options_path.read_text(encoding="utf-8"))
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
     with open(weights_path, "rb") as handle:

@@ -36,7 +36,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     ----------
     model : str or path-like, default="default"
         ``"default"`` (the bundled model), a published name (``"original"``, ...), an archive or URL,
-        or an ELMo directory (``options.json`` + weights ``.hdf5``), as :func:`spacy_elmo.load_bilm` takes.
+        or a model directory (ELMo's ``options.json`` + weights ``.hdf5``, or an ELMoForManyLangs model), as
+        :func:`spacy_elmo.load_bilm` takes.
     layers : "average", "top", int or list of float, default="average"
         Which biLM layers to use, as in the spaCy component (see :func:`spacy_elmo.mix_layers`).
     pooling : {"mean", "max", "mean+max"}, default="mean"

@@ -198,7 +198,7 @@ def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[
     flags = isa_flags()
     if dtype == torch.bfloat16 and not bf16_native():
         return (f"dtype='bfloat16' has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16, AMX "
-                f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-100x slower than float32. "
+                f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-50x slower than float32 (measured). "
                 f"Use dtype='int8' (faster, approximate) or 'float32' (exact), or dtype='auto'")
     if dtype == torch.float16 and not fp16_native():
         return (f"dtype='float16' has no native kernels on this CPU (oneDNN needs AVX-512 FP16 or AMX-FP16; this CPU "

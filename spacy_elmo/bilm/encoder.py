@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence, Tuple, cast
 
+import numpy as np
 import torch
 from torch import nn
+
+from .chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 
 BUCKET_ROWS = 256  # tokens per length bucket in large char-CNN batches
 MATMUL_CONV_ELEMENTS = 1 << 23  # largest (rows x columns x filters) block of window scores at once (32 MB)
@@ -37,8 +40,15 @@ class Highway(nn.Module):
 class CharCNNEncoder(nn.Module):
     """Maps character ids ``(n_tokens, max_chars)`` to token vectors ``(n_tokens, projection_dim)``.
 
-    Char id 0 (a padding token) embeds to a zero vector, as in AllenNLP.
+    Char id 0 (a padding token) embeds to a zero vector, as in AllenNLP. The encoder also says how
+    its input is spelled: :meth:`token_ids` (tokens -> id rows, 0 = no token) and the sentence
+    markers ``bos_token`` / ``eos_token`` that the biLM puts around each sentence. Another token
+    format (:class:`~.manylangs.ManyLangsTokenEncoder`) overrides these and the two hooks
+    :meth:`char_columns` and :meth:`projection_input`; both computation paths go through them.
     """
+
+    bos_token = BOS_TOKEN
+    eos_token = EOS_TOKEN
 
     def __init__(
         self,
@@ -63,12 +73,24 @@ class CharCNNEncoder(nn.Module):
         self.max_width = max(w for w, _ in self.filters)
         self.projection_dim = projection_dim
 
+    def token_ids(self, tokens: Sequence[str]) -> np.ndarray:
+        """The id rows of ``tokens`` ``(len(tokens), columns)``, what :meth:`forward` takes: ELMo's char ids."""
+        return tokens_to_char_ids(tokens)
+
+    def char_columns(self, ids: torch.Tensor) -> torch.Tensor:
+        """The char ids the CNN reads from id rows (here the rows themselves)."""
+        return ids
+
+    def projection_input(self, ids: torch.Tensor, highway_out: torch.Tensor) -> torch.Tensor:
+        """What the projection reads: here the highway output alone."""
+        return highway_out
+
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Token vectors ``(n_tokens, projection_dim)``: the reference path (``conv1d``, autograd)."""
-        x = self.pooled_features(char_ids)
+        x = self.pooled_features(self.char_columns(char_ids))
         for highway in self.highways:
             x = highway(x)
-        return self.projection(x)
+        return self.projection(self.projection_input(char_ids, x))
 
     def pooled_features(
         self, char_ids: torch.Tensor, convolve: Optional[Callable[[torch.Tensor], torch.Tensor]] = None

@@ -43,10 +43,10 @@ STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tenso
 
 def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
     """``encoder(char_ids)`` without autograd: the char CNN as one matmul, pre-packed highway and projection products."""
-    x = encoder.pooled_features(char_ids, encoder.convolve_as_matmul)
+    x = encoder.pooled_features(encoder.char_columns(char_ids), encoder.convolve_as_matmul)
     for highway in cast(Sequence[Highway], encoder.highways):  # nn.ModuleList is typed as holding Modules
         x = highway.combine(x, _linear(highway.carry, x), _linear(highway.transform, x))
-    return _linear(encoder.projection, x)
+    return _linear(encoder.projection, encoder.projection_input(char_ids, x))
 
 
 def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from . import inference
-from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS
 from .encoder import CharCNNEncoder
 from .lstm import BiLSTMState, ElmoBiLSTM
 
@@ -131,10 +130,11 @@ class BiLM(nn.Module):
     bos_ids: torch.Tensor  # buffers: the character ids of <S> and </S>
     eos_ids: torch.Tensor
 
-    def __init__(self, options: BiLMOptions) -> None:
+    def __init__(self, options: BiLMOptions, token_encoder: Optional[CharCNNEncoder] = None) -> None:
+        """``token_encoder``: another format's token encoder (default: ELMo's char CNN, from ``options``)."""
         super().__init__()
         self.options = options
-        self.token_encoder = CharCNNEncoder(
+        self.token_encoder = token_encoder if token_encoder is not None else CharCNNEncoder(
             options.filters,
             options.char_embed_dim,
             options.char_embedding_rows,  # the weight file has no row for char id 0; the model adds it
@@ -152,8 +152,9 @@ class BiLM(nn.Module):
             options.proj_clip,
             options.use_skip_connections,
         )
-        self.register_buffer("bos_ids", torch.as_tensor(BOS_CHAR_IDS), persistent=False)
-        self.register_buffer("eos_ids", torch.as_tensor(EOS_CHAR_IDS), persistent=False)
+        markers = self.token_encoder.token_ids([self.token_encoder.bos_token, self.token_encoder.eos_token])
+        self.register_buffer("bos_ids", torch.as_tensor(markers[0]), persistent=False)
+        self.register_buffer("eos_ids", torch.as_tensor(markers[1]), persistent=False)
 
     @property
     def n_layers(self) -> int:

@@ -6,7 +6,6 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from .chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from .model import BiLM, token_vectors
 from .threads import run_halves, split_tokens
 
@@ -34,7 +33,7 @@ class TokenVectorCache:
 
     def _encode(self, tokens: Sequence[str]) -> torch.Tensor:
         encoder = self.model.token_encoder
-        char_ids = torch.as_tensor(tokens_to_char_ids(tokens), device=encoder.char_embed.weight.device)
+        char_ids = torch.as_tensor(encoder.token_ids(tokens), device=encoder.char_embed.weight.device)
         if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
             return run_halves(lambda rows: token_vectors(encoder, rows), char_ids)
         return token_vectors(encoder, char_ids)
@@ -78,8 +77,10 @@ class TokenVectorCache:
 
 
 def batch_token_vectors(cache: TokenVectorCache, batch: Sequence[Sequence[str]]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Token vectors ``(batch, longest + 2, proj)`` with ``<S>``/``</S>`` added, and the lengths (incl. both)."""
-    index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+    """Token vectors ``(batch, longest + 2, proj)`` with the sentence markers added (``<S>``/``</S>``, or the
+    token encoder's own), and the lengths (incl. both)."""
+    encoder = cache.model.token_encoder
+    index: Dict[str, int] = {encoder.bos_token: 0, encoder.eos_token: 1}
     rows = []
     for tokens in batch:
         rows.append([0] + [index.setdefault(t, len(index)) for t in tokens] + [1])

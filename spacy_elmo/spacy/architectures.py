@@ -56,7 +56,7 @@ class ElmoModelRef:
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
 def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
-    """The ELMo biLM ``path``: a directory (options.json + one .hdf5), ``"default"``, a published name, an archive or URL."""
+    """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``, a published name, an archive or URL."""
     return ElmoModelRef(str(path))
 
 

@@ -19,7 +19,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from ..backend import ElmoBackend, resolve_dtype
-from ..model_files import OPTIONS, WEIGHTS
+from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, check_layer_spec, layer_weights
 from ..validation import positive_int
@@ -101,7 +101,7 @@ def make_elmo(
 class ElmoComponent(Pipe):
     """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
 
-    model (str | ElmoModelRef): directory with options.json + weights, or "default"; loaded lazily, shared.
+    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published name, or "default"; loaded lazily, shared.
     layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
     gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
     batch_size (int): sentences/windows per biLM forward pass.
@@ -297,7 +297,7 @@ class ElmoComponent(Pipe):
     # -- serialization -------------------------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Save the model: a copy of options.json + weights, or only a reference for the bundled default."""
+        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a reference for the bundled default."""
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
@@ -322,20 +322,21 @@ class ElmoComponent(Pipe):
         identity = {"fingerprint": self.backend.fingerprint, "files_fingerprint": self.backend.files_fingerprint}
         if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
             return {"source": "remote", "model": self.model_ref.path, **identity}
-        options, weights = self.model_ref.files()
+        files = model_file_map(*self.model_ref.files())
         payload: Dict[str, Any] = {"source": "files", **identity}
-        if with_files:
-            payload["options"] = options.read_bytes()
-            payload["weights"] = weights.read_bytes()
+        if with_files and set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
+            payload["options"] = files[OPTIONS].read_bytes()
+            payload["weights"] = files[WEIGHTS].read_bytes()
+        elif with_files:  # another format (ELMoForManyLangs): each of its files by name
+            payload["files"] = {name: path.read_bytes() for name, path in files.items()}
         return payload
 
     def _save_model_dir(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         payload = self._model_payload(with_files=False)
         if payload["source"] == "files":
-            options, weights = self.model_ref.files()
-            _copy(options, directory / OPTIONS)
-            _copy(weights, directory / WEIGHTS)
+            for name, path in model_file_map(*self.model_ref.files()).items():
+                _copy(path, directory / name)
         srsly.write_json(directory / "model.json", payload)
 
     def _load_model_dir(self, directory: Path) -> None:
@@ -355,8 +356,9 @@ class ElmoComponent(Pipe):
             return
         directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
         atexit.register(shutil.rmtree, directory, True)
-        (directory / OPTIONS).write_bytes(payload["options"])
-        (directory / WEIGHTS).write_bytes(payload["weights"])
+        files = payload.get("files") or {OPTIONS: payload["options"], WEIGHTS: payload["weights"]}
+        for name, data in files.items():
+            (directory / Path(name).name).write_bytes(data)  # a bare file name: nothing lands outside the folder
         self._use_model(str(directory), payload)
 
     def _use_model(self, path: str, saved: Dict[str, Any]) -> None:
@@ -382,6 +384,10 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
         raise WeightFileError(f"{where}: key 'source' must be \"default\", \"files\" or \"remote\", not {source!r}")
     if source == "remote" and not isinstance(meta.get("model"), str):
         raise WeightFileError(f"{where}: missing key 'model' (the published name or URL of the saved model)")
+    if source == "files" and isinstance(meta.get("files"), dict):  # another format's files, by name
+        if all(isinstance(k, str) and isinstance(v, bytes) for k, v in meta["files"].items()):
+            return source
+        raise WeightFileError(f"{where}: key 'files' must map file names to their bytes")
     missing = [key for key in files if source == "files" and not isinstance(meta.get(key), bytes)]
     if missing:
         raise WeightFileError(f"{where}: missing key {missing[0]!r} (the bytes of the saved model file)")
