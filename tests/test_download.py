@@ -52,7 +52,7 @@ class LoopbackServer:
         self.ignore_if_range = False
         self.range_shift = 0
         self.gzip = None
-        self.on_cut = None  # called after a transfer was cut off (e.g. to publish a new version)
+        self.on_cut = None  # called when a transfer is cut off, before the client sees it (e.g. to publish a new version)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -132,10 +132,10 @@ class LoopbackServer:
             self.cut_next[path] -= 1
             handler.wfile.write(payload[: len(payload) // 2])
             handler.wfile.flush()
+            if self.on_cut is not None:  # before the client can see the cut (and ask again): no race with its retry
+                self.on_cut()
             handler.close_connection = True
             handler.connection.shutdown(2)  # the client sees the connection close mid-body
-            if self.on_cut is not None:
-                self.on_cut()
             return
         for i in range(0, len(payload), 65536):
             if self.delay:
