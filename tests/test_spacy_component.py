@@ -1,4 +1,4 @@
-"""The spaCy "elmo" component against the backend's own numbers (AllenNLP test model from ../shared)."""
+"""The spaCy "elmo" component against the backend's own numbers (AllenNLP test model in tests/fixtures)."""
 import os
 import signal
 import subprocess
