@@ -291,7 +291,13 @@ _CACHE_LOCK = threading.Lock()
 
 def resolve_device(device: Union[None, str, torch.device] = None) -> torch.device:
     """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
-    resolved = torch.device("cpu" if device is None else device)
+    try:
+        resolved = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device: use None or 'cpu', 'cuda', 'cuda:N' (or another torch "
+            f"device such as 'mps' or 'xpu') ({err})"
+        ) from err
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device={str(device)!r} requested but CUDA is not available")

@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
 from .model_files import METRICS
+from .published import PublishedModel
 
 
 def parameter_count(options_path: Path) -> int:
@@ -35,6 +36,21 @@ def describe(options_path: Path, weights_path: Path) -> str:
     else:
         lines.append("training:     no metrics.json (not trained by spacy-elmo train)")
     return "\n".join(lines)
+
+
+def describe_published(entry: PublishedModel) -> str:
+    """Lines of text describing a published model from the table alone (nothing is downloaded)."""
+    params = f"{entry.parameters_m:g}M (biLM, without the softmax)" if entry.parameters_m else "not stated by the publisher"
+    size = f"about {entry.approx_mb} MB" if entry.approx_mb else "not stated"
+    return "\n".join([
+        f"model:        {entry.name} (published by {entry.source}; not downloaded)",
+        f"architecture: {entry.architecture}",
+        f"parameters:   {params}",
+        f"weights:      {size}, {entry.weights_url}",
+        f"options:      {entry.options_url}",
+        f"trained on:   {entry.trained_on}",
+        f"download:     spacy-elmo download {entry.name} (then `spacy-elmo info {entry.name}` reads its files)",
+    ])
 
 
 def _metrics_lines(metrics: Dict[str, Any]) -> List[str]:

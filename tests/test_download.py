@@ -337,3 +337,19 @@ def test_published_table_names_the_allennlp_models():
         assert entry.options_url.startswith("https://") and entry.weights_url.endswith(".hdf5")
     url = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
     assert published_by_url(url).name == "original"  # AllenNLP's own default URL spelling
+
+
+def test_info_of_a_published_model_reads_the_table_and_downloads_nothing(home, server, monkeypatch):
+    from spacy_elmo.cli import app
+
+    _publish(monkeypatch, server)
+    shown = CliRunner().invoke(app, ["info", "loopback-test"])
+    assert shown.exit_code == 0, shown.output
+    assert "not downloaded" in shown.output and "architecture: fixture" in shown.output
+    assert "spacy-elmo download loopback-test" in shown.output
+    assert sum(server.hits.values()) == 0 and not home.exists()
+    load_bilm("loopback-test")  # once the files are cached, info describes them (still no download)
+    hits = sum(server.hits.values())
+    cached = CliRunner().invoke(app, ["info", "loopback-test"])
+    assert cached.exit_code == 0 and "parameters:" in cached.output and "not downloaded" not in cached.output
+    assert sum(server.hits.values()) == hits
