@@ -318,7 +318,7 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
 
 
 def resolve_dtype(dtype: Union[None, str, torch.dtype]) -> torch.dtype:
-    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (README: "Precision").
+    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md).
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
     """

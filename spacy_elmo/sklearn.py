@@ -57,7 +57,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         Show a tqdm progress bar over the texts being embedded in ``transform``.
     dtype : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
-        "bfloat16", "float16" or "int8" (faster on CPU, approximate; README: "Precision").
+        "bfloat16", "float16" or "int8" (faster on CPU, approximate; docs/precision.md).
 
     Notes
     -----

@@ -113,7 +113,7 @@ class ElmoComponent(Pipe):
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
-    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16" or "int8" (README: "Precision").
+    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16" or "int8" (docs/precision.md).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
