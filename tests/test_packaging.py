@@ -69,19 +69,19 @@ def test_wheel_in_a_fresh_venv_runs_the_bank_example(dists, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of a source tree may be seen
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
-        check=True, timeout=300,
+        check=True, timeout=300, env=env,
     )
     # The dependencies (torch, spaCy, ...) from this environment, but not its spacy_elmo: a path entry, not a site dir,
     # so the editable install's .pth there is not read. CI's .ci/run installs the wheel with its real dependencies.
     site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     where = subprocess.run([str(python), "-c", "import spacy_elmo; print(spacy_elmo.__file__)"],
-                           capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout
-    assert where.startswith(str(site)), where
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert where.returncode == 0 and where.stdout.startswith(str(site)), where.stdout + where.stderr
     run = subprocess.run([str(python), str(ROOT / "examples" / "bank.py")], capture_output=True, text=True,
                          cwd=tmp_path, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
