@@ -28,7 +28,20 @@ def test_loading_logs_the_model_where_it_came_from_and_its_precision(model_copy,
     (loaded,) = messages(caplog, logging.INFO)
     assert f"from {model_copy}" in loaded and "lm_weights.hdf5" in loaded and "precision float32 (exact)" in loaded
     assert not messages(caplog, logging.DEBUG)  # DEBUG is off: the kernels are not even looked at
-    assert logging.getLogger("spacy_elmo").handlers == [] and logging.getLogger("spacy_elmo").level == logging.NOTSET
+
+
+def test_the_library_configures_no_logging(fixture_dir):
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys; from spacy_elmo import load_bilm; load_bilm(sys.argv[1]).embed([['a', 'b']]); "
+        "package, root = logging.getLogger('spacy_elmo'), logging.getLogger(); "
+        "assert package.handlers == [] and package.level == logging.NOTSET and package.propagate, package; "
+        "assert root.handlers == [] and root.level == logging.WARNING, root; print('ok')"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(fixture_dir)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
 
 
 @pytest.mark.parametrize("dtype, kernels", [("float32", "MKL"), ("int8", "LSTM time loop")])

@@ -25,8 +25,22 @@ def test_the_readme_and_the_guide_have_python_blocks():
     assert sum(per_page.values()) >= 10  # the nine blocks the long README had, and the tour
 
 
+@pytest.fixture()
+def logging_restored():
+    """A block may configure logging, as an application does (docs/speed.md): undo it for the other tests."""
+    import logging
+
+    root, package = logging.getLogger(), logging.getLogger("spacy_elmo")
+    saved = (root.level, list(root.handlers), package.level)
+    yield
+    for handler in root.handlers[len(saved[1]):]:
+        root.removeHandler(handler)
+    root.setLevel(saved[0])
+    package.setLevel(saved[2])
+
+
 @pytest.mark.parametrize("page, index, block", BLOCKS, ids=[f"{p}-{i}" for p, i, _ in BLOCKS])
-def test_block_runs(page, index, block, tmp_path, monkeypatch):
+def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored):
     monkeypatch.setenv("HOME", str(tmp_path))  # blocks that name ~/.cache write under this test's folder
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # and none may need the network
     monkeypatch.chdir(tmp_path)
