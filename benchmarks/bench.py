@@ -60,7 +60,7 @@ def write_weight_sets(directory: Path) -> Dict[str, Path]:
     from spacy_elmo.bilm import BiLM, BiLMOptions
     from spacy_elmo.bilm.weights import save_model
 
-    sets = {"fixture": SHARED / "fixtures" / "allennlp_elmo"}
+    sets = {"fixture": ROOT / "tests" / "fixtures" / "allennlp_elmo"}
     torch.manual_seed(0)
     for name, arch in ARCHS.items():
         options = BiLMOptions(

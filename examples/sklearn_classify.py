@@ -122,6 +122,9 @@ def main() -> None:
             f"This example reads the data sets of the spacy-elmo repository's ../shared/data folder by default;\n"
             f"point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
             f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
+            f"Public sources: SST-5 via `python -m spacy project assets examples/project --vars.data DIR`\n"
+            f"(URLs and checksums in examples/project/project.yml), TREC-6 from GitHub harvardnlp/sent-conv-torch\n"
+            f"(data/raw/TREC.train and data/raw/TREC.test, the original train_5500.label and TREC_10.label).\n"
         ))
     train_x, train_y = subsample(train_x, train_y, args.max_train)
     test_x, test_y = subsample(test_x, test_y, args.max_test)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import warnings
@@ -23,6 +24,7 @@ from .validation import positive_int
 from .windows import length_batches
 
 PathLike = Union[str, os.PathLike]
+logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
 DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
@@ -96,8 +98,12 @@ class ElmoBackend:
         """
         with self._lock:
             if cache_mb is not None:
+                if cache_mb == 0 and self.memory_cache.max_mb != 0:
+                    logger.info("%s: in-memory cache turned off (cache_mb=0)", self._name())
                 self.memory_cache.max_mb = cache_mb
             if cache_dir is False:
+                if self.disk_cache is not None:
+                    logger.info("%s: disk cache %s turned off (cache_dir=False)", self._name(), self.disk_cache.path)
                 self.disk_cache = None
             elif cache_dir is not None and cache_dir is not True:
                 size = disk_cache_mb if disk_cache_mb is not None else env_disk_mb()
@@ -107,9 +113,14 @@ class ElmoBackend:
             if token_cache_size is not None:
                 if int(token_cache_size) < 0:
                     raise ValueError(f"token_cache_size must be >= 0, not {token_cache_size!r}")
+                if int(token_cache_size) == 0 and self.token_cache.max_tokens != 0:
+                    logger.info("%s: token-vector cache turned off (token_cache_size=0)", self._name())
                 self.token_cache.max_tokens = int(token_cache_size)
                 self.token_cache.clear()
         return self
+
+    def _name(self) -> str:
+        return f"ELMo model {self.options_path.parent}"
 
     def clear_cache(self, disk: bool = False) -> None:
         """Empty the in-memory caches (and this model's disk cache entries when ``disk=True``)."""
@@ -297,7 +308,13 @@ _CACHE_LOCK = threading.Lock()
 
 def resolve_device(device: Union[None, str, torch.device] = None) -> torch.device:
     """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
-    resolved = torch.device("cpu" if device is None else device)
+    try:
+        resolved = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device: use None or 'cpu', 'cuda', 'cuda:N' (or another torch "
+            f"device such as 'mps' or 'xpu') ({err})"
+        ) from err
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device={str(device)!r} requested but CUDA is not available")
@@ -307,7 +324,7 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
 
 
 def resolve_dtype(dtype: Union[None, str, torch.dtype], device: Union[None, str, torch.device] = None) -> torch.dtype:
-    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (README: "Precision");
+    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md);
     "auto" is the fastest of them on ``device`` (default CPU) that stays within its documented bound.
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
@@ -375,6 +392,7 @@ def load_bilm(
                 raise WeightFileError(f"{err}{advice}") from err
             backend = ElmoBackend(model_, options_path, weights_path, torch_device, torch_dtype)
             _CACHE[key] = backend
+            _log_loaded(model, backend, stats[0][0])
     return backend.configure_cache(
         cache_mb=cache_mb, cache_dir=cache_dir, disk_cache_mb=disk_cache_mb, token_cache_size=token_cache_size
     )
@@ -385,6 +403,36 @@ def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
     if is_manylangs(options_path, weights_path):
         return manylangs_files.load_model(weights_path.parent)
     return load_model(options_path, weights_path)
+
+
+PRECISIONS = {
+    "float32": "float32 (exact)",
+    "float16": "float16 weights and activations (approximate)",
+    "bfloat16": "bfloat16 weights and activations (approximate)",
+    "int8": "int8 weights per output channel, float32 activations (approximate)",
+}
+
+
+def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: int) -> None:
+    """INFO: which model was loaded from where, with which precision; DEBUG: the kernels it will use."""
+    precision = dtype_name(backend.dtype)
+    logger.info(
+        "loaded ELMo model %s from %s (weights %s, %.1f MB) on %s, precision %s; fingerprint %s",
+        os.fspath(model) if model is not None else "from options/weights", backend.options_path.parent,
+        backend.weights_path.name, weights_bytes / 1e6, backend.device, PRECISIONS.get(precision, precision),
+        backend.fingerprint,
+    )
+    if logger.isEnabledFor(logging.DEBUG):
+        from .bilm import compiled_steps, mkl_prepacked
+
+        if precision in ("int8", "bfloat16") and backend.device.type == "cpu":
+            loop = "TorchScript" if compiled_steps.compiled(precision) is not None else "Python (no TorchScript)"
+            logger.debug("kernels: %s LSTM time loop; this CPU: %s", loop, cpu_support.summary())
+        elif backend.device.type == "cpu":
+            mkl = "MKL pre-packed GEMM for 3-64-row products" if mkl_prepacked.available() else "no MKL packs (plain matmul)"
+            logger.debug("kernels: %s precision, %s", precision, mkl)
+        else:
+            logger.debug("kernels: torch's %s kernels, %s", backend.device.type, precision)
 
 
 def _load_from_paths(options: str, weights: str, device: str, dtype: str = "float32") -> ElmoBackend:

@@ -10,6 +10,7 @@ be created, a file that is not a database) warns once and turns itself off: embe
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ _BUSY_TIMEOUT_S = 60.0
 _TOUCH_AFTER_S = 1.0  # an entry's last-use time is refreshed at most this often
 _QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or more)
 _UNUSABLE = (sqlite3.Error, OSError)  # a cache that raises these turns itself off
+
+logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
 
 class MemoryCache:
@@ -166,6 +169,7 @@ class DiskCache:
 
     def _fail(self, err: Exception) -> None:
         self.disabled = True
+        logger.info("disk cache %s turned off: %s", self.path, err)
         warnings.warn(
             f"spacy_elmo: disk cache {self.path} is unusable and is turned off ({err}); "
             f"delete the file to start a fresh cache",

@@ -18,6 +18,7 @@ app = typer.Typer(
     help="ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # help texts are plain: rich markup would swallow "spacy-elmo[dask]" as a tag
 )
 
 
@@ -200,10 +201,11 @@ def embed(
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
     dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"),
-    use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number"),
+    use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
     scheduler: Optional[str] = typer.Option(None, help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]"),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads for this process (default: torch's choice)"),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .backend import dtype_name, load_bilm
@@ -213,6 +215,7 @@ def embed(
     with _errors_exit_2():
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
+        _set_threads(threads)
         backend = load_bilm(model, device=device, dtype=dtype)
         chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
         with _dask_chunks(scheduler, model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
@@ -238,10 +241,17 @@ def embed(
 def info(
     model_dir: str = typer.Argument("default", help="A model directory, 'default' (the bundled model), a published name, archive or URL"),
 ) -> None:
-    """Print a biLM's architecture, parameter count, training corpus and perplexities."""
+    """Print a biLM's architecture, parameter count, training corpus and perplexities (a published model not yet
+    downloaded: what the published table says, without downloading it)."""
+    from .download import is_cached
     from .model_files import resolve_model_files
-    from .info import describe
+    from .info import describe, describe_published
+    from .published import published_model
 
+    entry = None if Path(model_dir).expanduser().is_dir() else published_model(model_dir)  # a local folder wins
+    if entry is not None and not all(is_cached(url) for url in entry.urls):
+        typer.echo(describe_published(entry))
+        return
     with _errors_exit_2():
         options_path, weights_path = resolve_model_files(model_dir)
         text = describe(options_path, weights_path)

@@ -9,6 +9,7 @@ from .bilm import cpu_support, manylangs_files
 from .bilm.weights import parameter_count as _layout_parameter_count
 from .bilm.weights import read_options
 from .model_files import METRICS, is_manylangs
+from .published import PublishedModel
 
 
 def parameter_count(options_path: Path) -> int:
@@ -54,6 +55,21 @@ def _describe_manylangs(directory: Path) -> str:
         f"{config.n_highway} highway) -> {config.n_layers} x biLSTM {config.cell_dim} cells, projection "
         f"{config.projection_dim}, residual, clipping cell={config.cell_clip} proj={config.proj_clip}",
         f"output:       {config.n_layers + 1} layers x {2 * config.projection_dim} dims",
+    ])
+
+
+def describe_published(entry: PublishedModel) -> str:
+    """Lines of text describing a published model from the table alone (nothing is downloaded)."""
+    params = f"{entry.parameters_m:g}M (biLM, without the softmax)" if entry.parameters_m else "not stated by the publisher"
+    size = f"about {entry.approx_mb} MB" if entry.approx_mb else "not stated"
+    return "\n".join([
+        f"model:        {entry.name} (published by {entry.source}; not downloaded)",
+        f"architecture: {entry.architecture}",
+        f"parameters:   {params}",
+        f"files:        {size}, {', '.join(entry.urls)}",
+        f"language:     {entry.language}; licence: {entry.licence}",
+        f"trained on:   {entry.trained_on}",
+        f"download:     spacy-elmo download {entry.name} (then `spacy-elmo info {entry.name}` reads its files)",
     ])
 
 

@@ -89,6 +89,11 @@ def resolve_model_files(
     path = Path(text).expanduser()
     if path.is_file() and is_archive(text):
         return _in_directory(model_dir_in(unpacked_archive(path), str(path)))
+    if path.is_file():
+        raise WeightFileError(
+            f"{path} is a file, not an ELMo model directory: pass its folder ({str(path.parent)!r}, which holds "
+            f"{OPTIONS} and the weights), or both files as load_bilm(options=..., weights=...)"
+        )
     if not path.is_dir():
         hint = f"; published models: {', '.join(PUBLISHED)}" if os.sep not in text and "/" not in text else ""
         raise WeightFileError(f"ELMo model directory not found: {path}{hint}")

@@ -60,10 +60,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         Show a tqdm progress bar over the texts being embedded in ``transform``.
     dtype : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
-        "bfloat16", "float16", "int8" (faster on CPU, approximate; README: "Precision"), or "auto"
+        "bfloat16", "float16", "int8" (faster on CPU, approximate; docs/precision.md), or "auto"
         (the fastest within its error bound on this machine; ``model_fingerprint_`` names the choice).
 
-    Input
+    Notes
     -----
     ``X`` is one column of samples, all of one kind: strings (a list, 1-D array, pandas Series
     or one-column DataFrame), token lists, or spaCy ``Doc`` objects. A ``Doc`` whose
@@ -157,8 +157,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         check_pooling(self.pooling)
         if self.batch_size is not None:
             positive_int(self.batch_size, "batch_size")
-        if self.tokenizer is not None and not isinstance(self.tokenizer, str) and not callable(self.tokenizer):
-            raise TypeError(f"tokenizer={self.tokenizer!r}: expected None, a spaCy language code or a callable")
+        resolve_tokenizer(self.tokenizer)  # a bad type is a TypeError, an unknown language code a ValueError, here
         self._windows()
         backend = load_bilm(self.model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
         layer_weights(self.layers, backend.n_layers + 1)

@@ -3,9 +3,19 @@ from pathlib import Path
 
 import pytest
 
+# The small AllenNLP test ELMo (620 KB, Apache-2.0; README.md and NOTICE beside it) travels with the tests,
+# so a plain clone runs the parity tests. The corpora (about 28 MB) stay in ../shared beside the checkout.
+FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FIXTURE_DIR = SHARED / "fixtures" / "allennlp_elmo"
 DATA_DIR = SHARED / "data"
+CORPORA_HELP = (
+    "public corpora (WikiText-2, SST-5/SST-2, TREC-6, WNUT-17; about 28 MB) not found at {path}. They live in "
+    "../shared/data beside the checkout; on a machine with a network, `python -m spacy project assets "
+    "examples/project` fetches SST-5 and WNUT-17 from their public sources (URLs and checksums in "
+    "examples/project/project.yml); WikiText-2 is in GitHub pytorch/examples "
+    "(word_language_model/data/wikitext-2/), TREC-6 in harvardnlp/sent-conv-torch; the README of each folder "
+    "of ../shared/data gives source, commit and licence"
+)
 
 
 @contextmanager
@@ -31,21 +41,23 @@ def load_docs_script(name: str):
     return module
 
 
-def require_shared(path: Path) -> Path:
+def require_corpora(path: Path) -> Path:
+    """``path`` when the corpora are there; else skip, saying what the data is and how to get it."""
     if not path.exists():
-        pytest.skip(f"reference data not found at {path} (expected ../shared beside the checkout)")
+        pytest.skip(CORPORA_HELP.format(path=path))
     return path
 
 
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
-    """The AllenNLP test ELMo (options.json, lm_weights.hdf5) with reference activations."""
-    return require_shared(FIXTURE_DIR)
+    """The AllenNLP test ELMo (options.json, lm_weights.hdf5) with reference activations, in tests/fixtures."""
+    return FIXTURE_DIR
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    return require_shared(DATA_DIR)
+    """``../shared/data``: the public corpora (skips with how to get them when absent)."""
+    return require_corpora(DATA_DIR)
 
 
 @pytest.fixture(scope="session")

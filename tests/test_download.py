@@ -601,3 +601,19 @@ def test_a_damaged_unpacked_archive_names_its_folder_and_force_unpacks_it_again(
         assert load_bilm(url).fingerprint == backend.fingerprint and srv.hits["elmo.tar.gz"] == 2
     finally:
         srv.stop()
+
+
+def test_info_of_a_published_model_reads_the_table_and_downloads_nothing(home, server, monkeypatch):
+    from spacy_elmo.cli import app
+
+    _publish(monkeypatch, server)
+    shown = CliRunner().invoke(app, ["info", "loopback-test"])
+    assert shown.exit_code == 0, shown.output
+    assert "not downloaded" in shown.output and "architecture: fixture" in shown.output
+    assert "spacy-elmo download loopback-test" in shown.output
+    assert sum(server.hits.values()) == 0 and not home.exists()
+    load_bilm("loopback-test")  # once the files are cached, info describes them (still no download)
+    hits = sum(server.hits.values())
+    cached = CliRunner().invoke(app, ["info", "loopback-test"])
+    assert cached.exit_code == 0 and "parameters:" in cached.output and "not downloaded" not in cached.output
+    assert sum(server.hits.values()) == hits

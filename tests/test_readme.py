@@ -1,28 +1,82 @@
-"""Every Python code block of the README runs as written (offline: they use the bundled default model)."""
+"""Every Python code block of the README and of the user guide (docs/*.md) runs as written (offline: they use
+the bundled default model). docs/api.md is left out: it is generated, and its blocks are signatures."""
 import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)]
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "api.md")]
+BLOCKS = [
+    (page.relative_to(ROOT).as_posix(), i, textwrap.dedent(block))
+    for page in PAGES
+    for i, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))
+]
 OPTIONAL_MODULES = ("distributed", "dask_ml")  # blocks importing these are skipped without them
-NEEDS_TRAINING = "out/model-best"  # blocks that read the pipeline the README's training steps produce
+NEEDS_TRAINING = "out/model-best"  # blocks that read the pipeline the guide's training steps produce
 
 
-def test_the_readme_has_python_blocks():
-    assert len(BLOCKS) >= 5
+def test_the_readme_and_the_guide_have_python_blocks():
+    per_page = {page: sum(1 for p, _, _ in BLOCKS if p == page) for page in (p.relative_to(ROOT).as_posix() for p in PAGES)}
+    assert per_page["README.md"] >= 1
+    for page in ("docs/spacy.md", "docs/sklearn.md", "docs/python.md", "docs/scale-out.md", "docs/training.md"):
+        assert per_page[page] >= 1, page
+    assert sum(per_page.values()) >= 10  # the nine blocks the long README had, and the tour
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_block_runs(index, tmp_path, monkeypatch):
+@pytest.fixture()
+def logging_restored():
+    """A block may configure logging, as an application does (docs/speed.md): undo it for the other tests."""
+    import logging
+
+    root, package = logging.getLogger(), logging.getLogger("spacy_elmo")
+    saved = (root.level, list(root.handlers), package.level)
+    yield
+    for handler in root.handlers[len(saved[1]):]:
+        root.removeHandler(handler)
+    root.setLevel(saved[0])
+    package.setLevel(saved[2])
+
+
+@pytest.mark.parametrize("page, index, block", BLOCKS, ids=[f"{p}-{i}" for p, i, _ in BLOCKS])
+def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored):
     monkeypatch.setenv("HOME", str(tmp_path))  # blocks that name ~/.cache write under this test's folder
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # and none may need the network
     monkeypatch.chdir(tmp_path)
-    if NEEDS_TRAINING in BLOCKS[index]:
-        pytest.skip("reads a pipeline trained by the README's spacy train steps (tests/test_spacy_training.py trains one)")
+    if NEEDS_TRAINING in block:
+        pytest.skip("reads a pipeline trained by the guide's spacy train steps (tests/test_spacy_training.py trains one)")
     for extra in OPTIONAL_MODULES:
-        if f"from {extra}" in BLOCKS[index]:
+        if f"from {extra}" in block:
             pytest.importorskip(extra, reason=f"the block needs {extra} (pip install 'spacy-elmo[test]')")
-    exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), {"__name__": "__main__"})  # as a script runs it
+    exec(compile(block, f"{page} python block {index}", "exec"), {"__name__": "__main__"})  # as a script runs it
+
+
+def test_the_pictures_appear_where_people_look():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    guide = "\n".join(p.read_text(encoding="utf-8") for p in PAGES[1:])
+    assert "docs/images/bank_similarity.png" in readme
+    for image in sorted((ROOT / "docs" / "images").glob("*.png")):
+        assert f"](images/{image.name})" in guide, image.name
+
+
+def test_the_readme_is_short_and_keeps_the_two_setup_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 100
+    for command in (
+        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && .venv/bin/python examples/bank.py',
+        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q',
+    ):
+        assert f"```bash\n{command}\n```" in readme
+
+
+def test_the_guide_builds_strictly(tmp_path):
+    """mkdocs build --strict: every page in the nav, every link and anchor resolves (also run by .ci/run)."""
+    pytest.importorskip("mkdocs", reason="mkdocs is in the [docs] and [test] extras")
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "site" / "spacy" / "index.html").is_file()

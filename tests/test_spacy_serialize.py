@@ -39,6 +39,20 @@ def assert_same_vectors(doc, expected, recomputed=False):
     assert doc._.elmo_model == expected._.elmo_model
 
 
+def assert_vectors_survived(doc, expected):
+    """``.vector`` & co of a doc that came back from bytes, with no call by the user, match the original's."""
+    for token, exp in zip(doc, expected):
+        np.testing.assert_array_equal(token.vector, exp.vector)  # the tensor row is the mixed vector
+        hooks = bool(doc.user_token_hooks)  # else spaCy's fallback: every tensor row is a vector, whitespace too
+        assert token.has_vector == (exp.has_vector or (exp.is_space and not hooks))
+    if len(doc) and not any(t.is_space for t in doc):  # span/doc means agree when no whitespace token is averaged
+        np.testing.assert_allclose(doc.vector, expected.vector, atol=1e-6)
+        np.testing.assert_allclose(doc[1:3].vector, expected[1:3].vector, atol=1e-6)
+        assert doc.has_vector and doc[1:3].has_vector
+        assert doc[1].similarity(doc[-2]) == pytest.approx(expected[1].similarity(expected[-2]), abs=1e-6)
+        assert doc[0:2].similarity(doc[2:4]) == pytest.approx(expected[0:2].similarity(expected[2:4]), abs=1e-6)
+
+
 def test_docbin_round_trip(nlp):
     docs = list(nlp.pipe(TEXTS))
     data = DocBin(docs=docs, store_user_data=True).to_bytes()
@@ -46,21 +60,46 @@ def test_docbin_round_trip(nlp):
     for doc, expected in zip(restored, docs):
         assert_same_vectors(doc, expected)  # the stored mix (list weights + gamma) is applied, not the default
         assert doc._.elmo_layers.dtype == np.float32
-    set_hooks(restored)
-    np.testing.assert_allclose(restored[0][1].vector, docs[0][1].vector, atol=1e-6)
+    set_hooks(restored)  # a DocBin keeps neither hooks nor doc.tensor: the stored layers give both back
+    for doc, expected in zip(restored, docs):
+        assert_vectors_survived(doc, expected)
     assert restored[0][1].similarity(restored[1][4]) == pytest.approx(docs[0][1].similarity(docs[1][4]), abs=1e-6)
+    assert not restored[3].has_vector and not restored[3][0].has_vector  # whitespace only: hooks say no vector
+
+
+def test_docbin_without_user_data_keeps_no_elmo_data(nlp):
+    docs = list(nlp.pipe(TEXTS[:2]))
+    restored = list(DocBin(docs=docs).from_bytes(DocBin(docs=docs).to_bytes()).get_docs(spacy.blank("en").vocab))
+    for doc in restored:
+        assert doc._.elmo_layers is None and doc._.elmo is None
+        assert doc.tensor.size == 0
+        assert not doc.has_vector and not doc[0].has_vector and doc[0].vector.shape == (0,)
+    set_hooks(restored)  # nothing to restore: the hooks must not pretend
+    assert not restored[0].has_vector and not restored[0][1:3].has_vector and not restored[0][0].has_vector
+    assert restored[0][0].vector.shape == (0,) and restored[0].vector.shape == (0,)
 
 
 def test_doc_bytes_round_trip(nlp):
-    doc = nlp(TEXTS[1])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # spaCy's W109: hooks are not serialised (set_hooks puts them back)
-        data = doc.to_bytes()
-    restored = Doc(spacy.blank("en").vocab).from_bytes(data)
-    assert_same_vectors(restored, doc)
-    assert not restored.user_token_hooks
-    set_hooks(restored)
-    np.testing.assert_allclose(restored.vector, doc.vector, atol=1e-6)
+    for text in TEXTS[:2] + ["The bank", "a  b"]:
+        doc = nlp(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # spaCy's W109: hooks are not serialised
+            data = doc.to_bytes()
+        restored = Doc(spacy.blank("en").vocab).from_bytes(data)
+        assert_same_vectors(restored, doc)
+        assert not restored.user_token_hooks
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # spaCy's W007: similarity from doc.tensor
+            assert_vectors_survived(restored, doc)  # no set_hooks: doc.tensor carries the mix
+        np.testing.assert_array_equal(restored.tensor, doc._.elmo)
+
+
+def test_set_vectors_false_leaves_vectors_and_tensor_alone(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(fixture_dir), "set_vectors": False})
+    doc = nlp("The bank")
+    assert doc._.elmo.shape == (2, 32)
+    assert doc.tensor.size == 0 and not doc.user_token_hooks and not doc.has_vector
 
 
 def saved_pipeline(fixture_dir, tmp_path, **config):

@@ -154,3 +154,12 @@ def test_project_accuracy_is_top_category_agreement(monkeypatch):
         eg.predicted.cats = {k: (0.8 if k == predicted else 0.1) for k in "123"}
         examples.append(eg)
     assert accuracy(examples) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("config", [EXAMPLES / "config.cfg", *CONFIGS], ids=lambda p: p.name)
+def test_shipped_configs_are_already_filled(config, tmp_path):
+    """`spacy init fill-config` has nothing to add (e.g. the elmo component's dtype and get_positions)."""
+    from spacy.cli.init_config import fill_config
+
+    shipped, filled = fill_config(tmp_path / "filled.cfg", config, silent=True)
+    assert filled.to_str() == shipped.to_str()

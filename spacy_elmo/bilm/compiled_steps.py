@@ -16,6 +16,7 @@ computes the same function (the same ops in the same order).
 """
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -31,6 +32,7 @@ except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused 
 
 _lock = threading.Lock()
 _compiled: Dict[str, Optional[Callable[..., Any]]] = {}
+logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
 
 @at_fork_in_child
@@ -190,6 +192,8 @@ def compiled(kind: str) -> Optional[Callable[..., Any]]:
                     warnings.simplefilter("ignore", DeprecationWarning)
                     warnings.simplefilter("ignore", FutureWarning)
                     _compiled[kind] = torch.jit.script(_LOOPS[kind])
-            except Exception:  # no TorchScript, or it cannot compile this: the Python loop runs instead
+                logger.debug("%s LSTM steps: TorchScript loop compiled", kind)
+            except Exception as err:  # no TorchScript, or it cannot compile this: the Python loop runs instead
                 _compiled[kind] = None
+                logger.debug("%s LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs", kind, type(err).__name__, err)
     return _compiled[kind]

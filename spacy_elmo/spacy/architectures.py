@@ -4,7 +4,7 @@
 "spacy_elmo.sentence_positions.v1"`` is the ``elmo`` component's default ``get_positions`` (which
 tokens of a doc form each biLM input, as spacy-transformers' span getters do); ``@architectures =
 "spacy_elmo.ElmoScalarMix.v2"`` is the trainable mix (``v1`` stays for configs and pipelines
-saved with it). setup.cfg's ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
+saved with it). pyproject.toml's ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
 them in a process that has not imported spacy_elmo.
 """
 from __future__ import annotations

@@ -2,9 +2,15 @@
 
 Whitespace (SPACE) tokens carry zero vectors and no vector; span and doc vectors average the
 other tokens. The vocab's static vectors stay reachable through ``token.lex.vector`` and
-``nlp.vocab.get_vector(...)``. Hooks are not serialised by spaCy: after ``DocBin``,
-``Doc.from_bytes`` or ``nlp.pipe(n_process=...)`` the ``._.elmo*`` data is still on the doc
-and :func:`set_hooks` puts the hooks back.
+``nlp.vocab.get_vector(...)``.
+
+spaCy never serialises user hooks, so :func:`set_hooks` also sets ``doc.tensor`` to the mixed
+vectors (whitespace rows zero). ``Doc.to_bytes`` keeps the tensor, so after ``Doc.from_bytes`` and
+``nlp.pipe(n_process=...)`` spaCy's own fallback (used when the vocab has no static vectors) gives
+``token.vector`` as before, ``has_vector`` True and span and doc vectors the mean of the tensor rows
+(whitespace rows included). A ``DocBin`` keeps neither hooks nor tensor: with
+``store_user_data=True`` the ``._.elmo*`` data comes back and ``set_hooks(docs)`` restores both;
+without it nothing of ELMo comes back and ``has_vector`` is False.
 """
 from __future__ import annotations
 
@@ -18,8 +24,14 @@ from .extensions import doc_layers, mixed
 
 
 def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
-    """Install the ELMo vector/similarity hooks on ``docs`` (a Doc or an iterable of Docs)."""
+    """Make ``.vector`` & co of ``docs`` (a Doc or an iterable of Docs) use ELMo: hooks, and ``doc.tensor``.
+
+    A doc without ELMo layers gets the hooks only (its tensor is left alone; ``has_vector`` is False).
+    """
     for doc in [docs] if isinstance(docs, Doc) else docs:
+        vectors = mixed(doc, 0, len(doc))
+        if vectors is not None:
+            doc.tensor = vectors
         doc.user_hooks.update(vector=doc_vector, has_vector=doc_has_vector, similarity=similarity)
         doc.user_span_hooks.update(vector=span_vector, has_vector=span_has_vector, similarity=similarity)
         doc.user_token_hooks.update(vector=token_vector, has_vector=token_has_vector, similarity=similarity)

@@ -108,12 +108,13 @@ class ElmoComponent(Pipe):
     max_length (int): longest biLM input in tokens; longer sentences/docs are cut into windows.
     window_overlap (int): tokens shared by consecutive windows (stitched at the middle of the overlap).
     use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries (passed to get_positions).
-    set_vectors (bool): install hooks so .vector/.has_vector/.similarity use ELMo.
+    set_vectors (bool): make .vector/.has_vector/.similarity use ELMo: vector hooks, and ``doc.tensor`` set to the
+        mixed vectors, which ``Doc.to_bytes`` and ``nlp.pipe(n_process=...)`` keep (see :func:`set_hooks`).
     device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
     dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest
-        within its error bound on the machine that runs the pipeline; README: "Precision").
+        within its error bound on the machine that runs the pipeline; docs/precision.md).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -285,7 +286,7 @@ class ElmoComponent(Pipe):
         return outputs
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[np.ndarray]) -> None:
-        """Store the layers, the model fingerprint and the layer mix on each doc; install hooks if asked."""
+        """Store the layers, the model fingerprint and the layer mix on each doc; if asked, the vectors (tensor + hooks)."""
         fingerprint = self.backend.fingerprint
         for doc, array in zip(docs, layers):
             doc._.set(LAYERS, array)
