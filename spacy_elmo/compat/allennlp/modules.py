@@ -168,10 +168,12 @@ class _ElmoBiLm(nn.Module):
         return 2 * self._token_embedder.get_output_dim()
 
     def create_cached_cnn_embeddings(self, tokens: List[str]) -> None:
-        """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``), and of ``<S>`` / ``</S>``."""
+        """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``; id 0, padding, is zeros) and of ``<S>`` / ``</S>``."""
         vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN] + list(tokens))
         self._bos_embedding, self._eos_embedding = vectors[0], vectors[1]
-        embedding = nn.Embedding(len(tokens), vectors.shape[1], padding_idx=0, _weight=vectors[2:].clone())
+        weight = vectors[2:].clone()
+        weight[0] = 0.0  # AllenNLP's Embedding(padding_index=0) zeroes word 0: padding positions stay masked
+        embedding = nn.Embedding(len(tokens), vectors.shape[1], padding_idx=0, _weight=weight)
         embedding.weight.requires_grad_(self._requires_grad)
         self._word_embedding = embedding
 
