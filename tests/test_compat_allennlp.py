@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import torch_threads
 from numerics import assert_recomputed_close
 from spacy_elmo.compat import allennlp as compat
 from spacy_elmo.compat.allennlp import (
@@ -43,6 +44,13 @@ def _script():
 
 
 SCRIPT = _script()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as the references were made (small work; also faster on a shared machine)."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

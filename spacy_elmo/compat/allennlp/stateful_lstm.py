@@ -19,6 +19,7 @@ from torch import nn
 
 from ...bilm.lstm import BiLSTMState, ElmoBiLSTM
 from ...bilm.model import lstm_outputs
+from ...bilm.threads import batch_thread_limit, thread_limit
 
 RnnStates = Tuple[torch.Tensor, torch.Tensor]
 
@@ -43,7 +44,9 @@ class ElmoLstm(nn.Module):
         run_all = len(valid) == batch
         rows = (lambda t: t) if run_all else (lambda t: t.index_select(0, valid))  # noqa: E731
         initial_state = None if initial is None else self._to_bilstm_state(initial, rows)
-        forward, backward, final = lstm_outputs(self._lstm, rows(inputs), rows(lengths), initial_state)
+        step_macs = len(valid) * self.hidden_size * 4 * self.cell_size  # as ElmoBackend: small work on one thread
+        with thread_limit(batch_thread_limit(step_macs, inputs.device, 1)):
+            forward, backward, final = lstm_outputs(self._lstm, rows(inputs), rows(lengths), initial_state)
         stacked = torch.stack([torch.cat(pair, dim=-1) for pair in zip(forward, backward)])
         h = torch.stack([torch.cat([layer[0][0], layer[1][0]], dim=-1) for layer in final])
         c = torch.stack([torch.cat([layer[0][1], layer[1][1]], dim=-1) for layer in final])
