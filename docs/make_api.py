@@ -20,6 +20,7 @@ TARGET = ROOT / "docs" / "api.md"
 PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo", ()),  # its __all__
     ("spacy_elmo.hub", ("load", "HubModule")),
+    ("spacy_elmo.compat.allennlp", ()),  # its __all__: AllenNLP 0.9's names
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
