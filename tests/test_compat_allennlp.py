@@ -190,22 +190,47 @@ def test_elmo_training_steps_and_gradients(model, requires_grad):
         sum((x * w).sum() for x, w in zip(reps, loss_weights)).backward()
         for k in range(2):
             close("Elmo", reps[k], refs[f"{key}/{call}/{k}"], name, f"{key} call {call} rep {k}")
-        prefix = f"{key}/{call}/grad/"
-        expected_names = {k[len(prefix) :] for k in refs if k.startswith(prefix) and not k.endswith(("/sum", "/norm"))}
-        ours = {n: p.grad for n, p in elmo.named_parameters() if p.grad is not None}
-        assert set(ours) == expected_names
-        assert any(n.startswith("_elmo_lstm.") for n in ours) == requires_grad
-        for k in range(2):  # a mix's 4 one-number gradients, each a sum over the batch: compared at their common scale
-            mix = [f"scalar_mix_{k}.gamma"] + [f"scalar_mix_{k}.scalar_parameters.{i}" for i in range(3)]
-            got = np.concatenate([ours.pop(n).reshape(-1).numpy() for n in mix])
-            close("Elmo grad", got, np.concatenate([refs[prefix + n] for n in mix]), name, f"{key} call {call} d/d mix {k}", True)
-        for parameter_name, grad in ours.items():
-            flat = grad.detach().reshape(-1).numpy()
-            if flat.size > SCRIPT.MAX_STORED:
-                flat = flat[SCRIPT.sampled_positions(parameter_name, flat.size)]
-            close("Elmo grad", flat, refs[prefix + parameter_name], name, f"{key} call {call} d/d {parameter_name}", True)
-            norm = float(grad.double().norm())
-            assert norm == pytest.approx(float(refs[prefix + parameter_name + "/norm"]), rel=1e-4, abs=1e-7)
+        check_gradients(elmo, refs, f"{key}/{call}/grad/", name, f"{key} call {call}", mixes=2)
+        assert any(n.startswith("_elmo_lstm.") and p.grad is not None for n, p in elmo.named_parameters()) == requires_grad
+
+
+def check_gradients(module, refs, prefix, model_name, what, mixes=0, extra=None):
+    """Every parameter gradient of ``module`` against AllenNLP's (in this package's layout; sampled where large)."""
+    expected_names = {k[len(prefix) :] for k in refs if k.startswith(prefix) and not k.endswith(("/sum", "/norm"))}
+    ours = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    assert set(ours) == expected_names and ours
+    for k in range(mixes):  # a mix's 4 one-number gradients, each a sum over the batch: compared at their common scale
+        mix = [f"scalar_mix_{k}.gamma"] + [f"scalar_mix_{k}.scalar_parameters.{i}" for i in range(3)]
+        got = np.concatenate([ours.pop(n).reshape(-1).numpy() for n in mix])
+        close("grad", got, np.concatenate([refs[prefix + n] for n in mix]), model_name, f"{what} d/d mix {k}", True)
+    for parameter_name, grad in ours.items():
+        flat = grad.detach().reshape(-1).numpy()
+        if flat.size > SCRIPT.MAX_STORED:
+            flat = flat[SCRIPT.sampled_positions(parameter_name, flat.size)]
+        close("grad", flat, refs[prefix + parameter_name], model_name, f"{what} d/d {parameter_name}", True)
+        norm = float(grad.double().norm())
+        assert norm == pytest.approx(float(refs[prefix + parameter_name + "/norm"]), rel=1e-4, abs=1e-7)
+
+
+def test_bilm_and_char_encoder_gradients_in_eval_mode(model):
+    name, options, weights, cases, refs = model
+    bilm = _ElmoBiLm(options, weights, requires_grad=True)
+    bilm.eval()
+    for call, batch in enumerate([cases["b1"], cases["b3"]]):
+        bilm.zero_grad()
+        out = bilm(batch_to_ids(batch))
+        rng = np.random.default_rng(20 + call)
+        loss = sum((x * torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32))).sum() for x in out["activations"])
+        loss.backward()
+        for k, layer in enumerate(out["activations"]):
+            close("_ElmoBiLm", layer, refs[f"bilm_grad/{call}/activations/{k}"], name, f"with grad, call {call} layer {k}")
+        check_gradients(bilm, refs, f"bilm_grad/{call}/grad/", name, f"_ElmoBiLm call {call}")
+    encoder = _ElmoCharacterEncoder(options, weights, requires_grad=True)
+    out = encoder(batch_to_ids(cases["b4"]))
+    loss_weights = torch.from_numpy(np.random.default_rng(30).standard_normal(out["token_embedding"].shape).astype(np.float32))
+    (out["token_embedding"] * loss_weights * out["mask"].unsqueeze(-1).float()).sum().backward()
+    close("_ElmoCharacterEncoder", out["token_embedding"], refs["char_encoder_grad/token_embedding"], name, "with grad")
+    check_gradients(encoder, refs, "char_encoder_grad/grad/", name, "_ElmoCharacterEncoder")
 
 
 def test_vocab_to_cache_and_its_char_cnn_fallback(model):
@@ -240,6 +265,23 @@ def test_token_embedder_with_projection(model):
     with torch.no_grad():
         close("ElmoTokenEmbedder", embedder(ids), refs["token_embedder/3d"], name, "3-D")
         close("ElmoTokenEmbedder", embedder(ids.view(2, 2, *ids.shape[1:])), refs["token_embedder/4d"], name, "4-D")
+
+
+def test_token_embedder_fine_tuned_in_train_mode(model):
+    name, options, weights, cases, refs = model
+    embedder = ElmoTokenEmbedder(options, weights, projection_dim=5, requires_grad=True)
+    embedder.train()
+    with torch.no_grad():
+        embedder._projection.weight.copy_(torch.from_numpy(refs["token_embedder_train/projection/weight"]))
+        embedder._projection.bias.copy_(torch.from_numpy(refs["token_embedder_train/projection/bias"]))
+    torch.manual_seed(9)
+    out = embedder(batch_to_ids(cases["b1"]))
+    (out * torch.from_numpy(np.random.default_rng(5).standard_normal(out.shape).astype(np.float32))).sum().backward()
+    close("ElmoTokenEmbedder", out, refs["token_embedder_train/out"], name, "train, dropout")
+    for part in ("weight", "bias"):
+        grad = getattr(embedder._projection, part).grad.reshape(-1)
+        close("ElmoTokenEmbedder grad", grad, refs[f"token_embedder_train/projection_grad/{part}"].reshape(-1), name, part, True)
+    check_gradients(embedder._elmo, refs, "token_embedder_train/grad/", name, "ElmoTokenEmbedder", mixes=1)
 
 
 def test_elmo_embedder_methods(model):
