@@ -502,3 +502,30 @@ def test_imports_no_allennlp_spacy_or_sklearn():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_defaults_name_the_published_original_model_through_the_download_cache(fixture_dir, monkeypatch):
+    """AllenNLP's default URLs (its S3 host spelling) are the published "original" model, fetched by this package."""
+    from spacy_elmo.compat.allennlp import util
+
+    asked = []
+
+    def published_files(entry):
+        asked.append(entry.name)
+        return fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5"
+
+    monkeypatch.setattr(util, "published_files", published_files)
+    embedder = ElmoEmbedder()
+    assert asked == ["original"]
+    assert embedder.embed_sentence(["a", "b"]).shape == (3, 2, 32)
+    assert compat.DEFAULT_OPTIONS_FILE.endswith("elmo_2x4096_512_2048cnn_2xhighway_options.json")
+
+
+def test_help_reaches_argparse_through_spacy_elmo(capsys):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["allennlp-elmo", "--help"])
+    assert result.exit_code == 0
+    assert "usage: spacy-elmo allennlp-elmo" in result.output and "--use-sentence-keys" in result.output

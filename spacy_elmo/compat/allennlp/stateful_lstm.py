@@ -12,7 +12,7 @@ final one. ``stateful=False`` starts every call from zeros: this package's batch
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -22,6 +22,7 @@ from ...bilm.model import lstm_outputs
 from ...bilm.threads import batch_thread_limit, thread_limit
 
 RnnStates = Tuple[torch.Tensor, torch.Tensor]
+Rows = Callable[[torch.Tensor], torch.Tensor]  # picks the batch rows the LSTM runs on
 
 
 class ElmoLstm(nn.Module):
@@ -42,7 +43,7 @@ class ElmoLstm(nn.Module):
         valid = torch.nonzero(lengths > 0).flatten()  # AllenNLP leaves all-padding rows out of the LSTM
         initial = self._initial_states(batch)
         run_all = len(valid) == batch
-        rows = (lambda t: t) if run_all else (lambda t: t.index_select(0, valid))  # noqa: E731
+        rows: Rows = (lambda t: t) if run_all else (lambda t: t.index_select(0, valid))
         initial_state = None if initial is None else self._to_bilstm_state(initial, rows)
         step_macs = len(valid) * self.hidden_size * 4 * self.cell_size  # as ElmoBackend: small work on one thread
         with thread_limit(batch_thread_limit(step_macs, inputs.device, 1)):
@@ -63,15 +64,15 @@ class ElmoLstm(nn.Module):
             return None
         stored = self._states[0].size(1)
         if batch > stored:
-            self._states = tuple(  # type: ignore[assignment]
-                torch.cat([s, s.new_zeros(s.size(0), batch - stored, s.size(2))], dim=1) for s in self._states
-            )
+            h, c = (torch.cat([s, s.new_zeros(s.size(0), batch - stored, s.size(2))], dim=1) for s in self._states)
+            self._states = (h, c)
             return self._states
         if batch < stored:
             return self._states[0][:, :batch], self._states[1][:, :batch]
         return self._states
 
-    def _to_bilstm_state(self, states: RnnStates, rows) -> BiLSTMState:  # type: ignore[no-untyped-def]
+    def _to_bilstm_state(self, states: RnnStates, rows: Rows) -> BiLSTMState:
+        """AllenNLP's ``(h, c)`` (layers, batch, [forward; backward]) as ``[layer][direction] -> (h, c)`` of ``rows``."""
         h, c = (rows(s.transpose(0, 1)).transpose(0, 1) for s in states)
         return [
             [(h[k, :, : self.hidden_size], c[k, :, : self.cell_size]), (h[k, :, self.hidden_size :], c[k, :, self.cell_size :])]
