@@ -234,32 +234,15 @@ def test_bilm_and_char_encoder_gradients_in_eval_mode(model):
 
 
 def test_a_typical_training_script_trains_as_with_allennlp(model):
-    """Elmo fine-tuned under a classifier with Adam for four steps (dropout on, state carried): the same losses and weights."""
+    """The script that ran on AllenNLP (Elmo + classifier, Adam, four steps, dropout, state carried), on this package."""
     name, options, weights, cases, refs = model
-    elmo = Elmo(options, weights, 1, requires_grad=True)
-    classifier = torch.nn.Linear(elmo.get_output_dim(), 2)
-    with torch.no_grad():
-        classifier.weight.copy_(torch.from_numpy(refs["training_loop/classifier/weight"]))
-        classifier.bias.copy_(torch.from_numpy(refs["training_loop/classifier/bias"]))
-    optimizer = torch.optim.Adam(list(elmo.parameters()) + list(classifier.parameters()), lr=1e-3)
-    losses = []
-    for step, batch in enumerate([cases["b1"], cases["b3"], cases["b4"], cases["b1"]]):
-        torch.manual_seed(100 + step)
-        output = elmo(batch_to_ids(batch))
-        vectors, mask = output["elmo_representations"][0], output["mask"].float()
-        pooled = (vectors * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
-        labels = torch.tensor([i % 2 for i in range(len(batch))])
-        loss = torch.nn.functional.cross_entropy(classifier(pooled), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    close("training loop", np.array(losses), refs["training_loop/losses"], name, "losses")
+    start = (refs["training_loop/classifier/weight"], refs["training_loop/classifier/bias"])
+    result = SCRIPT.typical_training_script(Elmo, batch_to_ids, options, weights, cases, classifier_init=start)
+    losses = result["losses"]
+    close("training loop", losses, refs["training_loop/losses"], name, "losses")
     assert len(set(np.round(losses, 4))) == len(losses)  # the weights moved between steps
-    final = torch.cat(list(elmo.scalar_mix_0.scalar_parameters))
-    close("training loop", final, refs["training_loop/final/scalar_parameters"], name, "final scalar mix", True)
-    close("training loop", elmo.scalar_mix_0.gamma, refs["training_loop/final/gamma"], name, "final gamma", True)
-    close("training loop", classifier.weight, refs["training_loop/final/classifier_weight"], name, "final classifier", True)
+    for key in ("scalar_parameters", "gamma", "classifier_weight"):
+        close("training loop", result[f"final/{key}"], refs[f"training_loop/final/{key}"], name, f"final {key}", True)
 
 
 def test_vocab_to_cache_and_its_char_cnn_fallback(model):
