@@ -22,6 +22,7 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo.hub", ("load", "HubModule")),
     ("spacy_elmo.compat.elmoformanylangs", ()),  # its __all__
     ("spacy_elmo.compat.simple_elmo", ()),
+    ("spacy_elmo.compat.allennlp", ()),  # its __all__: AllenNLP 0.9's names
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),

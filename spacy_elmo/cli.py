@@ -364,6 +364,18 @@ def plot_mix(
     typer.echo(f"wrote {output}")
 
 
+@app.command(
+    "allennlp-elmo",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def allennlp_elmo(ctx: typer.Context) -> None:
+    """AllenNLP 0.9's `allennlp elmo INPUT OUTPUT (--all|--top|--average) ...`, the same arguments and file (--help for them)."""
+    from .compat.allennlp.command import main as allennlp_main
+
+    allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
+
+
 def main() -> None:
     app()
 

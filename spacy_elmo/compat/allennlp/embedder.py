@@ -1,0 +1,147 @@
+"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``): numpy vectors of tokenized sentences, and files of them.
+
+Its defaults name the published "original" model (AllenNLP's URLs, served from this package's
+download cache). As in AllenNLP, the biLM is stateful: each call starts from the LSTM state the
+previous one left in its batch rows, so the same sentence can get other vectors on a second call;
+``stateful=False`` (keyword only, not in AllenNLP) gives this package's batch-invariant vectors.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import IO, Iterable, Iterator, List, Tuple, Union
+
+import numpy as np
+import torch
+
+from ...embed_file import _written_atomically
+from .modules import _ElmoBiLm
+from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"  # noqa: E501
+DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"  # noqa: E501
+DEFAULT_BATCH_SIZE = 64
+OUTPUT_FORMATS = ("all", "top", "average")
+
+
+class ElmoEmbedder:
+    """``embed_sentence``, ``embed_batch``, ``embed_sentences``, ``embed_file`` and ``batch_to_embeddings``, as AllenNLP 0.9."""
+
+    def __init__(
+        self,
+        options_file: PathOrUrl = DEFAULT_OPTIONS_FILE,
+        weight_file: PathOrUrl = DEFAULT_WEIGHT_FILE,
+        cuda_device: int = -1,
+        *,
+        stateful: bool = True,
+    ) -> None:
+        self.elmo_bilm = _ElmoBiLm(options_file, weight_file, stateful=stateful)
+        if cuda_device >= 0:
+            self.elmo_bilm = self.elmo_bilm.cuda(device=cuda_device)
+        self.cuda_device = cuda_device
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros((self.elmo_bilm.num_layers, 0, self.elmo_bilm.get_output_dim()), dtype=np.float32)
+
+    def batch_to_embeddings(self, batch: List[List[str]]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Activations ``(batch, num_layers, time, dim)`` without the boundary tokens, and the mask ``(batch, time)``."""
+        character_ids = batch_to_ids(batch)
+        if self.cuda_device >= 0:
+            character_ids = character_ids.cuda(device=self.cuda_device)
+        bilm_output = self.elmo_bilm(character_ids)
+        mask_with_bos_eos = bilm_output["mask"]
+        without_bos_eos = [remove_sentence_boundaries(layer, mask_with_bos_eos) for layer in bilm_output["activations"]]
+        activations = torch.cat([layer.unsqueeze(1) for layer, _ in without_bos_eos], dim=1)
+        return activations, without_bos_eos[0][1]
+
+    def embed_sentence(self, sentence: List[str]) -> np.ndarray:
+        """float32 ``(num_layers, len(sentence), dim)`` (``(num_layers, 0, dim)`` for an empty sentence)."""
+        return self.embed_batch([sentence])[0]
+
+    def embed_batch(self, batch: List[List[str]]) -> List[np.ndarray]:
+        """One float32 array ``(num_layers, len(sentence), dim)`` per sentence, in order."""
+        if batch == [[]]:  # AllenNLP does not run the model for a lone empty sentence (the state stays)
+            return [self._empty()]
+        embeddings, mask = self.batch_to_embeddings(batch)
+        out = []
+        for i in range(len(batch)):
+            length = int(mask[i, :].sum())
+            out.append(self._empty() if length == 0 else embeddings[i, :, :length, :].detach().cpu().numpy())
+        return out
+
+    def embed_sentences(self, sentences: Iterable[List[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[np.ndarray]:
+        """The arrays of :meth:`embed_batch` for ``batch_size`` sentences at a time, as a generator."""
+        batch: List[List[str]] = []
+        for sentence in sentences:
+            batch.append(sentence)
+            if len(batch) == batch_size:
+                yield from self.embed_batch(batch)
+                batch = []
+        if batch:
+            yield from self.embed_batch(batch)
+
+    def embed_file(
+        self,
+        input_file: Union[IO[str], PathOrUrl],
+        output_file_path: PathOrUrl,
+        output_format: str = "all",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+    ) -> None:
+        """Each line of ``input_file`` (whitespace-tokenized; an open file, closed here, or a path) -> an HDF5 dataset.
+
+        AllenNLP's layout: dataset ``str(line number)`` (or the sentence itself with
+        ``use_sentence_keys``) holding ``(num_layers, n, dim)`` (``all``), ``(n, dim)`` (``top``:
+        the last layer; ``average``: the mean of the layers), all float32, and unless
+        ``forget_sentences`` or ``use_sentence_keys`` a ``sentence_to_index`` dataset: one string,
+        the JSON object from each sentence to its key (the last line for a repeated sentence).
+        A blank line raises :class:`ConfigurationError` before anything runs, as does a repeated
+        sentence with ``use_sentence_keys``. The file appears whole (written beside, then renamed).
+        """
+        import h5py
+
+        if output_format not in OUTPUT_FORMATS:
+            raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
+        handle = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file
+        with handle:
+            sentences = [line.strip() for line in handle]
+        blank_lines = [i for (i, line) in enumerate(sentences) if line == ""]
+        if blank_lines:
+            raise ConfigurationError(f"Your input file contains empty lines at indexes {blank_lines}. Please remove them.")
+        embedded = self.embed_sentences([sentence.split() for sentence in sentences], batch_size)
+        keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]
+        if use_sentence_keys:
+            logger.warning("Using sentences as keys can fail if sentences contain forward slashes or colons. Use with caution.")
+        output_path = Path(output_file_path)
+        sentence_to_index = {}
+        with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as fout:
+            for key, sentence, embeddings in zip(keys, sentences, embedded):
+                if use_sentence_keys and key in fout.keys():
+                    raise ConfigurationError(
+                        f"Key already exists in {output_file_path}. To encode duplicate sentences, "
+                        f"do not pass the --use-sentence-keys flag."
+                    )
+                if not forget_sentences and not use_sentence_keys:
+                    sentence_to_index[sentence] = key
+                output = _select(embeddings, output_format)
+                fout.create_dataset(str(key), output.shape, dtype="float32", data=output)
+            if not forget_sentences and not use_sentence_keys:
+                index = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
+                index[0] = json.dumps(sentence_to_index)
+
+
+def _select(embeddings: np.ndarray, output_format: str) -> np.ndarray:
+    """What ``embed_file`` stores of a sentence's layers for ``output_format``."""
+    if output_format == "all":
+        return embeddings
+    if output_format == "top":
+        return embeddings[-1]
+    return np.average(embeddings, axis=0)
+
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "ElmoEmbedder"]
