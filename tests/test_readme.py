@@ -15,6 +15,9 @@ BLOCKS = [
 ]
 OPTIONAL_MODULES = ("distributed", "dask_ml")  # blocks importing these are skipped without them
 NEEDS_TRAINING = "out/model-best"  # blocks that read the pipeline the guide's training steps produce
+# "before" halves of the migration pages: the peer's own code (not installed here, and needing its network model);
+# they are compiled (a syntax error still fails) but not run
+PEER_IMPORTS = ("from allennlp", "import allennlp", "from elmoformanylangs", "import simple_elmo", "from simple_elmo")
 
 
 def test_the_readme_and_the_guide_have_python_blocks():
@@ -49,7 +52,10 @@ def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored)
     for extra in OPTIONAL_MODULES:
         if f"from {extra}" in block:
             pytest.importorskip(extra, reason=f"the block needs {extra} (pip install 'spacy-elmo[test]')")
-    exec(compile(block, f"{page} python block {index}", "exec"), {"__name__": "__main__"})  # as a script runs it
+    code = compile(block, f"{page} python block {index}", "exec")
+    if any(line.lstrip().startswith(PEER_IMPORTS) for line in block.splitlines()):
+        pytest.skip("the peer's own code, shown for comparison (compiled, not run)")
+    exec(code, {"__name__": "__main__"})  # as a script runs it
 
 
 def test_the_pictures_appear_where_people_look():
