@@ -14,7 +14,7 @@ import torch
 
 from .bilm import cpu_support, low_precision, manylangs_files
 from .bilm.model import BiLM
-from .bilm.threads import at_fork_in_child, batch_thread_limit, renew_after_fork, thread_limit
+from .bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
 from .download import cache_advice
@@ -262,12 +262,6 @@ def is_out_of_memory(err: BaseException) -> bool:
     return "out of memory" in message or "can't allocate memory" in message
 
 
-@at_fork_in_child
-def _new_cache_lock() -> None:
-    """A fork while another thread loads a model copies the held lock: start unlocked."""
-    global _CACHE_LOCK
-    _CACHE_LOCK = threading.Lock()
-
 
 _STR_ONLY = {str}
 
@@ -303,7 +297,7 @@ def _is_iterable(value: object) -> bool:
 # -- the process-wide cache ---------------------------------------------------------------
 
 _CACHE: Dict[Tuple, ElmoBackend] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = ForkSafeLock()
 
 
 def resolve_device(device: Union[None, str, torch.device] = None) -> torch.device:

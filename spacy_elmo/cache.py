@@ -23,7 +23,7 @@ from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from .bilm.threads import at_fork_in_child, renew_after_fork
+from .bilm.threads import ForkSafeLock, renew_after_fork
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
@@ -381,14 +381,8 @@ def _statements(script: str) -> List[str]:
 
 
 _DISK_CACHES: Dict[Tuple[str, int], DiskCache] = {}
-_DISK_LOCK = threading.Lock()
+_DISK_LOCK = ForkSafeLock()
 
-
-@at_fork_in_child
-def _new_disk_lock() -> None:
-    """A fork while another thread opens a disk cache copies the held lock: start unlocked."""
-    global _DISK_LOCK
-    _DISK_LOCK = threading.Lock()
 
 
 def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:

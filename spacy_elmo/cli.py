@@ -180,7 +180,7 @@ def evaluate(
         f"  ({result['words']} words, {result['sentences']} sentences)"
     )
     if output:
-        from .train.outputs import write_text_atomically
+        from .bilm.files import write_text_atomically
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:

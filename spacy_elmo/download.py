@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
+from .bilm.files import write_json_atomically
 from .bilm import manylangs_files
 from .bilm.weights import WeightFileError
 from .download_checks import ARCHIVE_SUFFIXES, content_problem
@@ -245,7 +246,7 @@ def _download(
             )
     os.replace(part, target)
     version.unlink(missing_ok=True)
-    _write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": name})
+    write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": name})
 
 
 def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tuple[int, str]:
@@ -292,7 +293,7 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
                     if not resumed:
                         _discard(part, version_path)
                         if resumable:
-                            _write_json_atomically(version_path, {"url": url, "version": served})
+                            write_json_atomically(version_path, {"url": url, "version": served})
                     length = response.headers.get("Content-Length")
                     wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
                     total = start + wire if wire is not None and not encoded else None
@@ -401,12 +402,6 @@ def _sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _write_json_atomically(path: Path, data: Dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # -- archives ----------------------------------------------------------------------------------

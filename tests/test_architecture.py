@@ -161,3 +161,39 @@ def test_nothing_is_unpickled():
                 pickles = [k for k in node.keywords if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False)]
                 assert not pickles, f"{name}:{node.lineno} allows pickle"
     assert seen_allowed == 1  # the check sees the one allowed call
+
+
+# renames that are not "write a whole file": download.py's resumed .part and unpacked-archive folder (under file
+# locks, with their own recovery), embed_file's guarded HDF5 output (removed on SIGTERM by its handler)
+REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.download", "spacy_elmo.embed_file"}
+
+
+def test_files_appear_whole_through_one_helper():
+    """Every writer replaces its target through ``bilm.files.atomic_path`` (ARCHITECTURE.md, "Files appear whole"):
+    no other module calls ``os.replace`` / ``os.rename`` / ``Path.replace`` itself."""
+    seen = 0
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("replace", "rename"):
+                owner = node.func.value
+                if isinstance(owner, ast.Name) and owner.id == "os":
+                    seen += name == "spacy_elmo.bilm.files"
+                    assert name in REPLACE_ALLOWED, f"{name}:{node.lineno} renames a file itself: write through bilm.files.atomic_path"
+    assert seen == 1  # the check sees the helper's own rename
+
+
+def test_module_locks_are_fork_safe_locks():
+    """No module renews a lock after fork by hand (a ``threading.Lock()`` rebound in an ``@at_fork_in_child``
+    function): module-level locks are ``bilm.threads.ForkSafeLock``."""
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            decorated = any(isinstance(d, ast.Name) and d.id == "at_fork_in_child" for d in node.decorator_list)
+            rebinds_lock = any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("Lock", "RLock")
+                for n in ast.walk(node)
+            )
+            if decorated and rebinds_lock and name != "spacy_elmo.bilm.threads":  # threads.py renews its pool with its lock
+                pytest.fail(f"{name}:{node.lineno} renews a lock after fork by hand: use bilm.threads.ForkSafeLock")

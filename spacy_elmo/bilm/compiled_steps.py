@@ -17,28 +17,22 @@ computes the same function (the same ops in the same order).
 from __future__ import annotations
 
 import logging
-import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from .threads import at_fork_in_child
+from .threads import ForkSafeLock
 
 try:  # torch's custom class of packed linear weights (builds with quantized kernels)
     LinearPacked: Any = torch.classes.quantized.LinearPackedParamsBase
 except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused before this is used
     LinearPacked = Any
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _compiled: Dict[str, Optional[Callable[..., Any]]] = {}
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
-
-@at_fork_in_child
-def _new_lock_after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()
 
 
 def cell_update(g: torch.Tensor, c: torch.Tensor, cell_clip: float, sigmoid_tanh: bool) -> Tuple[torch.Tensor, torch.Tensor]:

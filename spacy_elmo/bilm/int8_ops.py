@@ -5,22 +5,15 @@ that the probe multiplies exactly what the model will.
 """
 from __future__ import annotations
 
-import threading
 import warnings
 from typing import Optional, Tuple
 
 import torch
 
-from .threads import at_fork_in_child
+from .threads import ForkSafeLock
 
-_engine_lock = threading.Lock()
+_engine_lock = ForkSafeLock()
 
-
-@at_fork_in_child
-def _new_lock_after_fork() -> None:
-    """A fork may copy the lock held by a thread that does not exist in the child: start unlocked."""
-    global _engine_lock
-    _engine_lock = threading.Lock()
 
 
 def quantize_weight(out_in: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import platform
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Tuple, TypeVar
@@ -48,7 +47,7 @@ from torch import nn
 from . import cpu_support
 from .int8_ops import prepack, quantize_weight
 from .lstm import ProjectedLSTMCell
-from .threads import at_fork_in_child
+from .threads import ForkSafeLock
 
 INT8_FEW_ROWS = 4  # products of at most this many rows take the few-rows kernel (cpu_support.Int8Kernels)
 BF16_MIN_ELEMENTS = 1 << 18  # smaller bf16 weights gain nothing from a pack
@@ -81,15 +80,9 @@ _Entry = Tuple[Tuple[int, int], Optional[Pack]]
 RELEASED_PACKS = "_released_int8_packs"  # module attribute: {parameter name: Pack} of weights quantize() released
 _packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.WeakKeyDictionary()
 _int8_modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 M = TypeVar("M", bound=nn.Module)
 
-
-@at_fork_in_child
-def _new_lock_after_fork() -> None:
-    """A fork may copy the lock held by a thread that does not exist in the child: start unlocked."""
-    global _lock
-    _lock = threading.Lock()
 
 
 def int8_available() -> bool:

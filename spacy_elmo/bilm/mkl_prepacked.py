@@ -22,14 +22,13 @@ module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from .threads import at_fork_in_child
+from .threads import ForkSafeLock
 
 ENABLED = os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() not in ("0", "false", "no", "off")
 # rows for which the packed product beats plain sgemm here (MKL parallelises it less well)
@@ -39,14 +38,8 @@ _PACK_FOR_ROWS = 32  # MKL's packed layout does not depend on it; the probe in _
 
 _Entry = Tuple[Tuple[int, int], Optional[torch.Tensor]]
 _packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 
-
-@at_fork_in_child
-def _new_lock_after_fork() -> None:
-    """A fork may copy the lock held by a thread that does not exist in the child: start unlocked."""
-    global _lock
-    _lock = threading.Lock()
 
 
 def available() -> bool:

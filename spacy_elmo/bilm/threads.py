@@ -51,6 +51,36 @@ def renew_after_fork(holder: Any) -> None:
     _renewed.add(holder)
 
 
+class ForkSafeLock:
+    """A lock (``threading.Lock`` by default, or another factory's, e.g. ``threading.RLock``) that a forked child
+    gets anew and unlocked.
+
+    ``fork`` copies a lock that another thread of the parent held at that moment; that thread does not exist
+    in the child, so nothing there would ever release it, and the first ``with lock:`` would hang forever.
+    Use it as the lock itself: ``with lock:``, ``acquire()``, ``release()``.
+    """
+
+    def __init__(self, factory: Callable[[], Any] = threading.Lock) -> None:
+        self._factory = factory
+        self._lock = factory()
+        renew_after_fork(self)
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._lock.__exit__(*exc_info)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def _after_fork(self) -> None:
+        self._lock = self._factory()
+
+
 def in_forked_child() -> bool:
     """Whether this process was forked from one that had imported spacy_elmo."""
     return _forked

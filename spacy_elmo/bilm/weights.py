@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
+from .files import atomic_path, write_json_atomically
 from .model import BiLM, BiLMOptions
 
 PathLike = Union[str, os.PathLike]
@@ -428,16 +429,6 @@ def _dtype_words(dtype: np.dtype) -> str:
 # -- reading and writing ----------------------------------------------------------------------
 
 
-def load_weights(model: BiLM, weights_path: PathLike) -> None:
-    """Copy every dataset of an ELMo HDF5 file into ``model``, after checking the whole file against its options.
-
-    On a NaN/Inf value the error comes part-way through, leaving ``model`` partly loaded.
-    """
-    path = Path(weights_path)
-    with _checked_file(path, model.options) as datasets:
-        _read_into(model, datasets, path)
-
-
 @contextmanager
 def _checked_file(path: Path, options: BiLMOptions) -> Iterator[Dict[str, Any]]:
     """Open the weight file and check it against ``options`` (see :func:`_check_file`); yields its datasets."""
@@ -559,20 +550,14 @@ def save_weights(model: BiLM, weights_path: PathLike) -> None:
     import h5py
 
     path = Path(weights_path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with h5py.File(tmp, "w") as handle:
-            for name, entry, i in _expected(model.options):
-                handle.create_dataset(name, data=_exported(model, name, entry, i, path))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+        for name, entry, i in _expected(model.options):
+            handle.create_dataset(name, data=_exported(model, name, entry, i, path))
 
 
 def save_options(options: BiLMOptions, path: PathLike) -> None:
-    """Write ``options`` as ``options.json``."""
-    Path(path).write_text(json.dumps(options.to_json(), indent=2) + "\n", encoding="utf-8")
+    """Write ``options`` as ``options.json`` (atomically)."""
+    write_json_atomically(path, options.to_json())
 
 
 def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:

@@ -10,6 +10,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
+from ..bilm.files import write_text_atomically
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
 from ..windows import length_batches
 from .corpus import PathLike, Source, read_sentences
@@ -44,7 +45,8 @@ class Vocabulary:
         return cls(list(SPECIALS) + ranked)
 
     def save(self, path: PathLike) -> None:
-        Path(path).write_text("\n".join(self.words) + "\n", encoding="utf-8")
+        """Write the words, one a line (atomically)."""
+        write_text_atomically(path, "\n".join(self.words) + "\n")
 
     @classmethod
     def load(cls, path: PathLike) -> "Vocabulary":

@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 from ..info import parameter_count
 from ..model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
-from .outputs import write_text_atomically
+from ..bilm.files import write_text_atomically
 
 
 def display_command(command: str) -> str:

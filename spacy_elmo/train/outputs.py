@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List
 
 import torch
 
+from ..bilm.files import write_text_atomically
 from ..bilm.weights import save_model
 from ..model_files import METRICS
 from .config import TrainConfig
@@ -56,13 +56,6 @@ def write_checkpoint(
     save_checkpoint(directory / CHECKPOINT, model.state_dict(), optimizer.state_dict(), torch.get_rng_state(), info)
 
 
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def jsonable(value: Any) -> Any:
     """``value`` with tuples as lists, paths as strings and every dict key a string."""
     if isinstance(value, dict):
@@ -74,4 +67,4 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["export_model", "jsonable", "write_checkpoint", "write_metrics", "write_text_atomically"]
+__all__ = ["export_model", "jsonable", "write_checkpoint", "write_metrics"]

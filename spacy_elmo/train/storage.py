@@ -26,6 +26,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ..bilm.files import atomic_path
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
@@ -72,12 +73,11 @@ class SoftmaxFile:
 def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
     """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole)."""
     metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600
-    mode = stat.S_IMODE(tmp.stat().st_mode)
-    save_file(_standalone(tensors), str(tmp), metadata=metadata)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600
+        mode = stat.S_IMODE(tmp.stat().st_mode)
+        save_file(_standalone(tensors), str(tmp), metadata=metadata)
+        os.chmod(tmp, mode)
 
 
 def read_tensor_file(path: Path, kind: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
