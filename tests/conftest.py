@@ -73,3 +73,15 @@ def fixture_sentences(fixture_dir):
 
     groups = json.loads((fixture_dir / "sentences.json").read_text())
     return [s.split() for group in groups for s in group]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA device: one place says so, and skips them without one."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -10,6 +10,8 @@ import pytest
 pytest.importorskip("dask", reason="Dask is not installed (pip install 'spacy-elmo[dask]')")
 pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'spacy-elmo[dask]')")
 
+pytestmark = pytest.mark.dask
+
 import dask  # noqa: E402
 import dask.array as da  # noqa: E402
 import dask.bag as db  # noqa: E402

@@ -14,6 +14,8 @@ from spacy_elmo.train.storage import load_checkpoint
 
 from conftest import torch_threads
 
+pytestmark = pytest.mark.distributed
+
 if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
     pytest.skip("this torch build has no torch.distributed with the gloo backend", allow_module_level=True)
 

@@ -227,7 +227,7 @@ def test_half_precision_within_documented_tolerance(fixture_dir, fixture_sentenc
         load_bilm(fixture_dir, dtype="int4")  # int8 is a precision since issue #17
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_embed_and_training_step(fixture_dir, fixture_sentences, backend):
     gpu = load_bilm(fixture_dir, device="cuda")
     assert gpu.device.type == "cuda"

@@ -347,7 +347,7 @@ def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
         ElmoVectorizer(model=str(fixture_dir), device="cuda").fit(["a"])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_rows_match_cpu(fixture_dir):
     cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
     np.testing.assert_allclose(ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-4)  # GPU matmuls may use TF32
