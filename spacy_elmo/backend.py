@@ -20,13 +20,13 @@ from .bilm.weights import WeightFileError, load_model
 from .download import cache_advice
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
+from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .validation import positive_int
 from .windows import length_batches
 
 PathLike = Union[str, os.PathLike]
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
-DEFAULT_BATCH_SIZE = 64  # sentences per batch
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 # "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
@@ -429,5 +429,5 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
             logger.debug("kernels: torch's %s kernels, %s", backend.device.type, precision)
 
 
-def _load_from_paths(options: str, weights: str, device: str, dtype: str = "float32") -> ElmoBackend:
+def _load_from_paths(options: str, weights: str, device: str, dtype: str = DEFAULT_DTYPE) -> ElmoBackend:
     return load_bilm(options=options, weights=weights, device=device, dtype=dtype)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
+from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import TrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,10 +198,10 @@ def embed(
     all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
     top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
     average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),
-    batch_size: int = typer.Option(64, help="Sentences per batch (also bounded by a padded-token budget)"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="Sentences per batch (also bounded by a padded-token budget)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
-    dtype: str = typer.Option("float32", help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"),
+    dtype: str = typer.Option(DEFAULT_DTYPE, help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"),
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),

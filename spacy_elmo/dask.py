@@ -29,8 +29,12 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from .backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .mix import LayerSpec, mix_layers
 from .pooling import pooled_dim
-from .sklearn import ElmoVectorizer, _sample_kind
+from .model_files import model_shape, resolve_model_files
+from .sklearn import ElmoVectorizer
+from .text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
+from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .tokenize import TokenizerSpec
+from .windows import embed_segments, optional_windows
 
 PathLike = Union[str, "os.PathLike[str]"]
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
@@ -50,8 +54,8 @@ def embed_texts(
     batch_size: Optional[int] = None,
     device: Optional[str] = None,
     dtype: Optional[str] = None,
-    max_length: Optional[int] = 128,
-    window_overlap: int = 32,
+    max_length: Optional[int] = DEFAULT_MAX_LENGTH,
+    window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
     lengths: Union[bool, Sequence[int]] = True,
 ) -> "da.Array":
@@ -72,11 +76,11 @@ def embed_texts(
     as ``dask.dataframe.Series.to_dask_array()`` does: call ``.compute_chunk_sizes()`` later);
     a sequence of ints gives them.
 
-    The model is loaded once here too, to check the parameters and learn the feature width.
+    The model is not loaded here: its files are found (a published model is downloaded) and the
+    parameters checked against the shape its options file gives (``model_files.model_shape``).
     """
     params = _vectorizer_params(model, layers, pooling, tokenizer, batch_size, device, dtype, max_length, window_overlap)
-    backend = ElmoVectorizer(**params)._check_params()  # errors here, where the input enters, not in a worker
-    features = pooled_dim(backend.dim, pooling)
+    features = pooled_dim(_checked_dim(params), pooling)  # errors here, where the input enters, not in a worker
     partitions = _partitions(texts)
     sizes = _partition_lengths(texts, partitions, lengths)
     if not partitions or (sizes is not None and sum(sizes) == 0):
@@ -98,8 +102,8 @@ def embed_tokens(
     batch_size: Optional[int] = None,
     device: Optional[str] = None,
     dtype: Optional[str] = None,
-    max_length: Optional[int] = 128,
-    window_overlap: int = 32,
+    max_length: Optional[int] = DEFAULT_MAX_LENGTH,
+    window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
 ) -> "db.Bag":
     """Token vectors of a dask Bag or dask DataFrame Series: a dask Bag of one record per text, in order.
@@ -111,7 +115,7 @@ def embed_tokens(
     alone. Parameters as for :func:`embed_texts`.
     """
     params = _vectorizer_params(model, layers, "mean", tokenizer, batch_size, device, dtype, max_length, window_overlap)
-    ElmoVectorizer(**params)._check_params()
+    _checked_dim(params)
     partitions = _partitions(texts)
     embedded = [dask.delayed(_token_partition, pure=True)(part, params, cache_dir) for part in partitions]
     return db.from_delayed(embedded) if embedded else db.from_sequence([], npartitions=1)
@@ -163,20 +167,17 @@ def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pa
 def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
     """One partition's token records: tokenized and windowed by ``ElmoVectorizer``'s own steps, layers mixed."""
     backend = _worker_backend(params, cache_dir)
-    vectorizer = ElmoVectorizer(**params)
     samples = _as_list(texts)
-    kind = _sample_kind(samples)
-    if kind == "doc":
+    kind = sample_kind(samples)
+    if kind == DOC:
         raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
-    rows = vectorizer._token_rows(samples, kind)
-    sequences: List[Tuple[str, ...]] = [()] * len(samples)
-    for tokens, where in rows.items():
-        for i in where:
-            sequences[i] = tokens
-    vectors: Dict[Tuple[str, ...], np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
-    for tokens, layers in vectorizer._embedded(rows, backend):
-        vectors[tokens] = np.ascontiguousarray(mix_layers(layers, vectorizer.layers), dtype=np.float32)
-    return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in sequences]
+    rows = token_rows(samples, kind, params["tokenizer"])
+    windows = optional_windows(params["max_length"], params["window_overlap"])
+    vectors: Dict[Tokens, np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
+    embedded = embedded_rows(rows, backend, max_length=windows[0], overlap=windows[1], batch_size=params["batch_size"])
+    for tokens, layers in embedded:
+        vectors[tokens] = np.ascontiguousarray(mix_layers(layers, params["layers"]), dtype=np.float32)
+    return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in row_tokens(rows, len(samples))]
 
 
 def _sentence_chunk(
@@ -189,7 +190,8 @@ def _sentence_chunk(
             f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "
             f"(fingerprint {backend.fingerprint} != {fingerprint}): give every machine the same model files"
         )
-    return backend.embed(sentences, batch_size=batch_size)
+    # as embed_file embeds a line in this process: whole (no windows), at most MAX_TOKENS_PER_CALL tokens per backend call
+    return [layers for _, layers in embed_segments(backend, enumerate(sentences), batch_size=batch_size)]
 
 
 def _worker_backend(params: Dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
@@ -274,6 +276,13 @@ def _vectorizer_params(
         model=model, layers=layers, pooling=pooling, tokenizer=tokenizer, batch_size=batch_size,
         device=device, dtype=dtype, max_length=max_length, window_overlap=window_overlap,
     )
+
+
+def _checked_dim(params: Dict[str, Any]) -> int:
+    """The model's output width from its options file (the weights stay unread), every parameter checked against it."""
+    n_layers, dim = model_shape(*resolve_model_files(params["model"]))
+    ElmoVectorizer(**params).check_settings(n_layers)
+    return dim
 
 
 def _partitions(texts: Any) -> List[Any]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dic
 
 import numpy as np
 
+from .settings import DEFAULT_BATCH_SIZE
 from .tokenize import resolve_tokenizer
 from .windows import embed_segments
 from .write_guard import GuardedFile
@@ -53,7 +54,7 @@ def embed_file(
     output_path: PathLike,
     *,
     output_format: str = "all",
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     tokenizer: str = "whitespace",
     use_sentence_keys: bool = False,
     forget_sentences: bool = False,

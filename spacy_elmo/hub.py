@@ -12,6 +12,8 @@ representation), ``lstm_outputs1`` ... (batch, max_len, dim: one per LSTM layer)
 mix), ``default`` (batch, dim: the mean of ``elmo`` over each sentence's tokens) and
 ``sequence_len``. Positions past a sentence's length are zeros. Unlike TF-Hub's LSTM, ours
 starts from a zero state for every sentence, so a sentence's vectors do not depend on its batch.
+As every front end, a sentence longer than ``settings.DEFAULT_MAX_LENGTH`` tokens is embedded as
+overlapping windows (``windows.embed_segments``), a bounded number of tokens per biLM call.
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ import numpy as np
 
 from .backend import ElmoBackend, load_bilm
 from .model_files import PathLike
-from .pooling import PoolSink, pool
-from .windows import fold_segments
+from .mix import mix_layers
+from .pooling import PoolSink
+from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .tokenize import split_on_spaces
+from .windows import embed_segments, fold_segments, window_bounds
 
 Outputs = Dict[str, np.ndarray]
 
@@ -62,7 +67,8 @@ class HubModule:
             return PoolSink(shape, windows, "mean", _average_layers)
 
         rows = np.zeros((len(sentences), self.backend.dim), dtype=np.float32)
-        for row, pooled in fold_segments(self.backend, enumerate(sentences), new_sink):
+        folded = fold_segments(self.backend, enumerate(sentences), new_sink, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+        for row, pooled in folded:
             rows[row] = pooled
         return rows
 
@@ -81,28 +87,38 @@ class HubModule:
 
     def _outputs(self, sentences: List[List[str]]) -> Outputs:
         backend = self.backend
-        layers = backend.embed(sentences)
+        embedded = embed_segments(backend, enumerate(sentences), max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+        layers = [array for _, array in embedded]
         batch, longest = len(sentences), max((len(s) for s in sentences), default=0)
         projection = backend.dim // 2
         padded = np.zeros((backend.n_layers + 1, batch, longest, backend.dim), dtype=np.float32)
         for row, array in enumerate(layers):
             padded[:, row, : array.shape[1]] = array
         lengths = np.array([len(s) for s in sentences], dtype=np.int32)
-        elmo = padded.mean(axis=0)
+        elmo = mix_layers(padded)
         outputs: Outputs = {"word_emb": np.ascontiguousarray(padded[0, :, :, :projection])}  # layer 0 is [x; x]
         for k in range(1, backend.n_layers + 1):
             outputs[f"lstm_outputs{k}"] = padded[k]
         outputs["elmo"] = elmo
-        outputs["default"] = np.stack([pool(_average_layers(array), "mean") for array in layers]) if layers else (
+        outputs["default"] = np.stack([_default_row(array) for array in layers]) if layers else (
             np.zeros((0, backend.dim), dtype=np.float32)
-        )  # row by row as _default_rows pools them: the same bits either way
+        )  # window by window as _default_rows pools them: the same bits either way
         outputs["sequence_len"] = lengths
         return outputs
 
 
+def _default_row(layers: np.ndarray) -> np.ndarray:
+    """``default`` of one sentence's stitched layers, pooled over the windows' kept parts as ``_default_rows`` folds them."""
+    plan = window_bounds(layers.shape[1], DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP) or [(0, 0, 0, 0)]
+    sink = PoolSink(layers.shape, len(plan), "mean", _average_layers)
+    for _, _, keep_start, keep_end in plan:
+        sink.add(keep_start, layers if len(plan) == 1 else layers[:, keep_start:keep_end])
+    return sink.result()
+
+
 def _average_layers(layers: np.ndarray) -> np.ndarray:
     """``elmo``: the equal-weight average of all layers (TF-Hub's initial mix), ``(n_tokens, dim)``."""
-    return layers.mean(axis=0)
+    return mix_layers(layers)
 
 
 def _split_sentences(strings: Sequence[str]) -> List[List[str]]:
@@ -113,7 +129,7 @@ def _split_sentences(strings: Sequence[str]) -> List[List[str]]:
     for i, text in enumerate(_as_list(strings)):
         if not isinstance(text, str):
             raise TypeError(f"sentence {i}: expected a string, not {type(text).__name__}")
-        sentences.append([token for token in text.split(" ") if token])
+        sentences.append(split_on_spaces(text))
     return sentences
 
 

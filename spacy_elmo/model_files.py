@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from .bilm import manylangs_files
-from .bilm.weights import WeightFileError
+from .bilm.weights import WeightFileError, read_options
 from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
@@ -155,6 +155,19 @@ def model_file_map(options_path: Path, weights_path: Path) -> Dict[str, Path]:
     if is_manylangs(options_path, weights_path):
         return manylangs_files.model_files(weights_path.parent)
     return {OPTIONS: options_path, WEIGHTS: weights_path}
+
+
+def model_shape(options_path: Path, weights_path: Path) -> Tuple[int, int]:
+    """``(n_layers, dim)`` of a resolved pair, read from its options (or ELMoForManyLangs config) alone, weights unread.
+
+    ``dim`` is the width of every output layer (``2 * projection_dim``), as ``ElmoBackend.dim``;
+    the backend returns ``n_layers + 1`` layers. For a client that only needs the shape (Dask).
+    """
+    if is_manylangs(options_path, weights_path):
+        config = manylangs_files.read_config(weights_path.parent)
+        return config.n_layers, 2 * config.projection_dim
+    options = read_options(options_path)
+    return options.n_layers, options.output_dim
 
 
 def _in_directory(directory: Path) -> Tuple[Path, Path]:

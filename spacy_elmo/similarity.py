@@ -12,6 +12,11 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from .backend import ElmoBackend
+from .cosine import cosine
+from .mix import mix_layers
+from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .tokenize import split_on_spaces
+from .windows import embed_segments
 
 
 @dataclass
@@ -37,21 +42,17 @@ class WordSimilarity:
         return "\n".join(lines)
 
 
-def split_on_spaces(text: str) -> List[str]:
-    """Tokens as TF-Hub's ``default`` signature makes them: split on spaces, empty pieces dropped."""
-    return [token for token in text.split(" ") if token]
-
-
 def word_similarity(backend: ElmoBackend, sentence_a: str, sentence_b: str, word: str) -> WordSimilarity:
-    """Embed both sentences (split on spaces) and compare ``word``'s vectors layer by layer."""
+    """Embed both sentences (split on spaces; windowed past ``DEFAULT_MAX_LENGTH`` tokens, as every front end) and compare ``word``'s vectors layer by layer."""
     tokens = (split_on_spaces(sentence_a), split_on_spaces(sentence_b))
     positions = (_position(tokens[0], word, "A"), _position(tokens[1], word, "B"))
-    layers_a, layers_b = backend.embed(list(tokens))
+    embedded = embed_segments(backend, enumerate(tokens), max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+    layers_a, layers_b = (layers for _, layers in embedded)
     labels = ["layer 0 (char CNN, context-free)"] + [f"layer {k} (LSTM {k})" for k in range(1, backend.n_layers + 1)]
-    rows = [(label, _cosine(layers_a[k, positions[0]], layers_b[k, positions[1]])) for k, label in enumerate(labels)]
-    mix_a, mix_b = layers_a.mean(axis=0), layers_b.mean(axis=0)
-    rows.append(("mix (equal weights)", _cosine(mix_a[positions[0]], mix_b[positions[1]])))
-    matrix = np.array([[_cosine(x, y) for y in mix_b] for x in mix_a], dtype=np.float32)
+    rows = [(label, cosine(layers_a[k, positions[0]], layers_b[k, positions[1]])) for k, label in enumerate(labels)]
+    mix_a, mix_b = mix_layers(layers_a), mix_layers(layers_b)
+    rows.append(("mix (equal weights)", cosine(mix_a[positions[0]], mix_b[positions[1]])))
+    matrix = np.array([[cosine(x, y) for y in mix_b] for x in mix_a], dtype=np.float32)
     return WordSimilarity(word, tokens, positions, rows, matrix)
 
 
@@ -61,11 +62,6 @@ def _position(tokens: List[str], word: str, name: str) -> int:
         if found:
             return found[0]
     raise ValueError(f"sentence {name} has no token {word!r} (tokens: {tokens})")
-
-
-def _cosine(x: np.ndarray, y: np.ndarray) -> float:
-    norm = float(np.linalg.norm(x) * np.linalg.norm(y))
-    return float(np.dot(x.astype(np.float64), y.astype(np.float64)) / norm) if norm else 0.0
 
 
 def pyplot() -> Any:

@@ -1,28 +1,25 @@
 """scikit-learn transformer: one pooled ELMo vector per text, token list or spaCy ``Doc``."""
 from __future__ import annotations
 
-import math
 import os
-from functools import partial
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
-from tqdm import tqdm
 
-from .backend import ElmoBackend, dtype_name, load_bilm
+from .backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
 from .mix import LayerSpec, layer_weights, mix_layers
 from .pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
-from .spacy.extensions import LAYERS, MODEL
+from .spacy.extensions import fresh_layers
+from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .validation import positive_int
-from .windows import check_window_config, embed_segments, fold_segments
+from .windows import optional_windows
 
 FEATURE_PREFIX = "elmo"
 
-Tokens = Tuple[str, ...]
-T = TypeVar("T")
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):
@@ -90,8 +87,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         batch_size: Optional[int] = None,
         device: Optional[str] = None,
         tokenizer: TokenizerSpec = None,
-        max_length: Optional[int] = 128,
-        window_overlap: int = 32,
+        max_length: Optional[int] = DEFAULT_MAX_LENGTH,
+        window_overlap: int = DEFAULT_OVERLAP,
         verbose: Union[bool, int] = 0,
         dtype: Optional[str] = None,
     ) -> None:
@@ -144,7 +141,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def _fit(self, samples: List[Any]) -> ElmoBackend:
         backend = self._check_params()
-        _sample_kind(samples)
+        sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
         self.dtype_ = dtype_name(backend.dtype)
         self.layer_weights_ = layer_weights(self.layers, backend.n_layers + 1)
@@ -152,6 +149,17 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def _check_params(self) -> ElmoBackend:
         """Validate every parameter (loading the shared backend) and return the backend."""
+        self.check_settings()
+        backend = load_bilm(self.model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
+        layer_weights(self.layers, backend.n_layers + 1)
+        return backend
+
+    def check_settings(self, n_layers: Optional[int] = None) -> None:
+        """Check the parameters without loading the model; with ``n_layers`` (the model's LSTM layers) ``layers`` too.
+
+        ``TypeError`` or ``ValueError`` names a bad one. A client that must not load the model
+        (``spacy_elmo.dask``) reads ``n_layers`` from the model's options (``model_files.model_shape``).
+        """
         if not isinstance(self.model, (str, os.PathLike)):
             raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
         check_pooling(self.pooling)
@@ -159,96 +167,49 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             positive_int(self.batch_size, "batch_size")
         resolve_tokenizer(self.tokenizer)  # a bad type is a TypeError, an unknown language code a ValueError, here
         self._windows()
-        backend = load_bilm(self.model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
-        layer_weights(self.layers, backend.n_layers + 1)
-        return backend
+        if n_layers is not None:
+            resolve_dtype(self.dtype, resolve_device(self.device))  # what load_bilm would refuse, named here
+            layer_weights(self.layers, n_layers + 1)
 
     def _windows(self) -> Tuple[Optional[int], int]:
         """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
-        if self.max_length is None:
-            return None, self.window_overlap
-        return check_window_config(self.max_length, self.window_overlap)
+        return optional_windows(self.max_length, self.window_overlap)
 
     def _transform(self, samples: List[Any], backend: ElmoBackend) -> np.ndarray:
-        kind = _sample_kind(samples)
+        kind = sample_kind(samples)
         out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
         if kind == "doc":
-            pending: Dict[Tokens, List[int]] = {}  # unique token sequence -> rows that need it
+            pending: Rows = {}  # unique token sequence -> rows that need it
             for i, doc in enumerate(samples):
                 keep = [token.i for token in doc if not is_whitespace(token.text)]
-                stored = stored_layers(doc, backend)
+                stored = fresh_layers(doc, backend.fingerprint, (backend.n_layers + 1, backend.dim))
                 if stored is None:
                     pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
                 else:
                     out[i] = self._pool(stored[:, keep])
         else:
-            pending = self._token_rows(samples, kind)
+            pending = token_rows(samples, kind, self.tokenizer)
         for tokens, row in self._pooled(pending, backend):  # window by window: memory flat in the text's length
             out[pending[tokens]] = row
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
         return out
 
-    def _token_rows(self, samples: List[Any], kind: str) -> Dict[Tokens, List[int]]:
-        """Each unique token sequence of strings (``kind="text"``) or token lists, and the rows that hold it."""
-        pending: Dict[Tokens, List[int]] = {}
-        if kind == "text":
-            split = resolve_tokenizer(self.tokenizer)
-            tokenized: Dict[str, Tokens] = {}
-            for i, text in enumerate(samples):
-                text = str(text)  # numpy.str_ -> str, which spaCy's tokenizer requires
-                if text not in tokenized:
-                    tokenized[text] = _clean_tokens(_split_text(split, text, i), i)
-                pending.setdefault(tokenized[text], []).append(i)
-        else:
-            for i, tokens in enumerate(samples):
-                pending.setdefault(_clean_tokens(tokens, i), []).append(i)
-        return pending
-
-    def _embedded(self, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
-        """All layers of each unique non-empty token sequence, embedded once, longest first (windowed as configured)."""
-        return self._folded(pending, backend, embed_segments)
-
-    def _pooled(self, pending: Dict[Tokens, List[int]], backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
+    def _pooled(self, pending: Rows, backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
         """The mixed, pooled row of each unique non-empty token sequence, folded window by window (never stitched)."""
 
         def new_sink(shape: Tuple[int, int, int], windows: int) -> PoolSink:
             return PoolSink(shape, windows, self.pooling, lambda layers: mix_layers(layers, self.layers))
 
-        return self._folded(pending, backend, partial(fold_segments, new_sink=new_sink))
-
-    def _folded(
-        self, pending: Dict[Tokens, List[int]], backend: ElmoBackend, embed: Callable[..., Iterator[Tuple[Tokens, T]]]
-    ) -> Iterator[Tuple[Tokens, T]]:
-        """``embed``'s result for each unique non-empty token sequence, longest first (windowed as configured), with the bar."""
-        unique = sorted((tokens for tokens in pending if tokens), key=len, reverse=True)
         max_length, overlap = self._windows()
-        segments = ((tokens, tokens) for tokens in unique)
-        with tqdm(total=len(unique), unit="text", desc="ELMo", disable=not self.verbose) as bar:
-            for tokens, result in embed(backend, segments, max_length=max_length, overlap=overlap, batch_size=self.batch_size):
-                yield tokens, result
-                bar.update(1)
+        return pooled_rows(
+            pending, backend, new_sink, max_length=max_length, overlap=overlap, batch_size=self.batch_size, verbose=self.verbose
+        )
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:
         return pool(mix_layers(activations, self.layers), self.pooling)
 
 
-def stored_layers(doc: Doc, backend: ElmoBackend) -> Optional[np.ndarray]:
-    """The ELMo layers the spaCy component stored on ``doc``, if they come from ``backend``'s model and fit the doc."""
-    if not (Doc.has_extension(LAYERS) and Doc.has_extension(MODEL)):
-        return None
-    layers = doc._.get(LAYERS)
-    if layers is None or doc._.get(MODEL) != backend.fingerprint:
-        return None
-    layers = np.asarray(layers, dtype=np.float32)
-    if layers.shape != (backend.n_layers + 1, len(doc), backend.dim):
-        return None  # the doc was retokenized after the component ran: recompute
-    return layers
-
-
 # -- input handling --------------------------------------------------------------------------
-
-_KIND_NAMES = {"text": "a string", "tokens": "a token list", "doc": "a spaCy Doc"}
-
 
 def _as_samples(X: Any) -> List[Any]:
     """One column of samples as a list: a list/tuple/iterable, 1-D array, Series, or one-column table."""
@@ -272,65 +233,3 @@ def _as_samples(X: Any) -> List[Any]:
         return list(X)
     except TypeError:
         raise TypeError(f"X must be a list-like of texts, token lists or spaCy Docs, not {type(X).__name__}") from None
-
-
-def _kind(sample: Any) -> Optional[str]:
-    if isinstance(sample, str):
-        return "text"
-    if isinstance(sample, Doc):
-        return "doc"
-    if isinstance(sample, (list, tuple)) or (isinstance(sample, np.ndarray) and sample.ndim == 1):
-        return "tokens"
-    return None
-
-
-def _sample_kind(samples: Sequence[Any]) -> str:
-    """The one kind shared by all samples; ``TypeError`` naming the first sample that breaks it."""
-    first: Optional[str] = None
-    for i, sample in enumerate(samples):
-        kind = _kind(sample)
-        if kind is None:
-            hint = " (a missing value: fill it, e.g. with '')" if _is_missing(sample) else ""
-            raise TypeError(
-                f"sample {i} is {type(sample).__name__} ({sample!r}){hint}: expected a string, "
-                "a list of token strings or a spaCy Doc"
-            )
-        if first is None:
-            first = kind
-        elif kind != first:
-            raise TypeError(
-                f"sample {i} is {_KIND_NAMES[kind]} ({type(sample).__name__}) but sample 0 is "
-                f"{_KIND_NAMES[first]}: all samples must be of one kind (texts, token lists or Docs)"
-            )
-    return first or "text"
-
-
-def _is_missing(value: Any) -> bool:
-    if value is None or type(value).__name__ in ("NAType", "NaTType"):  # None, pandas.NA, pandas.NaT
-        return True
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
-    """Token texts without whitespace-only tokens; ``TypeError`` names the sample and token."""
-    texts = []
-    for j, token in enumerate(tokens):
-        text = token if isinstance(token, str) else getattr(token, "text", None)
-        if not isinstance(text, str):
-            raise TypeError(
-                f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})"
-            )
-        if not is_whitespace(text):
-            texts.append(str(text))
-    return tuple(texts)
-
-
-def _split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> Iterable[Any]:
-    """``split(text)``, with a lone surrogate (which spaCy's string store cannot encode) named by row and position."""
-    try:
-        return split(text)
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"text {row}: {text[err.start:err.end]!r} at position {err.start} is a lone surrogate, not Unicode text, "
-            "and the tokenizer cannot take it; decode the bytes with errors='replace' or pass token lists"
-        ) from err

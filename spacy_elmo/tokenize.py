@@ -17,6 +17,11 @@ SPACY = "spacy"  # spaCy's English rules (the default)
 DEFAULT_LANGUAGE = "en"
 
 
+def split_on_spaces(text: str) -> List[str]:
+    """Tokens as TF-Hub's ``default`` signature makes them: split on spaces (only), empty pieces dropped."""
+    return [token for token in text.split(" ") if token]
+
+
 def is_whitespace(text: str) -> bool:
     """Whether a token is empty or whitespace only (for spaCy tokens the same as ``token.is_space``)."""
     return not text.strip()

@@ -19,9 +19,8 @@ from typing import Callable, Deque, Generic, Iterable, Iterator, List, Optional,
 
 import numpy as np
 
+from .settings import MAX_TOKENS_PER_CALL
 from .validation import positive_int
-
-MAX_TOKENS_PER_CALL = 16384  # tokens handed to the backend at once: bounds the memory of raw layers on huge inputs
 
 Key = TypeVar("Key")
 Out = TypeVar("Out")
@@ -72,6 +71,13 @@ def check_window_config(max_length: int, overlap: int) -> Tuple[int, int]:
     if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
         raise ValueError(f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})")
     return max_length, int(overlap)
+
+
+def optional_windows(max_length: Optional[int], overlap: int) -> Tuple[Optional[int], int]:
+    """``(max_length, overlap)`` checked as :func:`check_window_config` does, unless ``max_length`` is None (no windows)."""
+    if max_length is None:
+        return None, overlap
+    return check_window_config(max_length, overlap)
 
 
 class Sink(Protocol[Out_co]):

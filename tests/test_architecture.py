@@ -197,3 +197,27 @@ def test_module_locks_are_fork_safe_locks():
             )
             if decorated and rebinds_lock and name != "spacy_elmo.bilm.threads":  # threads.py renews its pool with its lock
                 pytest.fail(f"{name}:{node.lineno} renews a lock after fork by hand: use bilm.threads.ForkSafeLock")
+
+
+# the front ends: they reach the biLM only through windows.embed_segments / fold_segments (windows, token bound)
+FRONT_ENDS = (
+    "spacy_elmo.hub", "spacy_elmo.similarity", "spacy_elmo.dask", "spacy_elmo.sklearn", "spacy_elmo.text_rows",
+    "spacy_elmo.embed_file", "spacy_elmo.spacy.pipeline_component",
+)
+
+
+def embed_calls(path: Path) -> List[int]:
+    """Line numbers of every ``<something>.embed(...)`` call in a module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        node.lineno for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "embed"
+    ]
+
+
+def test_front_ends_never_call_backend_embed():
+    """Only windows.py hands token sequences to ``backend.embed``; a front end that did would get no windows and no per-call bound."""
+    assert embed_calls(MODULES["spacy_elmo.windows"])  # the check sees what it looks for
+    for name in FRONT_ENDS:
+        assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
+        assert not embed_calls(MODULES[name]), f"{name} calls .embed() at lines {embed_calls(MODULES[name])}: use windows.embed_segments"

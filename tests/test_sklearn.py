@@ -20,6 +20,8 @@ from sklearn.utils import estimator_checks
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
+from spacy_elmo.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.windows import embed_segments
 
 from numerics import assert_recomputed_close
 
@@ -460,4 +462,6 @@ def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend)
     rows = elmo(sentences, as_dict=False)
     assert peak < 12, f"{peak:.1f} MiB"
     np.testing.assert_array_equal(rows, elmo.signatures["default"](sentences)["default"])
-    assert_recomputed_close(rows[0], backend.embed([sentences[0].split()])[0].mean(axis=0).mean(axis=0))
+    # windowed as every front end (settings.DEFAULT_MAX_LENGTH): the stitched layers' mean over layers, then tokens
+    ((_, stitched),) = embed_segments(backend, [(0, sentences[0].split())], max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+    assert_recomputed_close(rows[0], stitched.mean(axis=0).mean(axis=0))

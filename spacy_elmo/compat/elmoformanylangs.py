@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..backend import ElmoBackend, load_bilm
+from ..settings import DEFAULT_BATCH_SIZE
 from ..validation import positive_int
 
 __all__ = ["Embedder"]
@@ -37,7 +38,7 @@ class Embedder:
     def __init__(
         self,
         model_dir: Union[str, "os.PathLike[str]"],
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         *,
         device: Union[None, str, torch.device] = None,
     ) -> None:

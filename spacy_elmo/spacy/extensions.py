@@ -1,7 +1,7 @@
 """The ``._.elmo*`` extensions on Doc, Span and Token: stored layers plus getters that mix them on demand."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -31,18 +31,60 @@ def install_extensions() -> None:
         Token.set_extension(MIXED, getter=token_elmo)
 
 
-def doc_layers(doc: Doc) -> Optional[np.ndarray]:
-    """``doc._.elmo_layers`` after checking it still lines up with the doc's tokens (None when absent)."""
+class StaleLayersError(ValueError):
+    """``doc._.elmo_layers`` that must not be used: the doc was retokenized after the component ran, or another model made them."""
+
+
+def stored_layers(doc: Doc, fingerprint: Optional[str] = None, shape: Optional[Tuple[int, int]] = None) -> Optional[np.ndarray]:
+    """The one reader of the layers the ``elmo`` component stored on ``doc``: float32, or None when there are none.
+
+    The policy, for every reader: stored layers are used only when they still fit. They must
+    line up with the doc's tokens (``(n_layers + 1, len(doc), dim)``); given ``fingerprint`` (the
+    reader's model, ``ElmoBackend.fingerprint``), they must carry it in ``doc._.elmo_model``
+    (layers with no fingerprint cannot be vouched for); given ``shape`` ``(n_layers + 1, dim)``,
+    they must have it. Otherwise :class:`StaleLayersError` (a ``ValueError``) says why. A reader
+    that holds a model (``ElmoVectorizer``, an ``ElmoScalarMix`` linked to a component) then
+    recomputes the doc from its current tokens; one that does not (the ``._.elmo`` getters, the
+    ``.vector`` hooks) lets the error through. Layers are never read from the wrong model or
+    onto the wrong tokens, and never silently dropped: a demanding user gets either vectors of
+    the doc as it is now or an error naming what to fix.
+    """
+    if not Doc.has_extension(LAYERS):
+        return None
     layers = doc._.get(LAYERS)
     if layers is None:
         return None
-    layers = np.asarray(layers)
+    layers = np.asarray(layers, dtype=np.float32)
     if layers.ndim != 3 or layers.shape[1] != len(doc):
-        raise ValueError(
+        raise StaleLayersError(
             f"doc._.{LAYERS} has shape {layers.shape} but the doc has {len(doc)} tokens: the doc was "
             f"retokenized after the 'elmo' component ran (put 'elmo' after merge_entities & co, or re-run it)"
         )
+    if fingerprint is not None:
+        stored_by = doc._.get(MODEL) if Doc.has_extension(MODEL) else None
+        if stored_by != fingerprint:
+            raise StaleLayersError(
+                f"doc._.{LAYERS} came from the model with fingerprint {stored_by}, not this one ({fingerprint}): "
+                f"re-run this model's 'elmo' component on the doc"
+            )
+    if shape is not None and (layers.shape[0], layers.shape[2]) != tuple(shape):
+        raise StaleLayersError(
+            f"doc._.{LAYERS} has shape {layers.shape}, but this model gives {shape[0]} layers of width {shape[1]}"
+        )
     return layers
+
+
+def fresh_layers(doc: Doc, fingerprint: str, shape: Optional[Tuple[int, int]] = None) -> Optional[np.ndarray]:
+    """:func:`stored_layers` for a reader that holds the model: None (recompute) when absent or stale."""
+    try:
+        return stored_layers(doc, fingerprint, shape)
+    except StaleLayersError:
+        return None
+
+
+def doc_layers(doc: Doc) -> Optional[np.ndarray]:
+    """``doc._.elmo_layers`` for the getters and hooks, which hold no model (:func:`stored_layers`: stale ones raise)."""
+    return stored_layers(doc)
 
 
 def doc_mix(doc: Doc) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Union
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
+from ..cosine import cosine
 from ..tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
@@ -92,5 +93,4 @@ def similarity(obj: Any, other: Any) -> float:
             f"cannot compare a {a.shape[0]}-d vector with a {b.shape[0]}-d one "
             f"(is the other object from a doc without ELMo vectors?)"
         )
-    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return 0.0 if norm == 0.0 else float(a @ b / norm)
+    return cosine(a, b)

@@ -20,7 +20,7 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..mix import layer_weights
 from ..tokenize import is_whitespace
-from .extensions import LAYERS, MODEL, doc_layers
+from .extensions import LAYERS, fresh_layers, stored_layers
 
 MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners
 LEARNED = "mix"  # the ``layers`` value for the paper's learned softmax weights
@@ -154,7 +154,7 @@ def _source_shape(model: Model, X: Optional[List[Doc]]) -> Tuple[int, int]:
     if component is not None:
         return _component_shape(component)
     for doc in X or ():
-        layers = doc_layers(doc)
+        layers = stored_layers(doc)
         if layers is not None:
             return layers.shape[0], layers.shape[2]
     if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
@@ -228,11 +228,10 @@ def _inputs(model: Model, docs: List[Doc]) -> List[Floats3d]:
 
 
 def _stored_layers(doc: Doc, fingerprint: Optional[str]) -> Optional[np.ndarray]:
-    """The doc's stored layers, unless they came from another model than the linked one."""
-    stored_by = doc._.get(MODEL)
-    if fingerprint is not None and stored_by is not None and stored_by != fingerprint:
-        return None
-    return doc_layers(doc)
+    """The doc's stored layers (``extensions.stored_layers``): with a linked component, None when stale (recomputed)."""
+    if fingerprint is None:
+        return stored_layers(doc)  # no model to recompute with: stale layers raise
+    return fresh_layers(doc, fingerprint)
 
 
 def _layer_norm(X: Floats3d, doc: Doc, xp) -> Floats3d:

@@ -22,6 +22,7 @@ from ..backend import ElmoBackend, resolve_dtype
 from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, check_layer_spec, layer_weights
+from ..settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from ..validation import positive_int
 from ..windows import check_window_config, embed_segments
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
@@ -31,17 +32,17 @@ from .layers import link, listening_layers, unlink
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
-DEFAULT_CONFIG_STR = """
+DEFAULT_CONFIG_STR = f"""
 [elmo]
 layers = "average"
 gamma = 1.0
-batch_size = 64
-max_length = 128
-window_overlap = 32
+batch_size = {DEFAULT_BATCH_SIZE}
+max_length = {DEFAULT_MAX_LENGTH}
+window_overlap = {DEFAULT_OVERLAP}
 use_sentences = true
 set_vectors = true
 device = null
-dtype = "float32"
+dtype = "{DEFAULT_DTYPE}"
 
 [elmo.model]
 @misc = "spacy_elmo.ElmoBiLM.v1"
@@ -78,7 +79,7 @@ def make_elmo(
     set_vectors: bool,
     device: Optional[str],
     get_positions: PositionGetter,
-    dtype: str = "float32",
+    dtype: str = DEFAULT_DTYPE,
 ) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -132,14 +133,14 @@ class ElmoComponent(Pipe):
         *,
         layers: LayerSpec = "average",
         gamma: float = 1.0,
-        batch_size: int = 64,
-        max_length: int = 128,
-        window_overlap: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        window_overlap: int = DEFAULT_OVERLAP,
         use_sentences: bool = True,
         set_vectors: bool = True,
         device: Optional[str] = None,
         get_positions: Optional[PositionGetter] = None,
-        dtype: str = "float32",
+        dtype: str = DEFAULT_DTYPE,
     ) -> None:
         install_extensions()
         self.vocab = vocab

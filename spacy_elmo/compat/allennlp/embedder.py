@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ...embed_file import _written_atomically
+from ...settings import DEFAULT_BATCH_SIZE
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
 
@@ -24,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"  # noqa: E501
 DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"  # noqa: E501
-DEFAULT_BATCH_SIZE = 64
 OUTPUT_FORMATS = ("all", "top", "average")
 
 
