@@ -26,11 +26,18 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
-    ("spacy_elmo.model_files", ("resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote", "model_file_map")),
+    ("spacy_elmo.model_files", (
+        "resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote", "model_file_map", "model_shape",
+    )),
     ("spacy_elmo.download", ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive")),
     ("spacy_elmo.embed_file", ("embed_file",)),
     ("spacy_elmo.windows", ("embed_segments", "window_bounds", "length_batches")),
-    ("spacy_elmo.tokenize", ("resolve_tokenizer", "is_whitespace")),
+    ("spacy_elmo.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
+    ("spacy_elmo.settings", (
+        "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_LENGTH", "DEFAULT_OVERLAP", "MAX_TOKENS_PER_CALL", "DEFAULT_DTYPE",
+    )),
+    ("spacy_elmo.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
+    ("spacy_elmo.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),

@@ -201,7 +201,9 @@ def embed(
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="Sentences per batch (also bounded by a padded-token budget)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
-    dtype: str = typer.Option(DEFAULT_DTYPE, help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"),
+    dtype: str = typer.Option(
+        DEFAULT_DTYPE, help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"
+    ),
     use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),

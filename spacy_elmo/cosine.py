@@ -1,4 +1,5 @@
 """The one cosine similarity of the package (the spaCy ``.similarity`` hooks, the similarity demo)."""
+
 from __future__ import annotations
 
 import numpy as np

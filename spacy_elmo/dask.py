@@ -190,7 +190,7 @@ def _sentence_chunk(
             f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "
             f"(fingerprint {backend.fingerprint} != {fingerprint}): give every machine the same model files"
         )
-    # as embed_file embeds a line in this process: whole (no windows), at most MAX_TOKENS_PER_CALL tokens per backend call
+    # as embed_file embeds a line in this process: whole (no windows), <= MAX_TOKENS_PER_CALL tokens per backend call
     return [layers for _, layers in embed_segments(backend, enumerate(sentences), batch_size=batch_size)]
 
 

@@ -67,7 +67,9 @@ class HubModule:
             return PoolSink(shape, windows, "mean", _average_layers)
 
         rows = np.zeros((len(sentences), self.backend.dim), dtype=np.float32)
-        folded = fold_segments(self.backend, enumerate(sentences), new_sink, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+        folded = fold_segments(
+            self.backend, enumerate(sentences), new_sink, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP
+        )
         for row, pooled in folded:
             rows[row] = pooled
         return rows
@@ -108,7 +110,7 @@ class HubModule:
 
 
 def _default_row(layers: np.ndarray) -> np.ndarray:
-    """``default`` of one sentence's stitched layers, pooled over the windows' kept parts as ``_default_rows`` folds them."""
+    """``default`` of one sentence's stitched layers, pooled window by window as ``_default_rows`` folds them."""
     plan = window_bounds(layers.shape[1], DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP) or [(0, 0, 0, 0)]
     sink = PoolSink(layers.shape, len(plan), "mean", _average_layers)
     for _, _, keep_start, keep_end in plan:

@@ -5,6 +5,7 @@ CLI, ``spacy_elmo.dask``, ``spacy_elmo.hub``, the similarity demo, the compat mo
 defaults from here, so a default changes in one place. The values are the ones the front ends
 have always used.
 """
+
 from __future__ import annotations
 
 DEFAULT_BATCH_SIZE = 64  # sentences (or windows) per biLM batch

@@ -43,7 +43,10 @@ class WordSimilarity:
 
 
 def word_similarity(backend: ElmoBackend, sentence_a: str, sentence_b: str, word: str) -> WordSimilarity:
-    """Embed both sentences (split on spaces; windowed past ``DEFAULT_MAX_LENGTH`` tokens, as every front end) and compare ``word``'s vectors layer by layer."""
+    """Embed both sentences (split on spaces) and compare ``word``'s vectors layer by layer.
+
+    As every front end, a sentence longer than ``settings.DEFAULT_MAX_LENGTH`` tokens is windowed.
+    """
     tokens = (split_on_spaces(sentence_a), split_on_spaces(sentence_b))
     positions = (_position(tokens[0], word, "A"), _position(tokens[1], word, "B"))
     embedded = embed_segments(backend, enumerate(tokens), max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)

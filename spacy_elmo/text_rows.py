@@ -6,6 +6,7 @@ samples are embedded once; whitespace tokens are dropped (``tokenize.is_whitespa
 sequences then go through ``windows.embed_segments`` (or ``fold_segments``), longest first
 (:func:`embedded_rows`, :func:`folded_rows`).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ _KIND_NAMES = {TEXT: "a string", TOKENS: "a token list", DOC: "a spaCy Doc"}
 
 
 def sample_kind(samples: Sequence[Any]) -> str:
-    """The one kind (``"text"``, ``"tokens"``, ``"doc"``) shared by all samples; ``TypeError`` names the first that breaks it.
+    """The one kind (``"text"``, ``"tokens"``, ``"doc"``) of all samples; ``TypeError`` names the first that breaks it.
 
     An empty column is ``"text"``.
     """
@@ -90,7 +91,9 @@ def embedded_rows(
     verbose: Union[bool, int] = 0,
 ) -> Iterator[Tuple[Tokens, np.ndarray]]:
     """All layers of each unique non-empty token sequence, embedded once, longest first (``windows.embed_segments``)."""
-    return folded_rows(rows, backend, embed_segments, max_length=max_length, overlap=overlap, batch_size=batch_size, verbose=verbose)
+    return folded_rows(
+        rows, backend, embed_segments, max_length=max_length, overlap=overlap, batch_size=batch_size, verbose=verbose
+    )
 
 
 def pooled_rows(
@@ -105,7 +108,9 @@ def pooled_rows(
 ) -> Iterator[Tuple[Tokens, T]]:
     """Each unique non-empty token sequence folded window by window into ``new_sink`` (``windows.fold_segments``)."""
     embed = partial(fold_segments, new_sink=new_sink)
-    return folded_rows(rows, backend, embed, max_length=max_length, overlap=overlap, batch_size=batch_size, verbose=verbose)
+    return folded_rows(
+        rows, backend, embed, max_length=max_length, overlap=overlap, batch_size=batch_size, verbose=verbose
+    )
 
 
 def folded_rows(
@@ -151,7 +156,7 @@ def split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> It
         return split(text)
     except UnicodeEncodeError as err:
         raise ValueError(
-            f"text {row}: {text[err.start:err.end]!r} at position {err.start} is a lone surrogate, not Unicode text, "
+            f"text {row}: {text[err.start : err.end]!r} at position {err.start} is a lone surrogate, not Unicode text, "
             "and the tokenizer cannot take it; decode the bytes with errors='replace' or pass token lists"
         ) from err
 

@@ -74,7 +74,7 @@ def check_window_config(max_length: int, overlap: int) -> Tuple[int, int]:
 
 
 def optional_windows(max_length: Optional[int], overlap: int) -> Tuple[Optional[int], int]:
-    """``(max_length, overlap)`` checked as :func:`check_window_config` does, unless ``max_length`` is None (no windows)."""
+    """``(max_length, overlap)`` checked as :func:`check_window_config` does; ``max_length=None`` means no windows."""
     if max_length is None:
         return None, overlap
     return check_window_config(max_length, overlap)

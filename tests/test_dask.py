@@ -211,3 +211,22 @@ def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentenc
         for i, layers in enumerate(exact):
             scale = np.abs(layers).max()
             assert np.abs(out[str(i)][()] - layers).max() <= 2.5e-2 * scale  # tests/test_precision.py's bf16 bound
+
+
+def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir, texts, monkeypatch, backend):
+    import spacy_elmo.dask as elmo_dask
+    import spacy_elmo.sklearn as elmo_sklearn
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the client loaded the model")
+
+    monkeypatch.setattr(elmo_dask, "load_bilm", refuse)
+    monkeypatch.setattr(elmo_sklearn, "load_bilm", refuse)
+    bag = db.from_sequence(texts, npartitions=2)
+    array = embed_texts(bag, model=fixture_dir, pooling="mean+max", lengths=False)
+    assert array.shape[1] == 2 * backend.dim and array.dtype == np.float32
+    embed_tokens(bag, model=fixture_dir)
+    with pytest.raises(ValueError, match="this model has 3 layers"):  # the parameters are still checked here
+        embed_texts(bag, model=fixture_dir, layers=5, lengths=False)
+    with pytest.raises(ValueError, match="dtype"):
+        embed_tokens(bag, model=fixture_dir, dtype="float8")

@@ -1,5 +1,6 @@
 """Every front end reaches the biLM through ``windows.embed_segments``: windows of at most
 ``settings.DEFAULT_MAX_LENGTH`` tokens where it windows, and at most ``MAX_TOKENS_PER_CALL`` tokens per backend call."""
+
 from typing import List
 
 import numpy as np
@@ -49,7 +50,9 @@ def test_hub_long_sentence_is_windowed_and_bounded_per_call(fixture_dir, backend
     rows = elmo([sentence, "the bank ."], as_dict=False)
     _bounded(embed_calls, DEFAULT_MAX_LENGTH)
     np.testing.assert_array_equal(rows, out["default"])
-    ((_, stitched),) = windows.embed_segments(backend, [(0, sentence.split())], max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+    ((_, stitched),) = windows.embed_segments(
+        backend, [(0, sentence.split())], max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP
+    )
     assert_recomputed_close(out["lstm_outputs2"][0], stitched[2])
     # a sentence shorter than a window is embedded whole, as before
     assert_recomputed_close(out["lstm_outputs1"][1, :3], backend.embed([["the", "bank", "."]])[0][1])

@@ -289,3 +289,11 @@ def test_the_backend_pickles_by_reference():
 
     backend = spacy_elmo.load_bilm(FIXTURES / "char_only")
     assert pickle.loads(pickle.dumps(backend)) is backend
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_model_shape_from_the_config_equals_the_loaded_backend(kind):
+    from spacy_elmo.model_files import model_shape, resolve_model_files
+
+    backend = spacy_elmo.load_bilm(FIXTURES / kind)
+    assert model_shape(*resolve_model_files(FIXTURES / kind)) == (backend.n_layers, backend.dim)

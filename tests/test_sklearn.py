@@ -463,5 +463,6 @@ def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend)
     assert peak < 12, f"{peak:.1f} MiB"
     np.testing.assert_array_equal(rows, elmo.signatures["default"](sentences)["default"])
     # windowed as every front end (settings.DEFAULT_MAX_LENGTH): the stitched layers' mean over layers, then tokens
-    ((_, stitched),) = embed_segments(backend, [(0, sentences[0].split())], max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+    segments = [(0, sentences[0].split())]
+    ((_, stitched),) = embed_segments(backend, segments, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
     assert_recomputed_close(rows[0], stitched.mean(axis=0).mean(axis=0))

@@ -1,6 +1,7 @@
 """The one reader of layers stored on a Doc (spacy.extensions.stored_layers) and its one policy:
 stale layers (retokenized doc, another model) are recomputed by readers that hold a model and raise
 StaleLayersError in readers that do not."""
+
 import numpy as np
 import pytest
 import spacy
@@ -32,7 +33,10 @@ def test_fitting_layers_are_read_with_or_without_a_fingerprint(nlp, backend):
     assert layers is not None and layers.dtype == np.float32 and layers.shape == (3, len(doc), backend.dim)
     np.testing.assert_array_equal(stored_layers(doc), layers)
     np.testing.assert_array_equal(fresh_layers(doc, backend.fingerprint, shape), layers)
-    assert stored_layers(nlp.make_doc("no layers")) is None and fresh_layers(nlp.make_doc("no"), backend.fingerprint) is None
+    assert (
+        stored_layers(nlp.make_doc("no layers")) is None
+        and fresh_layers(nlp.make_doc("no"), backend.fingerprint) is None
+    )
 
 
 def test_stale_layers_raise_naming_why_and_fresh_layers_gives_none(nlp, backend):

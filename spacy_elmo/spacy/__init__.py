@@ -1,6 +1,6 @@
 """spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and trainable mix."""
 from .architectures import ElmoModelRef, elmo_bilm_v1, elmo_scalar_mix_v1, elmo_scalar_mix_v2, sentence_positions
-from .extensions import install_extensions
+from .extensions import StaleLayersError, install_extensions, stored_layers
 from .hooks import set_hooks
 from .layers import LearnedMix, learned_mix
 from .pipeline_component import DEFAULT_CONFIG_STR, ElmoComponent, make_elmo
@@ -10,6 +10,7 @@ __all__ = [
     "ElmoComponent",
     "ElmoModelRef",
     "LearnedMix",
+    "StaleLayersError",
     "elmo_bilm_v1",
     "elmo_scalar_mix_v1",
     "elmo_scalar_mix_v2",
@@ -18,4 +19,5 @@ __all__ = [
     "make_elmo",
     "sentence_positions",
     "set_hooks",
+    "stored_layers",
 ]

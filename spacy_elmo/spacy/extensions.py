@@ -32,10 +32,12 @@ def install_extensions() -> None:
 
 
 class StaleLayersError(ValueError):
-    """``doc._.elmo_layers`` that must not be used: the doc was retokenized after the component ran, or another model made them."""
+    """``doc._.elmo_layers`` that must not be used: the doc was retokenized since, or another model made them."""
 
 
-def stored_layers(doc: Doc, fingerprint: Optional[str] = None, shape: Optional[Tuple[int, int]] = None) -> Optional[np.ndarray]:
+def stored_layers(
+    doc: Doc, fingerprint: Optional[str] = None, shape: Optional[Tuple[int, int]] = None
+) -> Optional[np.ndarray]:
     """The one reader of the layers the ``elmo`` component stored on ``doc``: float32, or None when there are none.
 
     The policy, for every reader: stored layers are used only when they still fit. They must
@@ -83,7 +85,7 @@ def fresh_layers(doc: Doc, fingerprint: str, shape: Optional[Tuple[int, int]] = 
 
 
 def doc_layers(doc: Doc) -> Optional[np.ndarray]:
-    """``doc._.elmo_layers`` for the getters and hooks, which hold no model (:func:`stored_layers`: stale ones raise)."""
+    """``doc._.elmo_layers`` for the getters and hooks, which hold no model (:func:`stored_layers`: stale raises)."""
     return stored_layers(doc)
 
 
