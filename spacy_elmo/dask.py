@@ -28,11 +28,11 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from .backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .mix import LayerSpec, mix_layers
-from .pooling import pooled_dim
 from .model_files import model_shape, resolve_model_files
+from .pooling import pooled_dim
+from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .sklearn import ElmoVectorizer
 from .text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
-from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .tokenize import TokenizerSpec
 from .windows import embed_segments, optional_windows
 
@@ -165,7 +165,7 @@ def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pa
 
 
 def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
-    """One partition's token records: tokenized and windowed by ``ElmoVectorizer``'s own steps, layers mixed."""
+    """One partition's token records: tokenized and windowed by the steps ``ElmoVectorizer`` takes (``text_rows``), mixed."""
     backend = _worker_backend(params, cache_dir)
     samples = _as_list(texts)
     kind = sample_kind(samples)
