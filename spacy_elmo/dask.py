@@ -165,7 +165,7 @@ def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pa
 
 
 def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
-    """One partition's token records: tokenized and windowed by the steps ``ElmoVectorizer`` takes (``text_rows``), mixed."""
+    """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does (``text_rows``), mixed."""
     backend = _worker_backend(params, cache_dir)
     samples = _as_list(texts)
     kind = sample_kind(samples)
