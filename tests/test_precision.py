@@ -153,6 +153,23 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
 
 
 @needs_int8
+def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatch):
+    """A weight the int8 kernels cannot pack stops quantize with an error naming it (the backend is never built)."""
+    plain = low_precision._pack
+    calls = []
+
+    def failing_once(out_in, kind, few_rows=True):
+        calls.append(kind)
+        return None if len(calls) == 3 else plain(out_in, kind, few_rows)
+
+    monkeypatch.setattr(low_precision, "_pack", failing_once)
+    files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    with pytest.raises(RuntimeError, match=r"could not pack \w+\.\w+ \(\d+, \d+\).*dtype='float32'"):
+        ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.int8)
+    assert len(calls) == 3
+
+
+@needs_int8
 def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
     """``quantize(keep_float32=True)`` keeps the parameters: packs are remade when a weight changes in place."""
     model = low_precision.quantize(load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval(), keep_float32=True)

@@ -102,11 +102,14 @@ def aten_capability() -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=None)
 def bf16_native() -> bool:
-    """Whether oneDNN has native bfloat16 kernels on this CPU (false on AVX2-only CPUs, or when capped below AVX-512)."""
+    """Whether oneDNN has native bfloat16 kernels on this CPU (false on AVX2-only CPUs, or when capped below AVX-512);
+    asked once per process (every bf16 product checks it)."""
     return _mkldnn_query("_is_mkldnn_bf16_supported")
 
 
+@functools.lru_cache(maxsize=None)
 def fp16_native() -> bool:
     """Whether oneDNN has native float16 kernels on this CPU (AVX-512 FP16 / AMX-FP16 only)."""
     return _mkldnn_query("_is_mkldnn_fp16_supported")

@@ -102,12 +102,17 @@ def quantize(model: M, keep_float32: bool = False) -> M:
         _int8_modules.add(module)
     if keep_float32:
         return model
-    for module in marked:
+    if cpu_support.int8_kernels() is None:  # no int8 kernels in this torch (the backend refuses int8 first): keep float32
+        return model
+    for module in marked:  # one weight at a time: its float32 pages are reused by the next one (a lower peak)
         for name, out_in in _int8_weights(module):
             few_rows = isinstance(module, ProjectedLSTMCell) and name in FEW_ROWS_WEIGHTS
             pack = _pack(out_in.detach(), "int8", few_rows=few_rows)
-            if pack is None:  # no int8 engine: int8 is refused before this (backend), keep the weights
-                return model
+            if pack is None:  # never a half-released model that computes anything
+                raise RuntimeError(
+                    f"int8: torch's quantized kernels could not pack {type(module).__name__}.{name} {tuple(out_in.shape)}; "
+                    "load the model with dtype='float32'"
+                )
             param = getattr(module, name)
             module.__dict__.setdefault(RELEASED_PACKS, {})[name] = pack  # the pack lives with its module: it *is* the weight now
             setattr(module, name, nn.Parameter(torch.empty(param.shape, device="meta", dtype=param.dtype), requires_grad=False))
