@@ -67,23 +67,28 @@ def _position(tokens: List[str], word: str, name: str) -> int:
     raise ValueError(f"sentence {name} has no token {word!r} (tokens: {tokens})")
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot on the non-interactive Agg backend, or an ImportError saying which extra to install."""
-    try:
-        import matplotlib
+def new_figure(**subplots: Any) -> Tuple[Any, Any]:
+    """A matplotlib ``Figure`` and its axes (``subplots`` as ``Figure.subplots`` takes them), or an ImportError
+    saying which extra to install.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    Built with the object API, not pyplot: no backend is switched (``matplotlib.use`` is process-wide and would
+    change the user's own plotting), no window opens, and nothing is left in pyplot's figure registry.
+    """
+    try:
+        from matplotlib.figure import Figure
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'spacy-elmo[plot]'") from None
-    return plt
+    figsize = subplots.pop("figsize", None)
+    figure = Figure(figsize=figsize)
+    return figure, figure.subplots(**subplots)
 
 
 def plot(result: WordSimilarity, path: Path) -> None:
     """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
-    plt = pyplot()
+    from matplotlib.patches import Rectangle
+
     (a, b), (i, j) = result.tokens, result.positions
-    figure, (bars, heat) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
+    figure, (bars, heat) = new_figure(nrows=1, ncols=2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
     labels = [label.split(" (")[0] if not label.startswith("mix") else "mix" for label, _ in result.layers]
     values = [cosine for _, cosine in result.layers]
     shown = bars.bar(labels, values, color=["#9e9e9e"] + ["#1f77b4"] * (len(values) - 2) + ["#d62728"])
@@ -94,20 +99,18 @@ def plot(result: WordSimilarity, path: Path) -> None:
     image = heat.imshow(result.token_matrix, cmap="viridis", vmin=min(0.0, float(result.token_matrix.min())), vmax=1.0)
     heat.set_xticks(range(len(b)), b, rotation=60, ha="right")
     heat.set_yticks(range(len(a)), a)
-    heat.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    heat.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     heat.set_xlabel("sentence B")
     heat.set_ylabel("sentence A")
     heat.set_title("token-by-token cosine (mixed vectors)")
     figure.colorbar(image, ax=heat, fraction=0.046)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def plot_mixes(mixes: Dict[str, Tuple[List[float], float]], path: Path, title: str = "") -> None:
     """Bars of each component's learned layer weights (softmax(s)), gamma in its legend label."""
-    plt = pyplot()
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes = new_figure(figsize=(7, 4))
     n_layers = max(len(weights) for weights, _ in mixes.values())
     width = 0.8 / len(mixes)
     for k, (name, (weights, gamma)) in enumerate(mixes.items()):
@@ -121,4 +124,3 @@ def plot_mixes(mixes: Dict[str, Tuple[List[float], float]], path: Path, title: s
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
