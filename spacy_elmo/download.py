@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
-from .bilm.files import write_json_atomically
+from .bilm.files import OPTIONS, write_json_atomically
 from .bilm import manylangs_files
 from .bilm.weights import WeightFileError
 from .download_checks import ARCHIVE_SUFFIXES, content_problem
@@ -540,7 +540,7 @@ def _write_member(into: Path, member: str, source: Any, declared: int, name: str
 
 def model_dir_in(directory: Path, name: str) -> Path:
     """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one must)."""
-    found = sorted(p.parent for p in directory.rglob("options.json") if p.is_file())
+    found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
     found += sorted(p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent))
     if len(found) == 1:
         return found[0]

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import List, Optional
 
 from .bilm import manylangs_files
+from .bilm.files import OPTIONS
 from .bilm.weights import first_line
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
@@ -117,7 +118,7 @@ def layout_problem(names: List[str]) -> Optional[str]:
     for config in (p for p in paths if p.name == manylangs_files.CONFIG):
         if all(config.parent / state in paths for state in manylangs_files.STATE_FILES):
             return None
-    options = [p for p in paths if p.name == "options.json"]
+    options = [p for p in paths if p.name == OPTIONS]
     if len(options) != 1:
         found = "no options.json" if not options else f"{len(options)} options.json files"
         return f"it holds {found} (an ELMo archive holds one options.json and an .hdf5 weight file beside it)"

@@ -27,11 +27,7 @@ from .published import PUBLISHED, PublishedModel, published_by_url, published_mo
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-OPTIONS = "options.json"
-WEIGHTS = "weights.hdf5"
-WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5", "model.hdf5")  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
-VOCAB = "vocab.txt"
-METRICS = "metrics.json"
+from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401  (the names, spelled in bilm/files.py)
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
 

@@ -221,3 +221,21 @@ def test_front_ends_never_call_backend_embed():
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
         assert not embed_calls(MODULES[name]), f"{name} calls .embed() at lines {embed_calls(MODULES[name])}: use windows.embed_segments"
+
+
+FILE_NAMES = {"options.json", "weights.hdf5", "lm_weights.hdf5", "model.hdf5", "vocab.txt", "metrics.json",
+              "checkpoint.safetensors", "softmax.safetensors"}
+
+
+def test_file_names_are_spelled_in_one_place():
+    """A model folder's and a training run's file names are constants of bilm/files.py; code elsewhere names them
+    through those constants (messages and docstrings may mention them)."""
+    seen = set()
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in FILE_NAMES:
+                if name == "spacy_elmo.bilm.files":
+                    seen.add(node.value)
+                else:
+                    pytest.fail(f"{name}:{node.lineno} spells {node.value!r}: use the constant of bilm/files.py")
+    assert seen == FILE_NAMES  # the check sees every name where it belongs

@@ -1,4 +1,5 @@
-"""Files that appear whole: every writer of the package writes through :func:`atomic_path`.
+"""Files: their names (the one place a model folder's and a training run's file names are spelled), and files that
+appear whole: every writer of the package writes through :func:`atomic_path`.
 
 A crash, a full disk or Ctrl-C in the middle of a write leaves either the old file or the new one,
 never half of one: the bytes go to a temporary file beside the target (same folder, so the same
@@ -17,6 +18,15 @@ from pathlib import Path
 from typing import Any, Iterator, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# -- the file names of a model folder and a training run: named here only ---------------------------------------
+OPTIONS = "options.json"
+WEIGHTS = "weights.hdf5"
+WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5", "model.hdf5")  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
+VOCAB = "vocab.txt"
+METRICS = "metrics.json"
+CHECKPOINT = "checkpoint.safetensors"
+SOFTMAX = "softmax.safetensors"
 
 
 @contextmanager

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .files import atomic_path, write_json_atomically
+from .files import OPTIONS, WEIGHTS, atomic_path, write_json_atomically
 from .model import BiLM, BiLMOptions
 
 PathLike = Union[str, os.PathLike]
@@ -574,10 +574,10 @@ def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
     return model.eval()
 
 
-def save_model(model: BiLM, directory: PathLike, weights_name: str = "weights.hdf5") -> Path:
+def save_model(model: BiLM, directory: PathLike, weights_name: str = WEIGHTS) -> Path:
     """Write ``options.json`` and the HDF5 weights into ``directory``; returns the directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_options(model.options, directory / "options.json")
+    save_options(model.options, directory / OPTIONS)
     save_weights(model, directory / weights_name)
     return directory

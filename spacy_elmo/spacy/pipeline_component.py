@@ -32,6 +32,7 @@ from .layers import link, listening_layers, unlink
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
+MODEL_META = "model.json"  # the component's saved model: where its files are, and their fingerprints
 DEFAULT_CONFIG_STR = f"""
 [elmo]
 layers = "average"
@@ -339,10 +340,10 @@ class ElmoComponent(Pipe):
         if payload["source"] == "files":
             for name, path in model_file_map(*self.model_ref.files()).items():
                 _copy(path, directory / name)
-        srsly.write_json(directory / "model.json", payload)
+        srsly.write_json(directory / MODEL_META, payload)
 
     def _load_model_dir(self, directory: Path) -> None:
-        meta_path = directory / "model.json"
+        meta_path = directory / MODEL_META
         if not meta_path.is_file():
             raise WeightFileError(f"component {self.name!r}: {meta_path} is missing (not saved by the elmo component?)")
         meta = srsly.read_json(meta_path)

@@ -26,12 +26,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from ..bilm.files import atomic_path
+from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path  # noqa: F401  (re-exported)
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
-CHECKPOINT = "checkpoint.safetensors"
-SOFTMAX = "softmax.safetensors"
 LEGACY_CHECKPOINT = "checkpoint.pt"
 LEGACY_SOFTMAX = "softmax.pt"
 CHECKPOINT_KIND = "spacy-elmo checkpoint"
