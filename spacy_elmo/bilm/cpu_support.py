@@ -67,6 +67,7 @@ class Int8Kernels:
     few_rows: Int8Kernel
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_flags() -> FrozenSet[str]:
     """The CPU's feature flags as Linux reports them (``/proc/cpuinfo``); empty elsewhere. For messages and reports."""
     try:

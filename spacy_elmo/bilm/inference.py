@@ -296,8 +296,7 @@ class _StepProducts:
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
         self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
         self.projection: List[torch.Tensor] = [cell.projection for cell in cells]
-        # int8 cells multiply their own packs (their float32 weights may be released): no MKL copies
-        self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS and not self.low_ok else None
+        self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS and not self.low_ok
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
@@ -331,7 +330,7 @@ class _StepProducts:
             for d, pack in enumerate(low):
                 out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]  # None ruled out above
             return
-        packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) and not self.low_ok else None
+        packs = self._packs("input_weight", self.input) if mkl_prepacked.fits(rows.shape[1]) else None
         for d, weight in enumerate(self.input):
             if packs is not None:
                 out[d] = mkl_prepacked.linear(rows[d], weight.t(), self.bias[d], packs[d])
@@ -374,8 +373,11 @@ class _StepProducts:
                 torch.mm(hidden[d], weight, out=out[d])
 
     def _packs(self, name: str, weights: List[torch.Tensor]) -> Optional[List[torch.Tensor]]:
-        """Each cell's MKL pre-packed ``name`` weight (:mod:`.mkl_prepacked`), or None where any is unavailable."""
-        if not self.usable:
+        """Each cell's MKL pre-packed ``name`` weight (:mod:`.mkl_prepacked`), or None where any is unavailable.
+
+        None for low-precision cells: they multiply their own packs (int8 ones may have released their float32
+        weights), so no MKL copy is made beside them."""
+        if not self.usable or self.low_ok:
             return None
         packs = [mkl_prepacked.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
         return None if any(p is None for p in packs) else cast(List[torch.Tensor], packs)

@@ -148,11 +148,6 @@ def _int8_weights(module: nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
                 yield name, param.t() if transposed else param
 
 
-def released(module: nn.Module) -> bool:
-    """Whether ``module`` (or a submodule) had its float32 weights released by :func:`quantize`."""
-    return any(p.is_meta for p in module.parameters())
-
-
 def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor, rows: torch.Tensor) -> Optional[Pack]:
     """The low-precision pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view) for ``rows`` (2-D).
 
