@@ -10,6 +10,7 @@ workloads on real wikitext-2 sentences, alternating the two sides so they share 
 It also measures sgemm, the embedding cache (second pass) and RSS while streaming 20k sentences.
 Prints a markdown table (``--out`` writes it) and exits non-zero only when outputs disagree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import numpy as np
 import torch
@@ -39,9 +39,9 @@ RTOL, ATOL = 1e-4, 1e-5
 MAX_PASSES = 10
 
 
-def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> List[List[str]]:
+def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list[str]]:
     """Real sentences from wikitext-2 train (split at ' . '), in corpus order, lengths min_len..max_len."""
-    out: List[List[str]] = []
+    out: list[list[str]] = []
     for line in (SHARED / "data" / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if not line or line.startswith("="):
@@ -55,7 +55,7 @@ def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> List[List
     return out
 
 
-def write_weight_sets(directory: Path) -> Dict[str, Path]:
+def write_weight_sets(directory: Path) -> dict[str, Path]:
     """Random weights at a realistic scale in the standard format (options.json + weights.hdf5)."""
     from spacy_elmo.bilm import BiLM, BiLMOptions
     from spacy_elmo.bilm.weights import save_model
@@ -64,8 +64,16 @@ def write_weight_sets(directory: Path) -> Dict[str, Path]:
     torch.manual_seed(0)
     for name, arch in ARCHS.items():
         options = BiLMOptions(
-            filters=FILTERS, char_embed_dim=16, n_characters=262, max_chars=50, activation="relu",
-            n_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True, **arch,
+            filters=FILTERS,
+            char_embed_dim=16,
+            n_characters=262,
+            max_chars=50,
+            activation="relu",
+            n_layers=2,
+            cell_clip=3.0,
+            proj_clip=3.0,
+            use_skip_connections=True,
+            **arch,
         )
         model = BiLM(options)
         with torch.no_grad():
@@ -81,7 +89,7 @@ def model_files(path: Path):
     return str(path / "options.json"), str(weights)
 
 
-def flops_per_token(options_path: str) -> Dict[str, float]:
+def flops_per_token(options_path: str) -> dict[str, float]:
     """Multiply-adds x 2 of one token through the char CNN + highway + projection and through the biLSTM."""
     opts = json.loads(Path(options_path).read_text())
     cnn, lstm = opts["char_cnn"], opts["lstm"]
@@ -115,8 +123,21 @@ class Worker:
     def __init__(self, python: str, impl: str, threads: int) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT) if impl == "ours" else "")
         self.proc = subprocess.Popen(
-            [python, str(HERE / "worker.py"), "--impl", impl, "--threads", str(threads), "--oracle", str(SHARED / "peers")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
+            [
+                python,
+                str(HERE / "worker.py"),
+                "--impl",
+                impl,
+                "--threads",
+                str(threads),
+                "--oracle",
+                str(SHARED / "peers"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
         )
 
     def ask(self, **msg):
@@ -138,7 +159,7 @@ class Worker:
         self.proc.wait()
 
 
-def compare(sentences, ours_path, peer_path) -> Dict[str, object]:
+def compare(sentences, ours_path, peer_path) -> dict[str, object]:
     ours, peer = np.load(ours_path), np.load(peer_path)
     worst, ok = 0.0, True
     for i in range(len(sentences)):
@@ -154,8 +175,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peer-python", default="/tmp/peer-venv/bin/python")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="least timed passes per side for batch workloads (best is reported)")
-    parser.add_argument("--min-seconds", type=float, default=2.0, help="more passes (up to 10) until each side has timed this long")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="least timed passes per side for batch workloads (best is reported)"
+    )
+    parser.add_argument(
+        "--min-seconds", type=float, default=2.0, help="more passes (up to 10) until each side has timed this long"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny workloads, for a smoke test (--scale 0.1)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the workload sizes")
     parser.add_argument("--sets", default="fixture,small,original")
@@ -181,7 +206,10 @@ def main(argv=None) -> int:
         for name in args.sets.split(","):
             options, weights = model_files(sets[name])
             n1, n32, ncorpus = (max(2, int(k * scale)) for k in sizes[name])
-            workers = {impl: Worker(py, impl, args.threads) for impl, py in (("allennlp", args.peer_python), ("ours", sys.executable))}
+            workers = {
+                impl: Worker(py, impl, args.threads)
+                for impl, py in (("allennlp", args.peer_python), ("ours", sys.executable))
+            }
             entry = {"flops": flops_per_token(options)}
             try:
                 for impl, w in workers.items():
@@ -222,19 +250,28 @@ def main(argv=None) -> int:
                         if passes >= args.repeats and min(spent.values()) >= args.min_seconds:
                             break
                     entry["workloads"][label] = {
-                        "sentences": n_sent, "tokens": tokens, "batch_size": batch_size, "passes": passes,
+                        "sentences": n_sent,
+                        "tokens": tokens,
+                        "batch_size": batch_size,
+                        "passes": passes,
                         **{f"{impl}_s": best[impl] for impl in workers},
                         **{f"{impl}_peak_rss_mb": rss[impl] for impl in workers},
                     }
-                    print(f"[{name}] {label}: ours {tokens / best['ours']:.0f} tok/s, "
-                          f"allennlp {tokens / best['allennlp']:.0f} tok/s", file=sys.stderr, flush=True)
+                    print(
+                        f"[{name}] {label}: ours {tokens / best['ours']:.0f} tok/s, "
+                        f"allennlp {tokens / best['allennlp']:.0f} tok/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 corpus = pool[5000 : 5000 + ncorpus]
                 entry["sgemm_gflops_after"] = workers["ours"].ask(cmd="sgemm")["gflops"]
                 entry["cache"] = workers["ours"].ask(cmd="cache", sentences=corpus, cache_dir=str(tmp_path / "cache"))
                 if name == "fixture":
                     stream = pool[: 20000 if not args.quick else 2000]
                     marks = [2000, 20000] if not args.quick else [200, 2000]
-                    entry["stream"] = workers["ours"].ask(cmd="stream", sentences=stream, chunk=500 if not args.quick else 50, marks=marks)
+                    entry["stream"] = workers["ours"].ask(
+                        cmd="stream", sentences=stream, chunk=500 if not args.quick else 50, marks=marks
+                    )
             finally:
                 for w in workers.values():
                     w.close()
@@ -256,7 +293,7 @@ def cpu_description() -> str:
     Speed figures (and the last bits of float sums) depend on them: MKL's packed GEMM and bf16
     paths differ between Intel and AMD, so every report says which CPU it came from.
     """
-    info: Dict[str, str] = {}
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             key, _, value = line.partition(":")
@@ -265,7 +302,9 @@ def cpu_description() -> str:
         pass
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
     flags = [f for f in wanted if f in info.get("flags", "").split()]
-    mkl = next((line.strip() for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line), "no MKL").lstrip("- ")
+    mkl = next(
+        (line.strip() for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line), "no MKL"
+    ).lstrip("- ")
     return (
         f"{info.get('vendor_id', '?')} {info.get('model name', '?')} (family {info.get('cpu family', '?')}, "
         f"model {info.get('model', '?')}), {os.cpu_count()} cores; flags {' '.join(flags) or 'none of ' + ', '.join(wanted)}; "
@@ -296,7 +335,11 @@ def render(results) -> str:
                 f"**{ours_tps / peer_tps:.1f}x** | {w['sentences'] / w['ours_s']:,.1f} | {w['sentences'] / w['allennlp_s']:,.1f} | "
                 f"{rate:.1f} ({100 * rate / sgemm:.0f}%) | {w['ours_peak_rss_mb']:,.0f} / {w['allennlp_peak_rss_mb']:,.0f} |"
             )
-    lines += ["", "| weights | MFLOP/token (char CNN+highway / biLSTM) | sgemm before / after this set (GFLOP/s) | outputs vs AllenNLP (32 sentences, 3 layers, stateless) |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| weights | MFLOP/token (char CNN+highway / biLSTM) | sgemm before / after this set (GFLOP/s) | outputs vs AllenNLP (32 sentences, 3 layers, stateless) |",
+        "|---|---|---|---|",
+    ]
     for name, entry in results["sets"].items():
         f, o = entry["flops"], entry["outputs"]
         verdict = "allclose" if o["allclose"] else "**DIFFERENT**"
@@ -304,7 +347,11 @@ def render(results) -> str:
             f"| {name} | {f['token'] / 1e6:.1f} / {f['bilstm'] / 1e6:.1f} | {entry['sgemm_gflops']:.1f} / {entry['sgemm_gflops_after']:.1f} "
             f"| max abs diff {o['max_abs_diff']:.2e}, {verdict} (rtol {RTOL:g}, atol {ATOL:g}) |"
         )
-    lines += ["", "| weights | corpus | first pass | memory-cached pass | disk-cached pass (new process view) | identical |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| weights | corpus | first pass | memory-cached pass | disk-cached pass (new process view) | identical |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, entry in results["sets"].items():
         c = entry.get("cache")
         if c:

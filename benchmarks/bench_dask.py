@@ -9,6 +9,7 @@ thread count). Both clusters start first and the model is loaded on every worker
 the passes alternate between the three set-ups (best of ``--passes``), each pass starting with
 empty sentence caches everywhere (no disk cache). Prints a markdown table with the CPU line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import cpu_description, read_sentences  # noqa: E402
+from bench import cpu_description, read_sentences
 
 
 def clear_caches(model: str) -> None:
@@ -35,7 +36,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2000)
     parser.add_argument("--model", default="default")
-    parser.add_argument("--partitions", type=int, default=16, help="partitions of the input bag (the same for every set-up)")
+    parser.add_argument(
+        "--partitions", type=int, default=16, help="partitions of the input bag (the same for every set-up)"
+    )
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
     os.environ.pop("SPACY_ELMO_CACHE_DIR", None)
@@ -51,7 +54,9 @@ def main() -> int:
     n_tokens = sum(len(t.split()) for t in texts)
     print(f"CPU: {cpu_description()}")
     load_start = os.getloadavg()
-    print(f"{len(texts)} texts, {n_tokens} whitespace tokens, model {args.model}; load average at start {load_start[0]:.2f}")
+    print(
+        f"{len(texts)} texts, {n_tokens} whitespace tokens, model {args.model}; load average at start {load_start[0]:.2f}"
+    )
 
     clusters = {}
     for n in (1, 2):
@@ -61,7 +66,9 @@ def main() -> int:
     lengths = bag.map_partitions(len).compute(scheduler="sync")  # known chunks, without a pass inside the timing
     reference = ElmoVectorizer(model=args.model).fit(texts[:2])
     for n, (_, client) in clusters.items():  # warm-up: model loaded, spaCy tokenizer built on every worker
-        client.compute(embed_texts(db.from_sequence(texts[:4 * n], npartitions=2 * n), model=args.model, lengths=False)).result()
+        client.compute(
+            embed_texts(db.from_sequence(texts[: 4 * n], npartitions=2 * n), model=args.model, lengths=False)
+        ).result()
         print(f"{n} worker(s): torch threads per worker {sorted(client.run(torch.get_num_threads).values())}")
 
     timings = {"1 worker": [], "2 workers": [], "in-process": []}
@@ -88,7 +95,9 @@ def main() -> int:
     print("|---|---:|---:|---:|---|")
     for label, seconds in timings.items():
         best = min(seconds)
-        print(f"| {label} | {best:.2f} | {len(texts) / best:.0f} | {n_tokens / best:.0f} | {', '.join(f'{s:.2f}' for s in seconds)} |")
+        print(
+            f"| {label} | {best:.2f} | {len(texts) / best:.0f} | {n_tokens / best:.0f} | {', '.join(f'{s:.2f}' for s in seconds)} |"
+        )
     print(f"\n2 workers / 1 worker: {min(timings['1 worker']) / min(timings['2 workers']):.2f}x")
     for cluster, client in clusters.values():
         client.close()

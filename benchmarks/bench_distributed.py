@@ -11,6 +11,7 @@ own ``tokens_per_s``: words of the global batches / rank 0's step time), wall-cl
 the whole command (start-up and validation included), and the validation perplexity, with the
 2-process perplexity's difference from the 1-process run (the bar: within 5%).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench import SHARED, cpu_description  # noqa: E402
+from bench import SHARED, cpu_description
 
 
-def run(label: str, command: List[str], out: Path, env: Dict[str, str]) -> Dict[str, object]:
+def run(label: str, command: list[str], out: Path, env: dict[str, str]) -> dict[str, object]:
     load = os.getloadavg()[0]
     started = time.time()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -64,37 +64,81 @@ def main(argv=None) -> int:
         root = Path(tmp)
         train, valid = root / "train.txt", root / "valid.txt"
         train.write_text("\n".join((wiki / "train.txt").read_text(encoding="utf-8").splitlines()[: args.lines]) + "\n")
-        valid.write_text("\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[: args.valid_lines]) + "\n")
-        common = ["--train", str(train), "--valid", str(valid), "--arch", "tiny", "--max-steps", str(args.steps),
-                  "--token-budget", str(args.token_budget), "--seed", "0", "--no-progress", "--checkpoint-every", "0"]
+        valid.write_text(
+            "\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[: args.valid_lines]) + "\n"
+        )
+        common = [
+            "--train",
+            str(train),
+            "--valid",
+            str(valid),
+            "--arch",
+            "tiny",
+            "--max-steps",
+            str(args.steps),
+            "--token-budget",
+            str(args.token_budget),
+            "--seed",
+            "0",
+            "--no-progress",
+            "--checkpoint-every",
+            "0",
+        ]
         env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "OMP_NUM_THREADS")}
         python = [sys.executable]
         runs = [
-            ("1 process x %d threads" % cores, python + ["-m", "spacy_elmo", "train", str(root / "p1"), *common, "--threads", str(cores)], root / "p1"),
-            ("1 process x 1 thread", python + ["-m", "spacy_elmo", "train", str(root / "p1t1"), *common, "--threads", "1"], root / "p1t1"),
+            (
+                "1 process x %d threads" % cores,
+                python + ["-m", "spacy_elmo", "train", str(root / "p1"), *common, "--threads", str(cores)],
+                root / "p1",
+            ),
+            (
+                "1 process x 1 thread",
+                python + ["-m", "spacy_elmo", "train", str(root / "p1t1"), *common, "--threads", "1"],
+                root / "p1t1",
+            ),
             (
                 "2 processes x %d thread%s" % (max(1, cores // 2), "" if cores // 2 == 1 else "s"),
-                python + ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "spacy_elmo", "train", str(root / "p2"), *common],
+                python
+                + [
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc_per_node",
+                    "2",
+                    "-m",
+                    "spacy_elmo",
+                    "train",
+                    str(root / "p2"),
+                    *common,
+                ],
                 root / "p2",
             ),
         ]
         results = [run(label, command, out, env) for label, command, out in runs]
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     base = results[0]
-    print(f"\ntiny preset, {args.lines} WikiText-2 train lines, {args.steps} steps, global batch {args.token_budget} padded tokens, "
-          f"validation on {args.valid_lines} valid lines\n")
-    print("| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process | load avg at start |")
+    print(
+        f"\ntiny preset, {args.lines} WikiText-2 train lines, {args.steps} steps, global batch {args.token_budget} padded tokens, "
+        f"validation on {args.valid_lines} valid lines\n"
+    )
+    print(
+        "| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process | load avg at start |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         diff = 100.0 * (r["valid_ppl"] - base["valid_ppl"]) / base["valid_ppl"]
-        print(f"| {r['label']} | {r['steps']} | {r['words']} | {r['train_tok_s']:.0f} | {r['wall_s']:.1f} | "
-              f"{r['wall_tok_s']:.0f} | {r['valid_ppl']:.2f} | {diff:+.2f}% | {r['load']:.2f} |")
+        print(
+            f"| {r['label']} | {r['steps']} | {r['words']} | {r['train_tok_s']:.0f} | {r['wall_s']:.1f} | "
+            f"{r['wall_tok_s']:.0f} | {r['valid_ppl']:.2f} | {diff:+.2f}% | {r['load']:.2f} |"
+        )
     two = results[-1]
     within = abs(two["valid_ppl"] - base["valid_ppl"]) <= 0.05 * base["valid_ppl"]
-    print(f"\n2-process perplexity within 5% of 1 process: {'yes' if within else 'NO'}; "
-          f"training throughput 2 processes / 1 process x {cores} threads: {two['train_tok_s'] / base['train_tok_s']:.2f}x, "
-          f"/ 1 process x 1 thread: {two['train_tok_s'] / results[1]['train_tok_s']:.2f}x")
+    print(
+        f"\n2-process perplexity within 5% of 1 process: {'yes' if within else 'NO'}; "
+        f"training throughput 2 processes / 1 process x {cores} threads: {two['train_tok_s'] / base['train_tok_s']:.2f}x, "
+        f"/ 1 process x 1 thread: {two['train_tok_s'] / results[1]['train_tok_s']:.2f}x"
+    )
     return 0 if within else 1
 
 

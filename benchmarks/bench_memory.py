@@ -10,6 +10,7 @@ the growth over the resident set before loading: what a server worker pays per m
 the working memory of batch-32 embedding (which the allocator keeps for the next call). The weights' own size (4 bytes
 per float32 parameter) is printed beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +19,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import bench  # noqa: E402  (read_sentences, write_weight_sets, cpu_description)
+import bench
 
 CHILD = r"""
 import gc, json, sys
@@ -47,10 +47,12 @@ print(json.dumps({"before": before, "loaded": loaded, "after": status("VmRSS"), 
 """
 
 
-def measure(directory: Path, dtype: str, sentences, threads: int) -> Dict[str, float]:
+def measure(directory: Path, dtype: str, sentences, threads: int) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(directory), dtype, json.dumps(sentences), str(threads)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -63,9 +65,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     sentences = bench.read_sentences(64, max_len=40)
-    lines = [f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads)", "",
-             "| weights | dtype | float32 weights (MiB) | loaded (MiB) | x float32 | loaded + embedding (MiB) | x float32 | peak (MiB) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads)",
+        "",
+        "| weights | dtype | float32 weights (MiB) | loaded (MiB) | x float32 | loaded + embedding (MiB) | x float32 | peak (MiB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         sets = bench.write_weight_sets(Path(tmp))
         for name in args.sets.split(","):
@@ -77,7 +82,9 @@ def main(argv=None) -> int:
                     growth = r[stage] - r["before"]
                     ratio = f"{growth / (f32[stage] - f32['before']):.2f}" if f32 else "-"
                     cells.append(f"{growth:.0f} | {ratio}")
-                lines.append(f"| {name} | {dtype} | {r['params'] * 4 / 2**20:.0f} | {' | '.join(cells)} | {r['peak']:.0f} |")
+                lines.append(
+                    f"| {name} | {dtype} | {r['params'] * 4 / 2**20:.0f} | {' | '.join(cells)} | {r['peak']:.0f} |"
+                )
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:

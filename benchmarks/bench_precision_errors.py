@@ -9,19 +9,31 @@ Prints one JSON line: the fixture's 30 sentences (int8, bfloat16, float16), rand
 32 wikitext-2 test sentences of 6-40 tokens) per layer; error = max |low - float32| / the layer's
 max |float32|.
 """
-import json, sys, numpy as np, torch
+
+import json
+import sys
+
+import numpy as np
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, cpu_support
-from spacy_elmo.bilm.weights import save_model
-from test_inference_path import _options, _random_batch
-from test_cpu_support import ORIGINAL
-from spacy_elmo.bilm import BiLMOptions
-import tempfile, pathlib
+import pathlib
+import tempfile
 from pathlib import Path
+
+from test_cpu_support import ORIGINAL
+from test_inference_path import _options, _random_batch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
+from spacy_elmo.bilm.weights import save_model
+
+
 def err(low, exact):
     worst = np.max([np.abs(a - b).max(axis=(1, 2)) for a, b in zip(low, exact)], axis=0)
     return worst / np.max([np.abs(b).max(axis=(1, 2)) for b in exact], axis=0)
+
+
 fx = str(Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp_elmo")
 sent = [s.split() for g in json.load(open(fx + "/sentences.json")) for s in g]
 ex = load_bilm(fx).embed(sent)
@@ -41,9 +53,13 @@ torch.manual_seed(0)
 m = BiLM(BiLMOptions(**ORIGINAL))
 with torch.no_grad():
     m.token_encoder.char_embed.weight.normal_(0, 1).mul_(0.5)
-    for h in m.token_encoder.highways: h.carry.bias.fill_(-2.0)
-od = save_model(m, tmp / "orig"); del m
-lines = [l.split() for l in open(Path(fx).parents[1] / "data" / "wikitext-2" / "test.txt") if 5 < len(l.split()) <= 40][:32]
+    for h in m.token_encoder.highways:
+        h.carry.bias.fill_(-2.0)
+od = save_model(m, tmp / "orig")
+del m
+lines = [l.split() for l in open(Path(fx).parents[1] / "data" / "wikitext-2" / "test.txt") if 5 < len(l.split()) <= 40][
+    :32
+]
 ex = load_bilm(od).embed(lines)
 out["original int8 per layer"] = err(load_bilm(od, dtype="int8").embed(lines), ex).round(4).tolist()
 print(json.dumps({k: (round(float(v), 4) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}))

@@ -8,6 +8,7 @@ Commands: ``{"cmd": "load", "options", "weights"}``, ``{"cmd": "time", "calls": 
 "batch_size"}`` (embed each call, stateless; returns seconds), ``{"cmd": "dump", "sentences", "out"}``
 (activations to an .npz), ``{"cmd": "stream", ...}`` and ``{"cmd": "cache", ...}`` (ours only), ``quit``.
 """
+
 from __future__ import annotations
 
 import argparse

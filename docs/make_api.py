@@ -5,19 +5,19 @@
 ``tests/test_api_docs.py`` checks that every public name (each module's ``__all__`` below) has its
 section here, so a new public function without documentation fails the tests.
 """
+
 from __future__ import annotations
 
 import importlib
 import inspect
 import sys
 from pathlib import Path
-from typing import List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "api.md"
 
 # (module, public names): the top-level API first, then the front ends, then the layers below them
-PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
+PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo", ()),  # its __all__
     ("spacy_elmo.hub", ("load", "HubModule")),
     ("spacy_elmo.compat.elmoformanylangs", ()),  # its __all__
@@ -26,16 +26,32 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
-    ("spacy_elmo.model_files", (
-        "resolve_model_files", "find_weights", "fingerprint", "is_default", "is_remote", "model_file_map", "model_shape",
-    )),
+    (
+        "spacy_elmo.model_files",
+        (
+            "resolve_model_files",
+            "find_weights",
+            "fingerprint",
+            "is_default",
+            "is_remote",
+            "model_file_map",
+            "model_shape",
+        ),
+    ),
     ("spacy_elmo.download", ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive")),
     ("spacy_elmo.embed_file", ("embed_file",)),
     ("spacy_elmo.windows", ("embed_segments", "window_bounds", "length_batches")),
     ("spacy_elmo.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
-    ("spacy_elmo.settings", (
-        "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_LENGTH", "DEFAULT_OVERLAP", "MAX_TOKENS_PER_CALL", "DEFAULT_DTYPE",
-    )),
+    (
+        "spacy_elmo.settings",
+        (
+            "DEFAULT_BATCH_SIZE",
+            "DEFAULT_MAX_LENGTH",
+            "DEFAULT_OVERLAP",
+            "MAX_TOKENS_PER_CALL",
+            "DEFAULT_DTYPE",
+        ),
+    ),
     ("spacy_elmo.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
     ("spacy_elmo.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
@@ -46,7 +62,7 @@ PUBLIC: List[Tuple[str, Tuple[str, ...]]] = [
 ]
 
 
-def public_names() -> List[Tuple[str, str]]:
+def public_names() -> list[tuple[str, str]]:
     """Every documented (module, name) pair: the explicit lists, or the module's ``__all__``."""
     pairs = []
     for module_name, names in PUBLIC:

@@ -6,12 +6,12 @@
 - ``speed_vs_allennlp.png``: the median speed ratios of the current figures in
   ``benchmarks/RESULTS.md`` (the table under "Current figures"), read from that file.
 """
+
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "docs" / "images"
@@ -25,12 +25,12 @@ def bank_figure(path: Path) -> None:
     plot(word_similarity(load_bilm("default"), RIVER, MONEY, "bank"), path)
 
 
-def current_speed_ratios(results: Path) -> Tuple[str, Dict[str, Dict[str, float]]]:
+def current_speed_ratios(results: Path) -> tuple[str, dict[str, dict[str, float]]]:
     """(heading, {weights: {workload: median ratio}}) from the first "Current figures" table of RESULTS.md."""
     text = results.read_text(encoding="utf-8")
     start = text.index("## Current figures")
     heading = text[start:].splitlines()[0].lstrip("# ").strip()
-    ratios: Dict[str, Dict[str, float]] = {}
+    ratios: dict[str, dict[str, float]] = {}
     for line in text[start:].splitlines()[1:]:
         if line.startswith("## "):
             break
@@ -49,7 +49,7 @@ def speed_figure(path: Path) -> None:
     import matplotlib.pyplot as plt
 
     heading, ratios = current_speed_ratios(ROOT / "benchmarks" / "RESULTS.md")
-    weights: List[str] = list(ratios)
+    weights: list[str] = list(ratios)
     workloads = list(next(iter(ratios.values())))
     figure, axes = plt.subplots(figsize=(8, 4.2))
     width = 0.8 / len(workloads)

@@ -1,8 +1,9 @@
 """Two senses of "bank": ELMo gives the same word different vectors in different contexts.
 
-    python examples/bank.py                      # the bundled default model
-    python examples/bank.py original             # a published model (downloaded once), or a directory
+python examples/bank.py                      # the bundled default model
+python examples/bank.py original             # a published model (downloaded once), or a directory
 """
+
 import sys
 
 import spacy

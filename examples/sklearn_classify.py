@@ -8,12 +8,13 @@ Datasets are read from ``--data-dir`` (default: ``../shared/data`` beside the ch
 sentiment, 8,544 / 2,210) or ``sst2`` (binary, 6,920 / 1,821). Both are already tokenized
 with spaces, so the texts are split on whitespace (``tokenizer=str.split``) rather than re-tokenized.
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -24,7 +25,7 @@ from sklearn.preprocessing import StandardScaler
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-Split = Tuple[List[str], List[str]]
+Split = tuple[list[str], list[str]]
 
 
 def read_trec(path: Path) -> Split:
@@ -49,7 +50,7 @@ def read_tsv(path: Path) -> Split:
     return texts, labels
 
 
-def load_dataset(name: str, data_dir: Path) -> Tuple[Split, Split]:
+def load_dataset(name: str, data_dir: Path) -> tuple[Split, Split]:
     if name == "trec":
         return read_trec(data_dir / "trec" / "train_5500.label"), read_trec(data_dir / "trec" / "TREC_10.label")
     if name == "sst5":
@@ -61,7 +62,7 @@ def load_dataset(name: str, data_dir: Path) -> Tuple[Split, Split]:
     raise ValueError(f"unknown dataset {name!r}")
 
 
-def subsample(texts: List[str], labels: List[str], n: Optional[int], seed: int = 0) -> Split:
+def subsample(texts: list[str], labels: list[str], n: Optional[int], seed: int = 0) -> Split:
     """A seeded random subset of ``n`` examples (the SST files are ordered, so a head would skew the labels)."""
     if n is None or n >= len(texts):
         return texts, labels
@@ -71,10 +72,15 @@ def subsample(texts: List[str], labels: List[str], n: Optional[int], seed: int =
 
 def build_models(args: argparse.Namespace) -> dict:
     """The ELMo pipeline, the TF-IDF baseline and (optionally) both feature sets side by side."""
+
     def elmo() -> ElmoVectorizer:
         return ElmoVectorizer(
-            model=args.model, layers=args.layers, pooling=args.pooling,
-            batch_size=args.batch_size, device=args.device, tokenizer=str.split,
+            model=args.model,
+            layers=args.layers,
+            pooling=args.pooling,
+            batch_size=args.batch_size,
+            device=args.device,
+            tokenizer=str.split,
         )
 
     def logreg() -> LogisticRegression:
@@ -85,10 +91,12 @@ def build_models(args: argparse.Namespace) -> dict:
         "TF-IDF + LogisticRegression": make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), logreg()),
     }
     if args.combined:
-        both = FeatureUnion([
-            ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)),
-            ("elmo", Pipeline([("elmo", elmo()), ("scale", StandardScaler())])),
-        ])
+        both = FeatureUnion(
+            [
+                ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)),
+                ("elmo", Pipeline([("elmo", elmo()), ("scale", StandardScaler())])),
+            ]
+        )
         models["ELMo + TF-IDF + LogisticRegression"] = make_pipeline(both, logreg())
     return models
 
@@ -96,7 +104,9 @@ def build_models(args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", choices=["trec", "sst5", "sst2"], default="trec")
-    parser.add_argument("--model", default="default", help="'default', a published name (e.g. original), or an ELMo directory")
+    parser.add_argument(
+        "--model", default="default", help="'default', a published name (e.g. original), or an ELMo directory"
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--layers", default="average", help="'average', 'top' or a layer index")
     parser.add_argument("--pooling", default="mean", choices=["mean", "max", "mean+max"])
@@ -117,15 +127,18 @@ def main() -> None:
     try:
         (train_x, train_y), (test_x, test_y) = load_dataset(args.dataset, args.data_dir)
     except FileNotFoundError as err:
-        parser.exit(2, (
-            f"error: {args.dataset} data not found ({err.filename}).\n"
-            f"This example reads the data sets of the spacy-elmo repository's ../shared/data folder by default;\n"
-            f"point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
-            f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
-            f"Public sources: SST-5 via `python -m spacy project assets examples/project --vars.data DIR`\n"
-            f"(URLs and checksums in examples/project/project.yml), TREC-6 from GitHub harvardnlp/sent-conv-torch\n"
-            f"(data/raw/TREC.train and data/raw/TREC.test, the original train_5500.label and TREC_10.label).\n"
-        ))
+        parser.exit(
+            2,
+            (
+                f"error: {args.dataset} data not found ({err.filename}).\n"
+                f"This example reads the data sets of the spacy-elmo repository's ../shared/data folder by default;\n"
+                f"point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
+                f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
+                f"Public sources: SST-5 via `python -m spacy project assets examples/project --vars.data DIR`\n"
+                f"(URLs and checksums in examples/project/project.yml), TREC-6 from GitHub harvardnlp/sent-conv-torch\n"
+                f"(data/raw/TREC.train and data/raw/TREC.test, the original train_5500.label and TREC_10.label).\n"
+            ),
+        )
     train_x, train_y = subsample(train_x, train_y, args.max_train)
     test_x, test_y = subsample(test_x, test_y, args.max_test)
     sizes = f"{len(train_x)} train / {len(test_x)} test sentences, {len(set(train_y))} classes"

@@ -1,4 +1,5 @@
 """ELMo contextual word vectors for spaCy v3 and scikit-learn, on one shared PyTorch biLM backend."""
+
 from .about import __version__
 from .backend import ElmoBackend, load_bilm
 from .bilm.weights import WeightFileError

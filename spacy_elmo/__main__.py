@@ -1,4 +1,5 @@
 """``python -m spacy_elmo``: the same command line as ``spacy-elmo``."""
+
 from .cli import app
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """One shared, cached biLM backend: load a model once per process, embed token sequences in batches."""
+
 from __future__ import annotations
 
 import hashlib
@@ -6,8 +7,9 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -17,9 +19,9 @@ from .bilm.model import BiLM
 from .bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from .bilm.weights import WeightFileError, load_model
-from .download import cache_advice
-from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
+from .download import cache_advice
+from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .validation import positive_int
 from .windows import length_batches
@@ -53,9 +55,13 @@ class ElmoBackend:
     ) -> None:
         if dtype == torch.int8:
             if device.type != "cpu":
-                raise ValueError(f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)")
+                raise ValueError(
+                    f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
+                )
             if not low_precision.int8_available():
-                raise ValueError("dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks")
+                raise ValueError(
+                    "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks"
+                )
             # int8 weights only: the float32 matrices are released once packed (bilm/low_precision.py)
             self.model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
         else:
@@ -85,10 +91,10 @@ class ElmoBackend:
         self,
         *,
         cache_mb: Optional[float] = None,
-        cache_dir: Union[None, bool, PathLike] = None,
+        cache_dir: Union[bool, PathLike, None] = None,
         disk_cache_mb: Optional[float] = None,
         token_cache_size: Optional[int] = None,
-    ) -> "ElmoBackend":
+    ) -> ElmoBackend:
         """Change the caches; ``None`` leaves a setting as it is. Returns ``self``.
 
         ``cache_mb``: in-memory LRU of sentence activations, in MiB (0 turns it off).
@@ -153,7 +159,7 @@ class ElmoBackend:
         *,
         batch_size: Optional[int] = None,
         on_progress: Optional[Callable[[int], object]] = None,
-    ) -> List[np.ndarray]:
+    ) -> list[np.ndarray]:
         """ELMo activations for each sentence, float32 ``(n_layers + 1, n_tokens, dim)``, in input order.
 
         Sentences are looked up in the caches (memory, then disk), repeated sentences are computed
@@ -165,8 +171,8 @@ class ElmoBackend:
         """
         sentences = validate_sentences(sentences)
         max_rows = DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
-        results: List[Optional[np.ndarray]] = [None] * len(sentences)
-        pending: Dict[Tuple[str, ...], List[int]] = {}
+        results: list[Optional[np.ndarray]] = [None] * len(sentences)
+        pending: dict[tuple[str, ...], list[int]] = {}
         use_memory = self.memory_cache.max_mb > 0
         for i, tokens in enumerate(sentences):
             if not tokens:
@@ -195,14 +201,16 @@ class ElmoBackend:
                 on_progress(sum(len(pending[keys[j]]) for j in batch))
         return results  # type: ignore[return-value]
 
-    def _deliver(self, results: List, rows: List[int], key: Tuple[str, ...], array: np.ndarray, use_memory: bool) -> None:
+    def _deliver(
+        self, results: list, rows: list[int], key: tuple[str, ...], array: np.ndarray, use_memory: bool
+    ) -> None:
         if use_memory:
             self.memory_cache.put(key, array)
         results[rows[0]] = array
         for row in rows[1:]:
             results[row] = array.copy()
 
-    def _embed_splitting_on_oom(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
+    def _embed_splitting_on_oom(self, batch: list[Sequence[str]]) -> list[np.ndarray]:
         """:meth:`_embed_batch`, retried in halves when the device runs out of memory (down to one sentence)."""
         try:
             return self._embed_batch(batch)
@@ -229,11 +237,13 @@ class ElmoBackend:
         half = len(batch) // 2
         return self._embed_splitting_on_oom(batch[:half]) + self._embed_splitting_on_oom(batch[half:])
 
-    def _embed_batch(self, batch: List[Sequence[str]]) -> List[np.ndarray]:
+    def _embed_batch(self, batch: list[Sequence[str]]) -> list[np.ndarray]:
         """Activations of one batch of non-empty sentences, through the token-vector cache and the inference path."""
         with self._lock, torch.inference_mode(), thread_limit(self._threads_for(len(batch))):
             tokens, lengths = batch_token_vectors(self.token_cache, batch)
-            activations, _ = self.model.contextualize_vectors(tokens, lengths, boundaries=False)  # <S>, </S> dropped below
+            activations, _ = self.model.contextualize_vectors(
+                tokens, lengths, boundaries=False
+            )  # <S>, </S> dropped below
             layers = activations.float().cpu().numpy()
         return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 
@@ -262,15 +272,14 @@ def is_out_of_memory(err: BaseException) -> bool:
     return "out of memory" in message or "can't allocate memory" in message
 
 
-
 _STR_ONLY = {str}
 
 
-def validate_sentences(sentences: Iterable[Sequence[str]]) -> List[Sequence[str]]:
+def validate_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
     """Materialise ``sentences`` as a list, raising ``TypeError`` that names the bad sentence/token."""
     if isinstance(sentences, (str, bytes)) or not _is_iterable(sentences):
         raise TypeError(f"sentences must be an iterable of token sequences, not {type(sentences).__name__}")
-    checked: List[Sequence[str]] = []
+    checked: list[Sequence[str]] = []
     for i, sentence in enumerate(sentences):
         if isinstance(sentence, (str, bytes)) or not _is_iterable(sentence):
             raise TypeError(
@@ -296,11 +305,11 @@ def _is_iterable(value: object) -> bool:
 
 # -- the process-wide cache ---------------------------------------------------------------
 
-_CACHE: Dict[Tuple, ElmoBackend] = {}
+_CACHE: dict[tuple, ElmoBackend] = {}
 _CACHE_LOCK = ForkSafeLock()
 
 
-def resolve_device(device: Union[None, str, torch.device] = None) -> torch.device:
+def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
     """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
     try:
         resolved = torch.device("cpu" if device is None else device)
@@ -317,7 +326,7 @@ def resolve_device(device: Union[None, str, torch.device] = None) -> torch.devic
     return resolved
 
 
-def resolve_dtype(dtype: Union[None, str, torch.dtype], device: Union[None, str, torch.device] = None) -> torch.dtype:
+def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
     """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md);
     "auto" is the fastest of them on ``device`` (default CPU) that stays within its documented bound.
 
@@ -328,7 +337,9 @@ def resolve_dtype(dtype: Union[None, str, torch.dtype], device: Union[None, str,
     if isinstance(dtype, torch.dtype):
         name = dtype_name(dtype)
     else:
-        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}.get(str(dtype), str(dtype))
+        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}.get(
+            str(dtype), str(dtype)
+        )
     if name == AUTO:
         return cpu_support.auto_dtype(resolve_device(device))
     if name not in DTYPES:
@@ -346,10 +357,10 @@ def load_bilm(
     *,
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
-    device: Union[None, str, torch.device] = None,
-    dtype: Union[None, str, torch.dtype] = None,
+    device: Union[str, torch.device, None] = None,
+    dtype: Union[str, torch.dtype, None] = None,
     cache_mb: Optional[float] = None,
-    cache_dir: Union[None, bool, PathLike] = None,
+    cache_dir: Union[bool, PathLike, None] = None,
     disk_cache_mb: Optional[float] = None,
     token_cache_size: Optional[int] = None,
 ) -> ElmoBackend:
@@ -412,8 +423,12 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
     precision = dtype_name(backend.dtype)
     logger.info(
         "loaded ELMo model %s from %s (weights %s, %.1f MB) on %s, precision %s; fingerprint %s",
-        os.fspath(model) if model is not None else "from options/weights", backend.options_path.parent,
-        backend.weights_path.name, weights_bytes / 1e6, backend.device, PRECISIONS.get(precision, precision),
+        os.fspath(model) if model is not None else "from options/weights",
+        backend.options_path.parent,
+        backend.weights_path.name,
+        weights_bytes / 1e6,
+        backend.device,
+        PRECISIONS.get(precision, precision),
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):
@@ -423,7 +438,11 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
             loop = "TorchScript" if compiled_steps.compiled(precision) is not None else "Python (no TorchScript)"
             logger.debug("kernels: %s LSTM time loop; this CPU: %s", loop, cpu_support.summary())
         elif backend.device.type == "cpu":
-            mkl = "MKL pre-packed GEMM for 3-64-row products" if mkl_prepacked.available() else "no MKL packs (plain matmul)"
+            mkl = (
+                "MKL pre-packed GEMM for 3-64-row products"
+                if mkl_prepacked.available()
+                else "no MKL packs (plain matmul)"
+            )
             logger.debug("kernels: %s precision, %s", precision, mkl)
         else:
             logger.debug("kernels: torch's %s kernels, %s", backend.device.type, precision)

@@ -7,6 +7,7 @@ models never mix (the fingerprint is part of the key), each row carries a CRC-32
 evicting the least recently used entries. A cache that cannot be used (a directory that cannot
 be created, a file that is not a database) warns once and turns itself off: embedding goes on.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,9 @@ import time
 import warnings
 import zlib
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -42,7 +44,7 @@ class MemoryCache:
     """A thread-safe LRU of float32 arrays bounded by their total size in MiB (0 disables it)."""
 
     def __init__(self, max_mb: float = DEFAULT_MEMORY_MB) -> None:
-        self._items: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
+        self._items: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.nbytes = 0
         self.max_mb = max_mb
@@ -178,15 +180,15 @@ class DiskCache:
         )
 
     def get_many(
-        self, fingerprint: str, keys: Sequence[Tuple[str, ...]], n_layers: int, dim: int
-    ) -> Dict[Tuple[str, ...], np.ndarray]:
+        self, fingerprint: str, keys: Sequence[tuple[str, ...]], n_layers: int, dim: int
+    ) -> dict[tuple[str, ...], np.ndarray]:
         """Cached arrays ``(n_layers, len(tokens), dim)`` for those ``keys`` (token tuples) that are stored."""
         if self.disabled or not keys:
             return {}
         by_hash = {tokens_key(k): k for k in keys}
-        found: Dict[Tuple[str, ...], np.ndarray] = {}
-        bad: List[bytes] = []
-        touched: List[int] = []
+        found: dict[tuple[str, ...], np.ndarray] = {}
+        bad: list[bytes] = []
+        touched: list[int] = []
         now = time.time()
         try:
             with self._lock:
@@ -205,21 +207,25 @@ class DiskCache:
                         if tokens is None or not _row_is_sound(row, (n_layers, len(tokens), dim)):
                             bad.append(row_id)  # written by a foreign or broken writer, or damaged since: recompute
                             continue
-                        found[tokens] = np.frombuffer(data, dtype="<f4").reshape(n_layers, len(tokens), dim).astype(np.float32)
+                        found[tokens] = (
+                            np.frombuffer(data, dtype="<f4").reshape(n_layers, len(tokens), dim).astype(np.float32)
+                        )
                         if used < now - _TOUCH_AFTER_S:
                             touched.append(row_id)
                 if touched or bad:  # mark as recently used (for eviction) and drop broken entries
                     with _transaction(con):
                         for start in range(0, len(touched), _QUERY_CHUNK):
                             ids = touched[start : start + _QUERY_CHUNK]
-                            con.execute(f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(ids))})", [now, *ids])
+                            con.execute(
+                                f"UPDATE vectors SET used = ? WHERE id IN ({','.join('?' * len(ids))})", [now, *ids]
+                            )
                         con.executemany("DELETE FROM vectors WHERE id = ?", [(row_id,) for row_id in bad])
         except _UNUSABLE as err:
             self._fail(err)
             return {}
         return found
 
-    def put_many(self, fingerprint: str, items: Iterable[Tuple[Tuple[str, ...], np.ndarray]]) -> None:
+    def put_many(self, fingerprint: str, items: Iterable[tuple[tuple[str, ...], np.ndarray]]) -> None:
         """Store arrays in one transaction, then evict the least recently used entries beyond the bound."""
         if self.disabled:
             return
@@ -300,7 +306,7 @@ class DiskCache:
             self._con = None
 
 
-def _row_is_sound(row: Tuple[object, ...], shape: Tuple[int, int, int]) -> bool:
+def _row_is_sound(row: tuple[object, ...], shape: tuple[int, int, int]) -> bool:
     """Whether a stored row holds what the schema says, with the expected shape and a matching CRC.
 
     sqlite columns do not enforce their types: a flipped serial-type byte or another program
@@ -336,7 +342,7 @@ def _open_database(path: Path) -> sqlite3.Connection:
             return con
         except sqlite3.OperationalError as err:
             con.close()
-            if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+            if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
         except BaseException:
@@ -368,7 +374,7 @@ class _transaction:
         self.con.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def _statements(script: str) -> List[str]:
+def _statements(script: str) -> list[str]:
     """Split the schema into statements (trigger bodies contain ';', so split on 'END;' too)."""
     out, current = [], []
     for line in script.strip().splitlines():
@@ -380,9 +386,8 @@ def _statements(script: str) -> List[str]:
     return out
 
 
-_DISK_CACHES: Dict[Tuple[str, int], DiskCache] = {}
+_DISK_CACHES: dict[tuple[str, int], DiskCache] = {}
 _DISK_LOCK = ForkSafeLock()
-
 
 
 def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:

@@ -1,10 +1,12 @@
 """The ``spacy-elmo`` command line (also ``python -m spacy_elmo``): embed, train, evaluate, info."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -33,7 +35,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit"),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit"
+    ),
 ) -> None:
     """ELMo contextual word vectors for spaCy and scikit-learn."""
 
@@ -45,7 +49,14 @@ def _errors_exit_2() -> Iterator[None]:
 
     try:
         yield
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, WriteFailedError) as err:
+    except (
+        ValueError,
+        FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+        WriteFailedError,
+    ) as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
 
@@ -55,33 +66,73 @@ _TRAIN_DEFAULTS = TrainConfig(train=[])  # the train command's defaults are Trai
 
 @app.command()
 def train(
-    output_dir: Path = typer.Argument(..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"),
-    train_files: List[Path] = typer.Option([], "--train", "-t", help="Training text, one sentence (or paragraph) per line; repeatable; a directory means its *.txt files"),
-    raw_files: List[Path] = typer.Option([], "--raw", help="Training text as running prose (paragraphs split into sentences); repeatable"),
-    valid_files: List[Path] = typer.Option([], "--valid", "-v", help="Validation text, one sentence or paragraph per line; repeatable"),
-    arch: str = typer.Option(_TRAIN_DEFAULTS.architecture, "--arch", "-a", help="Preset (tiny, small, original) or an options.json-style JSON file"),
+    output_dir: Path = typer.Argument(
+        ..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"
+    ),
+    train_files: list[Path] = typer.Option(
+        [],
+        "--train",
+        "-t",
+        help="Training text, one sentence (or paragraph) per line; repeatable; a directory means its *.txt files",
+    ),
+    raw_files: list[Path] = typer.Option(
+        [], "--raw", help="Training text as running prose (paragraphs split into sentences); repeatable"
+    ),
+    valid_files: list[Path] = typer.Option(
+        [], "--valid", "-v", help="Validation text, one sentence or paragraph per line; repeatable"
+    ),
+    arch: str = typer.Option(
+        _TRAIN_DEFAULTS.architecture,
+        "--arch",
+        "-a",
+        help="Preset (tiny, small, original) or an options.json-style JSON file",
+    ),
     tokenizer: str = typer.Option("whitespace", help="Tokenizer for --train/--valid lines: whitespace or spacy"),
     raw_tokenizer: str = typer.Option("spacy", help="Tokenizer for --raw text: spacy or whitespace"),
     vocab_size: int = typer.Option(_TRAIN_DEFAULTS.vocab_size, help="Most softmax words (<S>, </S>, <UNK> included)"),
-    min_count: int = typer.Option(_TRAIN_DEFAULTS.min_count, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"),
+    min_count: int = typer.Option(
+        _TRAIN_DEFAULTS.min_count, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"
+    ),
     epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text (a fraction is allowed)"),
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
-    lr_schedule: str = typer.Option(_TRAIN_DEFAULTS.lr_schedule, help="linear (decay over --epochs or --max-minutes) or constant"),
+    lr_schedule: str = typer.Option(
+        _TRAIN_DEFAULTS.lr_schedule, help="linear (decay over --epochs or --max-minutes) or constant"
+    ),
     warmup_steps: int = typer.Option(_TRAIN_DEFAULTS.warmup_steps, help="Steps of linear learning-rate warm-up"),
     clip_norm: float = typer.Option(_TRAIN_DEFAULTS.clip_norm, help="Gradient norm clipping (0: off)"),
     dropout: float = typer.Option(_TRAIN_DEFAULTS.dropout, help="Dropout between LSTM layers and before the softmax"),
-    cutoffs: str = typer.Option(",".join(map(str, _TRAIN_DEFAULTS.cutoffs)), help="Adaptive softmax cluster boundaries (word ranks)"),
-    div_value: float = typer.Option(_TRAIN_DEFAULTS.div_value, help="Adaptive softmax: each tail cluster's width shrinks by this factor"),
+    cutoffs: str = typer.Option(
+        ",".join(map(str, _TRAIN_DEFAULTS.cutoffs)), help="Adaptive softmax cluster boundaries (word ranks)"
+    ),
+    div_value: float = typer.Option(
+        _TRAIN_DEFAULTS.div_value, help="Adaptive softmax: each tail cluster's width shrinks by this factor"
+    ),
     max_length: int = typer.Option(_TRAIN_DEFAULTS.max_length, help="Cut sentences longer than this many tokens"),
-    seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)"),
-    eval_every: int = typer.Option(_TRAIN_DEFAULTS.eval_every, help="Also validate (and export if better) every N steps"),
-    checkpoint_every: int = typer.Option(_TRAIN_DEFAULTS.checkpoint_every, help="Save checkpoint.safetensors every N steps"),
+    seed: int = typer.Option(
+        _TRAIN_DEFAULTS.seed,
+        help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)",
+    ),
+    eval_every: int = typer.Option(
+        _TRAIN_DEFAULTS.eval_every, help="Also validate (and export if better) every N steps"
+    ),
+    checkpoint_every: int = typer.Option(
+        _TRAIN_DEFAULTS.checkpoint_every, help="Save checkpoint.safetensors every N steps"
+    ),
     max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
-    max_minutes: Optional[float] = typer.Option(_TRAIN_DEFAULTS.max_minutes, help="Stop after this much wall time (the lr schedule ends there)"),
-    threads: Optional[int] = typer.Option(_TRAIN_DEFAULTS.threads, help="torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun the machine's cores / processes on it)"),
-    lstm_impl: str = typer.Option(_TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"),
-    init_from: Optional[Path] = typer.Option(None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
+    max_minutes: Optional[float] = typer.Option(
+        _TRAIN_DEFAULTS.max_minutes, help="Stop after this much wall time (the lr schedule ends there)"
+    ),
+    threads: Optional[int] = typer.Option(
+        _TRAIN_DEFAULTS.threads,
+        help="torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun the machine's cores / processes on it)",
+    ),
+    lstm_impl: str = typer.Option(
+        _TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"
+    ),
+    init_from: Optional[Path] = typer.Option(
+        None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
 ) -> None:
@@ -98,7 +149,9 @@ def train(
         world = join_world()
     try:
         with _errors_exit_2():
-            train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
+            train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(
+                raw_files, "raw", raw_tokenizer
+            )
             valid_sources = make_sources(valid_files, "lines", tokenizer)
             if not train_sources and not resume:
                 raise ValueError("give training text with --train FILE and/or --raw FILE")
@@ -137,7 +190,9 @@ def train(
         leave_world(world)
     if world.is_main:
         best = metrics.get("best") or {}
-        typer.echo(f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"}))
+        typer.echo(
+            f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
+        )
 
 
 def _cores() -> int:
@@ -158,12 +213,16 @@ def _set_threads(threads: Optional[int]) -> None:
 @app.command()
 def evaluate(
     model_dir: Path = typer.Argument(..., help="A model directory written by `spacy-elmo train` (or 'default')"),
-    text_files: List[Path] = typer.Argument(..., help="Text files, one sentence or paragraph per line"),
+    text_files: list[Path] = typer.Argument(..., help="Text files, one sentence or paragraph per line"),
     raw: bool = typer.Option(False, "--raw", help="The files are running prose (split paragraphs into sentences)"),
     tokenizer: str = typer.Option("whitespace", help="whitespace or spacy"),
-    max_length: Optional[int] = typer.Option(None, help="Cut sentences longer than this many tokens (default: as in training)"),
+    max_length: Optional[int] = typer.Option(
+        None, help="Cut sentences longer than this many tokens (default: as in training)"
+    ),
     output: Optional[Path] = typer.Option(None, help="Also write the result as JSON here"),
-    record: Optional[str] = typer.Option(None, help="Store the result under this name in the model's metrics.json (and its README.md card)"),
+    record: Optional[str] = typer.Option(
+        None, help="Store the result under this name in the model's metrics.json (and its README.md card)"
+    ),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from .train import evaluate as run_evaluate
@@ -192,23 +251,44 @@ def evaluate(
 
 @app.command()
 def embed(
-    input_file: Path = typer.Argument(..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"),
+    input_file: Path = typer.Argument(
+        ..., help="Text, one sentence per line (already tokenized, unless --tokenizer spacy)"
+    ),
     output_file: Path = typer.Argument(..., help="HDF5 file to write (it appears only when complete)"),
-    model: str = typer.Option("default", "--model", "-m", help="A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name (see `spacy-elmo models`), an archive or URL"),
-    all_layers: bool = typer.Option(False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"),
+    model: str = typer.Option(
+        "default",
+        "--model",
+        "-m",
+        help="A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name (see `spacy-elmo models`), an archive or URL",
+    ),
+    all_layers: bool = typer.Option(
+        False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"
+    ),
     top: bool = typer.Option(False, "--top", help="Store the top layer only, (n_tokens, dim)"),
     average: bool = typer.Option(False, "--average", help="Store the average of all layers, (n_tokens, dim)"),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="Sentences per batch (also bounded by a padded-token budget)"),
+    batch_size: int = typer.Option(
+        DEFAULT_BATCH_SIZE, help="Sentences per batch (also bounded by a padded-token budget)"
+    ),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
     dtype: str = typer.Option(
-        DEFAULT_DTYPE, help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)"
+        DEFAULT_DTYPE,
+        help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)",
     ),
-    use_sentence_keys: bool = typer.Option(False, "--use-sentence-keys", help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)"),
+    use_sentence_keys: bool = typer.Option(
+        False,
+        "--use-sentence-keys",
+        help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)",
+    ),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
-    scheduler: Optional[str] = typer.Option(None, help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]"),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads for this process (default: torch's choice)"),
+    scheduler: Optional[str] = typer.Option(
+        None,
+        help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]",
+    ),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch CPU threads for this process (default: torch's choice)"
+    ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .backend import dtype_name, load_bilm
@@ -242,13 +322,15 @@ def embed(
 
 @app.command()
 def info(
-    model_dir: str = typer.Argument("default", help="A model directory, 'default' (the bundled model), a published name, archive or URL"),
+    model_dir: str = typer.Argument(
+        "default", help="A model directory, 'default' (the bundled model), a published name, archive or URL"
+    ),
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities (a published model not yet
     downloaded: what the published table says, without downloading it)."""
     from .download import is_cached
-    from .model_files import resolve_model_files
     from .info import describe, describe_published
+    from .model_files import resolve_model_files
     from .published import published_model
 
     entry = None if Path(model_dir).expanduser().is_dir() else published_model(model_dir)  # a local folder wins
@@ -263,8 +345,12 @@ def info(
 
 @app.command()
 def download(
-    models: List[str] = typer.Argument(..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"),
-    force: bool = typer.Option(False, "--force", help="Drop what the cache holds of these models first, then fetch them again"),
+    models: list[str] = typer.Argument(
+        ..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Drop what the cache holds of these models first, then fetch them again"
+    ),
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
     from .download import cached_path, home, is_archive, is_url
@@ -293,17 +379,19 @@ def models() -> None:
     rows = [("name", "language", "architecture", "params", "size", "trained on", "source", "licence", "cached")]
     for entry in PUBLISHED.values():
         cached = all(is_cached(url) for url in entry.urls)
-        rows.append((
-            entry.name,
-            entry.language,
-            entry.architecture,
-            f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
-            f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
-            entry.trained_on,
-            entry.source,
-            entry.licence,
-            "yes" if cached else "no",
-        ))
+        rows.append(
+            (
+                entry.name,
+                entry.language,
+                entry.architecture,
+                f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
+                f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
+                entry.trained_on,
+                entry.source,
+                entry.licence,
+                "yes" if cached else "no",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -315,8 +403,12 @@ def similarity(
     sentence_a: str = typer.Argument(..., help="The first sentence (split on spaces)"),
     sentence_b: str = typer.Argument(..., help="The second sentence (split on spaces)"),
     word: str = typer.Option(..., "--word", "-w", help="The word to compare (its first occurrence in each sentence)"),
-    model: str = typer.Option("default", "--model", "-m", help="A biLM: 'default', a published name, a directory, archive or URL"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a figure (per-layer bars + token heatmap), e.g. out.png"),
+    model: str = typer.Option(
+        "default", "--model", "-m", help="A biLM: 'default', a published name, a directory, archive or URL"
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Also write a figure (per-layer bars + token heatmap), e.g. out.png"
+    ),
 ) -> None:
     """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
     from .backend import load_bilm
@@ -390,7 +482,7 @@ if __name__ == "__main__":
 @contextmanager
 def _dask_chunks(
     scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
-) -> Iterator[Optional["EmbedChunks"]]:
+) -> Iterator[Optional[EmbedChunks]]:
     """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard printed."""
     if scheduler is None:
         yield None

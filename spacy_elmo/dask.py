@@ -8,12 +8,14 @@ its own ``SPACY_ELMO_CACHE_DIR`` or by ``cache_dir=``. Nothing here sets torch's
 Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
 ``distributed.nanny.pre-spawn-environ`` setting), which torch reads at start-up.
 """
+
 from __future__ import annotations
 
 import os
 import re
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -22,9 +24,7 @@ try:  # absolute imports: this module's own name is "dask" too
     import dask.array as da
     import dask.bag as db
 except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'"
-    ) from err
+    raise ImportError(f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'") from err
 
 from .backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .mix import LayerSpec, mix_layers
@@ -41,7 +41,7 @@ LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
 SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
 EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)
 
-__all__ = ["embed_texts", "embed_tokens", "connect"]
+__all__ = ["connect", "embed_texts", "embed_tokens"]
 
 
 def embed_texts(
@@ -58,7 +58,7 @@ def embed_texts(
     window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
     lengths: Union[bool, Sequence[int]] = True,
-) -> "da.Array":
+) -> da.Array:
     """Pooled ELMo vectors of a dask Bag or dask DataFrame Series, as a float32 dask Array ``(n, features)``.
 
     Each row holds exactly what :class:`spacy_elmo.ElmoVectorizer` with the same parameters gives
@@ -79,7 +79,9 @@ def embed_texts(
     The model is not loaded here: its files are found (a published model is downloaded) and the
     parameters checked against the shape its options file gives (``model_files.model_shape``).
     """
-    params = _vectorizer_params(model, layers, pooling, tokenizer, batch_size, device, dtype, max_length, window_overlap)
+    params = _vectorizer_params(
+        model, layers, pooling, tokenizer, batch_size, device, dtype, max_length, window_overlap
+    )
     features = pooled_dim(_checked_dim(params), pooling)  # errors here, where the input enters, not in a worker
     partitions = _partitions(texts)
     sizes = _partition_lengths(texts, partitions, lengths)
@@ -105,7 +107,7 @@ def embed_tokens(
     max_length: Optional[int] = DEFAULT_MAX_LENGTH,
     window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
-) -> "db.Bag":
+) -> db.Bag:
     """Token vectors of a dask Bag or dask DataFrame Series: a dask Bag of one record per text, in order.
 
     Each record is ``{"tokens": [str, ...], "vectors": float32 array (n_tokens, dim)}``: the
@@ -121,7 +123,7 @@ def embed_tokens(
     return db.from_delayed(embedded) if embedded else db.from_sequence([], npartitions=1)
 
 
-def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
+def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
     """A ``distributed.Client`` for ``scheduler`` and a function that closes it (and the cluster it started).
 
     ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
@@ -134,9 +136,7 @@ def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
     if text == "local" or text.startswith("local:"):  # not localhost:8786
         if not local or int(local[1]) < 1:
             raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
-        cluster = LocalCluster(
-            n_workers=int(local[1]), processes=True, threads_per_worker=1, dashboard_address=":0"
-        )
+        cluster = LocalCluster(n_workers=int(local[1]), processes=True, threads_per_worker=1, dashboard_address=":0")
         client = Client(cluster)
 
         def close() -> None:
@@ -145,9 +145,7 @@ def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
 
         return client, close
     if not SCHEDULER_ADDRESS.fullmatch(text):
-        raise ValueError(
-            f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N"
-        )
+        raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
     try:
         client = Client(text, timeout="20s")
     except (OSError, TimeoutError) as err:
@@ -158,13 +156,13 @@ def connect(scheduler: str) -> Tuple[Any, Callable[[], None]]:
 # -- what runs on the workers ------------------------------------------------------------------
 
 
-def _pooled_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> np.ndarray:
+def _pooled_partition(texts: Any, params: dict[str, Any], cache_dir: Optional[PathLike]) -> np.ndarray:
     """One partition through ``ElmoVectorizer.transform`` (the worker's shared backend)."""
     _worker_backend(params, cache_dir)
     return ElmoVectorizer(**params).transform(_as_list(texts))
 
 
-def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[PathLike]) -> List[Dict[str, Any]]:
+def _token_partition(texts: Any, params: dict[str, Any], cache_dir: Optional[PathLike]) -> list[dict[str, Any]]:
     """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does (``text_rows``), mixed."""
     backend = _worker_backend(params, cache_dir)
     samples = _as_list(texts)
@@ -173,7 +171,7 @@ def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pat
         raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
     rows = token_rows(samples, kind, params["tokenizer"])
     windows = optional_windows(params["max_length"], params["window_overlap"])
-    vectors: Dict[Tokens, np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
+    vectors: dict[Tokens, np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
     embedded = embedded_rows(rows, backend, max_length=windows[0], overlap=windows[1], batch_size=params["batch_size"])
     for tokens, layers in embedded:
         vectors[tokens] = np.ascontiguousarray(mix_layers(layers, params["layers"]), dtype=np.float32)
@@ -181,8 +179,13 @@ def _token_partition(texts: Any, params: Dict[str, Any], cache_dir: Optional[Pat
 
 
 def _sentence_chunk(
-    sentences: List[List[str]], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
-) -> List[np.ndarray]:
+    sentences: list[list[str]],
+    model: str,
+    device: Optional[str],
+    dtype: Optional[str],
+    batch_size: int,
+    fingerprint: str,
+) -> list[np.ndarray]:
     """All layers of token sequences for ``embed_file`` on a worker, checked to come from the client's model."""
     backend = load_bilm(model, device=device, dtype=dtype)
     if backend.fingerprint != fingerprint:
@@ -194,7 +197,7 @@ def _sentence_chunk(
     return [layers for _, layers in embed_segments(backend, enumerate(sentences), batch_size=batch_size)]
 
 
-def _worker_backend(params: Dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
+def _worker_backend(params: dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
     return load_bilm(params["model"], device=params["device"], dtype=params["dtype"], cache_dir=cache_dir)
 
 
@@ -203,7 +206,7 @@ def _worker_backend(params: Dict[str, Any], cache_dir: Optional[PathLike]) -> El
 
 def cluster_chunks(
     client: Any, model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
-) -> Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]:
+) -> Callable[[Iterator[list[list[str]]], Callable[[int], object]], Iterator[list[np.ndarray]]]:
     """``embed_file``'s ``embed_chunks`` on a Dask cluster: each chunk split into tasks, results in order.
 
     A few tasks per worker are in flight at a time (memory stays bounded); ``on_progress`` moves
@@ -214,11 +217,13 @@ def cluster_chunks(
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     ahead = 2 * n_workers  # tasks in flight
 
-    def run(token_chunks: Iterator[List[List[str]]], on_progress: Callable[[int], object]) -> Iterator[List[np.ndarray]]:
+    def run(
+        token_chunks: Iterator[list[list[str]]], on_progress: Callable[[int], object]
+    ) -> Iterator[list[np.ndarray]]:
         finished = as_completed()
-        counted: Dict[str, int] = {}
-        sizes: Dict[str, int] = {}
-        queue: Deque[Tuple[int, List[Any]]] = deque()  # per chunk: its futures in order
+        counted: dict[str, int] = {}
+        sizes: dict[str, int] = {}
+        queue: deque[tuple[int, list[Any]]] = deque()  # per chunk: its futures in order
         in_flight = 0
 
         def wait_for(future: Any) -> None:
@@ -227,10 +232,10 @@ def cluster_chunks(
                 counted[done.key] = 1
                 on_progress(sizes[done.key])
 
-        def head() -> List[np.ndarray]:
+        def head() -> list[np.ndarray]:
             nonlocal in_flight
             _, futures = queue.popleft()
-            out: List[np.ndarray] = []
+            out: list[np.ndarray] = []
             for future in futures:
                 wait_for(future)
                 out.extend(future.result())
@@ -268,24 +273,31 @@ def _vectorizer_params(
     dtype: Optional[str],
     max_length: Optional[int],
     window_overlap: int,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if dtype == AUTO:  # chosen once, here: workers on other CPUs must not each pick their own precision
         dtype = dtype_name(resolve_dtype(dtype, device))
     return dict(
-        model=model, layers=layers, pooling=pooling, tokenizer=tokenizer, batch_size=batch_size,
-        device=device, dtype=dtype, max_length=max_length, window_overlap=window_overlap,
+        model=model,
+        layers=layers,
+        pooling=pooling,
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        max_length=max_length,
+        window_overlap=window_overlap,
     )
 
 
-def _checked_dim(params: Dict[str, Any]) -> int:
+def _checked_dim(params: dict[str, Any]) -> int:
     """The model's output width from its options file (the weights stay unread), every parameter checked against it."""
     n_layers, dim = model_shape(*resolve_model_files(params["model"]))
     ElmoVectorizer(**params).check_settings(n_layers)
     return dim
 
 
-def _partitions(texts: Any) -> List[Any]:
+def _partitions(texts: Any) -> list[Any]:
     """The input's partitions as Delayed objects; ``TypeError`` for anything but a Bag or a Series."""
     import dask.dataframe as dd
 
@@ -301,7 +313,7 @@ def _partitions(texts: Any) -> List[Any]:
     )
 
 
-def _partition_lengths(texts: Any, partitions: List[Any], lengths: Union[bool, Sequence[int]]) -> Optional[List[int]]:
+def _partition_lengths(texts: Any, partitions: list[Any], lengths: Union[bool, Sequence[int]]) -> Optional[list[int]]:
     if lengths is False:
         return None
     if lengths is True:
@@ -312,5 +324,5 @@ def _partition_lengths(texts: Any, partitions: List[Any], lengths: Union[bool, S
     return given
 
 
-def _as_list(texts: Any) -> List[Any]:
+def _as_list(texts: Any) -> list[Any]:
     return list(texts)

@@ -18,6 +18,7 @@ members with absolute paths, ``..`` or links, and archives that would expand bey
 sizes, ``MAX_EXPANSION`` times their own size or the free disk space (archive bombs). With
 ``SPACY_ELMO_OFFLINE=1`` nothing touches the network. Nothing downloaded is ever unpickled.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,11 +30,11 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 from urllib.parse import urlparse
 
-from .bilm.files import OPTIONS, write_json_atomically
 from .bilm import manylangs_files
+from .bilm.files import OPTIONS, write_json_atomically
 from .bilm.weights import WeightFileError
 from .download_checks import ARCHIVE_SUFFIXES, content_problem
 
@@ -67,12 +68,12 @@ def is_offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def is_url(value: Union[str, "os.PathLike[str]"]) -> bool:
+def is_url(value: Union[str, os.PathLike[str]]) -> bool:
     """Whether ``value`` is an http(s) URL (paths, including ``os.PathLike`` ones, are not)."""
     return isinstance(value, str) and urlparse(value).scheme in ("http", "https")
 
 
-def is_archive(value: Union[str, "os.PathLike[str]"]) -> bool:
+def is_archive(value: Union[str, os.PathLike[str]]) -> bool:
     """Whether ``value`` (a path or URL) names a ``.zip`` / ``.tar.gz`` / ``.tgz`` file."""
     text = os.fspath(value)
     name = urlparse(text).path if is_url(text) else text
@@ -149,9 +150,9 @@ def cache_advice(path: Path) -> str:
     return f"; it came from the download cache: delete {folder}{command} to fetch it again"
 
 
-def forget(source: str) -> List[Path]:
+def forget(source: str) -> list[Path]:
     """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked copies."""
-    removed: List[Path] = []
+    removed: list[Path] = []
     if is_url(source):
         folder = _download_target(source).parent
         if folder.is_dir():
@@ -180,13 +181,13 @@ def _record_path(target: Path) -> Path:
     return target.with_name(target.name + ".json")
 
 
-def _part_paths(target: Path) -> Tuple[Path, Path]:
+def _part_paths(target: Path) -> tuple[Path, Path]:
     """The ``.part`` file a transfer streams into, and the ``.part.json`` version (ETag or Last-Modified) it holds."""
     part = target.with_name(target.name + ".part")
     return part, part.with_name(part.name + ".json")
 
 
-def _read_record(record: Path) -> Optional[Dict[str, Any]]:
+def _read_record(record: Path) -> Optional[dict[str, Any]]:
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -249,7 +250,7 @@ def _download(
     write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": name})
 
 
-def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tuple[int, str]:
+def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tuple[int, str]:
     """Stream ``url`` into ``part`` (resuming what is there), returning (size, sha256) of the whole file.
 
     A resume asks for the rest with ``Range`` and ``If-Range`` (the version the ``.part`` holds); a
@@ -274,7 +275,9 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
             if have:
                 headers.update({"Range": f"bytes={have}-", "If-Range": version})
             try:
-                with session.get(url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)) as response:
+                with session.get(
+                    url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)
+                ) as response:
                     if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
                         _discard(part, version_path)
                         continue
@@ -298,8 +301,16 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
                     wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
                     total = start + wire if wire is not None and not encoded else None
                     if bar is None:
-                        bar = tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-                                   desc=PurePosixPath(urlparse(url).path).name, disable=_bar_disabled(progress), leave=False)
+                        bar = tqdm(
+                            total=total,
+                            initial=start,
+                            unit="B",
+                            unit_scale=True,
+                            unit_divisor=1024,
+                            desc=PurePosixPath(urlparse(url).path).name,
+                            disable=_bar_disabled(progress),
+                            leave=False,
+                        )
                     else:
                         bar.reset(total=total)
                         bar.update(start)
@@ -312,15 +323,25 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
                     if wire is not None and received != wire:
                         raise _CutOff(f"got {received:,} of {wire:,} bytes")
                     return got, _sha256_of(part)
-            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError,
-                    requests.exceptions.Timeout, _CutOff) as err:
+            except (
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ConnectionError,
+                requests.exceptions.Timeout,
+                _CutOff,
+            ) as err:
                 got = part.stat().st_size if part.is_file() else 0
                 can_resume = got > 0 and resumable
                 if not can_resume:
                     _discard(part, version_path)
                 if attempt + 1 == _ATTEMPTS or not can_resume:
-                    reason = "could not connect" if got == 0 and isinstance(err, requests.exceptions.ConnectionError) else "the transfer was cut off"
-                    kept = f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
+                    reason = (
+                        "could not connect"
+                        if got == 0 and isinstance(err, requests.exceptions.ConnectionError)
+                        else "the transfer was cut off"
+                    )
+                    kept = (
+                        f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
+                    )
                     raise DownloadError(
                         f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
                     ) from None
@@ -338,7 +359,7 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> Tupl
         session.close()
 
 
-def _resume_point(part: Path, version_path: Path, url: str) -> Tuple[int, str]:
+def _resume_point(part: Path, version_path: Path, url: str) -> tuple[int, str]:
     """``(bytes in the .part, the version they are of)``; ``(0, "")`` when there is no part of a known version."""
     info = _read_record(version_path)
     have = part.stat().st_size if part.is_file() else 0
@@ -461,7 +482,7 @@ def _extract(archive: Path, into: Path, name: str) -> None:
             _write_member(into, member.name, handle, member.size, name)
 
 
-def _check_expansion(members: List[Tuple[str, int]], archive: Path, into: Path, name: str) -> None:
+def _check_expansion(members: list[tuple[str, int]], archive: Path, into: Path, name: str) -> None:
     """Refuse, before writing anything, an archive whose declared sizes add up to a bomb or more than the free space.
 
     The bound is ``MAX_EXPANSION`` times the archive's size (at least ``MIN_EXPANSION_BYTES``): ELMo
@@ -493,6 +514,8 @@ def _free_bytes(folder: Path) -> int:
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
+
+
 def _zip_kind(info: zipfile.ZipInfo) -> str:
     mode = info.external_attr >> 16
     if stat.S_ISLNK(mode):
@@ -532,16 +555,22 @@ def _write_member(into: Path, member: str, source: Any, declared: int, name: str
             for chunk in iter(lambda: source.read(_CHUNK), b""):
                 written += len(chunk)
                 if written > declared:
-                    raise DownloadError(f"{name}: member {member!r} expands beyond its declared {declared:,} bytes; refused")
+                    raise DownloadError(
+                        f"{name}: member {member!r} expands beyond its declared {declared:,} bytes; refused"
+                    )
                 out.write(chunk)
     except OSError as err:
-        raise DownloadError(f"{name}: cannot unpack member {member!r} into {into.parent}: {err.strerror or err}") from None
+        raise DownloadError(
+            f"{name}: cannot unpack member {member!r} into {into.parent}: {err.strerror or err}"
+        ) from None
 
 
 def model_dir_in(directory: Path, name: str) -> Path:
     """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one must)."""
     found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
-    found += sorted(p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent))
+    found += sorted(
+        p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)
+    )
     if len(found) == 1:
         return found[0]
     if not found:

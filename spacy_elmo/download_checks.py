@@ -9,13 +9,14 @@ tar holding exactly one ``options.json`` with an ``.hdf5`` file beside it, or an
 model folder (``config.json``, ``encoder.pkl``, ``token_embedder.pkl``). Other names are not
 checked. Nothing here raises: :func:`content_problem` says what is wrong, in words, or ``None``.
 """
+
 from __future__ import annotations
 
 import json
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import List, Optional
+from typing import Optional
 
 from .bilm import manylangs_files
 from .bilm.files import OPTIONS
@@ -103,7 +104,7 @@ def _archive_problem(path: Path) -> Optional[str]:
     return layout_problem(names)
 
 
-def _member_names(path: Path) -> List[str]:
+def _member_names(path: Path) -> list[str]:
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             return [info.filename for info in archive.infolist() if not info.is_dir()]
@@ -111,7 +112,7 @@ def _member_names(path: Path) -> List[str]:
         return [member.name for member in archive.getmembers() if member.isfile()]
 
 
-def layout_problem(names: List[str]) -> Optional[str]:
+def layout_problem(names: list[str]) -> Optional[str]:
     """What is wrong with an ELMo archive's file members: exactly one options.json, an .hdf5 file beside it
     (or an ELMoForManyLangs model folder: config.json with its torch-saved state files beside it)."""
     paths = [PurePosixPath(name.replace("\\", "/")) for name in names]

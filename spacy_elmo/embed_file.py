@@ -11,6 +11,7 @@ the next run if its process was killed outright. A failed write (no space left, 
 limit) stops the run at once with a :class:`~spacy_elmo.write_guard.WriteFailedError` naming the
 output (:mod:`.write_guard`: HDF5 never sees the error, so it cannot crash on it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,17 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    BinaryIO,
+    Callable,
+    ContextManager,
+    Optional,
+    TypeVar,
+    Union,
+)
 
 import numpy as np
 
@@ -42,14 +52,14 @@ STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allen
 CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask cluster) at a time
 
 PathLike = Union[str, "os.PathLike[str]"]
-Line = Tuple[int, str]  # (0-based line number, text)
+Line = tuple[int, str]  # (0-based line number, text)
 T = TypeVar("T")
 # token chunks in, their activations out in the same order; the callable moves the progress bar by n sentences
-EmbedChunks = Callable[[Iterator[List[List[str]]], Callable[[int], object]], Iterator[List[np.ndarray]]]
+EmbedChunks = Callable[[Iterator[list[list[str]]], Callable[[int], object]], Iterator[list[np.ndarray]]]
 
 
 def embed_file(
-    backend: "ElmoBackend",
+    backend: ElmoBackend,
     input_path: PathLike,
     output_path: PathLike,
     *,
@@ -60,7 +70,7 @@ def embed_file(
     forget_sentences: bool = False,
     progress: bool = False,
     embed_chunks: Optional[EmbedChunks] = None,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
@@ -79,14 +89,19 @@ def embed_file(
     _check_output(output_path)
     split = resolve_tokenizer(tokenizer)
     started = time.perf_counter()
-    sentence_to_index: Dict[str, str] = {}
-    sentence_lines: Dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
+    sentence_to_index: dict[str, str] = {}
+    sentence_lines: dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
-    with _open_input(input_path, output_path) as handle, _written_atomically(output_path) as temporary, \
-            _guarded(temporary, output_path) as guarded:
+    with (
+        _open_input(input_path, output_path) as handle,
+        _written_atomically(output_path) as temporary,
+        _guarded(temporary, output_path) as guarded,
+    ):
         total = _count_lines(handle, source) if progress else None  # the bar's length
         with h5py.File(guarded, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
-            out.attrs.update(model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1)
+            out.attrs.update(
+                model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1
+            )
             lines = ((line, split(line[1])) for line in _lines(handle, source))
             if embed_chunks is None:  # lines come back in order; the bar moves per batch
                 embedded = embed_segments(backend, lines, batch_size=batch_size, on_progress=bar.update)
@@ -125,12 +140,12 @@ def _guarded(temporary: Path, output_path: Path) -> Iterator[GuardedFile]:
 
 
 def _embedded_in_chunks(
-    embed_chunks: EmbedChunks, lines: Iterator[Tuple[Line, List[str]]], on_progress: Callable[[int], object]
-) -> Iterator[Tuple[Line, np.ndarray]]:
+    embed_chunks: EmbedChunks, lines: Iterator[tuple[Line, list[str]]], on_progress: Callable[[int], object]
+) -> Iterator[tuple[Line, np.ndarray]]:
     """``(line, layers)`` in order, from an embedder handed ``CHUNK_LINES`` token lists at a time."""
-    read: Deque[List[Line]] = deque()  # chunks handed out, not yet handed back
+    read: deque[list[Line]] = deque()  # chunks handed out, not yet handed back
 
-    def token_chunks() -> Iterator[List[List[str]]]:
+    def token_chunks() -> Iterator[list[list[str]]]:
         for chunk in _chunks(lines, CHUNK_LINES):
             read.append([line for line, _ in chunk])
             yield [tokens for _, tokens in chunk]
@@ -278,16 +293,18 @@ def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
     return total
 
 
-def _lines(handle: BinaryIO, source: str) -> Iterator[Tuple[int, str]]:
+def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
     """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
     for number, raw in enumerate(handle):
         try:
             yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
         except UnicodeDecodeError as err:
-            raise ValueError(f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+            raise ValueError(
+                f"{source}, line {number + 1}: not valid UTF-8 ({err.reason} at byte {err.start})"
+            ) from None
 
 
-def _chunks(items: Iterator[T], size: int) -> Iterator[List[T]]:
+def _chunks(items: Iterator[T], size: int) -> Iterator[list[T]]:
     """Consecutive lists of ``size`` items (the last one shorter), read lazily."""
     while True:
         chunk = list(itertools.islice(items, size))

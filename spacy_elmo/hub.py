@@ -15,24 +15,26 @@ starts from a zero state for every sentence, so a sentence's vectors do not depe
 As every front end, a sentence longer than ``settings.DEFAULT_MAX_LENGTH`` tokens is embedded as
 overlapping windows (``windows.embed_segments``), a bounded number of tokens per biLM call.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from .backend import ElmoBackend, load_bilm
-from .model_files import PathLike
 from .mix import mix_layers
+from .model_files import PathLike
 from .pooling import PoolSink
 from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .tokenize import split_on_spaces
 from .windows import embed_segments, fold_segments, window_bounds
 
-Outputs = Dict[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
 
 
-def load(model: Optional[PathLike] = "default", **load_bilm_kwargs: Any) -> "HubModule":
+def load(model: Optional[PathLike] = "default", **load_bilm_kwargs: Any) -> HubModule:
     """The TF-Hub-style module for ``model`` (a name, directory, archive or URL, as :func:`load_bilm` takes)."""
     return HubModule(load_bilm(model, **load_bilm_kwargs))
 
@@ -42,7 +44,7 @@ class HubModule:
 
     def __init__(self, backend: ElmoBackend) -> None:
         self.backend = backend
-        self.signatures: Dict[str, Callable[..., Outputs]] = {"default": self.default, "tokens": self.tokens}
+        self.signatures: dict[str, Callable[..., Outputs]] = {"default": self.default, "tokens": self.tokens}
 
     def __call__(self, inputs: Any, signature: str = "default", as_dict: bool = True) -> Union[Outputs, np.ndarray]:
         """TF-Hub 1.x style: ``elmo(strings, signature="default", as_dict=True)``; without ``as_dict`` the ``default`` output."""
@@ -57,13 +59,14 @@ class HubModule:
         """Each string split on spaces (as TF-Hub's ``default`` signature does), then embedded."""
         return self._outputs(_split_sentences(strings))
 
-    def _default_rows(self, sentences: List[List[str]]) -> np.ndarray:
+    def _default_rows(self, sentences: list[list[str]]) -> np.ndarray:
         """The ``default`` output alone, ``(batch, dim)``: each sentence's layers averaged, then its tokens, as it comes.
 
         Memory stays that of one backend call (``windows.fold_segments``), where the full outputs
         pad every sentence to the longest: ``(n_layers + 1, batch, longest, dim)``.
         """
-        def new_sink(shape: Tuple[int, int, int], windows: int) -> PoolSink:
+
+        def new_sink(shape: tuple[int, int, int], windows: int) -> PoolSink:
             return PoolSink(shape, windows, "mean", _average_layers)
 
         rows = np.zeros((len(sentences), self.backend.dim), dtype=np.float32)
@@ -87,7 +90,7 @@ class HubModule:
             sentences.append([str(token) for token in row[:n]])
         return self._outputs(sentences)
 
-    def _outputs(self, sentences: List[List[str]]) -> Outputs:
+    def _outputs(self, sentences: list[list[str]]) -> Outputs:
         backend = self.backend
         embedded = embed_segments(backend, enumerate(sentences), max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
         layers = [array for _, array in embedded]
@@ -102,8 +105,10 @@ class HubModule:
         for k in range(1, backend.n_layers + 1):
             outputs[f"lstm_outputs{k}"] = padded[k]
         outputs["elmo"] = elmo
-        outputs["default"] = np.stack([_default_row(array) for array in layers]) if layers else (
-            np.zeros((0, backend.dim), dtype=np.float32)
+        outputs["default"] = (
+            np.stack([_default_row(array) for array in layers])
+            if layers
+            else (np.zeros((0, backend.dim), dtype=np.float32))
         )  # window by window as _default_rows pools them: the same bits either way
         outputs["sequence_len"] = lengths
         return outputs
@@ -123,7 +128,7 @@ def _average_layers(layers: np.ndarray) -> np.ndarray:
     return mix_layers(layers)
 
 
-def _split_sentences(strings: Sequence[str]) -> List[List[str]]:
+def _split_sentences(strings: Sequence[str]) -> list[list[str]]:
     """Each string split on spaces, as TF-Hub's ``default`` signature does."""
     if isinstance(strings, str):
         raise TypeError("the default signature takes a list of strings (one per sentence), not one string")
@@ -135,6 +140,6 @@ def _split_sentences(strings: Sequence[str]) -> List[List[str]]:
     return sentences
 
 
-def _as_list(values: Any) -> List[Any]:
+def _as_list(values: Any) -> list[Any]:
     """A list from a list, tuple or numpy array (TF users often hold numpy arrays of strings)."""
     return values.tolist() if isinstance(values, np.ndarray) else list(values)

@@ -1,9 +1,10 @@
 """A readable summary of a biLM directory: architecture, size, training corpus and perplexities."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from .bilm import cpu_support, manylangs_files
 from .bilm.weights import parameter_count as _layout_parameter_count
@@ -23,7 +24,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
         return _describe_manylangs(weights_path.parent)
     options = read_options(options_path)
     directory = options_path.parent
-    lines: List[str] = [
+    lines: list[str] = [
         f"model:        {directory}",
         f"weights:      {weights_path.name} ({weights_path.stat().st_size / 1e6:.1f} MB)",
         f"architecture: char CNN {[list(f) for f in options.filters]} (char dim {options.char_embed_dim}, "
@@ -34,8 +35,10 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"parameters:   {parameter_count(options_path):,} (biLM, without the softmax)",
     ]
     support = cpu_support.summary()
-    lines.append(f"this machine: {support['cpu flags']} (ATen {support['aten capability']}); int8 {support['int8']}; "
-                 f"bfloat16 {support['bfloat16']}; float16 {support['float16']}; dtype='auto' -> {support['auto (cpu)']}")
+    lines.append(
+        f"this machine: {support['cpu flags']} (ATen {support['aten capability']}); int8 {support['int8']}; "
+        f"bfloat16 {support['bfloat16']}; float16 {support['float16']}; dtype='auto' -> {support['auto (cpu)']}"
+    )
     metrics_path = directory / METRICS
     if metrics_path.is_file():
         lines += _metrics_lines(json.loads(metrics_path.read_text(encoding="utf-8")))
@@ -49,38 +52,46 @@ def _describe_manylangs(directory: Path) -> str:
     config = manylangs_files.read_config(directory)
     words = f"word embedding {config.word_dim} + " if config.word_dim else "no word embedding, "
     sizes = sum(p.stat().st_size for p in manylangs_files.source_files(directory)) / 1e6
-    return "\n".join([
-        f"model:        {directory} (ELMoForManyLangs format, {sizes:.1f} MB)",
-        f"architecture: {words}char CNN {[list(f) for f in config.filters]} (char dim {config.char_dim}, "
-        f"{config.n_highway} highway) -> {config.n_layers} x biLSTM {config.cell_dim} cells, projection "
-        f"{config.projection_dim}, residual, clipping cell={config.cell_clip} proj={config.proj_clip}",
-        f"output:       {config.n_layers + 1} layers x {2 * config.projection_dim} dims",
-    ])
+    return "\n".join(
+        [
+            f"model:        {directory} (ELMoForManyLangs format, {sizes:.1f} MB)",
+            f"architecture: {words}char CNN {[list(f) for f in config.filters]} (char dim {config.char_dim}, "
+            f"{config.n_highway} highway) -> {config.n_layers} x biLSTM {config.cell_dim} cells, projection "
+            f"{config.projection_dim}, residual, clipping cell={config.cell_clip} proj={config.proj_clip}",
+            f"output:       {config.n_layers + 1} layers x {2 * config.projection_dim} dims",
+        ]
+    )
 
 
 def describe_published(entry: PublishedModel) -> str:
     """Lines of text describing a published model from the table alone (nothing is downloaded)."""
-    params = f"{entry.parameters_m:g}M (biLM, without the softmax)" if entry.parameters_m else "not stated by the publisher"
+    params = (
+        f"{entry.parameters_m:g}M (biLM, without the softmax)" if entry.parameters_m else "not stated by the publisher"
+    )
     size = f"about {entry.approx_mb} MB" if entry.approx_mb else "not stated"
-    return "\n".join([
-        f"model:        {entry.name} (published by {entry.source}; not downloaded)",
-        f"architecture: {entry.architecture}",
-        f"parameters:   {params}",
-        f"files:        {size}, {', '.join(entry.urls)}",
-        f"language:     {entry.language}; licence: {entry.licence}",
-        f"trained on:   {entry.trained_on}",
-        f"download:     spacy-elmo download {entry.name} (then `spacy-elmo info {entry.name}` reads its files)",
-    ])
+    return "\n".join(
+        [
+            f"model:        {entry.name} (published by {entry.source}; not downloaded)",
+            f"architecture: {entry.architecture}",
+            f"parameters:   {params}",
+            f"files:        {size}, {', '.join(entry.urls)}",
+            f"language:     {entry.language}; licence: {entry.licence}",
+            f"trained on:   {entry.trained_on}",
+            f"download:     spacy-elmo download {entry.name} (then `spacy-elmo info {entry.name}` reads its files)",
+        ]
+    )
 
 
-def _metrics_lines(metrics: Dict[str, Any]) -> List[str]:
-    lines: List[str] = []
+def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     corpus = metrics.get("corpus", {})
     files = [Path(s["path"]).name for s in corpus.get("train", [])]
     if files:
         lines.append(f"corpus:       {', '.join(files)} ({corpus.get('words', 0):,} words)")
     if "vocab_size" in metrics:
-        lines.append(f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} parameters")
+        lines.append(
+            f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} parameters"
+        )
     best = metrics.get("best") or {}
     if "valid_ppl_forward" in best:
         lines.append(
@@ -92,7 +103,13 @@ def _metrics_lines(metrics: Dict[str, Any]) -> List[str]:
     if "wall_time_s" in metrics:
         wall, words, runs, previous = metrics["wall_time_s"], metrics.get("words_seen", 0), 1, metrics.get("init_from")
         while previous and previous.get("command"):  # fine-tuned from an earlier run: count the whole history
-            wall, words, runs = wall + (previous.get("wall_time_s") or 0), words + (previous.get("words_seen") or 0), runs + 1
+            wall, words, runs = (
+                wall + (previous.get("wall_time_s") or 0),
+                words + (previous.get("words_seen") or 0),
+                runs + 1,
+            )
             previous = previous.get("init_from")
-        lines.append(f"train time:   {wall / 60:.1f} min wall, {words:,} words seen ({runs} run{'s' if runs > 1 else ''})")
+        lines.append(
+            f"train time:   {wall / 60:.1f} min wall, {words:,} words seen ({runs} run{'s' if runs > 1 else ''})"
+        )
     return lines

@@ -1,7 +1,9 @@
 """Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import numpy as np
 

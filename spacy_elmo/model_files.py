@@ -12,13 +12,14 @@ file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` a
 ``(config.json, encoder.pkl)``; :func:`is_manylangs` recognises such a pair and
 :func:`model_file_map` lists every file of either kind of model.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Optional, Union
 
 from .bilm import manylangs_files
 from .bilm.weights import WeightFileError, read_options
@@ -27,7 +28,8 @@ from .published import PUBLISHED, PublishedModel, published_by_url, published_mo
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401  (the names, spelled in bilm/files.py)
+from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
+
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
 
@@ -53,7 +55,7 @@ def is_remote(model: Optional[PathLike]) -> bool:
 
 def resolve_model_files(
     model: Optional[PathLike] = "default", options: Optional[PathLike] = None, weights: Optional[PathLike] = None
-) -> Tuple[Path, Path]:
+) -> tuple[Path, Path]:
     """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (see the module docstring)."""
     if options is not None or weights is not None:
         if options is None or weights is None:
@@ -96,7 +98,7 @@ def resolve_model_files(
     return _in_directory(path)
 
 
-def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
+def published_files(entry: PublishedModel) -> tuple[Path, Path]:
     """The cached options and weights of a published model (or its unpacked archive's), downloaded first if needed."""
     what = f"model '{entry.name}'"
     if entry.archive_url is not None:
@@ -108,7 +110,7 @@ def published_files(entry: PublishedModel) -> Tuple[Path, Path]:
     return options.resolve(), weights.resolve()
 
 
-def forget_cached(model: PathLike) -> List[Path]:
+def forget_cached(model: PathLike) -> list[Path]:
     """Remove what the download cache holds of ``model`` (a published name, URL or archive path); returns what went.
 
     The next use downloads (or unpacks) it again: what ``spacy-elmo download --force`` does.
@@ -146,14 +148,14 @@ def is_manylangs(options_path: Path, weights_path: Path) -> bool:
     )
 
 
-def model_file_map(options_path: Path, weights_path: Path) -> Dict[str, Path]:
+def model_file_map(options_path: Path, weights_path: Path) -> dict[str, Path]:
     """Every file of the model a resolved pair names, by the name it must have in a copy of the model's folder."""
     if is_manylangs(options_path, weights_path):
         return manylangs_files.model_files(weights_path.parent)
     return {OPTIONS: options_path, WEIGHTS: weights_path}
 
 
-def model_shape(options_path: Path, weights_path: Path) -> Tuple[int, int]:
+def model_shape(options_path: Path, weights_path: Path) -> tuple[int, int]:
     """``(n_layers, dim)`` of a resolved pair, read from its options (or ELMoForManyLangs config) alone, weights unread.
 
     ``dim`` is the width of every output layer (``2 * projection_dim``), as ``ElmoBackend.dim``;
@@ -166,7 +168,7 @@ def model_shape(options_path: Path, weights_path: Path) -> Tuple[int, int]:
     return options.n_layers, options.output_dim
 
 
-def _in_directory(directory: Path) -> Tuple[Path, Path]:
+def _in_directory(directory: Path) -> tuple[Path, Path]:
     if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
         return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
     options_path = directory / OPTIONS

@@ -1,7 +1,8 @@
 """Pool token vectors into one fixed-size vector; shared by the spaCy and scikit-learn front ends."""
+
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -14,7 +15,7 @@ def check_pooling(pooling: str) -> str:
     return pooling
 
 
-def pooling_parts(pooling: str) -> List[str]:
+def pooling_parts(pooling: str) -> list[str]:
     """The pooled blocks in output order, e.g. ``["mean", "max"]`` for ``"mean+max"``."""
     return check_pooling(pooling).split("+")
 
@@ -44,7 +45,7 @@ class PoolSink:
     """
 
     def __init__(
-        self, shape: Tuple[int, int, int], windows: int, pooling: str, to_vectors: Callable[[np.ndarray], np.ndarray]
+        self, shape: tuple[int, int, int], windows: int, pooling: str, to_vectors: Callable[[np.ndarray], np.ndarray]
     ) -> None:
         self.parts = pooling_parts(pooling)
         self.pooling = pooling
@@ -74,5 +75,7 @@ class PoolSink:
             return self.row
         if self.count == 0 or self.total is None or self.maximum is None:
             return np.zeros(self.dim * len(self.parts), dtype=np.float32)
-        blocks = [(self.total / self.count).astype(np.float32) if part == "mean" else self.maximum for part in self.parts]
+        blocks = [
+            (self.total / self.count).astype(np.float32) if part == "mean" else self.maximum for part in self.parts
+        ]
         return np.concatenate(blocks).astype(np.float32, copy=False)

@@ -12,10 +12,11 @@ hyperparameters of Peters et al. 2018, with a word embedding beside the char CNN
 million words of the CoNLL 2018 shared task's raw text (Wikipedia + Common Crawl) per language.
 No licence is stated with the models (the repository's code is under MIT).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 _S3 = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 
@@ -39,14 +40,16 @@ class PublishedModel:
     licence: str = "not stated"
 
     @property
-    def urls(self) -> Tuple[str, ...]:
+    def urls(self) -> tuple[str, ...]:
         """The files to fetch: the archive, or the options and weights files."""
         if self.archive_url is not None:
             return (self.archive_url,)
         return tuple(url for url in (self.options_url, self.weights_url) if url is not None)
 
 
-def _allennlp(name: str, folder: str, parameters_m: float, approx_mb: int, architecture: str, trained_on: str) -> PublishedModel:
+def _allennlp(
+    name: str, folder: str, parameters_m: float, approx_mb: int, architecture: str, trained_on: str
+) -> PublishedModel:
     return PublishedModel(
         name=name,
         options_url=f"{_S3}/{folder}/elmo_{folder}_options.json",
@@ -59,7 +62,9 @@ def _allennlp(name: str, folder: str, parameters_m: float, approx_mb: int, archi
     )
 
 
-def _contributed(name: str, options_url: str, weights_url: str, trained_on: str, source: str, language: str) -> PublishedModel:
+def _contributed(
+    name: str, options_url: str, weights_url: str, trained_on: str, source: str, language: str
+) -> PublishedModel:
     """A contributed model whose publisher states no architecture or size (its options.json says)."""
     return PublishedModel(
         name=name,
@@ -76,14 +81,38 @@ def _contributed(name: str, options_url: str, weights_url: str, trained_on: str,
 
 _1B_WORDS = "1B Word Benchmark (WMT 2011 news, 800M tokens)"
 
-PUBLISHED: Dict[str, PublishedModel] = {
+PUBLISHED: dict[str, PublishedModel] = {
     model.name: model
     for model in (
-        _allennlp("small", "2x1024_128_2048cnn_1xhighway", 13.6, 55, "2 x 1024 cells / 128 proj, 2048 filters, 1 highway", _1B_WORDS),
-        _allennlp("medium", "2x2048_256_2048cnn_1xhighway", 28.0, 112, "2 x 2048 cells / 256 proj, 2048 filters, 1 highway", _1B_WORDS),
-        _allennlp("original", "2x4096_512_2048cnn_2xhighway", 93.6, 375, "2 x 4096 cells / 512 proj, 2048 filters, 2 highway", _1B_WORDS),
         _allennlp(
-            "original-5.5B", "2x4096_512_2048cnn_2xhighway_5.5B", 93.6, 375,
+            "small",
+            "2x1024_128_2048cnn_1xhighway",
+            13.6,
+            55,
+            "2 x 1024 cells / 128 proj, 2048 filters, 1 highway",
+            _1B_WORDS,
+        ),
+        _allennlp(
+            "medium",
+            "2x2048_256_2048cnn_1xhighway",
+            28.0,
+            112,
+            "2 x 2048 cells / 256 proj, 2048 filters, 1 highway",
+            _1B_WORDS,
+        ),
+        _allennlp(
+            "original",
+            "2x4096_512_2048cnn_2xhighway",
+            93.6,
+            375,
+            "2 x 4096 cells / 512 proj, 2048 filters, 2 highway",
+            _1B_WORDS,
+        ),
+        _allennlp(
+            "original-5.5B",
+            "2x4096_512_2048cnn_2xhighway_5.5B",
+            93.6,
+            375,
             "2 x 4096 cells / 512 proj, 2048 filters, 2 highway",
             "Wikipedia + WMT 2008-12 news (5.5B tokens)",
         ),
@@ -98,16 +127,28 @@ PUBLISHED: Dict[str, PublishedModel] = {
             source="contributed: Matthew Peters",
         ),
         _contributed(
-            "pt-wikipedia", f"{_S3}/contributed/pt/wikipedia/options.json",
-            f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5", "Portuguese Wikipedia", "contributed: UFG (Brazil)", "Portuguese",
+            "pt-wikipedia",
+            f"{_S3}/contributed/pt/wikipedia/options.json",
+            f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5",
+            "Portuguese Wikipedia",
+            "contributed: UFG (Brazil)",
+            "Portuguese",
         ),
         _contributed(
-            "pt-brwac", f"{_S3}/contributed/pt/brwac/options.json",
-            f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5", "Portuguese brWaC web corpus", "contributed: UFG (Brazil)", "Portuguese",
+            "pt-brwac",
+            f"{_S3}/contributed/pt/brwac/options.json",
+            f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5",
+            "Portuguese brWaC web corpus",
+            "contributed: UFG (Brazil)",
+            "Portuguese",
         ),
         _contributed(
-            "ja", "https://exawizardsallenlp.blob.core.windows.net/data/options.json",
-            "https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5", "Japanese", "contributed: ExaWizards", "Japanese",
+            "ja",
+            "https://exawizardsallenlp.blob.core.windows.net/data/options.json",
+            "https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5",
+            "Japanese",
+            "contributed: ExaWizards",
+            "Japanese",
         ),
     )
 }
@@ -115,17 +156,50 @@ PUBLISHED: Dict[str, PublishedModel] = {
 
 # ELMoForManyLangs' languages: (ISO 639 code, language, NLPL repository 1.1 entry), from its README's table
 _MANYLANGS = (
-    ("ar", "Arabic", 136), ("bg", "Bulgarian", 137), ("ca", "Catalan", 138), ("cs", "Czech", 139),
-    ("cu", "Old Church Slavonic", 140), ("da", "Danish", 141), ("de", "German", 142), ("el", "Greek", 143),
-    ("en", "English", 144), ("es", "Spanish", 145), ("et", "Estonian", 146), ("eu", "Basque", 147),
-    ("fa", "Persian", 148), ("fi", "Finnish", 149), ("fr", "French", 150), ("ga", "Irish", 151),
-    ("gl", "Galician", 152), ("grc", "Ancient Greek", 153), ("he", "Hebrew", 154), ("hi", "Hindi", 155),
-    ("hr", "Croatian", 156), ("hu", "Hungarian", 157), ("id", "Indonesian", 158), ("it", "Italian", 159),
-    ("ja", "Japanese", 160), ("ko", "Korean", 161), ("la", "Latin", 162), ("lv", "Latvian", 163),
-    ("nl", "Dutch", 164), ("nb", "Norwegian Bokmål", 165), ("nn", "Norwegian Nynorsk", 166), ("pl", "Polish", 167),
-    ("pt", "Portuguese", 168), ("ro", "Romanian", 169), ("ru", "Russian", 170), ("sk", "Slovak", 171),
-    ("sl", "Slovene", 172), ("sv", "Swedish", 173), ("tr", "Turkish", 174), ("ug", "Uyghur", 175),
-    ("uk", "Ukrainian", 176), ("ur", "Urdu", 177), ("vi", "Vietnamese", 178), ("zh", "Chinese", 179),
+    ("ar", "Arabic", 136),
+    ("bg", "Bulgarian", 137),
+    ("ca", "Catalan", 138),
+    ("cs", "Czech", 139),
+    ("cu", "Old Church Slavonic", 140),
+    ("da", "Danish", 141),
+    ("de", "German", 142),
+    ("el", "Greek", 143),
+    ("en", "English", 144),
+    ("es", "Spanish", 145),
+    ("et", "Estonian", 146),
+    ("eu", "Basque", 147),
+    ("fa", "Persian", 148),
+    ("fi", "Finnish", 149),
+    ("fr", "French", 150),
+    ("ga", "Irish", 151),
+    ("gl", "Galician", 152),
+    ("grc", "Ancient Greek", 153),
+    ("he", "Hebrew", 154),
+    ("hi", "Hindi", 155),
+    ("hr", "Croatian", 156),
+    ("hu", "Hungarian", 157),
+    ("id", "Indonesian", 158),
+    ("it", "Italian", 159),
+    ("ja", "Japanese", 160),
+    ("ko", "Korean", 161),
+    ("la", "Latin", 162),
+    ("lv", "Latvian", 163),
+    ("nl", "Dutch", 164),
+    ("nb", "Norwegian Bokmål", 165),
+    ("nn", "Norwegian Nynorsk", 166),
+    ("pl", "Polish", 167),
+    ("pt", "Portuguese", 168),
+    ("ro", "Romanian", 169),
+    ("ru", "Russian", 170),
+    ("sk", "Slovak", 171),
+    ("sl", "Slovene", 172),
+    ("sv", "Swedish", 173),
+    ("tr", "Turkish", 174),
+    ("ug", "Uyghur", 175),
+    ("uk", "Ukrainian", 176),
+    ("ur", "Urdu", 177),
+    ("vi", "Vietnamese", 178),
+    ("zh", "Chinese", 179),
 )
 
 

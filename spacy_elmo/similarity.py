@@ -3,11 +3,12 @@
 Layer 0 (the char CNN) sees only the word itself, so its cosine is 1.0; the LSTM layers see the
 sentence, so a word used in two senses ("bank" of a river, of money) drifts apart there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,9 @@ class WordSimilarity:
     """Cosines of ``word`` between two sentences, per layer and for the equal-weight mix, and all token pairs."""
 
     word: str
-    tokens: Tuple[List[str], List[str]]
-    positions: Tuple[int, int]
-    layers: List[Tuple[str, float]]  # (label, cosine) per layer, then the mix
+    tokens: tuple[list[str], list[str]]
+    positions: tuple[int, int]
+    layers: list[tuple[str, float]]  # (label, cosine) per layer, then the mix
     token_matrix: np.ndarray  # (len(a), len(b)) cosines of the mixed vectors
 
     def table(self) -> str:
@@ -59,15 +60,19 @@ def word_similarity(backend: ElmoBackend, sentence_a: str, sentence_b: str, word
     return WordSimilarity(word, tokens, positions, rows, matrix)
 
 
-def _position(tokens: List[str], word: str, name: str) -> int:
-    for match in (lambda t: t == word, lambda t: t.lower() == word.lower(), lambda t: t.strip(".,;:!?\"'()").lower() == word.lower()):
+def _position(tokens: list[str], word: str, name: str) -> int:
+    for match in (
+        lambda t: t == word,
+        lambda t: t.lower() == word.lower(),
+        lambda t: t.strip(".,;:!?\"'()").lower() == word.lower(),
+    ):
         found = [i for i, token in enumerate(tokens) if match(token)]
         if found:
             return found[0]
     raise ValueError(f"sentence {name} has no token {word!r} (tokens: {tokens})")
 
 
-def new_figure(**subplots: Any) -> Tuple[Any, Any]:
+def new_figure(**subplots: Any) -> tuple[Any, Any]:
     """A matplotlib ``Figure`` and its axes (``subplots`` as ``Figure.subplots`` takes them), or an ImportError
     saying which extra to install.
 
@@ -108,7 +113,7 @@ def plot(result: WordSimilarity, path: Path) -> None:
     figure.savefig(path, dpi=120)
 
 
-def plot_mixes(mixes: Dict[str, Tuple[List[float], float]], path: Path, title: str = "") -> None:
+def plot_mixes(mixes: dict[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
     """Bars of each component's learned layer weights (softmax(s)), gamma in its legend label."""
     figure, axes = new_figure(figsize=(7, 4))
     n_layers = max(len(weights) for weights, _ in mixes.values())

@@ -1,8 +1,10 @@
 """scikit-learn transformer: one pooled ELMo vector per text, token list or spaCy ``Doc``."""
+
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from collections.abc import Iterator
+from typing import Any, Optional, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -11,15 +13,14 @@ from spacy.tokens import Doc
 from .backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
 from .mix import LayerSpec, layer_weights, mix_layers
 from .pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
-from .spacy.extensions import fresh_layers
 from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .spacy.extensions import fresh_layers
 from .text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .validation import positive_int
 from .windows import optional_windows
 
 FEATURE_PREFIX = "elmo"
-
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):
@@ -81,7 +82,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        model: Union[str, "os.PathLike[str]"] = "default",
+        model: Union[str, os.PathLike[str]] = "default",
         layers: LayerSpec = "average",
         pooling: str = "mean",
         batch_size: Optional[int] = None,
@@ -105,7 +106,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     # -- scikit-learn API ------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> "ElmoVectorizer":
+    def fit(self, X: Any, y: Any = None) -> ElmoVectorizer:
         """Check the parameters and the input, load the backend; nothing is learned."""
         self._fit(_as_samples(X))
         return self
@@ -134,12 +135,12 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         tags.requires_fit = False
         return tags
 
-    def _more_tags(self) -> Dict[str, Any]:  # scikit-learn < 1.6
+    def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
         return {"X_types": ["string"], "requires_fit": False, "stateless": True}
 
     # -- internals -------------------------------------------------------------------------
 
-    def _fit(self, samples: List[Any]) -> ElmoBackend:
+    def _fit(self, samples: list[Any]) -> ElmoBackend:
         backend = self._check_params()
         sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
@@ -171,11 +172,11 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             resolve_dtype(self.dtype, resolve_device(self.device))  # what load_bilm would refuse, named here
             layer_weights(self.layers, n_layers + 1)
 
-    def _windows(self) -> Tuple[Optional[int], int]:
+    def _windows(self) -> tuple[Optional[int], int]:
         """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
         return optional_windows(self.max_length, self.window_overlap)
 
-    def _transform(self, samples: List[Any], backend: ElmoBackend) -> np.ndarray:
+    def _transform(self, samples: list[Any], backend: ElmoBackend) -> np.ndarray:
         kind = sample_kind(samples)
         out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
         if kind == "doc":
@@ -194,15 +195,21 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
         return out
 
-    def _pooled(self, pending: Rows, backend: ElmoBackend) -> Iterator[Tuple[Tokens, np.ndarray]]:
+    def _pooled(self, pending: Rows, backend: ElmoBackend) -> Iterator[tuple[Tokens, np.ndarray]]:
         """The mixed, pooled row of each unique non-empty token sequence, folded window by window (never stitched)."""
 
-        def new_sink(shape: Tuple[int, int, int], windows: int) -> PoolSink:
+        def new_sink(shape: tuple[int, int, int], windows: int) -> PoolSink:
             return PoolSink(shape, windows, self.pooling, lambda layers: mix_layers(layers, self.layers))
 
         max_length, overlap = self._windows()
         return pooled_rows(
-            pending, backend, new_sink, max_length=max_length, overlap=overlap, batch_size=self.batch_size, verbose=self.verbose
+            pending,
+            backend,
+            new_sink,
+            max_length=max_length,
+            overlap=overlap,
+            batch_size=self.batch_size,
+            verbose=self.verbose,
         )
 
     def _pool(self, activations: np.ndarray) -> np.ndarray:
@@ -211,7 +218,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
 # -- input handling --------------------------------------------------------------------------
 
-def _as_samples(X: Any) -> List[Any]:
+
+def _as_samples(X: Any) -> list[Any]:
     """One column of samples as a list: a list/tuple/iterable, 1-D array, Series, or one-column table."""
     if X is None or isinstance(X, (str, bytes, Doc, dict)):
         raise TypeError(

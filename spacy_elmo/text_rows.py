@@ -10,8 +10,9 @@ sequences then go through ``windows.embed_segments`` (or ``fold_segments``), lon
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
 from spacy.tokens import Doc
@@ -20,8 +21,8 @@ from tqdm import tqdm
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .windows import Embedder, Sink, embed_segments, fold_segments
 
-Tokens = Tuple[str, ...]
-Rows = Dict[Tokens, List[int]]  # unique token sequence -> the rows (sample indices) that hold it
+Tokens = tuple[str, ...]
+Rows = dict[Tokens, list[int]]  # unique token sequence -> the rows (sample indices) that hold it
 T = TypeVar("T")
 
 TEXT, TOKENS, DOC = "text", "tokens", "doc"
@@ -60,7 +61,7 @@ def token_rows(samples: Sequence[Any], kind: str, tokenizer: TokenizerSpec = Non
     pending: Rows = {}
     if kind == TEXT:
         split = resolve_tokenizer(tokenizer)
-        tokenized: Dict[str, Tokens] = {}
+        tokenized: dict[str, Tokens] = {}
         for i, text in enumerate(samples):
             text = str(text)  # numpy.str_ -> str, which spaCy's tokenizer requires
             if text not in tokenized:
@@ -72,9 +73,9 @@ def token_rows(samples: Sequence[Any], kind: str, tokenizer: TokenizerSpec = Non
     return pending
 
 
-def row_tokens(rows: Rows, n_samples: int) -> List[Tokens]:
+def row_tokens(rows: Rows, n_samples: int) -> list[Tokens]:
     """The token sequence of each of ``n_samples`` rows, in row order (the inverse of :func:`token_rows`)."""
-    sequences: List[Tokens] = [()] * n_samples
+    sequences: list[Tokens] = [()] * n_samples
     for tokens, where in rows.items():
         for i in where:
             sequences[i] = tokens
@@ -89,7 +90,7 @@ def embedded_rows(
     overlap: int,
     batch_size: Optional[int] = None,
     verbose: Union[bool, int] = 0,
-) -> Iterator[Tuple[Tokens, np.ndarray]]:
+) -> Iterator[tuple[Tokens, np.ndarray]]:
     """All layers of each unique non-empty token sequence, embedded once, longest first (``windows.embed_segments``)."""
     return folded_rows(
         rows, backend, embed_segments, max_length=max_length, overlap=overlap, batch_size=batch_size, verbose=verbose
@@ -99,13 +100,13 @@ def embedded_rows(
 def pooled_rows(
     rows: Union[Rows, Iterable[Tokens]],
     backend: Embedder,
-    new_sink: Callable[[Tuple[int, int, int], int], Sink[T]],
+    new_sink: Callable[[tuple[int, int, int], int], Sink[T]],
     *,
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
     verbose: Union[bool, int] = 0,
-) -> Iterator[Tuple[Tokens, T]]:
+) -> Iterator[tuple[Tokens, T]]:
     """Each unique non-empty token sequence folded window by window into ``new_sink`` (``windows.fold_segments``)."""
     embed = partial(fold_segments, new_sink=new_sink)
     return folded_rows(
@@ -116,13 +117,13 @@ def pooled_rows(
 def folded_rows(
     rows: Union[Rows, Iterable[Tokens]],
     backend: Embedder,
-    embed: Callable[..., Iterator[Tuple[Tokens, T]]],
+    embed: Callable[..., Iterator[tuple[Tokens, T]]],
     *,
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
     verbose: Union[bool, int] = 0,
-) -> Iterator[Tuple[Tokens, T]]:
+) -> Iterator[tuple[Tokens, T]]:
     """``embed``'s result for each unique non-empty token sequence, longest first, with a tqdm bar when ``verbose``.
 
     ``embed`` is ``windows.embed_segments`` or ``fold_segments`` (with its sink bound); it gets

@@ -4,12 +4,14 @@ ELMo never saw whitespace: a token that is empty or whitespace only (spaCy's ``"
 ``"\\n"`` SPACE tokens) is never fed to the biLM and gets zero vectors where a front end keeps
 a row for it.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, List, Optional, Union, overload
+from collections.abc import Iterable
+from typing import Any, Callable, Optional, Union, overload
 
-Tokenizer = Callable[[str], List[str]]
+Tokenizer = Callable[[str], list[str]]
 TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]
 
 WHITESPACE = "whitespace"  # the text is already tokenized: str.split
@@ -17,7 +19,7 @@ SPACY = "spacy"  # spaCy's English rules (the default)
 DEFAULT_LANGUAGE = "en"
 
 
-def split_on_spaces(text: str) -> List[str]:
+def split_on_spaces(text: str) -> list[str]:
     """Tokens as TF-Hub's ``default`` signature makes them: split on spaces (only), empty pieces dropped."""
     return [token for token in text.split(" ") if token]
 
@@ -53,10 +55,12 @@ def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[An
         return spacy_tokenizer(DEFAULT_LANGUAGE)
     if isinstance(spec, str):
         return spacy_tokenizer(spec)
-    raise TypeError(f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable")
+    raise TypeError(
+        f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable"
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spacy_tokenizer(lang: str) -> Tokenizer:
     """Token strings of a blank spaCy pipeline's tokenizer for ``lang``, whitespace tokens left out (built once per process)."""
     import spacy

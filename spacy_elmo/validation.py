@@ -1,4 +1,5 @@
 """Checks of user-given settings shared by the front ends and the backend (one copy of each)."""
+
 from __future__ import annotations
 
 import numbers

@@ -12,10 +12,12 @@ What a segment is stays with the front end: the tokens of a sentence of a doc (t
 supplies their positions), a text, a line of a file. :func:`length_batches` groups sequences
 by length inside the backend and for training.
 """
+
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Deque, Generic, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Callable, Generic, Optional, Protocol, TypeVar
 
 import numpy as np
 
@@ -42,17 +44,17 @@ class Embedder(Protocol):
         *,
         batch_size: Optional[int] = None,
         on_progress: Optional[Callable[[int], object]] = None,
-    ) -> List[np.ndarray]: ...
+    ) -> list[np.ndarray]: ...
 
 
-def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int, int, int]]:
+def window_bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int, int, int]]:
     """``(start, end, keep_start, keep_end)`` windows covering ``range(n)``; keeps tile it exactly once."""
     max_length, overlap = check_window_config(max_length, overlap)
     if n <= max_length:
         return [(0, n, 0, n)] if n else []
     step = max_length - overlap
     starts = list(range(0, n - max_length, step)) + [n - max_length]
-    bounds: List[Tuple[int, int, int, int]] = []
+    bounds: list[tuple[int, int, int, int]] = []
     for k, start in enumerate(starts):
         end = start + max_length
         keep_start = 0 if k == 0 else bounds[-1][3]
@@ -65,15 +67,17 @@ def window_bounds(n: int, max_length: int, overlap: int) -> List[Tuple[int, int,
     return bounds
 
 
-def check_window_config(max_length: int, overlap: int) -> Tuple[int, int]:
+def check_window_config(max_length: int, overlap: int) -> tuple[int, int]:
     """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and ``0 <= overlap < max_length``."""
     max_length = positive_int(max_length, "max_length")
     if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
-        raise ValueError(f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})")
+        raise ValueError(
+            f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})"
+        )
     return max_length, int(overlap)
 
 
-def optional_windows(max_length: Optional[int], overlap: int) -> Tuple[Optional[int], int]:
+def optional_windows(max_length: Optional[int], overlap: int) -> tuple[Optional[int], int]:
     """``(max_length, overlap)`` checked as :func:`check_window_config` does; ``max_length=None`` means no windows."""
     if max_length is None:
         return None, overlap
@@ -95,7 +99,7 @@ class _Stitched:
 
     __slots__ = ("layers", "shape")
 
-    def __init__(self, shape: Tuple[int, int, int], windows: int) -> None:
+    def __init__(self, shape: tuple[int, int, int], windows: int) -> None:
         self.shape = shape
         self.layers: Optional[np.ndarray] = np.empty(shape, dtype=np.float32) if windows > 1 else None
 
@@ -123,14 +127,14 @@ class _Open(Generic[Key, Out]):
 
 def embed_segments(
     backend: Embedder,
-    segments: Iterable[Tuple[Key, Sequence[str]]],
+    segments: Iterable[tuple[Key, Sequence[str]]],
     *,
     max_length: Optional[int] = None,
     overlap: int = 0,
     max_tokens: int = MAX_TOKENS_PER_CALL,
     batch_size: Optional[int] = None,
     on_progress: Optional[Callable[[int], object]] = None,
-) -> Iterator[Tuple[Key, np.ndarray]]:
+) -> Iterator[tuple[Key, np.ndarray]]:
     """``(key, layers)`` for each ``(key, tokens)`` of ``segments``, in order, as soon as its windows are embedded.
 
     backend (Embedder): the biLM, e.g. from :func:`spacy_elmo.load_bilm`.
@@ -148,22 +152,28 @@ def embed_segments(
     sentences are batched together.
     """
     return fold_segments(
-        backend, segments, _Stitched, max_length=max_length, overlap=overlap, max_tokens=max_tokens,
-        batch_size=batch_size, on_progress=on_progress,
+        backend,
+        segments,
+        _Stitched,
+        max_length=max_length,
+        overlap=overlap,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        on_progress=on_progress,
     )
 
 
 def fold_segments(
     backend: Embedder,
-    segments: Iterable[Tuple[Key, Sequence[str]]],
-    new_sink: Callable[[Tuple[int, int, int], int], Sink[Out]],
+    segments: Iterable[tuple[Key, Sequence[str]]],
+    new_sink: Callable[[tuple[int, int, int], int], Sink[Out]],
     *,
     max_length: Optional[int] = None,
     overlap: int = 0,
     max_tokens: int = MAX_TOKENS_PER_CALL,
     batch_size: Optional[int] = None,
     on_progress: Optional[Callable[[int], object]] = None,
-) -> Iterator[Tuple[Key, Out]]:
+) -> Iterator[tuple[Key, Out]]:
     """As :func:`embed_segments`, but each segment's windows go into ``new_sink(shape, n_windows)``; yields its result.
 
     A front end that needs only a pooled row per segment folds each window into it as it comes
@@ -173,8 +183,8 @@ def fold_segments(
     if max_length is not None:
         max_length, overlap = check_window_config(max_length, overlap)
     max_tokens = positive_int(max_tokens, "max_tokens")
-    waiting: Deque[_Open[Key, Out]] = deque()  # segments not yet handed back, in input order
-    windows: List[_Window] = []
+    waiting: deque[_Open[Key, Out]] = deque()  # segments not yet handed back, in input order
+    windows: list[_Window] = []
     size = 0
     for key, tokens in segments:
         n = len(tokens)
@@ -194,12 +204,12 @@ def fold_segments(
     yield from _finished(waiting)
 
 
-_Window = Tuple[_Open, Sequence[str], int, int, int]  # (segment, tokens, start, keep_start, keep_end)
+_Window = tuple[_Open, Sequence[str], int, int, int]  # (segment, tokens, start, keep_start, keep_end)
 
 
 def _embed_windows(
     backend: Embedder,
-    windows: List[_Window],
+    windows: list[_Window],
     batch_size: Optional[int],
     on_progress: Optional[Callable[[int], object]],
 ) -> None:
@@ -211,14 +221,14 @@ def _embed_windows(
         segment.windows_left -= 1
 
 
-def _finished(waiting: Deque[_Open[Key, Out]]) -> Iterator[Tuple[Key, Out]]:
+def _finished(waiting: deque[_Open[Key, Out]]) -> Iterator[tuple[Key, Out]]:
     """Hand back the leading segments whose windows are all embedded (the order stays the input's)."""
     while waiting and waiting[0].windows_left == 0:
         segment = waiting.popleft()
         yield segment.key, segment.sink.result()
 
 
-def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget: int) -> List[List[int]]:
+def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget: int) -> list[list[int]]:
     """Indices of the non-empty items, longest first (ties in input order), grouped so that rows x longest <= budget.
 
     lengths (sequence of int): each item's cost in padded positions (the training batches count the
@@ -230,11 +240,13 @@ def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget
     (``train.batching.bucket_batches``) both batch this way.
     """
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
-    batches: List[List[int]] = []
-    current: List[int] = []
+    batches: list[list[int]] = []
+    current: list[int] = []
     for i in order:
         longest = lengths[current[0]] if current else lengths[i]
-        if current and ((max_rows is not None and len(current) >= max_rows) or (len(current) + 1) * longest > token_budget):
+        if current and (
+            (max_rows is not None and len(current) >= max_rows) or (len(current) + 1) * longest > token_budget
+        ):
             batches.append(current)
             current = []
         current.append(i)

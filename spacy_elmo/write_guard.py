@@ -8,6 +8,7 @@ write is remembered, it and every later write are dropped, and :meth:`GuardedFil
 :class:`WriteFailedError` naming the path. The writer calls ``check`` after each dataset and
 after closing, then deletes the (incomplete) file.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,9 +27,13 @@ class WriteFailedError(OSError):
 class GuardedFile:
     """``path`` opened for writing, with the methods h5py's ``fileobj`` driver calls; write errors are held back."""
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], shown_as: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+    def __init__(
+        self, path: Union[str, os.PathLike[str]], shown_as: Optional[Union[str, os.PathLike[str]]] = None
+    ) -> None:
         self.path = Path(path)
-        self.shown_as = Path(shown_as) if shown_as is not None else self.path  # the name in the error (the output, not a temporary)
+        self.shown_as = (
+            Path(shown_as) if shown_as is not None else self.path
+        )  # the name in the error (the output, not a temporary)
         self._file = open(self.path, "w+b", buffering=0)  # unbuffered: a write fails where it happens
         self._error: Optional[OSError] = None
 
@@ -43,14 +48,16 @@ class GuardedFile:
             return
         reason = self._error.strerror or str(self._error)
         number = self._error.errno or errno.EIO
-        raise WriteFailedError(number, f"cannot write {self.shown_as}: {reason.lower()} (errno {errno.errorcode.get(number, number)})")
+        raise WriteFailedError(
+            number, f"cannot write {self.shown_as}: {reason.lower()} (errno {errno.errorcode.get(number, number)})"
+        )
 
     # -- what h5py's fileobj driver needs ---------------------------------------------------------
 
     def read(self, size: int = -1) -> bytes:
         return self._file.read(size)
 
-    def readinto(self, buffer: "bytearray | memoryview") -> int:
+    def readinto(self, buffer: bytearray | memoryview) -> int:
         return self._file.readinto(buffer) or 0
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -59,7 +66,7 @@ class GuardedFile:
     def tell(self) -> int:
         return self._file.tell()
 
-    def write(self, data: "bytes | memoryview") -> int:
+    def write(self, data: bytes | memoryview) -> int:
         view = memoryview(data).cast("B")
         start = self._file.tell()
         if self._error is None:

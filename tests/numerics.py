@@ -25,6 +25,7 @@ random weights: the inference path also computes tanh as 2 sigmoid(2x) - 1 (1e-7
 published and fixture weights agree with the AllenNLP reference to 1e-6 (tests/test_parity.py,
 which keeps its own fixed tolerance).
 """
+
 from typing import Any
 
 import numpy as np

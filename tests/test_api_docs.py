@@ -1,4 +1,5 @@
 """docs/api.md documents every public name (regenerate it with `python docs/make_api.py`)."""
+
 import importlib
 import inspect
 from pathlib import Path

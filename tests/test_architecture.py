@@ -1,14 +1,15 @@
 """The rules of ARCHITECTURE.md that a machine can check: no import circles, bilm/ knows no front end, threads in one place."""
+
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Set
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spacy_elmo"
 
 
-def module_files() -> Dict[str, Path]:
+def module_files() -> dict[str, Path]:
     """Every module of the package by dotted name (a package by its own name, not ``.__init__``)."""
     modules = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -33,7 +34,7 @@ def import_nodes(tree: ast.AST, *, in_functions: bool) -> Iterator[ast.stmt]:
         yield from import_nodes(child, in_functions=in_functions)
 
 
-def imported_names(name: str, *, in_functions: bool = False) -> Set[str]:
+def imported_names(name: str, *, in_functions: bool = False) -> set[str]:
     """Absolute names of everything module ``name`` imports (other packages too)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -54,16 +55,19 @@ def imported_names(name: str, *, in_functions: bool = False) -> Set[str]:
     return found
 
 
-def internal_graph(*, in_functions: bool = False) -> Dict[str, Set[str]]:
-    return {name: {d for d in imported_names(name, in_functions=in_functions) if d in MODULES and d != name} for name in MODULES}
+def internal_graph(*, in_functions: bool = False) -> dict[str, set[str]]:
+    return {
+        name: {d for d in imported_names(name, in_functions=in_functions) if d in MODULES and d != name}
+        for name in MODULES
+    }
 
 
-def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     """One import circle as ``[a, b, ..., a]``, or ``[]`` when there is none (depth-first search)."""
-    state: Dict[str, int] = {}  # 1: on the current path, 2: done
-    path: List[str] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
 
-    def visit(node: str) -> List[str]:
+    def visit(node: str) -> list[str]:
         state[node] = 1
         path.append(node)
         for nxt in sorted(graph[node]):
@@ -112,7 +116,7 @@ def test_bilm_imports_no_front_end():
                 assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
 
 
-def used_names(path: Path) -> Set[str]:
+def used_names(path: Path) -> set[str]:
     """Every name, attribute and string constant in a module (``getattr(lib, "name")`` counts as using ``name``)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -127,7 +131,13 @@ def used_names(path: Path) -> Set[str]:
 
 def test_threads_are_started_and_limited_only_in_bilm_threads():
     """Thread pools and thread-count settings live in bilm/threads.py; only the CLI sets torch's process-wide count."""
-    watched = {"ThreadPoolExecutor", "set_num_threads", "set_num_interop_threads", "omp_set_num_threads", "MKL_Set_Num_Threads_Local"}
+    watched = {
+        "ThreadPoolExecutor",
+        "set_num_threads",
+        "set_num_interop_threads",
+        "omp_set_num_threads",
+        "MKL_Set_Num_Threads_Local",
+    }
     allowed = {"spacy_elmo.bilm.threads": watched, "spacy_elmo.cli": {"set_num_threads"}}
     assert watched & used_names(MODULES["spacy_elmo.bilm.threads"])  # the check sees what it looks for
     for name, path in MODULES.items():
@@ -140,7 +150,9 @@ TORCH_LOAD_ALLOWED = {"spacy_elmo.bilm.manylangs_files"}
 
 
 def _weights_only(call: ast.Call) -> bool:
-    return any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
+    return any(
+        k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords
+    )
 
 
 def test_nothing_is_unpickled():
@@ -158,7 +170,11 @@ def test_nothing_is_unpickled():
                     assert name in TORCH_LOAD_ALLOWED and _weights_only(node), f"{name}:{node.lineno} calls torch.load"
                     seen_allowed += 1
                 assert node.func.attr != "read_pickle", f"{name}:{node.lineno} calls read_pickle"
-                pickles = [k for k in node.keywords if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False)]
+                pickles = [
+                    k
+                    for k in node.keywords
+                    if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                ]
                 assert not pickles, f"{name}:{node.lineno} allows pickle"
     assert seen_allowed == 1  # the check sees the one allowed call
 
@@ -174,11 +190,17 @@ def test_files_appear_whole_through_one_helper():
     seen = 0
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("replace", "rename"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("replace", "rename")
+            ):
                 owner = node.func.value
                 if isinstance(owner, ast.Name) and owner.id == "os":
                     seen += name == "spacy_elmo.bilm.files"
-                    assert name in REPLACE_ALLOWED, f"{name}:{node.lineno} renames a file itself: write through bilm.files.atomic_path"
+                    assert name in REPLACE_ALLOWED, (
+                        f"{name}:{node.lineno} renames a file itself: write through bilm.files.atomic_path"
+                    )
     assert seen == 1  # the check sees the helper's own rename
 
 
@@ -195,22 +217,30 @@ def test_module_locks_are_fork_safe_locks():
                 isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("Lock", "RLock")
                 for n in ast.walk(node)
             )
-            if decorated and rebinds_lock and name != "spacy_elmo.bilm.threads":  # threads.py renews its pool with its lock
+            if (
+                decorated and rebinds_lock and name != "spacy_elmo.bilm.threads"
+            ):  # threads.py renews its pool with its lock
                 pytest.fail(f"{name}:{node.lineno} renews a lock after fork by hand: use bilm.threads.ForkSafeLock")
 
 
 # the front ends: they reach the biLM only through windows.embed_segments / fold_segments (windows, token bound)
 FRONT_ENDS = (
-    "spacy_elmo.hub", "spacy_elmo.similarity", "spacy_elmo.dask", "spacy_elmo.sklearn", "spacy_elmo.text_rows",
-    "spacy_elmo.embed_file", "spacy_elmo.spacy.pipeline_component",
+    "spacy_elmo.hub",
+    "spacy_elmo.similarity",
+    "spacy_elmo.dask",
+    "spacy_elmo.sklearn",
+    "spacy_elmo.text_rows",
+    "spacy_elmo.embed_file",
+    "spacy_elmo.spacy.pipeline_component",
 )
 
 
-def embed_calls(path: Path) -> List[int]:
+def embed_calls(path: Path) -> list[int]:
     """Line numbers of every ``<something>.embed(...)`` call in a module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return [
-        node.lineno for node in ast.walk(tree)
+        node.lineno
+        for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "embed"
     ]
 
@@ -220,11 +250,21 @@ def test_front_ends_never_call_backend_embed():
     assert embed_calls(MODULES["spacy_elmo.windows"])  # the check sees what it looks for
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
-        assert not embed_calls(MODULES[name]), f"{name} calls .embed() at lines {embed_calls(MODULES[name])}: use windows.embed_segments"
+        assert not embed_calls(MODULES[name]), (
+            f"{name} calls .embed() at lines {embed_calls(MODULES[name])}: use windows.embed_segments"
+        )
 
 
-FILE_NAMES = {"options.json", "weights.hdf5", "lm_weights.hdf5", "model.hdf5", "vocab.txt", "metrics.json",
-              "checkpoint.safetensors", "softmax.safetensors"}
+FILE_NAMES = {
+    "options.json",
+    "weights.hdf5",
+    "lm_weights.hdf5",
+    "model.hdf5",
+    "vocab.txt",
+    "metrics.json",
+    "checkpoint.safetensors",
+    "softmax.safetensors",
+}
 
 
 def test_file_names_are_spelled_in_one_place():

@@ -3,14 +3,13 @@ import shutil
 import threading
 
 import numpy as np
-import torch
 import pytest
+import torch
+from numerics import assert_recomputed_close
 
 import spacy_elmo
 import spacy_elmo.model_files
 from spacy_elmo import WeightFileError, load_bilm
-
-from numerics import assert_recomputed_close
 
 
 def test_same_object_for_same_files_and_device(fixture_dir, backend):

@@ -1,4 +1,5 @@
 """The embedding caches: in-memory LRU and the sqlite disk cache (processes, killed writers, eviction, fingerprints)."""
+
 import json
 import shutil
 import sqlite3
@@ -10,12 +11,11 @@ import time
 import h5py
 import numpy as np
 import pytest
+from numerics import assert_recomputed_close
 
 import spacy_elmo.cache
 from spacy_elmo import load_bilm
 from spacy_elmo.cache import CACHE_DIR_ENV, DB_NAME, DiskCache, MemoryCache, tokens_key
-
-from numerics import assert_recomputed_close
 
 
 @pytest.fixture()
@@ -84,7 +84,9 @@ def test_memory_cache_stays_within_its_bound():
         cache.max_mb = -1
 
 
-def test_disk_cache_serves_a_new_process_without_recomputing(fresh_model, tmp_path, fixture_sentences, exact, monkeypatch):
+def test_disk_cache_serves_a_new_process_without_recomputing(
+    fresh_model, tmp_path, fixture_sentences, exact, monkeypatch
+):
     b = load_bilm(fresh_model, cache_dir=tmp_path / "cache", cache_mb=0)
     b.embed(fixture_sentences[:8])
     assert (tmp_path / "cache" / DB_NAME).is_file() and len(b.disk_cache) == 8
@@ -131,7 +133,16 @@ def test_two_processes_write_one_cache(fresh_model, tmp_path, fixture_sentences,
     first, second = fixture_sentences[:20], fixture_sentences[10:30]  # 10 sentences in common
     procs = [
         subprocess.Popen(
-            [sys.executable, "-W", "error::RuntimeWarning", "-c", _WRITER, str(fresh_model), str(cache_dir), json.dumps(part)],
+            [
+                sys.executable,
+                "-W",
+                "error::RuntimeWarning",
+                "-c",
+                _WRITER,
+                str(fresh_model),
+                str(cache_dir),
+                json.dumps(part),
+            ],
             stderr=subprocess.PIPE,
             text=True,
         )

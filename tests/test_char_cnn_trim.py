@@ -1,12 +1,12 @@
 """The char CNN skips trailing padding columns and buckets words by length: same numbers as the full 50 columns."""
+
 import pytest
 import torch
-
-from spacy_elmo.bilm.chars import MAX_CHARS_PER_TOKEN, tokens_to_char_ids
-from spacy_elmo.bilm import inference
-from spacy_elmo.bilm.encoder import BUCKET_ROWS, CharCNNEncoder, content_lengths, trim_padding
-
 from numerics import assert_recomputed_close
+
+from spacy_elmo.bilm import inference
+from spacy_elmo.bilm.chars import MAX_CHARS_PER_TOKEN, tokens_to_char_ids
+from spacy_elmo.bilm.encoder import BUCKET_ROWS, CharCNNEncoder, content_lengths, trim_padding
 
 FILTERS = [(1, 4), (2, 8), (3, 16), (4, 32), (5, 64)]
 

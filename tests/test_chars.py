@@ -1,4 +1,3 @@
-
 from spacy_elmo.bilm.chars import batch_to_char_ids, token_to_char_ids
 
 

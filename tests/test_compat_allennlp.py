@@ -6,6 +6,7 @@ cases.json. Two models: the AllenNLP test biLM (compared at 1e-6, as tests/test_
 random weights of a published-size architecture (regenerated here from the script's seed;
 compared relative to the activation scale, tests/numerics.py).
 """
+
 import importlib.util
 import json
 import subprocess
@@ -16,9 +17,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import torch_threads
 from numerics import assert_recomputed_close
+
 from spacy_elmo.compat import allennlp as compat
 from spacy_elmo.compat.allennlp import (
     ConfigurationError,
@@ -103,7 +104,9 @@ def test_character_encoder(model):
         out = encoder(batch_to_ids(cases["vocab_rows"]))
     assert out["mask"].dtype == torch.int64
     np.testing.assert_array_equal(out["mask"].numpy(), refs["char_encoder/mask"])
-    close("_ElmoCharacterEncoder", out["token_embedding"], refs["char_encoder/token_embedding"], name, "token_embedding")
+    close(
+        "_ElmoCharacterEncoder", out["token_embedding"], refs["char_encoder/token_embedding"], name, "token_embedding"
+    )
     assert encoder.get_output_dim() == refs["char_encoder/token_embedding"].shape[-1]
 
 
@@ -145,12 +148,16 @@ def test_elmo_eval_two_representations(model):
         assert len(out["elmo_representations"]) == 2
         np.testing.assert_array_equal(out["mask"].numpy(), refs[f"elmo_eval/{call}/mask"])
         for k in range(2):
-            close("Elmo", out["elmo_representations"][k], refs[f"elmo_eval/{call}/{k}"], name, f"eval call {call} rep {k}")
+            close(
+                "Elmo", out["elmo_representations"][k], refs[f"elmo_eval/{call}/{k}"], name, f"eval call {call} rep {k}"
+            )
 
 
 def test_elmo_fixed_mix_layer_norm_boundaries_kept(model):
     name, options, weights, cases, refs = model
-    elmo = Elmo(options, weights, 1, do_layer_norm=True, keep_sentence_boundaries=True, scalar_mix_parameters=[-1.0, 0.5, 2.0])
+    elmo = Elmo(
+        options, weights, 1, do_layer_norm=True, keep_sentence_boundaries=True, scalar_mix_parameters=[-1.0, 0.5, 2.0]
+    )
     elmo.eval()
     assert not any(p.requires_grad for p in elmo.parameters())
     with torch.no_grad():
@@ -191,7 +198,9 @@ def test_elmo_training_steps_and_gradients(model, requires_grad):
         for k in range(2):
             close("Elmo", reps[k], refs[f"{key}/{call}/{k}"], name, f"{key} call {call} rep {k}")
         check_gradients(elmo, refs, f"{key}/{call}/grad/", name, f"{key} call {call}", mixes=2)
-        assert any(n.startswith("_elmo_lstm.") and p.grad is not None for n, p in elmo.named_parameters()) == requires_grad
+        assert (
+            any(n.startswith("_elmo_lstm.") and p.grad is not None for n, p in elmo.named_parameters()) == requires_grad
+        )
 
 
 def check_gradients(module, refs, prefix, model_name, what, mixes=0, extra=None):
@@ -220,14 +229,20 @@ def test_bilm_and_char_encoder_gradients_in_eval_mode(model):
         bilm.zero_grad()
         out = bilm(batch_to_ids(batch))
         rng = np.random.default_rng(20 + call)
-        loss = sum((x * torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32))).sum() for x in out["activations"])
+        loss = sum(
+            (x * torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32))).sum() for x in out["activations"]
+        )
         loss.backward()
         for k, layer in enumerate(out["activations"]):
-            close("_ElmoBiLm", layer, refs[f"bilm_grad/{call}/activations/{k}"], name, f"with grad, call {call} layer {k}")
+            close(
+                "_ElmoBiLm", layer, refs[f"bilm_grad/{call}/activations/{k}"], name, f"with grad, call {call} layer {k}"
+            )
         check_gradients(bilm, refs, f"bilm_grad/{call}/grad/", name, f"_ElmoBiLm call {call}")
     encoder = _ElmoCharacterEncoder(options, weights, requires_grad=True)
     out = encoder(batch_to_ids(cases["b4"]))
-    loss_weights = torch.from_numpy(np.random.default_rng(30).standard_normal(out["token_embedding"].shape).astype(np.float32))
+    loss_weights = torch.from_numpy(
+        np.random.default_rng(30).standard_normal(out["token_embedding"].shape).astype(np.float32)
+    )
     (out["token_embedding"] * loss_weights * out["mask"].unsqueeze(-1).float()).sum().backward()
     close("_ElmoCharacterEncoder", out["token_embedding"], refs["char_encoder_grad/token_embedding"], name, "with grad")
     check_gradients(encoder, refs, "char_encoder_grad/grad/", name, "_ElmoCharacterEncoder")
@@ -292,7 +307,14 @@ def test_token_embedder_fine_tuned_in_train_mode(model):
     close("ElmoTokenEmbedder", out, refs["token_embedder_train/out"], name, "train, dropout")
     for part in ("weight", "bias"):
         grad = getattr(embedder._projection, part).grad.reshape(-1)
-        close("ElmoTokenEmbedder grad", grad, refs[f"token_embedder_train/projection_grad/{part}"].reshape(-1), name, part, True)
+        close(
+            "ElmoTokenEmbedder grad",
+            grad,
+            refs[f"token_embedder_train/projection_grad/{part}"].reshape(-1),
+            name,
+            part,
+            True,
+        )
     check_gradients(embedder._elmo, refs, "token_embedder_train/grad/", name, "ElmoTokenEmbedder", mixes=1)
 
 
@@ -345,7 +367,9 @@ def test_embed_file_layout_and_numbers(model, tmp_path, output_format):
     source.write_text("\n".join(cases["lines"]) + "\n", encoding="utf-8")
     target = tmp_path / "out.hdf5"
     with torch.no_grad():
-        ElmoEmbedder(options, weights).embed_file(open(source, encoding="utf-8"), str(target), output_format, batch_size=2)
+        ElmoEmbedder(options, weights).embed_file(
+            open(source, encoding="utf-8"), str(target), output_format, batch_size=2
+        )
     _check_file(_hdf5(target), refs, f"embed_file/{output_format}/", name)
     assert len(cases["lines"]) != len(set(cases["lines"]))  # a repeated line keeps its own dataset
 
@@ -356,8 +380,19 @@ def test_command_line_three_ways(fixture_dir, tmp_path, monkeypatch):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(cases["lines"]) + "\n", encoding="utf-8")
     files = ["--options-file", str(fixture_dir / "options.json"), "--weight-file", str(fixture_dir / "lm_weights.hdf5")]
-    args = [str(source), str(tmp_path / "a.hdf5"), "--top", "--batch-size", "2", *files,
-            "--vocab-path", "v.txt", "--file-friendly-logging", "--include-package", "json"]
+    args = [
+        str(source),
+        str(tmp_path / "a.hdf5"),
+        "--top",
+        "--batch-size",
+        "2",
+        *files,
+        "--vocab-path",
+        "v.txt",
+        "--file-friendly-logging",
+        "--include-package",
+        "json",
+    ]
     monkeypatch.setattr(sys, "argv", ["allennlp-elmo", *args])
     assert compat.main() is None
     _check_file(_hdf5(tmp_path / "a.hdf5"), refs, "embed_file/top/", "fixture")
@@ -417,8 +452,10 @@ def test_use_sentence_keys(fixture_dir, tmp_path):
 def fixture_batches(fixture_dir):
     groups = json.loads((fixture_dir / "sentences.json").read_text())
     files = [h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") for k in range(3)]
-    return [([groups[k][i].split() for k in range(3)], [np.concatenate(list(f[str(i)][...]), axis=-1) for f in files])
-            for i in range(10)]
+    return [
+        ([groups[k][i].split() for k in range(3)], [np.concatenate(list(f[str(i)][...]), axis=-1) for f in files])
+        for i in range(10)
+    ]
 
 
 def test_fresh_bilm_reproduces_the_stateful_reference_activations(fixture_dir, fixture_batches):
@@ -437,8 +474,13 @@ def test_fresh_bilm_reproduces_the_stateful_reference_activations(fixture_dir, f
 
 
 def test_elmo_top_layer_only_reproduces_them_too(fixture_dir, fixture_batches):
-    elmo = Elmo(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", 1, dropout=0.0,
-                scalar_mix_parameters=[-9e10, -9e10, 1.0])
+    elmo = Elmo(
+        fixture_dir / "options.json",
+        fixture_dir / "lm_weights.hdf5",
+        1,
+        dropout=0.0,
+        scalar_mix_parameters=[-9e10, -9e10, 1.0],
+    )
     for sentences, expected in fixture_batches:
         with torch.no_grad():
             rep = elmo(batch_to_ids(sentences))["elmo_representations"][0]
@@ -481,7 +523,9 @@ def test_module_structure_and_switches(fixture_dir):
     bilm_names = [n for n in names if not n.startswith("scalar_mix_")]
     assert bilm_names and all("_elmo_lstm" in n for n in bilm_names)
     assert sorted(set(names) - set(bilm_names)) == sorted(
-        f"scalar_mix_{k}.{p}" for k in range(2) for p in ("gamma", "scalar_parameters.0", "scalar_parameters.1", "scalar_parameters.2")
+        f"scalar_mix_{k}.{p}"
+        for k in range(2)
+        for p in ("gamma", "scalar_parameters.0", "scalar_parameters.1", "scalar_parameters.2")
     )
     assert not any(p.requires_grad for n, p in elmo.named_parameters() if "_elmo_lstm" in n)
     assert all(p.requires_grad for n, p in elmo.named_parameters() if "scalar_mix" in n)

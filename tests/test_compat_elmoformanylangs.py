@@ -2,11 +2,12 @@
 
 Reference outputs: ``tests/fixtures/elmoformanylangs/make_reference.py`` (the elmoformanylangs package itself).
 """
+
 import numpy as np
 import pytest
+from test_manylangs import FIXTURES, KINDS, TOLERANCE, reference, relative_errors, sentences
 
 from spacy_elmo.compat.elmoformanylangs import Embedder
-from test_manylangs import FIXTURES, KINDS, TOLERANCE, reference, relative_errors, sentences
 
 
 def peer_output(kind, key):
@@ -45,8 +46,7 @@ def test_every_output_layer_and_small_batches():
 
 def test_the_readme_example_runs_with_only_the_import_changed():
     e = Embedder(str(FIXTURES / "word_char"))
-    sents = [['今', '天', '天氣', '真', '好', '阿'],
-             ['潮水', '退', '了', '就', '知道', '誰', '沒', '穿', '褲子']]
+    sents = [["今", "天", "天氣", "真", "好", "阿"], ["潮水", "退", "了", "就", "知道", "誰", "沒", "穿", "褲子"]]
     vectors = e.sents2elmo(sents)
     assert [v.shape for v in vectors] == [(6, 32), (9, 32)]
 

@@ -3,6 +3,7 @@
 Reference outputs: ``tests/fixtures/simple_elmo/make_reference.py`` (simple_elmo itself, TensorFlow),
 for an NLPL-style zip of the shared AllenNLP test biLM with ``max_batch_size=2`` (chunks of 2, 2, 1).
 """
+
 import importlib.util
 import json
 import zipfile
@@ -50,7 +51,9 @@ def relative_error(got, expected, layers):
         return float(np.abs(got - expected).max() / np.abs(expected).max())
     axis = 1  # (n, n_layers, ...) in both methods
     return max(
-        float(np.abs(np.take(got, k, axis) - np.take(expected, k, axis)).max() / np.abs(np.take(expected, k, axis)).max())
+        float(
+            np.abs(np.take(got, k, axis) - np.take(expected, k, axis)).max() / np.abs(np.take(expected, k, axis)).max()
+        )
         for k in range(expected.shape[axis])
     )
 
@@ -80,7 +83,11 @@ def test_stateless_vectors_are_the_backends_and_batch_invariant(model, nlpl_zip)
         assert not vectors[row, :, len(text) :].any()  # padding is zero here
     other = ElmoModel()
     other.load(str(nlpl_zip), max_batch_size=1)
-    np.testing.assert_allclose(other.get_elmo_vector_average(TEXTS, stateless=True), model.get_elmo_vector_average(TEXTS, stateless=True), atol=1e-6)
+    np.testing.assert_allclose(
+        other.get_elmo_vector_average(TEXTS, stateless=True),
+        model.get_elmo_vector_average(TEXTS, stateless=True),
+        atol=1e-6,
+    )
 
 
 def test_the_readme_usage_runs_with_only_the_import_changed(nlpl_zip, fixture_dir, tmp_path):

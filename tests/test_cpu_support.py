@@ -4,6 +4,7 @@ The kernels of a CPU without VNNI (AVX2-only: AMD Zen 2/3, older Intel) are exer
 in two ways: in a child process whose environment caps oneDNN, fbgemm and ATen to AVX2 (as CI's second
 pass does for the whole suite), and in-process by forcing the choice those CPUs get (7-bit activations).
 """
+
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_precision import TOLERANCE, layer_errors, needs_int8
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
@@ -21,10 +23,12 @@ from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support, low_precision
 from spacy_elmo.bilm.int8_ops import prepack, quantize_weight
 from spacy_elmo.bilm.weights import load_model
 
-from test_precision import TOLERANCE, layer_errors, needs_int8
-
-AVX2_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
-             "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+AVX2_CAPS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 @pytest.fixture
@@ -60,7 +64,9 @@ def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fre
     kernels = cpu_support.int8_kernels()
     assert kernels.many_rows.reduce_range and kernels.few_rows.reduce_range
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    low = ElmoBackend(model, fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", torch.device("cpu"), torch.int8)
+    low = ElmoBackend(
+        model, fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", torch.device("cpu"), torch.int8
+    )
     packs = [pack for module in low.model.modules() for pack in low_precision.released_packs(module).values()]
     assert packs and all(p.reduce_range and p.few_reduce_range for p in packs)
     errors = layer_errors(low.embed(sentences), load_bilm(fixture_dir).embed(sentences))
@@ -72,7 +78,9 @@ def test_full_range_where_the_kernels_saturate_would_be_wrong(fresh_kernels, mon
     """Why the probe matters: forcing full range onto kernels that saturate breaks the bound by far (skipped on VNNI CPUs)."""
     engine = cpu_support.int8_kernels().many_rows.engine
     if saturating_product(engine, False, 8) < 1e-3:
-        pytest.skip("this CPU's int8 kernels sum in int32 (VNNI/AMX): nothing saturates; see the AVX2 child-process test")
+        pytest.skip(
+            "this CPU's int8 kernels sum in int32 (VNNI/AMX): nothing saturates; see the AVX2 child-process test"
+        )
     assert cpu_support._saturation_free(engine) is False
     cpu_support.int8_kernels.cache_clear()
     assert cpu_support.int8_kernels().many_rows.reduce_range
@@ -114,13 +122,15 @@ def test_avx2_only_kernels_in_a_child_process(fixture_dir):
     the alternative and stays correct, int8 takes 7-bit activations wherever its kernels saturate, and both stay
     within their bounds; "auto" is int8."""
     env = {**os.environ, **AVX2_CAPS, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", AVX2_CHILD, str(fixture_dir)], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", AVX2_CHILD, str(fixture_dir)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["capability"] == "AVX2" and report["bf16_native"] is False
     slow = [message for category, message in report["warnings"] if category == "SlowPrecisionWarning"]
     assert len(slow) == 1 and "bfloat16" in slow[0] and "int8" in slow[0] and "ONEDNN_MAX_CPU_ISA=AVX2" in slow[0]
-    for (engine, reduce_range) in report["kernels"]:
+    for engine, reduce_range in report["kernels"]:
         assert reduce_range == report["saturating"][engine]
     assert report["auto"] == "torch.int8"
     assert max(report["int8"]) < TOLERANCE["int8"] and max(report["bf16"]) < TOLERANCE["bfloat16"]
@@ -182,10 +192,14 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
 
     text = tmp_path / "in.txt"
     text.write_text("The bank approved the loan .\n", encoding="utf-8")
-    result = CliRunner().invoke(app, ["embed", str(text), str(tmp_path / "o.hdf5"), "-m", str(fixture_dir), "--dtype", "auto", "--no-progress"])
+    result = CliRunner().invoke(
+        app, ["embed", str(text), str(tmp_path / "o.hdf5"), "-m", str(fixture_dir), "--dtype", "auto", "--no-progress"]
+    )
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "o.hdf5", "r") as f:
-        np.testing.assert_array_equal(f["0"][...], load_bilm(fixture_dir, dtype=chosen).embed([text.read_text().split()])[0])
+        np.testing.assert_array_equal(
+            f["0"][...], load_bilm(fixture_dir, dtype=chosen).embed([text.read_text().split()])[0]
+        )
 
 
 def test_a_pipeline_saved_in_another_precision_still_checks_its_files(fixture_dir, tmp_path):
@@ -228,9 +242,18 @@ def _datasets(group, prefix=""):
 
 
 ORIGINAL = dict(
-    filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)), char_embed_dim=16, n_characters=262,
-    max_chars=50, n_highway=2, activation="relu", cell_dim=4096, projection_dim=512, n_layers=2, cell_clip=3.0,
-    proj_clip=3.0, use_skip_connections=True,
+    filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)),
+    char_embed_dim=16,
+    n_characters=262,
+    max_chars=50,
+    n_highway=2,
+    activation="relu",
+    cell_dim=4096,
+    projection_dim=512,
+    n_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
 )
 
 
@@ -249,8 +272,14 @@ def test_original_architecture_within_the_int8_bound(tmp_path):
             highway.carry.bias.fill_(-2.0)
     directory = save_model(model, tmp_path / "original")
     del model
-    sentences = [s.split() for s in ("The bank approved the loan on Tuesday .", "They sat on the river bank .",
-                                     "A quick brown fox jumps over the lazy dog near the old mill .")]
+    sentences = [
+        s.split()
+        for s in (
+            "The bank approved the loan on Tuesday .",
+            "They sat on the river bank .",
+            "A quick brown fox jumps over the lazy dog near the old mill .",
+        )
+    ]
     exact = load_bilm(directory).embed(sentences)
     int8 = load_bilm(directory, dtype="int8")
     errors = layer_errors(int8.embed(sentences), exact)

@@ -1,4 +1,5 @@
 """spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order; `embed --scheduler`."""
+
 import pickle
 import subprocess
 import sys
@@ -12,21 +13,19 @@ pytest.importorskip("distributed", reason="dask.distributed is not installed (pi
 
 pytestmark = pytest.mark.dask
 
-import dask  # noqa: E402
-import dask.array as da  # noqa: E402
-import dask.bag as db  # noqa: E402
-import dask.dataframe as dd  # noqa: E402
-import pandas as pd  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import pandas as pd
+from distributed import Client, LocalCluster
+from numerics import assert_recomputed_close
+from test_embed_file import assert_same_vectors
+from typer.testing import CliRunner
 
-from spacy_elmo import ElmoVectorizer, load_bilm  # noqa: E402
-from spacy_elmo.cli import app  # noqa: E402
-from spacy_elmo.dask import connect, embed_texts, embed_tokens  # noqa: E402
-from spacy_elmo.mix import mix_layers  # noqa: E402
-
-from numerics import assert_recomputed_close  # noqa: E402
-from test_embed_file import assert_same_vectors  # noqa: E402
+from spacy_elmo import ElmoVectorizer, load_bilm
+from spacy_elmo.cli import app
+from spacy_elmo.dask import connect, embed_texts, embed_tokens
+from spacy_elmo.mix import mix_layers
 
 GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weights would be megabytes
 
@@ -157,7 +156,9 @@ def test_parallel_post_fit_pipeline(client, fixture_dir, texts):
 
     labels = [i % 2 for i in range(len(texts))]
     pipeline = make_pipeline(ElmoVectorizer(model=fixture_dir), LogisticRegression())
-    wrapped = ParallelPostFit(pipeline, predict_meta=np.array([0]), predict_proba_meta=np.zeros((0, 2))).fit(texts, labels)
+    wrapped = ParallelPostFit(pipeline, predict_meta=np.array([0]), predict_proba_meta=np.zeros((0, 2))).fit(
+        texts, labels
+    )
     assert len(pickle.dumps(wrapped)) < 20_000  # the vectorizer pickles without the model
     frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=3)
     assert_recomputed_close(wrapped.predict_proba(frame).compute(), wrapped.estimator.predict_proba(texts))
@@ -179,7 +180,9 @@ def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixt
     assert "Dask scheduler tcp://" in on_cluster.output and "dashboard" in on_cluster.output
     assert_same_vectors(tmp_path / "single.hdf5", tmp_path / "local.hdf5")
     address = client.scheduler.address  # an existing cluster, by address
-    by_address = runner.invoke(app, [*base[:2], str(tmp_path / "remote.hdf5"), *base[2:], "--average", "--scheduler", address])
+    by_address = runner.invoke(
+        app, [*base[:2], str(tmp_path / "remote.hdf5"), *base[2:], "--average", "--scheduler", address]
+    )
     assert by_address.exit_code == 0, by_address.output
     runner.invoke(app, [*base[:2], str(tmp_path / "single-average.hdf5"), *base[2:], "--average"])
     assert_same_vectors(tmp_path / "single-average.hdf5", tmp_path / "remote.hdf5")
@@ -190,7 +193,9 @@ def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixt
 def test_bad_scheduler_is_a_clear_error(scheduler, fixture_dir, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("a b c\n", encoding="utf-8")
-    result = CliRunner().invoke(app, ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir), "--scheduler", scheduler])
+    result = CliRunner().invoke(
+        app, ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir), "--scheduler", scheduler]
+    )
     assert result.exit_code == 2 and "scheduler" in result.output and "local:N" in result.output
     assert not (tmp_path / "out.hdf5").exists()
     with pytest.raises(ValueError, match="local:N"):
@@ -202,7 +207,9 @@ def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentenc
     source = tmp_path / "in.txt"
     source.write_text("\n".join(" ".join(s) for s in fixture_sentences) + "\n", encoding="utf-8")
     base = ["embed", str(source), "--model", str(fixture_dir), "--no-progress", "--dtype", "bfloat16"]
-    on_cluster = CliRunner().invoke(app, [*base[:2], str(tmp_path / "bf16.hdf5"), *base[2:], "--scheduler", client.scheduler.address])
+    on_cluster = CliRunner().invoke(
+        app, [*base[:2], str(tmp_path / "bf16.hdf5"), *base[2:], "--scheduler", client.scheduler.address]
+    )
     assert on_cluster.exit_code == 0, on_cluster.output
     with h5py.File(tmp_path / "bf16.hdf5", "r") as out:
         assert out.attrs["model_fingerprint"] == load_bilm(fixture_dir, dtype="bfloat16").fingerprint

@@ -1,4 +1,5 @@
 """The bundled default biLM: loads offline, is documented, and separates word senses in context."""
+
 import json
 from itertools import combinations, product
 
@@ -16,7 +17,10 @@ pytestmark = pytest.mark.skipif(
 SENSES = {
     "bank": (
         ["The bank approved the loan and raised its interest rate .", "She opened an account at the bank on Monday ."],
-        ["They walked along the bank of the river at dusk .", "The boat drifted towards the muddy bank of the stream ."],
+        [
+            "They walked along the bank of the river at dusk .",
+            "The boat drifted towards the muddy bank of the stream .",
+        ],
     ),
     "plant": (
         ["The plant employs 300 workers who build car engines .", "The company closed the steel plant in 1980 ."],
@@ -56,7 +60,9 @@ def test_default_model_loads_offline_with_its_documented_files():
     assert backend is load_bilm("default")
     files = {p.name for p in DEFAULT_MODEL_DIR.iterdir()}
     assert {"options.json", "weights.hdf5", "metrics.json", "README.md"} <= files
-    assert "checkpoint.safetensors" not in files and "checkpoint.pt" not in files  # optimizer state stays out of the package
+    assert (
+        "checkpoint.safetensors" not in files and "checkpoint.pt" not in files
+    )  # optimizer state stays out of the package
     assert "softmax.safetensors" in files and "softmax.pt" not in files  # no pickle ships
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
     assert size <= 25e6

@@ -1,4 +1,5 @@
 """Training under torchrun: 2 processes train the single-process model, only rank 0 writes, --resume works."""
+
 import json
 import os
 import subprocess
@@ -7,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import torch_threads
 
 from spacy_elmo.train import TrainConfig, Trainer, make_sources
 from spacy_elmo.train.distributed import SINGLE, World, launched_world
 from spacy_elmo.train.storage import load_checkpoint
-
-from conftest import torch_threads
 
 pytestmark = pytest.mark.distributed
 
@@ -20,20 +20,47 @@ if not (torch.distributed.is_available() and torch.distributed.is_gloo_available
     pytest.skip("this torch build has no torch.distributed with the gloo backend", allow_module_level=True)
 
 EXPECTED_FILES = {
-    "options.json", "weights.hdf5", "vocab.txt", "softmax.safetensors", "metrics.json", "checkpoint.safetensors", "README.md",
+    "options.json",
+    "weights.hdf5",
+    "vocab.txt",
+    "softmax.safetensors",
+    "metrics.json",
+    "checkpoint.safetensors",
+    "README.md",
 }
 # the tiny preset on 300 WikiText-2 lines; global batches of <= 80 padded tokens: the first 8 have 4, 4, 5, 6, 1, 4,
 # 2 and 3 rows, so the ranks' shares are sometimes uneven and once (step 5) rank 1 has no row of its own
-TRAIN_ARGS = ("--arch", "tiny", "--min-count", "2", "--token-budget", "80", "--max-length", "50", "--lr", "1e-2",
-              "--warmup-steps", "5", "--seed", "7", "--epochs", "1", "--no-progress")
+TRAIN_ARGS = (
+    "--arch",
+    "tiny",
+    "--min-count",
+    "2",
+    "--token-budget",
+    "80",
+    "--max-length",
+    "50",
+    "--lr",
+    "1e-2",
+    "--warmup-steps",
+    "5",
+    "--seed",
+    "7",
+    "--epochs",
+    "1",
+    "--no-progress",
+)
 
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("texts")
     wiki = data_dir / "wikitext-2"
-    (root / "train.txt").write_text("\n".join((wiki / "train.txt").read_text(encoding="utf-8").splitlines()[:300]) + "\n")
-    (root / "valid.txt").write_text("\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]) + "\n")
+    (root / "train.txt").write_text(
+        "\n".join((wiki / "train.txt").read_text(encoding="utf-8").splitlines()[:300]) + "\n"
+    )
+    (root / "valid.txt").write_text(
+        "\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]) + "\n"
+    )
     return root / "train.txt", root / "valid.txt"
 
 
@@ -42,8 +69,24 @@ def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedPro
     train_file, valid_file = texts
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "spacy_elmo", "train", str(out), "--train", str(train_file), "--valid", str(valid_file), *TRAIN_ARGS, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "spacy_elmo",
+        "train",
+        str(out),
+        "--train",
+        str(train_file),
+        "--valid",
+        str(valid_file),
+        *TRAIN_ARGS,
+        *args,
+    ]
     cwd.mkdir(exist_ok=True)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
@@ -54,8 +97,16 @@ def single(texts, tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
     train_file, valid_file = texts
     config = TrainConfig(
-        train=[s.to_json() for s in make_sources([train_file])], valid=[s.to_json() for s in make_sources([valid_file])],
-        architecture="tiny", min_count=2, token_budget=80, max_length=50, lr=1e-2, warmup_steps=5, seed=7, max_steps=8,
+        train=[s.to_json() for s in make_sources([train_file])],
+        valid=[s.to_json() for s in make_sources([valid_file])],
+        architecture="tiny",
+        min_count=2,
+        token_budget=80,
+        max_length=50,
+        lr=1e-2,
+        warmup_steps=5,
+        seed=7,
+        max_steps=8,
     )
     with torch_threads(1):
         metrics = Trainer(config, out, progress=False).run()
@@ -114,7 +165,9 @@ def test_two_processes_train_the_single_process_model_and_resume(single, resumed
 
 def test_divergence_stops_every_rank_at_the_same_step(texts, tmp_path):
     """No rank waits forever at an all-reduce: the all-reduced loss is inf on every rank, each exits with status 2."""
-    result = torchrun(tmp_path / "cwd", tmp_path / "out", texts, "--lr", "1e30", "--checkpoint-every", "1", "--max-steps", "4")
+    result = torchrun(
+        tmp_path / "cwd", tmp_path / "out", texts, "--lr", "1e30", "--checkpoint-every", "1", "--max-steps", "4"
+    )
     assert result.returncode != 0  # torchrun's own status for a failed worker
     messages = [line for line in result.stderr.splitlines() if line.startswith("error: training diverged at step 2")]
     assert 1 <= len(messages) <= 2 and "exitcode  : 2" in result.stderr, result.stderr  # rank 1 may be stopped first

@@ -1,4 +1,5 @@
 """Published models, URLs and archives, against a loopback HTTP server this test starts (no real network)."""
+
 import email.utils
 import gzip
 import hashlib
@@ -17,15 +18,14 @@ from pathlib import Path
 
 import pytest
 import spacy
+from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
 import spacy_elmo.published
 from spacy_elmo import ElmoVectorizer, load_bilm
-from spacy_elmo.download import DownloadError
 from spacy_elmo.bilm.weights import WeightFileError
+from spacy_elmo.download import DownloadError
 from spacy_elmo.published import PublishedModel
-
-from numerics import assert_recomputed_close
 
 
 class LoopbackServer:
@@ -52,7 +52,9 @@ class LoopbackServer:
         self.ignore_if_range = False
         self.range_shift = 0
         self.gzip = None
-        self.on_cut = None  # called when a transfer is cut off, before the client sees it (e.g. to publish a new version)
+        self.on_cut = (
+            None  # called when a transfer is cut off, before the client sees it (e.g. to publish a new version)
+        )
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,7 +80,9 @@ class LoopbackServer:
 
     def version(self, data):
         etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
-        modified = email.utils.formatdate(1_700_000_000 + int.from_bytes(hashlib.sha256(data).digest()[:3], "big"), usegmt=True)
+        modified = email.utils.formatdate(
+            1_700_000_000 + int.from_bytes(hashlib.sha256(data).digest()[:3], "big"), usegmt=True
+        )
         return etag, modified
 
     def _serve(self, handler, body):
@@ -106,9 +110,11 @@ class LoopbackServer:
             condition = handler.headers.get("If-Range")
             if condition is not None and condition not in (etag, modified) and not self.ignore_if_range:
                 wanted = None  # another version: the whole file
-        gzipped = self.gzip == "always" or (self.gzip == "negotiated" and "gzip" in handler.headers.get("Accept-Encoding", ""))
+        gzipped = self.gzip == "always" or (
+            self.gzip == "negotiated" and "gzip" in handler.headers.get("Accept-Encoding", "")
+        )
         if wanted and wanted.startswith("bytes="):
-            start = max(0, int(wanted[len("bytes="):].split("-")[0]) - self.range_shift)
+            start = max(0, int(wanted[len("bytes=") :].split("-")[0]) - self.range_shift)
             self.range_requests[path] += body
             handler.send_response(206)
             handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -169,8 +175,15 @@ def server(model_bytes):
 
 def _publish(monkeypatch, server, name="loopback-test", **kw):
     entry = PublishedModel(
-        name=name, options_url=server.url("m/options.json"), weights_url=server.url("m/weights.hdf5"),
-        architecture="fixture", parameters_m=0.1, approx_mb=1, trained_on="test", source="test", **kw,
+        name=name,
+        options_url=server.url("m/options.json"),
+        weights_url=server.url("m/weights.hdf5"),
+        architecture="fixture",
+        parameters_m=0.1,
+        approx_mb=1,
+        trained_on="test",
+        source="test",
+        **kw,
     )
     monkeypatch.setitem(spacy_elmo.published.PUBLISHED, name, entry)
     return entry
@@ -262,7 +275,9 @@ def test_two_processes_loading_one_url_download_it_once(home, model_bytes):
     try:
         args = [srv.url("m/options.json"), srv.url("m/weights.hdf5")]
         procs = [
-            subprocess.Popen([sys.executable, "-c", _CONCURRENT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", _CONCURRENT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
             for _ in range(2)
         ]
         results = [p.communicate(timeout=300) for p in procs]
@@ -343,8 +358,12 @@ def test_spacy_component_and_vectorizer_with_a_url_model(home, fixture_dir, tmp_
         assert doc._.elmo_model == backend.fingerprint
         nlp.to_disk(tmp_path / "pipeline")
         saved = json.loads((tmp_path / "pipeline" / "elmo" / "model" / "model.json").read_text())
-        assert saved == {"source": "remote", "model": url, "fingerprint": backend.fingerprint,
-                         "files_fingerprint": backend.files_fingerprint}  # a reference, not a copy
+        assert saved == {
+            "source": "remote",
+            "model": url,
+            "fingerprint": backend.fingerprint,
+            "files_fingerprint": backend.files_fingerprint,
+        }  # a reference, not a copy
         assert not (tmp_path / "pipeline" / "elmo" / "model" / "weights.hdf5").exists()
         loaded = spacy.load(tmp_path / "pipeline")
         assert loaded("A bank .")._.elmo_model == backend.fingerprint
@@ -371,7 +390,9 @@ def test_cli_download_and_models(home, server, monkeypatch):
     assert [line for line in listed.output.splitlines() if line.startswith("loopback-test")][0].endswith("no")
     fetched = runner.invoke(app, ["download", "loopback-test"])
     assert fetched.exit_code == 0, fetched.output
-    assert [line for line in runner.invoke(app, ["models"]).output.splitlines() if line.startswith("loopback-test")][0].endswith("yes")
+    assert [line for line in runner.invoke(app, ["models"]).output.splitlines() if line.startswith("loopback-test")][
+        0
+    ].endswith("yes")
     missing = runner.invoke(app, ["download", server.url("nope.hdf5")])
     assert missing.exit_code == 2 and "404" in missing.output and "Traceback" not in missing.output
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
@@ -417,7 +438,9 @@ def test_an_html_error_page_answered_with_200_is_refused_and_never_cached(home, 
     """Item 1: the page was cached as weights.hdf5 with its sha256 recorded; the model stayed broken after the server recovered."""
     _publish(monkeypatch, server)
     server.error_pages["m/weights.hdf5"] = 1
-    with pytest.raises(DownloadError, match=r"the server answered 200, but it is an HTML page.*nothing was put in the cache"):
+    with pytest.raises(
+        DownloadError, match=r"the server answered 200, but it is an HTML page.*nothing was put in the cache"
+    ):
         load_bilm("loopback-test")
     assert _cached_weights(home) == []  # no file, no record, no .part
     assert load_bilm("loopback-test").fingerprint == backend.fingerprint  # the server recovered: fetched again
@@ -432,7 +455,9 @@ def test_a_poisoned_entry_from_before_is_fetched_again(home, server, monkeypatch
     page = b"<html><body>Login required</body></html>"
     cached.write_bytes(page)
     record = cached.with_name("weights.hdf5.json")
-    record.write_text(json.dumps({"url": entry.weights_url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()}))
+    record.write_text(
+        json.dumps({"url": entry.weights_url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()})
+    )
     assert load_bilm("loopback-test").fingerprint == backend.fingerprint
     assert json.loads(record.read_text())["sha256"] == hashlib.sha256(server.files["m/weights.hdf5"]).hexdigest()
 
@@ -463,7 +488,9 @@ def test_a_damaged_cached_file_names_the_folder_and_the_force_command(home, serv
     [(("etag",), False), (("last-modified",), False), (("etag", "last-modified"), True), ((), False)],
     ids=["etag", "last-modified", "server-ignores-if-range", "no-version"],
 )
-def test_a_resume_never_splices_two_versions(home, model_bytes, monkeypatch, second_version, validators, ignore_if_range):
+def test_a_resume_never_splices_two_versions(
+    home, model_bytes, monkeypatch, second_version, validators, ignore_if_range
+):
     """Item 2: the file changed on the server between the cut-off transfer and the resume; old + new bytes were appended."""
     srv = LoopbackServer(model_bytes, validators=validators)
     try:
@@ -494,7 +521,9 @@ def test_a_206_from_another_offset_starts_again_from_zero(home, server, monkeypa
     server.cut_next["m/weights.hdf5"] = 1
     elmo = load_bilm("loopback-test")
     assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"] and elmo.fingerprint == backend.fingerprint
-    assert server.range_requests["m/weights.hdf5"] == 1 and server.hits["m/weights.hdf5"] == 3  # cut, refused 206, whole
+    assert (
+        server.range_requests["m/weights.hdf5"] == 1 and server.hits["m/weights.hdf5"] == 3
+    )  # cut, refused 206, whole
 
 
 @pytest.mark.parametrize("mode", ["negotiated", "always"])
@@ -527,7 +556,10 @@ def _bomb(fixture_dir, path, size):
     """An ELMo archive plus a member of ``size`` zero bytes, which compresses about 1000:1."""
     _nlpl_archive(fixture_dir, path)
     if path.name.endswith(".zip"):
-        with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as zf, zf.open("elmo/vocab.big", "w", force_zip64=True) as out:
+        with (
+            zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as zf,
+            zf.open("elmo/vocab.big", "w", force_zip64=True) as out,
+        ):
             shutil.copyfileobj(_Zeros(size), out, 1 << 20)
     else:
         with tarfile.open(path, "r:gz") as tf:
@@ -550,8 +582,12 @@ def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir
     assert archive.stat().st_size < 1 << 20
     written = []
     real = spacy_elmo.download._write_member
-    monkeypatch.setattr(spacy_elmo.download, "_write_member", lambda into, member, *a: written.append(member) or real(into, member, *a))
-    with pytest.raises(DownloadError, match=r"member 'elmo/vocab\.big' would bring .* more than 100 times .*archive bomb"):
+    monkeypatch.setattr(
+        spacy_elmo.download, "_write_member", lambda into, member, *a: written.append(member) or real(into, member, *a)
+    )
+    with pytest.raises(
+        DownloadError, match=r"member 'elmo/vocab\.big' would bring .* more than 100 times .*archive bomb"
+    ):
         load_bilm(archive)
     assert written == [] and list((home / "archives").iterdir()) == [next((home / "archives").glob(".*.lock"))]
 
@@ -561,8 +597,13 @@ def test_an_archive_larger_than_the_free_space_is_refused(home, fixture_dir, tmp
     import spacy_elmo.download
 
     archive = _nlpl_archive(fixture_dir, tmp_path / f"elmo{suffix}")
-    monkeypatch.setattr(spacy_elmo.download, "_free_bytes", lambda folder: spacy_elmo.download.FREE_RESERVE_BYTES + 100_000)
-    with pytest.raises(DownloadError, match=r"needs 0\.4 MiB by member 'elmo/model\.hdf5', but only 0\.1 MiB can be used.*free some disk space"):
+    monkeypatch.setattr(
+        spacy_elmo.download, "_free_bytes", lambda folder: spacy_elmo.download.FREE_RESERVE_BYTES + 100_000
+    )
+    with pytest.raises(
+        DownloadError,
+        match=r"needs 0\.4 MiB by member 'elmo/model\.hdf5', but only 0\.1 MiB can be used.*free some disk space",
+    ):
         load_bilm(archive)
     assert not list(home.glob("archives/*/elmo"))
 
@@ -595,7 +636,9 @@ def test_a_damaged_unpacked_archive_names_its_folder_and_force_unpacks_it_again(
             handle["CNN_proj/b_proj"][0] = float("inf")
         with pytest.raises(WeightFileError) as err:
             load_bilm(url)
-        assert f"delete {unpacked.parent.parent}" in str(err.value) and f"`spacy-elmo download --force {url}`" in str(err.value)
+        assert f"delete {unpacked.parent.parent}" in str(err.value) and f"`spacy-elmo download --force {url}`" in str(
+            err.value
+        )
         forced = CliRunner().invoke(app, ["download", "--force", url])
         assert forced.exit_code == 0, forced.output
         assert load_bilm(url).fingerprint == backend.fingerprint and srv.hits["elmo.tar.gz"] == 2

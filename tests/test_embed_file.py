@@ -1,4 +1,5 @@
 """`spacy-elmo embed`: a text file to HDF5 in the layout of AllenNLP's `allennlp elmo` command."""
+
 import io
 import json
 import os
@@ -12,13 +13,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
 from spacy_elmo.backend import ElmoBackend
 from spacy_elmo.cli import app
 from spacy_elmo.embed_file import embed_file
-
-from numerics import assert_recomputed_close
 
 
 def run_cli(fixture_dir, *args, **kwargs):
@@ -108,7 +108,9 @@ def test_command_line(fixture_dir, text_file, tmp_path):
     path, lines = text_file
     out = tmp_path / "cli.hdf5"
     runner = CliRunner()
-    result = runner.invoke(app, ["embed", str(path), str(out), "--model", str(fixture_dir), "--average", "--no-progress"])
+    result = runner.invoke(
+        app, ["embed", str(path), str(out), "--model", str(fixture_dir), "--average", "--no-progress"]
+    )
     assert result.exit_code == 0, result.output
     assert f"{len(lines)} sentences" in result.output
     with h5py.File(out, "r") as f:
@@ -309,7 +311,9 @@ EMBED_STDIN_API = (
 def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, signum):
     result = _signal_mid_run(fixture_dir, tmp_path, via, signum)
     if result is None:
-        pytest.fail("the run did not end within 60 s of the signal; its stacks:\n" + (tmp_path / "stderr.txt").read_text())
+        pytest.fail(
+            "the run did not end within 60 s of the signal; its stacks:\n" + (tmp_path / "stderr.txt").read_text()
+        )
     returncode, stderr, folder = result
     assert partial_files(folder) == [] and not (folder / "out.hdf5").exists(), stderr
     if signum == signal.SIGTERM:
@@ -323,14 +327,29 @@ def _signal_mid_run(fixture_dir, folder, via, signum):
     folder.mkdir(exist_ok=True)
     out, log = folder / "out.hdf5", folder / "stderr.txt"
     command = {
-        "cli": [sys.executable, "-X", "faulthandler", "-m", "spacy_elmo", "embed", "-", str(out), "--model", str(fixture_dir), "--no-progress"],
+        "cli": [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "spacy_elmo",
+            "embed",
+            "-",
+            str(out),
+            "--model",
+            str(fixture_dir),
+            "--no-progress",
+        ],
         "api": [sys.executable, "-X", "faulthandler", "-c", EMBED_STDIN_API, str(fixture_dir), str(out)],
     }[via]
     with open(log, "wb") as stderr:
         # SIGINT's default action, even when this test runs as a background job (which ignores SIGINT, and
         # an ignored signal stays ignored across exec, so Python would not turn it into KeyboardInterrupt)
         run = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
@@ -402,7 +421,9 @@ def test_a_full_disk_stops_embed_at_the_first_failed_write(fixture_dir, tmp_path
     out = tmp_path / "out" / "vectors.hdf5"
     out.parent.mkdir()
     args = ["embed", str(text), str(out), "--model", str(fixture_dir), "--no-progress"]
-    done = subprocess.run([sys.executable, "-c", _DISK_FULL, str(200_000), *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(200_000), *args], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # about 30 of 400 lines fit under 200 kB
     lines = done.stderr.strip().splitlines()
     assert lines == [f"error: cannot write {out}: file too large (errno EFBIG)"], done.stderr[-2000:]

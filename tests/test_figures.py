@@ -1,8 +1,8 @@
 """docs/make_figures.py: the README's speed picture is read from benchmarks/RESULTS.md, the bank picture is real."""
+
 from pathlib import Path
 
 import pytest
-
 from conftest import load_docs_script
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
 """bilm/files.py: a file written through atomic_path is the old one or the new one, never half of one."""
+
 import json
 import threading
 

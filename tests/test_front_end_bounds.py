@@ -1,29 +1,26 @@
 """Every front end reaches the biLM through ``windows.embed_segments``: windows of at most
 ``settings.DEFAULT_MAX_LENGTH`` tokens where it windows, and at most ``MAX_TOKENS_PER_CALL`` tokens per backend call."""
 
-from typing import List
-
 import numpy as np
 import pytest
+from numerics import assert_recomputed_close
 
 from spacy_elmo import hub, windows
 from spacy_elmo.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from spacy_elmo.similarity import word_similarity
 
-from numerics import assert_recomputed_close
-
 WORDS = ["the", "bank", "approved", "a", "loan", "for", "river", "house", "near", "."]
 LONG = windows.MAX_TOKENS_PER_CALL + 700  # one text too long for one backend call
 
 
-def _words(n: int) -> List[str]:
+def _words(n: int) -> list[str]:
     return [WORDS[(i * 7) % len(WORDS)] for i in range(n)]
 
 
 @pytest.fixture
 def embed_calls(backend, monkeypatch):
     """The token lengths of the sentences of each ``ElmoBackend.embed`` call, one list per call."""
-    calls: List[List[int]] = []
+    calls: list[list[int]] = []
     embed = type(backend).embed
 
     def spy(self, sentences, **kwargs):
@@ -35,7 +32,7 @@ def embed_calls(backend, monkeypatch):
     return calls
 
 
-def _bounded(calls: List[List[int]], longest: int) -> None:
+def _bounded(calls: list[list[int]], longest: int) -> None:
     assert len(calls) > 1, calls  # the input did not fit one call
     assert max(sum(call) for call in calls) <= windows.MAX_TOKENS_PER_CALL
     assert max(max(call) for call in calls) <= longest

@@ -1,12 +1,12 @@
 """The TF-Hub-style module (spacy_elmo.hub) and the similarity demo, against load_bilm().embed."""
+
 import numpy as np
 import pytest
+from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
 from spacy_elmo import hub
 from spacy_elmo.cli import app
-
-from numerics import assert_recomputed_close
 
 SENTENCES = ["They sat on the bank of the river .", "The bank will approve your loan .", "Hi", ""]
 
@@ -55,12 +55,26 @@ def test_tokens_signature_equals_default(elmo):
 
 def test_similarity_command_table_and_plot(fixture_dir, tmp_path):
     out = tmp_path / "bank.png"
-    result = CliRunner().invoke(app, [
-        "similarity", "They sat on the bank of the river .", "The bank will approve your loan .",
-        "--word", "bank", "--model", str(fixture_dir), "--plot", str(out),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "similarity",
+            "They sat on the bank of the river .",
+            "The bank will approve your loan .",
+            "--word",
+            "bank",
+            "--model",
+            str(fixture_dir),
+            "--plot",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
-    rows = {line.split("  ")[1].strip(): float(line.split()[-1]) for line in result.output.splitlines() if line.startswith("  layer") or line.startswith("  mix")}
+    rows = {
+        line.split("  ")[1].strip(): float(line.split()[-1])
+        for line in result.output.splitlines()
+        if line.startswith("  layer") or line.startswith("  mix")
+    }
     assert rows["layer 0 (char CNN, context-free)"] == pytest.approx(1.0, abs=1e-6)  # no context in layer 0
     assert rows["layer 2 (LSTM 2)"] < 0.999  # context moves the LSTM layers apart
     data = out.read_bytes()

@@ -1,18 +1,17 @@
 """The inference path (spacy_elmo.bilm.inference) against the autograd reference path, and the token-vector LRU."""
+
 import random
 
 import numpy as np
 import pytest
 import torch
+from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, load_model
-from spacy_elmo.bilm.model import lstm_outputs
-from spacy_elmo.bilm import inference
+from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, inference, load_model
 from spacy_elmo.bilm import threads as threads_module
+from spacy_elmo.bilm.model import lstm_outputs
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
-
-from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
 
 def _options(**kw):
@@ -46,7 +45,10 @@ def _random_state(model, batch, seed):
     g = torch.Generator().manual_seed(seed)
     o = model.options
     return [
-        [(torch.randn(batch, o.projection_dim, generator=g), torch.randn(batch, o.cell_dim, generator=g)) for _ in range(2)]
+        [
+            (torch.randn(batch, o.projection_dim, generator=g), torch.randn(batch, o.cell_dim, generator=g))
+            for _ in range(2)
+        ]
         for _ in range(o.n_layers)
     ]
 
@@ -187,7 +189,8 @@ def test_token_cache_gives_encoder_vectors_and_evicts(fixture_dir):
         assert_recomputed_close(cache.vectors(words), direct)
         assert len(cache) == 4
         assert_recomputed_close(
-            cache.vectors(["e", "f", "a"]), model.encode_tokens(torch.as_tensor(batch_to_char_ids([["e", "f", "a"]])))[0]
+            cache.vectors(["e", "f", "a"]),
+            model.encode_tokens(torch.as_tensor(batch_to_char_ids([["e", "f", "a"]])))[0],
         )
         assert len(cache) == 5 and "a" in cache._slots  # "a" was used last, so "b" went first
         assert "b" not in cache._slots

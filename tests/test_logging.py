@@ -1,5 +1,6 @@
 """The "spacy_elmo" logger: INFO says which model was loaded from where, its precision, and caches turned off;
 DEBUG the kernels. The library adds no handler and configures no logger: that is the application's choice."""
+
 import logging
 import shutil
 

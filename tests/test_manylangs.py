@@ -4,6 +4,7 @@ The reference activations come from the ``elmoformanylangs`` package itself (one
 fresh ``Embedder``), for small random models built and saved with its own classes:
 ``tests/fixtures/elmoformanylangs/make_reference.py`` makes them (see its docstring).
 """
+
 import json
 import shutil
 from pathlib import Path
@@ -65,7 +66,9 @@ def test_reference_path_matches_elmoformanylangs(kind):
     """The autograd path (CharCNNEncoder.forward hooks, ElmoBiLSTM.forward) gives the same numbers."""
     model = manylangs_files.load_model(FIXTURES / kind)
     tokens = sentences()
-    ids = torch.as_tensor(np.stack([np.pad(model.token_encoder.token_ids(s), ((0, 8 - len(s)), (0, 0))) for s in tokens]))
+    ids = torch.as_tensor(
+        np.stack([np.pad(model.token_encoder.token_ids(s), ((0, 8 - len(s)), (0, 0))) for s in tokens])
+    )
     for p in model.parameters():
         p.requires_grad_(True)
     layers, mask, _ = model(ids)
@@ -102,7 +105,9 @@ def test_vectorizer_and_spacy_component_take_the_directory(tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "elmo" / "model"
     assert manylangs_files.is_model_dir(saved) and (saved / "cnn_test.json").is_file()
-    np.testing.assert_allclose(spacy.load(tmp_path / "pipeline")(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6)  # another backend: rounding
+    np.testing.assert_allclose(
+        spacy.load(tmp_path / "pipeline")(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6
+    )  # another backend: rounding
     other = spacy.blank("xx")
     other.add_pipe("elmo", config={"model": str(FIXTURES / "char_only")})
     np.testing.assert_allclose(other.from_bytes(nlp.to_bytes())(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6)
@@ -118,10 +123,22 @@ def test_cli_info_and_embed_take_the_directory(tmp_path):
     assert result.exit_code == 0, result.output
     assert "ELMoForManyLangs" in result.output and "no word embedding" in result.output
     (tmp_path / "in.txt").write_text(" ".join(sentences()[0]) + "\n", encoding="utf-8")
-    result = runner.invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(FIXTURES / "char_only"), "--no-progress"])
+    result = runner.invoke(
+        app,
+        [
+            "embed",
+            str(tmp_path / "in.txt"),
+            str(tmp_path / "out.hdf5"),
+            "--model",
+            str(FIXTURES / "char_only"),
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
-        assert np.abs(f["0"][...] - reference("char_only")[0]).max() <= TOLERANCE * np.abs(reference("char_only")[0]).max()
+        assert (
+            np.abs(f["0"][...] - reference("char_only")[0]).max() <= TOLERANCE * np.abs(reference("char_only")[0]).max()
+        )
 
 
 def test_an_archive_of_the_directory_loads(tmp_path):
@@ -166,11 +183,27 @@ def _edit_state(directory, name, edit):
 @pytest.mark.parametrize(
     "file, edit, message",
     [
-        ("encoder.pkl", lambda s: s.pop("backward_layer_1.state_projection.weight"), r"missing tensor 'backward_layer_1\.state_projection\.weight' \(expected shape \(16, 32\)\)"),
+        (
+            "encoder.pkl",
+            lambda s: s.pop("backward_layer_1.state_projection.weight"),
+            r"missing tensor 'backward_layer_1\.state_projection\.weight' \(expected shape \(16, 32\)\)",
+        ),
         ("encoder.pkl", lambda s: s.update(extra=torch.zeros(1)), r"unexpected tensor 'extra'"),
-        ("token_embedder.pkl", lambda s: s.update({"projection.bias": torch.zeros(15)}), r"'projection\.bias' has shape \(15,\), expected \(16,\) from the config \(encoder\.projection_dim\)"),
-        ("token_embedder.pkl", lambda s: s["convolutions.1.weight"].__setitem__((0, 0, 0), float("nan")), r"'convolutions\.1\.weight' holds 1 non-finite"),
-        ("token_embedder.pkl", lambda s: s.update({"projection.bias": torch.zeros(16, dtype=torch.int64)}), r"'projection\.bias' holds torch\.int64"),
+        (
+            "token_embedder.pkl",
+            lambda s: s.update({"projection.bias": torch.zeros(15)}),
+            r"'projection\.bias' has shape \(15,\), expected \(16,\) from the config \(encoder\.projection_dim\)",
+        ),
+        (
+            "token_embedder.pkl",
+            lambda s: s["convolutions.1.weight"].__setitem__((0, 0, 0), float("nan")),
+            r"'convolutions\.1\.weight' holds 1 non-finite",
+        ),
+        (
+            "token_embedder.pkl",
+            lambda s: s.update({"projection.bias": torch.zeros(16, dtype=torch.int64)}),
+            r"'projection\.bias' holds torch\.int64",
+        ),
     ],
 )
 def test_bad_state_files_fail_naming_the_file_and_tensor(tmp_path, file, edit, message):
@@ -203,7 +236,12 @@ def _edit_config(directory, section, key, value):
         ("token_embedder", "name", "lstm", r"token_embedder\.name must be \"cnn\""),
         ("token_embedder", "char_dim", 0, r"word-only models are not supported"),
         ("encoder", "cell_clip", "3", r"encoder\.cell_clip must be a finite number >= 0, or null, not \"3\""),
-        ("token_embedder", "filters", [[60, 4]], r"a filter of width 60 is wider than token_embedder\.max_characters_per_token \(50\)"),
+        (
+            "token_embedder",
+            "filters",
+            [[60, 4]],
+            r"a filter of width 60 is wider than token_embedder\.max_characters_per_token \(50\)",
+        ),
         ("encoder", "n_layers", 3, r"missing tensor 'forward_layer_2\.input_linearity\.weight'"),
     ],
 )
@@ -227,14 +265,18 @@ def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
     config["config_path"] = "/elsewhere/cnn_50_100_512_4096_sample.json"
     (directory / "config.json").write_text(json.dumps(config))
     assert manylangs_files.read_config(directory).cell_dim == 4096  # the sample architecture
-    with pytest.raises(WeightFileError, match=r"has shape \(27, 8\), expected \(27, 100\)"):  # ... which this model is not
+    with pytest.raises(
+        WeightFileError, match=r"has shape \(27, 8\), expected \(27, 100\)"
+    ):  # ... which this model is not
         spacy_elmo.load_bilm(directory)
 
 
 def test_dictionaries_are_checked(tmp_path):
     directory = copy_model("word_char", tmp_path)
     lines = (directory / "char.dic").read_text(encoding="utf-8").splitlines()
-    (directory / "char.dic").write_text("\n".join(line for line in lines if not line.startswith("<bow>\t")) + "\n", encoding="utf-8")
+    (directory / "char.dic").write_text(
+        "\n".join(line for line in lines if not line.startswith("<bow>\t")) + "\n", encoding="utf-8"
+    )
     with pytest.raises(WeightFileError, match=r"char\.dic has no '<bow>' entry"):
         spacy_elmo.load_bilm(directory)
     (directory / "char.dic").write_text("a\tb\n", encoding="utf-8")
@@ -245,7 +287,11 @@ def test_dictionaries_are_checked(tmp_path):
 def test_the_ideographic_space_line_reads_as_the_peer_reads_it():
     """Its writer's '\\u3000<TAB>id' line loses the space to strip(): a lone id means '\\u3000'."""
     chars = manylangs_files.read_lexicon(FIXTURES / "word_char" / "char.dic", ())
-    line = next(l for l in (FIXTURES / "word_char" / "char.dic").read_text(encoding="utf-8").splitlines() if l.startswith("\u3000"))
+    line = next(
+        l
+        for l in (FIXTURES / "word_char" / "char.dic").read_text(encoding="utf-8").splitlines()
+        if l.startswith("\u3000")
+    )
     assert chars["\u3000"] == int(line.split("\t")[1])
 
 
@@ -258,9 +304,10 @@ def test_the_model_class_and_padding_char():
 
 def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
     """A manylangs-* entry is one zip (its own URL): fetched once into the cache, unpacked, found, loaded."""
+    from test_download import LoopbackServer
+
     import spacy_elmo.published
     from spacy_elmo.published import PUBLISHED, PublishedModel
-    from test_download import LoopbackServer
 
     monkeypatch.setenv("SPACY_ELMO_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
@@ -268,8 +315,16 @@ def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
     server = LoopbackServer({"11/1.zip": archive.read_bytes()})
     try:
         entry = PublishedModel(
-            name="manylangs-test", options_url=None, weights_url=None, archive_url=server.url("11/1.zip"),
-            architecture="fixture", parameters_m=None, approx_mb=None, trained_on="test", source="test", language="Test",
+            name="manylangs-test",
+            options_url=None,
+            weights_url=None,
+            archive_url=server.url("11/1.zip"),
+            architecture="fixture",
+            parameters_m=None,
+            approx_mb=None,
+            trained_on="test",
+            source="test",
+            language="Test",
         )
         monkeypatch.setitem(spacy_elmo.published.PUBLISHED, entry.name, entry)
         backend = spacy_elmo.load_bilm("manylangs-test")

@@ -1,4 +1,5 @@
 """What a newcomer's mistakes and tools get: clear errors, fit-time checks, plain CLI help, quiet notebooks."""
+
 import warnings
 
 import pytest
@@ -22,8 +23,19 @@ def test_embed_threads_sets_the_cli_process_threads(fixture_dir, tmp_path, monke
     monkeypatch.setattr(torch, "set_num_threads", calls.append)  # the CLI's process, not the library, sets it
     source = tmp_path / "in.txt"
     source.write_text("a b\n")
-    result = CliRunner().invoke(app, ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir),
-                                      "--threads", "1", "--no-progress"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "embed",
+            str(source),
+            str(tmp_path / "out.hdf5"),
+            "--model",
+            str(fixture_dir),
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert calls == [1]
     assert CliRunner().invoke(app, ["embed", str(source), str(tmp_path / "o.hdf5"), "--threads", "0"]).exit_code == 2
@@ -51,9 +63,9 @@ def test_an_unknown_tokenizer_language_fails_in_fit(fixture_dir):
 
 
 def test_a_pipeline_displays_in_a_notebook_without_warnings(fixture_dir):
+    from sklearn.externals._numpydoc.docscrape import ClassDoc
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
-    from sklearn.externals._numpydoc.docscrape import ClassDoc
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Unknown section Input" was a UserWarning

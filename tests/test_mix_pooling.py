@@ -44,8 +44,14 @@ def test_one_layer_spec_check_before_the_model_is_known():
 
     assert check_layer_spec("top") == "top" and check_layer_spec(np.int64(-1)) == -1
     assert check_layer_spec((1, np.float32(0.5), "2")) == [1.0, 0.5, 2.0]
-    for bad, error in [("bottom", ValueError), (True, TypeError), ([1.0, True], ValueError), ([1.0, float("nan")], ValueError),
-                       ([1.0, None], TypeError), (2.5, TypeError)]:
+    for bad, error in [
+        ("bottom", ValueError),
+        (True, TypeError),
+        ([1.0, True], ValueError),
+        ([1.0, float("nan")], ValueError),
+        ([1.0, None], TypeError),
+        (2.5, TypeError),
+    ]:
         with pytest.raises(error, match="layers="):
             check_layer_spec(bad)
         with pytest.raises(error, match="layers="):  # layer_weights runs the same check first

@@ -4,6 +4,7 @@ The real models' big matrices are packed automatically; the fixture and test mod
 so these tests lower ``MIN_ELEMENTS`` to pack every eligible matrix, and count the packed
 products so that a silently unused path fails.
 """
+
 import json
 import os
 import subprocess
@@ -13,14 +14,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
-from spacy_elmo.bilm import threads as threads_module
-from spacy_elmo.bilm import mkl_prepacked
-from spacy_elmo.bilm.encoder import Highway
-
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 from test_inference_path import _options, _random_batch, _random_state
+
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model, mkl_prepacked
+from spacy_elmo.bilm import threads as threads_module
+from spacy_elmo.bilm.encoder import Highway
 
 pytestmark = pytest.mark.skipif(not mkl_prepacked.available(), reason="this torch has no MKL packed GEMM")
 
@@ -113,7 +112,9 @@ def test_packs_follow_weight_updates(count_packed):
 def test_a_pack_that_disagrees_is_not_used(monkeypatch):
     """If MKL's packed product ever differs from sgemm (the probe), the plain path runs instead."""
     monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(mkl_prepacked, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
+    monkeypatch.setattr(
+        mkl_prepacked, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0])
+    )
     torch.manual_seed(6)
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=8, n=7)))

@@ -1,5 +1,6 @@
 """The built distributions: `python -m build` warns about nothing, the wheel holds the package and its bundled
 model, the sdist can run the tests, and the wheel installed in a fresh venv runs the main example."""
+
 import os
 import subprocess
 import sys
@@ -23,7 +24,10 @@ def dists(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # else setuptools warns it skips
     run = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     log = run.stdout + run.stderr
@@ -46,8 +50,14 @@ def test_wheel_holds_every_module_the_bundled_model_and_type_marker(dists):
     assert "spacy_elmo/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "docs/", "benchmarks/"))]
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
-    for field in ("License-Expression: MIT", "Project-URL: Source", "Author-email:", "Classifier: Framework :: spaCy",
-                  "Provides-Extra: dask", "Requires-Dist: dask-ml"):
+    for field in (
+        "License-Expression: MIT",
+        "Project-URL: Source",
+        "Author-email:",
+        "Classifier: Framework :: spaCy",
+        "Provides-Extra: dask",
+        "Requires-Dist: dask-ml",
+    ):
         assert field in metadata, field
 
 
@@ -58,8 +68,15 @@ def test_sdist_can_run_the_tests(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     tracked = subprocess.run(["git", "ls-files", "tests", "examples", "docs"], cwd=ROOT, capture_output=True, text=True)
     expected = set(tracked.stdout.split()) if tracked.returncode == 0 else set()
-    expected |= {"tests/conftest.py", "tests/numerics.py", "tests/fixtures/allennlp_elmo/lm_weights.hdf5",
-                 "tests/fixtures/allennlp_elmo/NOTICE", "examples/bank.py", "pyproject.toml", "LICENSE"}
+    expected |= {
+        "tests/conftest.py",
+        "tests/numerics.py",
+        "tests/fixtures/allennlp_elmo/lm_weights.hdf5",
+        "tests/fixtures/allennlp_elmo/NOTICE",
+        "examples/bank.py",
+        "pyproject.toml",
+        "LICENSE",
+    }
     assert expected <= names, sorted(expected - names)
 
 
@@ -71,18 +88,45 @@ def test_wheel_in_a_fresh_venv_runs_the_bank_example(dists, tmp_path):
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of a source tree may be seen
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
-        check=True, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+        env=env,
     )
     # The dependencies (torch, spaCy, ...) from this environment, but not its spacy_elmo: a path entry, not a site dir,
     # so the editable install's .pth there is not read. CI's .ci/run installs the wheel with its real dependencies.
-    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())
+    site = Path(
+        subprocess.check_output(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = subprocess.run([str(python), "-c", "import spacy_elmo; print(spacy_elmo.__file__)"],
-                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    where = subprocess.run(
+        [str(python), "-c", "import spacy_elmo; print(spacy_elmo.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert where.returncode == 0 and where.stdout.startswith(str(site)), where.stdout + where.stderr
-    run = subprocess.run([str(python), str(ROOT / "examples" / "bank.py")], capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=300)
+    run = subprocess.run(
+        [str(python), str(ROOT / "examples" / "bank.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "cosine similarity of the two 'bank' vectors" in run.stdout and "mix (equal weights)" in run.stdout

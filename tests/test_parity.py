@@ -1,4 +1,5 @@
 """Parity with the reference ELMo (AllenNLP / bilm-tf fixture outputs)."""
+
 import json
 
 import h5py

@@ -1,11 +1,11 @@
 """What a plain clone has: the AllenNLP fixture in tests/fixtures, the corpora's public sources, clear messages without them."""
+
 import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA_DIR, FIXTURE_DIR, require_corpora
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,9 @@ def test_sklearn_example_without_its_data_exits_with_a_message_not_a_traceback(d
     script = ROOT / "examples" / "sklearn_classify.py"
     run = subprocess.run(
         [sys.executable, str(script), "--dataset", dataset, "--model", str(FIXTURE_DIR), "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 2
     assert "Traceback" not in run.stderr

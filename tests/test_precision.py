@@ -23,11 +23,14 @@ int8       AVX2        2.3e-2              2.5e-2                             2.
 layers were off by 11-28%.) A wrong weight, gate or scale moves layers by 10% or more.
 ``tests/test_cpu_support.py`` checks the kernel choice itself and runs the AVX2 kernels in a child process.
 """
+
 import json
 
 import numpy as np
 import pytest
 import torch
+from numerics import assert_recomputed_close
+from test_inference_path import _options, _random_batch, _random_state
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
@@ -35,12 +38,11 @@ from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, inference, low_pr
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
-from numerics import assert_recomputed_close
-from test_inference_path import _options, _random_batch, _random_state
-
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 
-needs_int8 = pytest.mark.skipif(not low_precision.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)")
+needs_int8 = pytest.mark.skipif(
+    not low_precision.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)"
+)
 
 
 def layer_errors(low, exact):
@@ -132,7 +134,9 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
     assert backend.dtype is torch.int8
     cells = list(backend.model.lstm.forward_layers) + list(backend.model.lstm.backward_layers)
     released = [w for cell in cells for w in (cell.input_weight, cell.state_weight, cell.projection)]
-    released += [layer.weight for highway in backend.model.token_encoder.highways for layer in (highway.carry, highway.transform)]
+    released += [
+        layer.weight for highway in backend.model.token_encoder.highways for layer in (highway.carry, highway.transform)
+    ]
     released.append(backend.model.token_encoder.projection.weight)
     assert all(w.is_meta for w in released)  # shapes kept, no storage
     kept = [p for p in backend.model.parameters() if not p.is_meta]
@@ -172,7 +176,9 @@ def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatc
 @needs_int8
 def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
     """``quantize(keep_float32=True)`` keeps the parameters: packs are remade when a weight changes in place."""
-    model = low_precision.quantize(load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval(), keep_float32=True)
+    model = low_precision.quantize(
+        load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval(), keep_float32=True
+    )
     assert not any(p.is_meta for p in model.parameters())
     ids = torch.as_tensor(batch_to_char_ids(sentences[:6]))
 
@@ -210,7 +216,9 @@ def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
     assert loaded.dtype is torch.int8 and loaded.fingerprint == component.backend.fingerprint
     # int8 quantizes each product's activations per call (one range per batch), so the same words in
     # another batch (here: another token cache) agree to the int8 tolerance, not bit for bit
-    assert (layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]).all()
+    assert (
+        layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]
+    ).all()
     assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).dtype == "float32"
     with pytest.raises(ValueError, match="dtype must be one of"):
         spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int4"})
@@ -245,13 +253,20 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
     text = tmp_path / "in.txt"
     text.write_text("The bank approved the loan .\nA river bank .\n", encoding="utf-8")
     runner = CliRunner()
-    result = runner.invoke(app, ["embed", str(text), str(tmp_path / "out.hdf5"), "-m", str(fixture_dir), "--dtype", "int8", "--no-progress"])
+    result = runner.invoke(
+        app,
+        ["embed", str(text), str(tmp_path / "out.hdf5"), "-m", str(fixture_dir), "--dtype", "int8", "--no-progress"],
+    )
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
         stored = f["0"][...]
     assert stored.dtype == np.float32
-    np.testing.assert_array_equal(stored, load_bilm(fixture_dir, dtype="int8").embed([text.read_text().split("\n")[0].split()])[0])
-    bad = runner.invoke(app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"])
+    np.testing.assert_array_equal(
+        stored, load_bilm(fixture_dir, dtype="int8").embed([text.read_text().split("\n")[0].split()])[0]
+    )
+    bad = runner.invoke(
+        app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"]
+    )
     assert bad.exit_code == 2 and "dtype must be one of" in bad.output
 
 
@@ -271,7 +286,11 @@ def test_int8_packs_per_role(fixture_dir, amx, monkeypatch):
         backend = ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.int8)
     finally:
         cpu_support.int8_kernels.cache_clear()
-    packs = [(name, pack) for module in backend.model.modules() for name, pack in low_precision.released_packs(module).items()]
+    packs = [
+        (name, pack)
+        for module in backend.model.modules()
+        for name, pack in low_precision.released_packs(module).items()
+    ]
     assert packs and all(pack.kind == "int8" for _, pack in packs)
     # input projections and token layers multiply many rows: always one pack
     assert all(pack.few_rows is pack.packed for name, pack in packs if name not in low_precision.FEW_ROWS_WEIGHTS)
@@ -304,7 +323,9 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     clip or carried state moves outputs by far more than recomputation rounding. (Which engine's
     int8 pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
     """
-    assert compiled_steps.compiled(dtype) is not None  # x86 torch has TorchScript: a broken compile must not pass silently
+    assert (
+        compiled_steps.compiled(dtype) is not None
+    )  # x86 torch has TorchScript: a broken compile must not pass silently
     if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
         monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
         monkeypatch.setattr(threads, "_pool", None)

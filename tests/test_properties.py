@@ -3,18 +3,20 @@
 Tokens include lone surrogates, NUL, emoji, combining marks, whitespace and tokens far longer than
 ELMo's 50 characters; each sentence must get the same vectors alone as inside a batch.
 """
+
 import numpy as np
 import pytest
 import spacy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numerics import assert_recomputed_close
 
 from spacy_elmo import ElmoVectorizer, load_bilm
 
-from numerics import assert_recomputed_close
-
 ANY_CHAR = st.characters(exclude_categories=())  # every code point, lone surrogates included
-SPECIAL = st.sampled_from(["\x00", "a\x00b", "\ud800", "e\u0301", "\u0301", "👩‍👩‍👧", "\ufeff", " ", "\n", "<S>", "</S>", "ÿ" * 60])
+SPECIAL = st.sampled_from(
+    ["\x00", "a\x00b", "\ud800", "e\u0301", "\u0301", "👩‍👩‍👧", "\ufeff", " ", "\n", "<S>", "</S>", "ÿ" * 60]
+)
 TOKEN = st.one_of(
     st.text(ANY_CHAR, min_size=1, max_size=12),
     SPECIAL,

@@ -1,5 +1,6 @@
 """Every Python code block of the README and of the user guide (docs/*.md) runs as written (offline: they use
 the bundled default model). docs/api.md is left out: it is generated, and its blocks are signatures."""
+
 import re
 import textwrap
 from pathlib import Path
@@ -21,7 +22,9 @@ PEER_IMPORTS = ("from allennlp", "import allennlp", "from elmoformanylangs", "im
 
 
 def test_the_readme_and_the_guide_have_python_blocks():
-    per_page = {page: sum(1 for p, _, _ in BLOCKS if p == page) for page in (p.relative_to(ROOT).as_posix() for p in PAGES)}
+    per_page = {
+        page: sum(1 for p, _, _ in BLOCKS if p == page) for page in (p.relative_to(ROOT).as_posix() for p in PAGES)
+    }
     assert per_page["README.md"] >= 1
     for page in ("docs/spacy.md", "docs/sklearn.md", "docs/python.md", "docs/scale-out.md", "docs/training.md"):
         assert per_page[page] >= 1, page
@@ -36,7 +39,7 @@ def logging_restored():
     root, package = logging.getLogger(), logging.getLogger("spacy_elmo")
     saved = (root.level, list(root.handlers), package.level)
     yield
-    for handler in root.handlers[len(saved[1]):]:
+    for handler in root.handlers[len(saved[1]) :]:
         root.removeHandler(handler)
     root.setLevel(saved[0])
     package.setLevel(saved[2])
@@ -48,7 +51,9 @@ def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored)
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # and none may need the network
     monkeypatch.chdir(tmp_path)
     if NEEDS_TRAINING in block:
-        pytest.skip("reads a pipeline trained by the guide's spacy train steps (tests/test_spacy_training.py trains one)")
+        pytest.skip(
+            "reads a pipeline trained by the guide's spacy train steps (tests/test_spacy_training.py trains one)"
+        )
     for extra in OPTIONAL_MODULES:
         if f"from {extra}" in block:
             pytest.importorskip(extra, reason=f"the block needs {extra} (pip install 'spacy-elmo[test]')")
@@ -70,7 +75,7 @@ def test_the_readme_is_short_and_keeps_the_two_setup_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 100
     for command in (
-        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && .venv/bin/python examples/bank.py',
+        "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && .venv/bin/python examples/bank.py",
         'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q',
     ):
         assert f"```bash\n{command}\n```" in readme
@@ -82,7 +87,12 @@ def test_the_guide_builds_strictly(tmp_path):
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "spacy" / "index.html").is_file()

@@ -1,4 +1,5 @@
 """Regressions from probing the backend as a hostile or unlucky user would: fork, threads, memory, caches."""
+
 import os
 import shutil
 import sqlite3
@@ -10,13 +11,12 @@ import numpy as np
 import pytest
 import spacy
 import torch
+from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
 import spacy_elmo.backend
 from spacy_elmo import load_bilm
 from spacy_elmo.cache import CACHE_DIR_ENV, DB_NAME, DiskCache
-
-from numerics import assert_recomputed_close
 
 
 @pytest.fixture()
@@ -169,7 +169,9 @@ def test_numpy_memory_error_in_a_batch_is_retried_in_halves(fresh_model, fixture
 # -- item 3: a cache directory that cannot be used ---------------------------------------------------
 
 
-def test_cache_dir_under_a_regular_file_warns_and_embeds(fresh_model, tmp_path, monkeypatch, backend, fixture_sentences):
+def test_cache_dir_under_a_regular_file_warns_and_embeds(
+    fresh_model, tmp_path, monkeypatch, backend, fixture_sentences
+):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
@@ -201,7 +203,9 @@ def test_spacy_component_and_cli_embed_with_an_unusable_cache_dir(fixture_dir, t
     text = tmp_path / "in.txt"
     text.write_text("a b c\nd e\n", encoding="utf-8")
     shutil.copytree(fixture_dir, tmp_path / "model2")
-    result = CliRunner().invoke(app, ["embed", str(text), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "model2")])
+    result = CliRunner().invoke(
+        app, ["embed", str(text), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "model2")]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out.hdf5").is_file()
 
@@ -251,9 +255,18 @@ def test_flipped_byte_in_a_stored_row_is_recomputed(fresh_model, tmp_path, fixtu
 
 @pytest.mark.parametrize(
     "column, value",
-    [("data", 7), ("data", "text, not bytes"), ("used", "yesterday"), ("layers", "three"), ("checksum", b"\x01"), ("dim", 1.5)],
+    [
+        ("data", 7),
+        ("data", "text, not bytes"),
+        ("used", "yesterday"),
+        ("layers", "three"),
+        ("checksum", b"\x01"),
+        ("dim", 1.5),
+    ],
 )
-def test_a_row_with_a_wrongly_typed_value_is_a_miss(fresh_model, tmp_path, fixture_sentences, monkeypatch, column, value):
+def test_a_row_with_a_wrongly_typed_value_is_a_miss(
+    fresh_model, tmp_path, fixture_sentences, monkeypatch, column, value
+):
     """sqlite does not enforce column types: a damaged row (flipped serial-type byte, a foreign writer) is recomputed."""
     cache_dir = tmp_path / "cache"
     b = load_bilm(fresh_model, cache_dir=cache_dir, cache_mb=0)

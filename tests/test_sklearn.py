@@ -1,4 +1,5 @@
 """ElmoVectorizer: values against the backend by hand, scikit-learn conventions, pipelines, Doc reuse, errors."""
+
 import pickle
 import runpy
 import subprocess
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 import spacy
 import torch
+from numerics import assert_recomputed_close
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -22,8 +24,6 @@ from spacy.tokens import Doc
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
 from spacy_elmo.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from spacy_elmo.windows import embed_segments
-
-from numerics import assert_recomputed_close
 
 TEXTS = ["The bank approved the loan .", "I sat on the river bank .", "", "Birds  fly\n south ."]
 
@@ -107,8 +107,15 @@ def test_identical_texts_are_embedded_once(vec, embed_spy):
 
 def test_input_containers_give_same_rows(vec):
     expected = vec.transform(TEXTS)
-    containers = (tuple(TEXTS), np.array(TEXTS, dtype=object), np.array(TEXTS), pd.Series(TEXTS),
-                  pd.DataFrame({"t": TEXTS}), pd.Series(TEXTS, dtype="string"), (t for t in TEXTS))
+    containers = (
+        tuple(TEXTS),
+        np.array(TEXTS, dtype=object),
+        np.array(TEXTS),
+        pd.Series(TEXTS),
+        pd.DataFrame({"t": TEXTS}),
+        pd.Series(TEXTS, dtype="string"),
+        (t for t in TEXTS),
+    )
     for X in containers:
         np.testing.assert_array_equal(vec.transform(X), expected)
     assert vec.fit_transform(t for t in TEXTS).shape == expected.shape  # a generator is read once
@@ -331,8 +338,12 @@ def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_e
     X = ElmoVectorizer(model=str(fixture_dir)).transform([plain, other_model, stale])
     embedded = sorted(map(tuple, embed_spy[0]))
     assert embedded == [("A", "new", "day", "."), ("Birds", "fly", "south", "."), ("It rained", ".")]
-    np.testing.assert_array_equal(X, ElmoVectorizer(model=str(fixture_dir)).transform(
-        [["Birds", "fly", "south", "."], ["A", "new", "day", "."], ["It rained", "."]]))
+    np.testing.assert_array_equal(
+        X,
+        ElmoVectorizer(model=str(fixture_dir)).transform(
+            [["Birds", "fly", "south", "."], ["A", "new", "day", "."], ["It rained", "."]]
+        ),
+    )
 
 
 def test_import_does_not_import_sklearn():
@@ -352,12 +363,25 @@ def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
 @pytest.mark.gpu
 def test_cuda_rows_match_cpu(fixture_dir):
     cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
-    np.testing.assert_allclose(ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-4)  # GPU matmuls may use TF32
+    np.testing.assert_allclose(
+        ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-4
+    )  # GPU matmuls may use TF32
 
 
 def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
-    argv = ["sklearn_classify.py", "--dataset", "trec", "--model", str(fixture_dir), "--data-dir", str(data_dir),
-            "--max-train", "60", "--max-test", "20"]
+    argv = [
+        "sklearn_classify.py",
+        "--dataset",
+        "trec",
+        "--model",
+        str(fixture_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-train",
+        "60",
+        "--max-test",
+        "20",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "sklearn_classify.py"), run_name="__main__")
     out = capsys.readouterr().out
@@ -371,7 +395,23 @@ def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir
     from spacy_elmo.mix import mix_layers
     from spacy_elmo.windows import window_bounds
 
-    words = "the bank by the river was closed so we walked along the water to town".split()
+    words = [
+        "the",
+        "bank",
+        "by",
+        "the",
+        "river",
+        "was",
+        "closed",
+        "so",
+        "we",
+        "walked",
+        "along",
+        "the",
+        "water",
+        "to",
+        "town",
+    ]
     tokens = [words[i % len(words)] + ("s" if i % 7 == 0 else "") for i in range(230)]
     est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
     got = est.fit_transform([tokens, tokens[:50]])
@@ -389,7 +429,10 @@ def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir
     assert_recomputed_close(whole[0], mix_layers(backend.embed([tokens])[0], "top").max(axis=0))
     assert not np.allclose(whole[0], got[0])
     # numpy integers from a parameter grid are accepted
-    assert est.set_params(max_length=np.int64(100), window_overlap=np.int64(20)).fit_transform([tokens]).shape == got[:1].shape
+    assert (
+        est.set_params(max_length=np.int64(100), window_overlap=np.int64(20)).fit_transform([tokens]).shape
+        == got[:1].shape
+    )
 
 
 def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
@@ -403,7 +446,23 @@ def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
 
 # -- issue 24, item 9: a long text is pooled window by window, never stitched ---------------------------
 
-WORDS = "the bank by the river was closed so we walked along the water to town".split()
+WORDS = [
+    "the",
+    "bank",
+    "by",
+    "the",
+    "river",
+    "was",
+    "closed",
+    "so",
+    "we",
+    "walked",
+    "along",
+    "the",
+    "water",
+    "to",
+    "town",
+]
 
 
 @pytest.fixture()

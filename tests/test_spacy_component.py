@@ -1,4 +1,5 @@
 """The spaCy "elmo" component against the backend's own numbers (AllenNLP test model in tests/fixtures)."""
+
 import os
 import signal
 import subprocess
@@ -8,13 +9,11 @@ import numpy as np
 import pytest
 import spacy
 import torch
+from numerics import assert_recomputed_close
 from spacy.tokens import Doc
 
-from spacy_elmo import WeightFileError, load_bilm
+from spacy_elmo import WeightFileError, load_bilm, windows
 from spacy_elmo.spacy import ElmoComponent
-from spacy_elmo import windows
-
-from numerics import assert_recomputed_close
 
 
 def make_nlp(fixture_dir, **config):
@@ -158,7 +157,13 @@ def test_static_vectors_stay_reachable(fixture_dir, backend):
 
 def test_pipe_batches_across_docs_and_equals_per_doc(fixture_dir, backend, monkeypatch):
     nlp = make_nlp(fixture_dir)
-    texts = ["The bank will approve your loan.", "", "Hi", "They sat on the bank of the river. It was cold.", " x  y "] * 3
+    texts = [
+        "The bank will approve your loan.",
+        "",
+        "Hi",
+        "They sat on the bank of the river. It was cold.",
+        " x  y ",
+    ] * 3
     single = [nlp(t)._.elmo_layers for t in texts]
     calls = []
     embed = type(backend).embed
@@ -208,7 +213,10 @@ def test_pipe_n_process_keeps_vectors(fixture_dir):
     """In a subprocess, with the main thread forking: a deadlocked torch in the workers fails here, not hangs CI."""
     process = subprocess.Popen(
         [sys.executable, "-c", N_PROCESS_SCRIPT, str(fixture_dir), os.path.dirname(__file__)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         out, err = process.communicate(timeout=120)
@@ -228,7 +236,9 @@ def test_sentences_are_embedded_one_by_one(fixture_dir, backend):
     expected = backend.embed([[t.text for t in s] for s in sents])
     assert_recomputed_close(doc._.elmo_layers, np.concatenate(expected, axis=1))
     whole = backend.embed([[t.text for t in doc]])[0]
-    assert np.abs(doc._.elmo_layers[:, sents[1].start :] - whole[:, sents[1].start :]).max() > 1e-3  # not the same thing
+    assert (
+        np.abs(doc._.elmo_layers[:, sents[1].start :] - whole[:, sents[1].start :]).max() > 1e-3
+    )  # not the same thing
     flat = make_nlp(fixture_dir, use_sentences=False)
     assert_recomputed_close(flat.get_pipe("elmo")(doc)._.elmo_layers, whole)
 
@@ -261,12 +271,14 @@ def test_long_docs_are_windowed_and_stitched(fixture_dir, backend, fixture_sente
 
 @pytest.mark.slow
 def test_huge_doc_bounded_batches(fixture_dir, backend, monkeypatch):
-    words = (["The", "bank", "approved", "the", "loan", "for", "the", "river", "house", "."] * 10_000)
+    words = ["The", "bank", "approved", "the", "loan", "for", "the", "river", "house", "."] * 10_000
     nlp = make_nlp(fixture_dir)
     doc = Doc(nlp.vocab, words=words)
     calls = []
     embed = type(backend).embed
-    monkeypatch.setattr(type(backend), "embed", lambda self, s, **kw: calls.append(sum(map(len, s))) or embed(self, s, **kw))
+    monkeypatch.setattr(
+        type(backend), "embed", lambda self, s, **kw: calls.append(sum(map(len, s))) or embed(self, s, **kw)
+    )
     doc = nlp.get_pipe("elmo")(doc)
     assert doc._.elmo_layers.shape == (3, 100_000, 32) and np.isfinite(doc._.elmo_layers).all()
     assert len(calls) > 1 and max(calls) <= windows.MAX_TOKENS_PER_CALL
@@ -306,6 +318,8 @@ def test_position_getter_from_the_config(fixture_dir, backend, tmp_path):
     assert not np.allclose(doc._.elmo_layers, default(doc.text)._.elmo_layers)
     nlp.to_disk(tmp_path / "pipeline")  # the config names the getter, so a loaded pipeline uses it again
     loaded = spacy.load(tmp_path / "pipeline")
-    assert_recomputed_close(loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers)  # another backend (the copied files)
+    assert_recomputed_close(
+        loaded(doc.text)._.elmo_layers, nlp(doc.text)._.elmo_layers
+    )  # another backend (the copied files)
     with pytest.raises(TypeError, match="get_positions=3"):
         ElmoComponent(nlp.vocab, str(fixture_dir), get_positions=3)

@@ -1,16 +1,16 @@
 """spacy_elmo.ElmoScalarMix.v1/v2: the learnable scalar mix as a tok2vec layer for trainable components."""
+
 import numpy as np
 import pytest
 import spacy
 import srsly
+from numerics import assert_recomputed_close
 from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Adam
 
 from spacy_elmo import mix_layers
 from spacy_elmo.spacy import learned_mix
-
-from numerics import assert_recomputed_close
 
 TRAIN = [
     ("The bank approved the loan .", "MONEY"),
@@ -39,7 +39,9 @@ def reference_loss(layers_list, R_list, s, gamma):
     """sum(R * gamma * sum_j softmax(s)_j h_j) in float64, written out independently of the layer."""
     w = np.exp(s - s.max())
     w /= w.sum()
-    return sum(float((R * gamma * np.einsum("l,lnd->nd", w, X.astype(np.float64))).sum()) for X, R in zip(layers_list, R_list))
+    return sum(
+        float((R * gamma * np.einsum("l,lnd->nd", w, X.astype(np.float64))).sum()) for X, R in zip(layers_list, R_list)
+    )
 
 
 def test_forward_equals_mix_layers(nlp):
@@ -66,7 +68,9 @@ def test_gradients_match_finite_differences(nlp):
     eps = 1e-6
     for j in range(3):
         step = np.eye(3)[j] * eps
-        numeric = (reference_loss(layers, R, s0 + step, gamma0) - reference_loss(layers, R, s0 - step, gamma0)) / (2 * eps)
+        numeric = (reference_loss(layers, R, s0 + step, gamma0) - reference_loss(layers, R, s0 - step, gamma0)) / (
+            2 * eps
+        )
         assert model.get_grad("s")[j] == pytest.approx(numeric, rel=1e-3, abs=1e-3)
     numeric = (reference_loss(layers, R, s0, gamma0 + eps) - reference_loss(layers, R, s0, gamma0 - eps)) / (2 * eps)
     assert model.get_grad("gamma")[0] == pytest.approx(numeric, rel=1e-3)
@@ -89,11 +93,18 @@ def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
     tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": 32, "n_layers": 2}
     textcat_model = {
-        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "tok2vec": tok2vec,
-        "use_reduce_first": False, "use_reduce_last": False, "use_reduce_max": True, "use_reduce_mean": True,
+        "@architectures": "spacy.TextCatReduce.v1",
+        "exclusive_classes": True,
+        "tok2vec": tok2vec,
+        "use_reduce_first": False,
+        "use_reduce_last": False,
+        "use_reduce_max": True,
+        "use_reduce_mean": True,
     }
     nlp.add_pipe("textcat", config={"model": textcat_model})
-    examples = [Example.from_dict(nlp.make_doc(t), {"cats": {"MONEY": c == "MONEY", "RIVER": c == "RIVER"}}) for t, c in TRAIN]
+    examples = [
+        Example.from_dict(nlp.make_doc(t), {"cats": {"MONEY": c == "MONEY", "RIVER": c == "RIVER"}}) for t, c in TRAIN
+    ]
     optimizer = nlp.initialize(lambda: examples)
     optimizer.learn_rate = 0.01
     losses = []
@@ -120,16 +131,22 @@ def textcat_nlp(fixture_dir, **mix):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
     textcat_model = {
-        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True,
+        "@architectures": "spacy.TextCatReduce.v1",
+        "exclusive_classes": True,
         "tok2vec": {"@architectures": "spacy_elmo.ElmoScalarMix.v2", **mix},
-        "use_reduce_first": False, "use_reduce_last": False, "use_reduce_max": True, "use_reduce_mean": True,
+        "use_reduce_first": False,
+        "use_reduce_last": False,
+        "use_reduce_max": True,
+        "use_reduce_mean": True,
     }
     nlp.add_pipe("textcat", config={"model": textcat_model})
     return nlp
 
 
 def examples_for(nlp):
-    return [Example.from_dict(nlp.make_doc(t), {"cats": {"MONEY": c == "MONEY", "RIVER": c == "RIVER"}}) for t, c in TRAIN]
+    return [
+        Example.from_dict(nlp.make_doc(t), {"cats": {"MONEY": c == "MONEY", "RIVER": c == "RIVER"}}) for t, c in TRAIN
+    ]
 
 
 def mix_of(nlp, name="textcat"):
@@ -191,7 +208,9 @@ def test_v2_gradients_with_the_regulariser(nlp):
     assert model.get_grad("gamma")[0] == pytest.approx(numeric, rel=1e-3)
 
 
-@pytest.mark.parametrize("layers,expected", [(0, "token layer"), ("top", "top"), (-2, "middle"), ("average", "average")])
+@pytest.mark.parametrize(
+    "layers,expected", [(0, "token layer"), ("top", "top"), (-2, "middle"), ("average", "average")]
+)
 def test_v2_fixed_layers(nlp, layers, expected):
     docs = list(nlp.pipe(["The bank approved the loan ."]))
     model = registry.architectures.get("spacy_elmo.ElmoScalarMix.v2")(layers=layers, gamma=2.0)
@@ -287,7 +306,14 @@ def test_v1_with_a_wrong_width_fails_at_assembly(fixture_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
     tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": 1024, "n_layers": 2}
-    textcat_model = {"@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "tok2vec": tok2vec,
-                     "use_reduce_first": False, "use_reduce_last": False, "use_reduce_max": True, "use_reduce_mean": True}
+    textcat_model = {
+        "@architectures": "spacy.TextCatReduce.v1",
+        "exclusive_classes": True,
+        "tok2vec": tok2vec,
+        "use_reduce_first": False,
+        "use_reduce_last": False,
+        "use_reduce_max": True,
+        "use_reduce_mean": True,
+    }
     with pytest.raises(ValueError, match="'elmo' gives 3 layers of width 32, but .* 3 layers of width 1024"):
         nlp.add_pipe("textcat", config={"model": textcat_model})

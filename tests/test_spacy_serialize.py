@@ -1,4 +1,5 @@
 """Saving and loading: DocBin, Doc bytes, nlp.to_disk/to_bytes, a fresh process, config assembly."""
+
 import json
 import runpy
 import shutil
@@ -10,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+from numerics import assert_recomputed_close
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_config, load_model_from_config
 
 from spacy_elmo.spacy import set_hooks
-
-from numerics import assert_recomputed_close
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TEXTS = ["The bank will approve your loan.", "They sat on the bank of the river. It was cold.", "", "  "]
@@ -137,7 +137,10 @@ def test_to_disk_then_spacy_load_in_fresh_process(fixture_dir, tmp_path):
 
 def test_saved_weights_are_checked(fixture_dir, tmp_path):
     nlp, _, path = saved_pipeline(fixture_dir, tmp_path)  # saved before any doc: the model is loaded to save it
-    assert json.loads((path / "elmo" / "model" / "model.json").read_text())["fingerprint"] == nlp.get_pipe("elmo").backend.fingerprint
+    assert (
+        json.loads((path / "elmo" / "model" / "model.json").read_text())["fingerprint"]
+        == nlp.get_pipe("elmo").backend.fingerprint
+    )
     import h5py
 
     with h5py.File(path / "elmo" / "model" / "weights.hdf5", "a") as f:
@@ -162,7 +165,10 @@ def test_nlp_to_bytes_from_bytes(nlp):
     fresh.add_pipe("elmo", config={"model": "/nonexistent/elmo", "layers": [0.5, 1.0, -1.0], "gamma": 2.0})
     fresh.from_bytes(data)
     component = fresh.get_pipe("elmo")
-    assert component.model_ref.path != "/nonexistent/elmo" and component.backend.fingerprint == nlp.get_pipe("elmo").backend.fingerprint
+    assert (
+        component.model_ref.path != "/nonexistent/elmo"
+        and component.backend.fingerprint == nlp.get_pipe("elmo").backend.fingerprint
+    )
     for text in TEXTS:
         assert_same_vectors(fresh(text), nlp(text), recomputed=True)
 
@@ -182,7 +188,16 @@ def test_config_assembles_from_example(fixture_dir, backend):
 @pytest.mark.slow
 def test_spacy_assemble_cli_and_bank_example(fixture_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "assembled"
-    cli = [sys.executable, "-m", "spacy", "assemble", str(EXAMPLES / "config.cfg"), str(out), "--paths.elmo", str(fixture_dir)]
+    cli = [
+        sys.executable,
+        "-m",
+        "spacy",
+        "assemble",
+        str(EXAMPLES / "config.cfg"),
+        str(out),
+        "--paths.elmo",
+        str(fixture_dir),
+    ]
     result = subprocess.run(cli, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (out / "elmo" / "model" / "weights.hdf5").is_file()

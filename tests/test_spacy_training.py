@@ -1,10 +1,9 @@
 """`spacy train` with the shipped configs, entry points, `spacy debug config`, and the example project's scripts."""
-import json
+
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
@@ -64,8 +63,12 @@ def test_spacy_train_shipped_config_on_the_fixture_model(fixture_dir, tmp_path, 
     assert "width = 1024" not in config.read_text() and "n_layers" not in config.read_text()
     corpus = write_corpus(tmp_path / "data.spacy", component)
     overrides = {
-        "paths.train": str(corpus), "paths.dev": str(corpus), "paths.elmo": str(fixture_dir),
-        "training.max_steps": 12, "training.eval_frequency": 6, "training.optimizer.learn_rate": 0.01,
+        "paths.train": str(corpus),
+        "paths.dev": str(corpus),
+        "paths.elmo": str(fixture_dir),
+        "training.max_steps": 12,
+        "training.eval_frequency": 6,
+        "training.optimizer.learn_rate": 0.01,
     }
     train(config, tmp_path / "out", overrides=overrides)
     nlp = spacy.load(tmp_path / "out" / "model-last")
@@ -93,10 +96,10 @@ def test_architectures_resolve_in_a_fresh_process():
     code = (
         "import sys, spacy\n"
         "from thinc.api import Config\n"
-        "cfg = Config().from_str('[mix]\\n@architectures = \"spacy_elmo.ElmoScalarMix.v2\"\\n"
-        "[old]\\n@architectures = \"spacy_elmo.ElmoScalarMix.v1\"\\nwidth = 32\\nn_layers = 2\\n"
-        "[model]\\n@misc = \"spacy_elmo.ElmoBiLM.v1\"\\n"
-        "[positions]\\n@misc = \"spacy_elmo.sentence_positions.v1\"\\n')\n"
+        'cfg = Config().from_str(\'[mix]\\n@architectures = "spacy_elmo.ElmoScalarMix.v2"\\n'
+        '[old]\\n@architectures = "spacy_elmo.ElmoScalarMix.v1"\\nwidth = 32\\nn_layers = 2\\n'
+        '[model]\\n@misc = "spacy_elmo.ElmoBiLM.v1"\\n'
+        '[positions]\\n@misc = "spacy_elmo.sentence_positions.v1"\\n\')\n'
         "assert 'spacy_elmo' not in sys.modules\n"
         "r = spacy.registry.resolve(cfg)\n"
         "print(r['mix'].name, r['old'].get_dim('nO'), r['model'].path, r['positions'].__name__)\n"
@@ -111,7 +114,9 @@ def test_shipped_configs_pass_debug_config(config, capsys):
     from spacy.cli.debug_config import debug_config
 
     assert len(CONFIGS) == 6
-    debug_config(config, overrides={"paths.train": "train.spacy", "paths.dev": "dev.spacy"})  # exits on an invalid config
+    debug_config(
+        config, overrides={"paths.train": "train.spacy", "paths.dev": "dev.spacy"}
+    )  # exits on an invalid config
     assert "Config is valid" in capsys.readouterr().out
 
 

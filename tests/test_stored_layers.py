@@ -5,12 +5,11 @@ StaleLayersError in readers that do not."""
 import numpy as np
 import pytest
 import spacy
+from numerics import assert_recomputed_close
+from test_spacy_layers import examples_for, mix_of, textcat_nlp
 
 from spacy_elmo import ElmoVectorizer
 from spacy_elmo.spacy.extensions import StaleLayersError, fresh_layers, stored_layers
-
-from numerics import assert_recomputed_close
-from test_spacy_layers import examples_for, mix_of, textcat_nlp
 
 
 @pytest.fixture(scope="module")

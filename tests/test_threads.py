@@ -1,4 +1,5 @@
 """bilm/threads.py's ForkSafeLock: a lock another thread held at a fork is free in the child."""
+
 import os
 import sys
 import threading

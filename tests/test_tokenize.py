@@ -1,4 +1,5 @@
 """The one tokenizer resolver and the one whitespace test (spacy_elmo/tokenize.py), shared by every front end and training."""
+
 import pytest
 import spacy
 from spacy.tokens import Doc
@@ -14,7 +15,9 @@ def test_whitespace_test_is_spacys_is_space_on_spacy_tokens():
     doc = Doc(nlp.vocab, words=["a", " ", "\n", "\u2003", "\u00a0", "\u200b", "b\n", "\t\r"], spaces=[False] * 8)
     assert [is_whitespace(t.text) for t in doc] == [t.is_space for t in doc]
     assert [is_whitespace(t.text) for t in nlp(TEXT)] == [t.is_space for t in nlp(TEXT)]
-    assert is_whitespace("") and is_whitespace(" \n") and not is_whitespace("\u200b")  # empty counts; a zero-width space is text
+    assert (
+        is_whitespace("") and is_whitespace(" \n") and not is_whitespace("\u200b")
+    )  # empty counts; a zero-width space is text
 
 
 def test_resolver_names_and_callables():

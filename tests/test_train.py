@@ -1,4 +1,5 @@
 """Training a tiny biLM: perplexity falls, export matches the trainer, resume and fine-tuning are exact."""
+
 import json
 from pathlib import Path
 
@@ -6,6 +7,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import torch_threads
+from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
 from spacy_elmo import load_bilm
@@ -14,9 +17,6 @@ from spacy_elmo.cli import app
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.evaluate import load_language_model
-
-from conftest import torch_threads
-from numerics import assert_recomputed_close
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +189,21 @@ def test_cli_trains_and_info_counts_the_file_parameters(texts, tmp_path):
     runner = CliRunner()
     result = runner.invoke(
         app,
-        ["train", str(out), "--train", str(train_file), "--valid", str(valid_file), "--arch", "tiny",
-         "--max-steps", "2", "--threads", "1", "--no-progress"],
+        [
+            "train",
+            str(out),
+            "--train",
+            str(train_file),
+            "--valid",
+            str(valid_file),
+            "--arch",
+            "tiny",
+            "--max-steps",
+            "2",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert (out / "weights.hdf5").is_file() and (out / "metrics.json").is_file()
@@ -212,7 +225,9 @@ def test_cli_reports_bad_input_clearly(tmp_path, fixture_dir):
     (tmp_path / "t.txt").write_text("a b c\n")
     no_softmax = runner.invoke(app, ["evaluate", str(fixture_dir), str(tmp_path / "t.txt")])
     assert no_softmax.exit_code == 2 and "softmax" in no_softmax.output
-    bad_arch = runner.invoke(app, ["train", str(tmp_path / "out"), "--train", str(tmp_path / "t.txt"), "--arch", "huge"])
+    bad_arch = runner.invoke(
+        app, ["train", str(tmp_path / "out"), "--train", str(tmp_path / "t.txt"), "--arch", "huge"]
+    )
     assert bad_arch.exit_code == 2 and "huge" in bad_arch.output
 
 
@@ -231,9 +246,19 @@ def test_allennlp_loads_the_exported_model_and_agrees(tiny_model, tmp_path):
     sentences = [["The", "bank", "approved", "the", "loan", "."], ["He", "sat", "on", "the", "river", "bank"], ["Hi"]]
     (tmp_path / "sents.json").write_text(json.dumps(sentences))
     subprocess.run(
-        [str(PEER_PYTHON), str(oracle), "run", str(out / "options.json"), str(out / "weights.hdf5"),
-         str(tmp_path / "sents.json"), str(tmp_path / "ref"), "--no-stateful"],
-        check=True, capture_output=True, timeout=300,
+        [
+            str(PEER_PYTHON),
+            str(oracle),
+            "run",
+            str(out / "options.json"),
+            str(out / "weights.hdf5"),
+            str(tmp_path / "sents.json"),
+            str(tmp_path / "ref"),
+            "--no-stateful",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     ours = load_bilm(out).embed(sentences)
     for i, array in enumerate(ours):

@@ -1,4 +1,5 @@
 """Corpus reading, sentence splitting, vocabulary and batch tensors of the trainer (no training here)."""
+
 import random
 from collections import Counter
 
@@ -13,7 +14,7 @@ from spacy_elmo.train.corpus import Source, make_sources, read_sentences, split_
 
 
 def test_split_sentences_after_final_punctuation_and_keeps_closing_quotes():
-    tokens = 'He said " stop . " Then he left ! Why ?'.split()
+    tokens = ["He", "said", '"', "stop", ".", '"', "Then", "he", "left", "!", "Why", "?"]
     assert list(split_sentences(tokens, 100)) == [
         ["He", "said", '"', "stop", ".", '"'],
         ["Then", "he", "left", "!"],
@@ -32,7 +33,10 @@ def test_raw_text_joins_wrapped_lines_into_paragraphs(tmp_path):
     path = tmp_path / "book.txt"
     path.write_text("It was a bright\ncold day. The clocks\nwere striking.\n\n\nNew paragraph here\n", encoding="utf-8")
     sentences = list(read_sentences(Source(path, "raw", "whitespace")))
-    assert sentences == [["It", "was", "a", "bright", "cold", "day.", "The", "clocks", "were", "striking."], ["New", "paragraph", "here"]]
+    assert sentences == [
+        ["It", "was", "a", "bright", "cold", "day.", "The", "clocks", "were", "striking."],
+        ["New", "paragraph", "here"],
+    ]
     spacy_sentences = list(read_sentences(Source(path, "raw", "spacy")))
     assert spacy_sentences[0] == ["It", "was", "a", "bright", "cold", "day", "."]
     assert spacy_sentences[1] == ["The", "clocks", "were", "striking", "."]

@@ -1,4 +1,5 @@
 """Trainer files are never unpickled, bad files and input fail clearly, a diverging run saves nothing bad."""
+
 import json
 import math
 import pickle
@@ -8,7 +9,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import torch_threads
 from safetensors.torch import save_file
 from typer.testing import CliRunner
@@ -128,8 +128,11 @@ def test_resume_names_an_empty_truncated_corrupt_or_foreign_checkpoint(texts, tr
     foreign = tmp_path / "foreign.safetensors"
     save_file({"weight": torch.zeros(3)}, str(foreign), metadata={"format": "pt"})
     incomplete = tmp_path / "incomplete.safetensors"
-    save_file({"rng.torch": torch.get_rng_state()}, str(incomplete),
-              metadata={"format": "spacy-elmo checkpoint", "version": "1", "json": json.dumps({"config": {}})})
+    save_file(
+        {"rng.torch": torch.get_rng_state()},
+        str(incomplete),
+        metadata={"format": "spacy-elmo checkpoint", "version": "1", "json": json.dumps({"config": {}})},
+    )
     cases = {
         "empty": b"",
         "truncated": good[: len(good) // 2],
@@ -308,7 +311,9 @@ def test_the_cli_takes_its_training_defaults_from_train_config():
         name = cli_names.get(param.name, param.name)
         if name in defaults and name != "init_from":
             expected = ",".join(map(str, defaults[name])) if name == "cutoffs" else defaults[name]
-            assert param.default == expected, f"--{param.name.replace('_', '-')} defaults to {param.default!r}, TrainConfig to {expected!r}"
+            assert param.default == expected, (
+                f"--{param.name.replace('_', '-')} defaults to {param.default!r}, TrainConfig to {expected!r}"
+            )
             compared.add(name)
     assert {"vocab_size", "min_count", "lr", "lr_schedule", "cutoffs", "architecture", "lstm_impl"} <= compared
 

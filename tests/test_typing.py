@@ -11,7 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_mypy_finds_no_type_errors():
     api = pytest.importorskip("mypy.api", reason="mypy is part of the [test] extra: pip install -e '.[test]'")
     report, errors, status = api.run(
-        ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(ROOT / ".mypy_cache"), str(ROOT / "spacy_elmo")]
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(ROOT / "spacy_elmo"),
+        ]
     )
     assert status == 0, f"mypy found type errors:\n{report}{errors}"
 
@@ -25,6 +31,8 @@ def test_a_users_project_sees_the_installed_types(tmp_path, monkeypatch):
         "from spacy_elmo import load_bilm\nfrom spacy_elmo.hub import *  # noqa\nimport spacy_elmo.hub\n"
         "backend = load_bilm('default')\nn: str = backend.n_layers\n"
     )
-    report, errors, status = api.run(["--cache-dir", str(ROOT / ".mypy_cache"), "app.py"])  # the cache the check above fills
+    report, errors, status = api.run(
+        ["--cache-dir", str(ROOT / ".mypy_cache"), "app.py"]
+    )  # the cache the check above fills
     assert "spacy_elmo.hub" not in report and "library stub" not in report, report
     assert 'Incompatible types in assignment (expression has type "int", variable has type "str")' in report, report

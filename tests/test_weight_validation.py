@@ -2,6 +2,7 @@
 
 Each case copies the fixture model into tmp_path and edits the copy with json / h5py.
 """
+
 import json
 import shutil
 
@@ -96,8 +97,12 @@ def test_saving_non_finite_weights_is_refused(fixture_dir, tmp_path):
 @pytest.mark.parametrize(
     "section, key, value, message",
     [
-        ("lstm", "use_skip_connections", "false", 'lstm.use_skip_connections must be true or false (a JSON boolean), '
-                                                  'not "false"'),
+        (
+            "lstm",
+            "use_skip_connections",
+            "false",
+            'lstm.use_skip_connections must be true or false (a JSON boolean), not "false"',
+        ),
         ("lstm", "use_skip_connections", 1, "lstm.use_skip_connections must be true or false (a JSON boolean), not 1"),
         ("lstm", "dim", 64.0, "lstm.dim must be an int >= 1, not 64.0"),
         ("lstm", "projection_dim", True, "lstm.projection_dim must be an int >= 1, not true"),
@@ -142,14 +147,33 @@ def test_presets_and_their_json_round_trip():
 @pytest.mark.parametrize(
     "section, key, value, message",
     [
-        ("lstm", "n_layers", 1, f"unexpected dataset '{LSTM.format(1)}/W_0': "
-                                "lstm.n_layers is 1 in the options, but the file has 2 LSTM layers"),
-        ("lstm", "n_layers", 3, f"missing dataset '{LSTM.format(2)}/W_0': "
-                                "lstm.n_layers is 3 in the options, but the file has 2 LSTM layers"),
-        ("char_cnn", "n_highway", 0, "unexpected dataset 'CNN_high_0/W_transform': "
-                                     "char_cnn.n_highway is 0 in the options, but the file has 2 highway layers"),
-        ("char_cnn", "filters", [[1, 4], [2, 8], [3, 16], [4, 32]],
-         "unexpected dataset 'CNN/W_cnn_4': len(char_cnn.filters) is 4 in the options, but the file has 5 CNN filters"),
+        (
+            "lstm",
+            "n_layers",
+            1,
+            f"unexpected dataset '{LSTM.format(1)}/W_0': "
+            "lstm.n_layers is 1 in the options, but the file has 2 LSTM layers",
+        ),
+        (
+            "lstm",
+            "n_layers",
+            3,
+            f"missing dataset '{LSTM.format(2)}/W_0': "
+            "lstm.n_layers is 3 in the options, but the file has 2 LSTM layers",
+        ),
+        (
+            "char_cnn",
+            "n_highway",
+            0,
+            "unexpected dataset 'CNN_high_0/W_transform': "
+            "char_cnn.n_highway is 0 in the options, but the file has 2 highway layers",
+        ),
+        (
+            "char_cnn",
+            "filters",
+            [[1, 4], [2, 8], [3, 16], [4, 32]],
+            "unexpected dataset 'CNN/W_cnn_4': len(char_cnn.filters) is 4 in the options, but the file has 5 CNN filters",
+        ),
     ],
 )
 def test_options_that_disagree_with_the_weights_are_refused(model_copy, section, key, value, message):
@@ -227,18 +251,41 @@ def no_model_building(monkeypatch):
 @pytest.mark.parametrize(
     "section, key, value, message",
     [
-        ("char_cnn", "n_characters", 10**9, "dataset 'char_embed' has shape (261, 4), expected (999999999, 4) "
-                                            "from the options (char_cnn.n_characters, char_cnn.embedding.dim)"),
-        ("lstm", "n_layers", 10**6, f"missing dataset '{LSTM.format(2)}/W_0': "
-                                    "lstm.n_layers is 1000000 in the options, but the file has 2 LSTM layers"),
-        ("char_cnn", "n_highway", 10**6,
-         "missing dataset 'CNN_high_2/W_transform': "
-         "char_cnn.n_highway is 1000000 in the options, but the file has 2 highway layers"),
-        ("lstm", "dim", 10**8, f"dataset '{LSTM.format(0)}/W_0' has shape (32, 256), expected (32, 400000000) "
-                               "from the options (lstm.projection_dim, lstm.dim)"),
-        ("char_cnn", "filters", [[1, 4], [2, 8], [3, 16], [4, 32], [5, 10**9]],
-         "dataset 'CNN/W_cnn_4' has shape (1, 5, 4, 64), expected (1, 5, 4, 1000000000) "
-         "from the options (char_cnn.filters, char_cnn.embedding.dim)"),
+        (
+            "char_cnn",
+            "n_characters",
+            10**9,
+            "dataset 'char_embed' has shape (261, 4), expected (999999999, 4) "
+            "from the options (char_cnn.n_characters, char_cnn.embedding.dim)",
+        ),
+        (
+            "lstm",
+            "n_layers",
+            10**6,
+            f"missing dataset '{LSTM.format(2)}/W_0': "
+            "lstm.n_layers is 1000000 in the options, but the file has 2 LSTM layers",
+        ),
+        (
+            "char_cnn",
+            "n_highway",
+            10**6,
+            "missing dataset 'CNN_high_2/W_transform': "
+            "char_cnn.n_highway is 1000000 in the options, but the file has 2 highway layers",
+        ),
+        (
+            "lstm",
+            "dim",
+            10**8,
+            f"dataset '{LSTM.format(0)}/W_0' has shape (32, 256), expected (32, 400000000) "
+            "from the options (lstm.projection_dim, lstm.dim)",
+        ),
+        (
+            "char_cnn",
+            "filters",
+            [[1, 4], [2, 8], [3, 16], [4, 32], [5, 10**9]],
+            "dataset 'CNN/W_cnn_4' has shape (1, 5, 4, 64), expected (1, 5, 4, 1000000000) "
+            "from the options (char_cnn.filters, char_cnn.embedding.dim)",
+        ),
     ],
 )
 def test_huge_sizes_fail_before_allocating(model_copy, no_model_building, section, key, value, message):
@@ -349,14 +396,14 @@ def test_saved_pipeline_model_json_without_source(fixture_dir, tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ValueError) as err:
         spacy.load(tmp_path / "pipeline")
-    assert str(err.value) == f'component \'elmo\': {meta_path}: missing key \'source\' (expected "default" or "files")'
+    assert str(err.value) == f"component 'elmo': {meta_path}: missing key 'source' (expected \"default\" or \"files\")"
 
 
 @pytest.mark.parametrize(
     "payload, message",
     [
-        ({"fingerprint": None}, "missing key 'source' (expected \"default\" or \"files\")"),
-        ({"source": "url"}, "key 'source' must be \"default\", \"files\" or \"remote\", not 'url'"),
+        ({"fingerprint": None}, 'missing key \'source\' (expected "default" or "files")'),
+        ({"source": "url"}, 'key \'source\' must be "default", "files" or "remote", not \'url\''),
         ({"source": "files", "options": b"{}"}, "missing key 'weights' (the bytes of the saved model file)"),
         (["default"], "expected an object with a 'source' key, not list"),
     ],
@@ -384,18 +431,20 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
 
 # -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def _data_ranges(path):
     """Each dataset's raw data as (name, first byte, end) in the file (the fixture stores them contiguously)."""
     ranges = []
     with h5py.File(path, "r") as handle:
+
         def visit(name, item):
             if isinstance(item, h5py.Dataset):
                 offset = item.id.get_offset()
                 ranges.append((name, offset, offset + item.id.get_storage_size()))
+
         handle.visititems(visit)
     return ranges
 
@@ -422,7 +471,9 @@ def test_a_damaged_structure_is_a_weight_file_error_and_embed_exits_2(model_copy
         load_model(options, weights)
     assert isinstance(err.value.__cause__, Exception) and not isinstance(err.value.__cause__, WeightFileError)
     (tmp_path / "in.txt").write_text("a b\n")
-    result = CliRunner().invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(tmp_path), "--no-progress"])
+    result = CliRunner().invoke(
+        app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(tmp_path), "--no-progress"]
+    )
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: weight file") and "Traceback" not in result.output
@@ -442,7 +493,9 @@ def damage_targets(fixture_dir):
     return original, ranges, [int(i) for i in np.flatnonzero(~in_data)], reference
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_random_damage_gives_a_faithful_load_or_a_weight_file_error(model_copy, damage_targets, data):
     """Flip 1-4 bytes anywhere (mostly in the metadata, where h5py's raw errors came from).

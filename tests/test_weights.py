@@ -5,11 +5,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from numerics import assert_recomputed_close
 
 from spacy_elmo.bilm import BiLM, WeightFileError, batch_to_char_ids, load_model, read_options, save_model
 from spacy_elmo.bilm.weights import options_from_dict
-
-from numerics import assert_recomputed_close
 
 
 def _all_datasets(path):
@@ -81,14 +80,29 @@ def test_missing_truncated_and_bad_files(fixture_dir, tmp_path):
     with pytest.raises(WeightFileError, match="bad.json.*not valid JSON"):
         read_options(tmp_path / "bad.json")
     with pytest.raises(WeightFileError, match="missing option lstm.projection_dim"):
-        options_from_dict({"lstm": {"dim": 4, "n_layers": 1}, "char_cnn": {"filters": [[1, 2]], "embedding": {"dim": 2}}})
+        options_from_dict(
+            {"lstm": {"dim": 4, "n_layers": 1}, "char_cnn": {"filters": [[1, 2]], "embedding": {"dim": 2}}}
+        )
 
 
 def _tiny_options(skip, activation="relu"):
     return options_from_dict(
         {
-            "lstm": {"dim": 12, "projection_dim": 6, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": skip},
-            "char_cnn": {"filters": [[1, 4], [2, 6]], "embedding": {"dim": 3}, "n_highway": 1, "activation": activation, "n_characters": 262},
+            "lstm": {
+                "dim": 12,
+                "projection_dim": 6,
+                "n_layers": 2,
+                "cell_clip": 3,
+                "proj_clip": 3,
+                "use_skip_connections": skip,
+            },
+            "char_cnn": {
+                "filters": [[1, 4], [2, 6]],
+                "embedding": {"dim": 3},
+                "n_highway": 1,
+                "activation": activation,
+                "n_characters": 262,
+            },
         }
     )
 

@@ -1,10 +1,12 @@
 """Windows, token-bounded embedding calls, length batches: spacy_elmo/windows.py, and the spaCy side's positions."""
+
 import itertools
 import random
 
 import numpy as np
 import pytest
 import spacy
+from numerics import assert_recomputed_close
 from spacy.tokens import Doc
 
 from spacy_elmo.spacy.architectures import sentence_positions
@@ -12,10 +14,10 @@ from spacy_elmo.train.batching import bucket_batches
 from spacy_elmo.validation import positive_int
 from spacy_elmo.windows import embed_segments, length_batches, window_bounds
 
-from numerics import assert_recomputed_close
 
-
-@pytest.mark.parametrize("n,max_length,overlap", [(0, 4, 1), (3, 4, 1), (4, 4, 0), (10, 4, 2), (11, 4, 1), (57, 8, 3), (100, 7, 6)])
+@pytest.mark.parametrize(
+    "n,max_length,overlap", [(0, 4, 1), (3, 4, 1), (4, 4, 0), (10, 4, 2), (11, 4, 1), (57, 8, 3), (100, 7, 6)]
+)
 def test_windows_tile_the_sequence_once(n, max_length, overlap):
     bounds = window_bounds(n, max_length, overlap)
     kept = [i for _, _, ks, ke in bounds for i in range(ks, ke)]
@@ -39,11 +41,18 @@ def test_bad_window_config(max_length, overlap):
 
 def test_positions_follow_sentences_and_skip_whitespace():
     nlp = spacy.blank("en")
-    doc = Doc(nlp.vocab, words=["A", "b", "\n", "C", "d", "e", "f", "g"], sent_starts=[True, False, False, True, False, False, False, False])
+    doc = Doc(
+        nlp.vocab,
+        words=["A", "b", "\n", "C", "d", "e", "f", "g"],
+        sent_starts=[True, False, False, True, False, False, False, False],
+    )
     assert sentence_positions(doc) == [[0, 1], [3, 4, 5, 6, 7]]
     # with max_length=3, overlap=1 the second sentence becomes two windows, positions (3, 4, 5) and (5, 6, 7)
     assert window_bounds(2, 3, 1) == [(0, 2, 0, 2)]
-    assert window_bounds(5, 3, 1) == [(0, 3, 0, 2), (2, 5, 2, 5)]  # token 5 sits at the edge of both windows: the later one wins
+    assert window_bounds(5, 3, 1) == [
+        (0, 3, 0, 2),
+        (2, 5, 2, 5),
+    ]  # token 5 sits at the edge of both windows: the later one wins
     assert sentence_positions(doc, use_sentences=False) == [[0, 1, 3, 4, 5, 6, 7]]
     assert sentence_positions(Doc(nlp.vocab, words=[])) == []
     assert sentence_positions(nlp("   ")) == []
@@ -80,7 +89,16 @@ def test_embed_segments_stitches_windows_in_order_under_the_token_bound(max_leng
     segments = [(f"key{k}", [str(100 * k + i) for i in range(n)]) for k, n in enumerate(lengths)]
     backend = FakeBackend()
     done = []
-    out = list(embed_segments(backend, iter(segments), max_length=max_length, overlap=overlap, max_tokens=max_tokens, on_progress=done.append))
+    out = list(
+        embed_segments(
+            backend,
+            iter(segments),
+            max_length=max_length,
+            overlap=overlap,
+            max_tokens=max_tokens,
+            on_progress=done.append,
+        )
+    )
     assert [key for key, _ in out] == [key for key, _ in segments]  # in order, keys handed back
     windows = [w for call in backend.calls for w in call]
     assert sum(done) == len(windows)
@@ -89,7 +107,11 @@ def test_embed_segments_stitches_windows_in_order_under_the_token_bound(max_leng
     for (_, tokens), (_, layers) in zip(segments, out):
         assert layers.shape == (2, len(tokens), 2) and layers.dtype == np.float32
         np.testing.assert_array_equal(layers[0, :, 0], [float(t) for t in tokens])
-        bounds = [(0, len(tokens), 0, len(tokens))] if max_length is None else window_bounds(len(tokens), max_length, overlap)
+        bounds = (
+            [(0, len(tokens), 0, len(tokens))]
+            if max_length is None
+            else window_bounds(len(tokens), max_length, overlap)
+        )
         for start, end, keep_start, keep_end in bounds:  # each token from the window whose kept part holds it
             assert end - start <= (max_length or len(tokens))
             np.testing.assert_array_equal(layers[1, keep_start:keep_end, 0], np.arange(keep_start, keep_end) - start)
@@ -97,7 +119,11 @@ def test_embed_segments_stitches_windows_in_order_under_the_token_bound(max_leng
     expected = [
         [str(t) for t in tokens[start:end]]
         for _, tokens in segments
-        for start, end, _, _ in ([(0, len(tokens), 0, 0)] if max_length is None or len(tokens) <= max_length else window_bounds(len(tokens), max_length, overlap))
+        for start, end, _, _ in (
+            [(0, len(tokens), 0, 0)]
+            if max_length is None or len(tokens) <= max_length
+            else window_bounds(len(tokens), max_length, overlap)
+        )
     ]
     assert windows == expected
 
@@ -133,7 +159,12 @@ def test_embed_segments_equals_backend_embed(backend, fixture_sentences):
 
 def test_length_batches_longest_first_under_rows_and_budget():
     lengths = [3, 0, 7, 7, 2, 5, 9, 1]
-    assert length_batches(lengths, 2, 20) == [[6, 2], [3, 5], [0, 4], [7]]  # ties in input order, the empty item left out
+    assert length_batches(lengths, 2, 20) == [
+        [6, 2],
+        [3, 5],
+        [0, 4],
+        [7],
+    ]  # ties in input order, the empty item left out
     assert length_batches(lengths, None, 20) == [[6, 2], [3, 5], [0, 4, 7]]  # rows x longest <= 20
     assert length_batches([50, 3], None, 20) == [[0], [1]]  # one item over the budget is a batch alone
     assert length_batches([], 4, 20) == []

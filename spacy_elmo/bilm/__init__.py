@@ -1,4 +1,5 @@
 """The ELMo biLM in PyTorch (no spaCy or scikit-learn imports here)."""
+
 from .chars import batch_to_char_ids, token_to_char_ids, tokens_to_char_ids
 from .model import BiLM, BiLMOptions
 from .weights import WeightFileError, load_model, read_options, save_model

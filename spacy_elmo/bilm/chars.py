@@ -4,9 +4,10 @@ Each token becomes 50 ids: begin-of-word, its UTF-8 bytes (cut to 48) and
 end-of-word, padded with the padding char. All ids are shifted by +1 so that
 0 can mean "no token here" (a padding token is 50 zeros).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -14,11 +14,12 @@ compiled forms.
 missing or fails, :func:`compiled` returns None and :mod:`.inference` runs its Python loop, which
 computes the same function (the same ops in the same order).
 """
+
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -30,12 +31,13 @@ except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused 
     LinearPacked = Any
 
 _lock = ForkSafeLock()
-_compiled: Dict[str, Optional[Callable[..., Any]]] = {}
+_compiled: dict[str, Optional[Callable[..., Any]]] = {}
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
 
-
-def cell_update(g: torch.Tensor, c: torch.Tensor, cell_clip: float, sigmoid_tanh: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+def cell_update(
+    g: torch.Tensor, c: torch.Tensor, cell_clip: float, sigmoid_tanh: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's gate and cell math: gates ``g`` (``[..., 4 * cell]``, TF order i, j, f, o; overwritten) and the
     previous cell ``c`` -> ``(o * tanh(c'), c')``, with ``c'`` clipped to ``cell_clip`` (0: no clip).
 
@@ -81,8 +83,8 @@ def int8_steps(
     last_c: torch.Tensor,
     c: torch.Tensor,
     h_prev: Optional[torch.Tensor],
-    step_sizes: List[int],
-    step_offsets: List[int],
+    step_sizes: list[int],
+    step_offsets: list[int],
     start_row: int,
     state_few: LinearPacked,
     state_many: LinearPacked,
@@ -94,7 +96,7 @@ def int8_steps(
     cell_clip: float,
     proj_clip: float,
     sigmoid_tanh: bool,
-) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+) -> tuple[Optional[torch.Tensor], torch.Tensor]:
     """Steps ``step_sizes`` of one int8 direction (packed rows, 2-D tensors); returns the last ``(h, c)``.
 
     ``gx`` holds the chunk's input projections from packed row ``start_row`` on, and becomes the
@@ -133,8 +135,8 @@ def bf16_steps(
     last_c: torch.Tensor,
     c: torch.Tensor,
     h_prev: Optional[torch.Tensor],
-    step_sizes: List[int],
-    step_offsets: List[int],
+    step_sizes: list[int],
+    step_offsets: list[int],
     start_row: int,
     state: torch.Tensor,
     state_packed: Optional[torch.Tensor],
@@ -144,10 +146,10 @@ def bf16_steps(
     cell_clip: float,
     proj_clip: float,
     sigmoid_tanh: bool,
-) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+) -> tuple[Optional[torch.Tensor], torch.Tensor]:
     """:func:`int8_steps` for a bfloat16 direction: ``state`` ``(in, 4 * cell)`` and ``projection`` ``(cell, proj)``
     multiply through their oneDNN packs (``*_packed``, where there is one) for at most ``packed_max_rows`` rows."""
-    no_scalars: List[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
+    no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
     for k in range(len(step_sizes)):
         n = step_sizes[k]
         c = retire_ended_rows(c, last_c, n)
@@ -171,7 +173,7 @@ def bf16_steps(
     return h_prev, c
 
 
-_LOOPS: Dict[str, Callable[..., Any]] = {"int8": int8_steps, "bfloat16": bf16_steps}
+_LOOPS: dict[str, Callable[..., Any]] = {"int8": int8_steps, "bfloat16": bf16_steps}
 
 
 def compiled(kind: str) -> Optional[Callable[..., Any]]:
@@ -189,5 +191,10 @@ def compiled(kind: str) -> Optional[Callable[..., Any]]:
                 logger.debug("%s LSTM steps: TorchScript loop compiled", kind)
             except Exception as err:  # no TorchScript, or it cannot compile this: the Python loop runs instead
                 _compiled[kind] = None
-                logger.debug("%s LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs", kind, type(err).__name__, err)
+                logger.debug(
+                    "%s LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs",
+                    kind,
+                    type(err).__name__,
+                    err,
+                )
     return _compiled[kind]

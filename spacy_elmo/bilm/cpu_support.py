@@ -22,6 +22,7 @@ once with it); :func:`auto_dtype` picks the fastest precision within its documen
 :func:`summary` is what ``spacy-elmo info`` and the logs show. Measured speed and error per CPU
 family: README "Precision" and ``benchmarks/RESULTS.md``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,7 +32,7 @@ import platform
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -67,8 +68,8 @@ class Int8Kernels:
     few_rows: Int8Kernel
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_flags() -> FrozenSet[str]:
+@functools.cache
+def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux reports them (``/proc/cpuinfo``); empty elsewhere. For messages and reports."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -81,14 +82,36 @@ def cpu_flags() -> FrozenSet[str]:
 
 
 # environment variables that cap the kernels' instruction sets below what the CPU has (CI's second pass sets them)
-ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS", "MKL_ENABLE_INSTRUCTIONS")
+ISA_CAPS = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
 
 
 def isa_flags() -> str:
     """The flags that decide the precision kernels, e.g. ``"avx2 fma avx512f avx512_vnni avx512_bf16 amx_int8"``,
     and any environment variable that caps the kernels below them."""
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
-              "amx_int8", "amx_bf16", "amx_fp16", "avx_ne_convert", "asimd", "sve", "bf16", "i8mm")
+    wanted = (
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512_vnni",
+        "avx_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_int8",
+        "amx_bf16",
+        "amx_fp16",
+        "avx_ne_convert",
+        "asimd",
+        "sve",
+        "bf16",
+        "i8mm",
+    )
     flags = cpu_flags()
     text = " ".join(f for f in wanted if f in flags) or platform.machine()
     caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
@@ -103,14 +126,14 @@ def aten_capability() -> str:
         return "unknown"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bf16_native() -> bool:
     """Whether oneDNN has native bfloat16 kernels on this CPU (false on AVX2-only CPUs, or when capped below AVX-512);
     asked once per process (every bf16 product checks it)."""
     return _mkldnn_query("_is_mkldnn_bf16_supported")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fp16_native() -> bool:
     """Whether oneDNN has native float16 kernels on this CPU (AVX-512 FP16 / AMX-FP16 only)."""
     return _mkldnn_query("_is_mkldnn_fp16_supported")
@@ -123,7 +146,7 @@ def _mkldnn_query(name: str) -> bool:
         return False
 
 
-def int8_engines() -> Tuple[str, ...]:
+def int8_engines() -> tuple[str, ...]:
     """The quantized engines of this torch that serve the int8 path (both on x86 builds)."""
     engines = torch.backends.quantized.supported_engines
     return tuple(e for e in (INT8_ENGINE, INT8_AMX_ENGINE) if e in engines)
@@ -134,7 +157,7 @@ def int8_available() -> bool:
     return bool(int8_engines())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def int8_kernels() -> Optional[Int8Kernels]:
     """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
 
@@ -146,7 +169,9 @@ def int8_kernels() -> Optional[Int8Kernels]:
     if not int8_available():
         return None
     exact = {engine: _saturation_free(engine) for engine in int8_engines()}
-    many_rows = INT8_AMX_ENGINE if (amx_int8() and INT8_AMX_ENGINE in exact) or INT8_ENGINE not in exact else INT8_ENGINE
+    many_rows = (
+        INT8_AMX_ENGINE if (amx_int8() and INT8_AMX_ENGINE in exact) or INT8_ENGINE not in exact else INT8_ENGINE
+    )
 
     def choose(preferred: str) -> Int8Kernel:
         if exact.get(preferred):
@@ -154,9 +179,13 @@ def int8_kernels() -> Optional[Int8Kernels]:
         other = next((e for e, ok in exact.items() if ok and e != preferred), None)
         return Int8Kernel(other, False) if other else Int8Kernel(preferred, True)
 
-    kernels = Int8Kernels(choose(many_rows), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact else many_rows))
+    kernels = Int8Kernels(
+        choose(many_rows), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact else many_rows)
+    )
     if kernels.many_rows.reduce_range or kernels.few_rows.reduce_range:
-        logger.info("int8: products saturate at full range on this CPU (%s): activations quantized to 7 bits", isa_flags())
+        logger.info(
+            "int8: products saturate at full range on this CPU (%s): activations quantized to 7 bits", isa_flags()
+        )
     logger.debug("int8 kernels: %s", kernels)
     return kernels
 
@@ -192,7 +221,12 @@ def int8_fast() -> bool:
     """Whether int8 products have vector kernels here: at least AVX2 (fbgemm's minimum; below it they are emulated)."""
     if not int8_available():
         return False
-    return aten_capability() not in ("DEFAULT", "unknown") or platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686")
+    return aten_capability() not in ("DEFAULT", "unknown") or platform.machine().lower() not in (
+        "x86_64",
+        "amd64",
+        "i386",
+        "i686",
+    )
 
 
 def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[str]:
@@ -201,20 +235,26 @@ def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[
         return None
     flags = isa_flags()
     if dtype == torch.bfloat16 and not bf16_native():
-        return (f"dtype='bfloat16' has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16, AMX "
-                f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-50x slower than float32 (measured). "
-                f"Use dtype='int8' (faster, approximate) or 'float32' (exact), or dtype='auto'")
+        return (
+            f"dtype='bfloat16' has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16, AMX "
+            f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-50x slower than float32 (measured). "
+            f"Use dtype='int8' (faster, approximate) or 'float32' (exact), or dtype='auto'"
+        )
     if dtype == torch.float16 and not fp16_native():
-        return (f"dtype='float16' has no native kernels on this CPU (oneDNN needs AVX-512 FP16 or AMX-FP16; this CPU "
-                f"has: {flags}); it runs emulated, slower than float32. Use dtype='int8' (faster, approximate) or "
-                f"'float32' (exact), or dtype='auto'")
+        return (
+            f"dtype='float16' has no native kernels on this CPU (oneDNN needs AVX-512 FP16 or AMX-FP16; this CPU "
+            f"has: {flags}); it runs emulated, slower than float32. Use dtype='int8' (faster, approximate) or "
+            f"'float32' (exact), or dtype='auto'"
+        )
     if dtype == torch.int8 and not int8_fast():
-        return (f"dtype='int8' has no vector kernels on this CPU (they need at least AVX2; ATen reports "
-                f"{aten_capability()}, flags: {flags}); it runs emulated, slower than float32. Use dtype='float32'")
+        return (
+            f"dtype='int8' has no vector kernels on this CPU (they need at least AVX2; ATen reports "
+            f"{aten_capability()}, flags: {flags}); it runs emulated, slower than float32. Use dtype='float32'"
+        )
     return None
 
 
-_warned: Dict[str, bool] = {}
+_warned: dict[str, bool] = {}
 
 
 def warn_if_slow(dtype: torch.dtype, device: torch.device, stacklevel: int = 3) -> None:
@@ -241,16 +281,17 @@ def auto_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def summary() -> Dict[str, object]:
+def summary() -> dict[str, object]:
     """What this process runs natively, for ``spacy-elmo info`` and bug reports."""
     kernels = int8_kernels()
     return {
         "cpu flags": isa_flags(),
         "aten capability": aten_capability(),
-        "int8": "unavailable" if kernels is None else
-                f"{'fast' if int8_fast() else 'emulated'}; many rows: {kernels.many_rows.engine}"
-                f"{' (7-bit activations)' if kernels.many_rows.reduce_range else ''}, few rows: {kernels.few_rows.engine}"
-                f"{' (7-bit activations)' if kernels.few_rows.reduce_range else ''}",
+        "int8": "unavailable"
+        if kernels is None
+        else f"{'fast' if int8_fast() else 'emulated'}; many rows: {kernels.many_rows.engine}"
+        f"{' (7-bit activations)' if kernels.many_rows.reduce_range else ''}, few rows: {kernels.few_rows.engine}"
+        f"{' (7-bit activations)' if kernels.few_rows.reduce_range else ''}",
         "bfloat16": "native" if bf16_native() else "emulated (slow)",
         "float16": "native" if fp16_native() else "emulated (slow)",
         "auto (cpu)": str(auto_dtype(torch.device("cpu"))).replace("torch.", ""),

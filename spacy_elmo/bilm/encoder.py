@@ -5,9 +5,11 @@ training use it). The inference path (:func:`.inference.encode_tokens`) reuses t
 with faster kernels (:meth:`CharCNNEncoder.convolve_as_matmul`, MKL pre-packed highway products);
 :class:`~.model.BiLM` chooses between them.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, cast
+from collections.abc import Sequence
+from typing import Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -52,7 +54,7 @@ class CharCNNEncoder(nn.Module):
 
     def __init__(
         self,
-        filters: Sequence[Tuple[int, int]],
+        filters: Sequence[tuple[int, int]],
         char_embed_dim: int,
         n_characters: int,
         n_highway: int,
@@ -106,7 +108,9 @@ class CharCNNEncoder(nn.Module):
         if char_ids.shape[0] < 2 * BUCKET_ROWS:
             return convolve(trim_padding(char_ids, self.max_width))
         order = torch.argsort(content_lengths(char_ids), stable=True)
-        parts = [convolve(trim_padding(char_ids.index_select(0, rows), self.max_width)) for rows in order.split(BUCKET_ROWS)]
+        parts = [
+            convolve(trim_padding(char_ids.index_select(0, rows), self.max_width)) for rows in order.split(BUCKET_ROWS)
+        ]
         restore = torch.empty_like(order)
         restore[order] = torch.arange(len(order), device=order.device)
         return torch.cat(parts).index_select(0, restore)

@@ -7,22 +7,28 @@ file system), which replaces the target in one ``os.replace`` once it is complet
 any error. Its name is unique to the process and call, so two writers of one file never share it.
 Lives in ``bilm/`` because the weight files are written here; everything else imports it from here.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import secrets
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 # -- the file names of a model folder and a training run: named here only ---------------------------------------
 OPTIONS = "options.json"
 WEIGHTS = "weights.hdf5"
-WEIGHT_NAMES = (WEIGHTS, "lm_weights.hdf5", "model.hdf5")  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
+WEIGHT_NAMES = (
+    WEIGHTS,
+    "lm_weights.hdf5",
+    "model.hdf5",
+)  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
 VOCAB = "vocab.txt"
 METRICS = "metrics.json"
 CHECKPOINT = "checkpoint.safetensors"

@@ -17,10 +17,12 @@ threads and enough work per step (:func:`.threads.split_directions`), the two di
 Products of a few rows by big weights go through MKL pre-packed weights (:mod:`.mkl_prepacked`);
 small weights take one batched product for both directions. Nothing here records autograd history.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple, cast
+from typing import Callable, Optional, cast
 
 import torch
 from torch import nn
@@ -69,8 +71,8 @@ def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 class PackedLayout:
     """Where each packed (step, row) lives: rows sorted by length, steps time-major."""
 
-    step_sizes: List[int]  # active rows at each step (non-increasing)
-    step_offsets: List[int]  # start of each step in the packed data
+    step_sizes: list[int]  # active rows at each step (non-increasing)
+    step_offsets: list[int]  # start of each step in the packed data
     forward_index: torch.Tensor  # (N,) flat index row * time + t into (batch, time)
     backward_index: torch.Tensor  # (N,) flat index row * time + (length - 1 - t)
     last_index: torch.Tensor  # (batch,) packed position of each sorted row's last step
@@ -102,7 +104,7 @@ def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_l
     last_index = offsets[sorted_lengths - 1] + torch.arange(len(sorted_lengths))
     unsorted_rows = torch.empty_like(sorted_rows)
     unsorted_rows[sorted_rows] = torch.arange(len(sorted_rows))
-    to = lambda x: x.to(device, non_blocking=True)  # noqa: E731
+    to = lambda x: x.to(device, non_blocking=True)
     return PackedLayout(
         step_sizes.tolist(),
         offsets.tolist(),
@@ -121,7 +123,7 @@ def layer_activations(
     token_layer: torch.Tensor,
     initial_state: Optional[BiLSTMState] = None,
     skip_last: bool = False,
-) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
+) -> tuple[torch.Tensor, Optional[BiLSTMState]]:
     """All activations ``(n_layers + 1, batch, time, 2 * proj)``, each layer written straight into the result.
 
     ``token_layer`` is layer 0. ``skip_last`` (see :func:`packed_layout`) leaves each LM's output
@@ -141,7 +143,7 @@ def layer_activations(
 
 def lstm_outputs(
     lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
     """What ``lstm(inputs, lengths, initial_state)`` returns (padded per-layer outputs, final state), without autograd."""
     batch, time = inputs.shape[:2]
     layout = packed_layout(lengths, time, inputs.device)
@@ -153,7 +155,7 @@ def lstm_outputs(
 
 def run_lstm(
     lstm: ElmoBiLSTM, inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional[BiLSTMState] = None
-) -> Tuple[List[torch.Tensor], BiLSTMState]:
+) -> tuple[list[torch.Tensor], BiLSTMState]:
     """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
 
     ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
@@ -164,8 +166,8 @@ def run_lstm(
     batch, time, dim = inputs.shape
     flat = inputs.reshape(batch * time, dim)
     x = torch.stack([flat.index_select(0, layout.forward_index), flat.index_select(0, layout.backward_index)])
-    h0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
-    c0: List[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    h0: list[Optional[torch.Tensor]] = [None] * lstm.n_layers
+    c0: list[Optional[torch.Tensor]] = [None] * lstm.n_layers
     if initial_state is not None:
         for layer, states in enumerate(initial_state):
             h0[layer] = torch.stack([states[d][0] for d in range(2)]).index_select(1, layout.sorted_rows)
@@ -191,7 +193,7 @@ def run_lstm(
     return outputs, finals
 
 
-def _pick(states: List[Optional[torch.Tensor]], d: int) -> List[Optional[torch.Tensor]]:
+def _pick(states: list[Optional[torch.Tensor]], d: int) -> list[Optional[torch.Tensor]]:
     return [None if s is None else s[d : d + 1] for s in states]
 
 
@@ -252,7 +254,18 @@ def _run_layer(
             sizes, offsets = layout.step_sizes[first_step:stop], layout.step_offsets[first_step:stop]
             for d, weights in enumerate(loop.weights):
                 h_d[d], c_d[d] = loop.run(
-                    gx[d], out[d], last_c[d], c_d[d], h_d[d], sizes, offsets, start_row, *weights, cell_clip, proj_clip, sigmoid_tanh
+                    gx[d],
+                    out[d],
+                    last_c[d],
+                    c_d[d],
+                    h_d[d],
+                    sizes,
+                    offsets,
+                    start_row,
+                    *weights,
+                    cell_clip,
+                    proj_clip,
+                    sigmoid_tanh,
                 )
             continue
         for step in range(first_step, stop):
@@ -292,16 +305,16 @@ class _StepProducts:
         self.low_ok = all(p is not None for p in self.low)
         self.int8 = self.low_ok and all(cast(low_precision.Pack, p).kind == "int8" for p in self.low)
         self.probe = x[0, :batch]  # the step rows' dtype and most rows: what pack_of picks a pack by
-        self.input: List[torch.Tensor] = [cell.input_weight for cell in cells]
+        self.input: list[torch.Tensor] = [cell.input_weight for cell in cells]
         self.bias = [cell.bias + cell.forget_offset for cell in cells]
-        self.state: List[torch.Tensor] = [cell.state_weight for cell in cells]
-        self.projection: List[torch.Tensor] = [cell.projection for cell in cells]
+        self.state: list[torch.Tensor] = [cell.state_weight for cell in cells]
+        self.projection: list[torch.Tensor] = [cell.projection for cell in cells]
         self.state_packs = self._packs("state_weight", self.state) if batch >= mkl_prepacked.MIN_ROWS else None
         small = len(cells) > 1 and self.state[0].numel() <= STACK_MAX_ELEMENTS and not self.low_ok
         self.state_stack = torch.stack(self.state) if small and self.state_packs is None else None
         self.projection_stack = torch.stack(self.projection) if small else None
 
-    def compiled_loop(self) -> Optional["_CompiledLoop"]:
+    def compiled_loop(self) -> Optional[_CompiledLoop]:
         """The compiled step loop (:mod:`.compiled_steps`) and each direction's weights, where every step product
         here has an int8 pack, or every state product a bf16 one, and TorchScript works."""
         if not self.low_ok:
@@ -310,14 +323,21 @@ class _StepProducts:
         run = compiled_steps.compiled(kind)
         if run is None or any(cast(low_precision.Pack, p).kind != kind for p in self.low):
             return None
-        weights: List[tuple] = []
-        for cell, state, projection in zip(self.cells, cast(List[low_precision.Pack], self.low), self.projection):
+        weights: list[tuple] = []
+        for cell, state, projection in zip(self.cells, cast(list[low_precision.Pack], self.low), self.projection):
             proj = low_precision.pack_of(cell, "projection", projection.t(), self.probe)
             if kind == "int8":
                 if proj is None:
                     return None
-                weights.append((*_int8_pair(state), *_int8_pair(proj), low_precision.INT8_FEW_ROWS,
-                                state.few_reduce_range, state.reduce_range))
+                weights.append(
+                    (
+                        *_int8_pair(state),
+                        *_int8_pair(proj),
+                        low_precision.INT8_FEW_ROWS,
+                        state.few_reduce_range,
+                        state.reduce_range,
+                    )
+                )
             else:
                 packed = None if proj is None else proj.packed
                 weights.append((cell.state_weight, state.packed, projection, packed, low_precision.BF16_MAX_ROWS))
@@ -325,7 +345,10 @@ class _StepProducts:
 
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
         """``out[d] = rows[d] @ input[d] + bias[d]``: the input projections of a chunk of steps."""
-        low = [low_precision.pack_of(cell, "input_weight", w.t(), rows[d]) for d, (cell, w) in enumerate(zip(self.cells, self.input))]
+        low = [
+            low_precision.pack_of(cell, "input_weight", w.t(), rows[d])
+            for d, (cell, w) in enumerate(zip(self.cells, self.input))
+        ]
         if all(p is not None for p in low):
             for d, pack in enumerate(low):
                 out[d] = low_precision.linear(rows[d], pack, self.bias[d])  # type: ignore[arg-type]  # None ruled out above
@@ -372,7 +395,7 @@ class _StepProducts:
             for d, weight in enumerate(self.projection):
                 torch.mm(hidden[d], weight, out=out[d])
 
-    def _packs(self, name: str, weights: List[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+    def _packs(self, name: str, weights: list[torch.Tensor]) -> Optional[list[torch.Tensor]]:
         """Each cell's MKL pre-packed ``name`` weight (:mod:`.mkl_prepacked`), or None where any is unavailable.
 
         None for low-precision cells: they multiply their own packs (int8 ones may have released their float32
@@ -380,23 +403,23 @@ class _StepProducts:
         if not self.usable or self.low_ok:
             return None
         packs = [mkl_prepacked.pack_of(cell, name, w.t()) for cell, w in zip(self.cells, weights)]
-        return None if any(p is None for p in packs) else cast(List[torch.Tensor], packs)
+        return None if any(p is None for p in packs) else cast(list[torch.Tensor], packs)
 
 
 @dataclass
 class _CompiledLoop:
     """A compiled step loop (:func:`.compiled_steps.int8_steps` or ``bf16_steps``) and, per direction, its weight arguments."""
 
-    run: Callable[..., Tuple[Optional[torch.Tensor], torch.Tensor]]
-    weights: List[tuple]
+    run: Callable[..., tuple[Optional[torch.Tensor], torch.Tensor]]
+    weights: list[tuple]
 
 
-def _int8_pair(pack: low_precision.Pack) -> Tuple[object, object]:
+def _int8_pair(pack: low_precision.Pack) -> tuple[object, object]:
     """An int8 pack's (few rows, many rows) packed weights."""
     return pack.few_rows, pack.packed
 
 
-def _chunks(layout: PackedLayout, max_rows: int) -> List[tuple]:
+def _chunks(layout: PackedLayout, max_rows: int) -> list[tuple]:
     """Split the steps into consecutive ranges whose packed rows fit ``max_rows`` (at least one step each)."""
     ranges, first, rows = [], 0, 0
     for step, n in enumerate(layout.step_sizes):

@@ -3,10 +3,11 @@
 Used by :mod:`.low_precision` (the int8 products) and :mod:`.cpu_support` (the saturation probe), so
 that the probe multiplies exactly what the model will.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -15,8 +16,7 @@ from .threads import ForkSafeLock
 _engine_lock = ForkSafeLock()
 
 
-
-def quantize_weight(out_in: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight(out_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8: ``(int8 weight (out, in), float32 scales (out,))``, ``w ~ q * scale``."""
     w = out_in.detach().float()
     scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
@@ -33,7 +33,9 @@ def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[objec
         return None
     with warnings.catch_warnings():  # torch 2.10+ flags quantized tensor *creation* as deprecated
         warnings.simplefilter("ignore", UserWarning)
-        qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
+        qweight = torch._make_per_channel_quantized_tensor(
+            q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0
+        )
     with _engine_lock:
         before = torch.backends.quantized.engine
         try:

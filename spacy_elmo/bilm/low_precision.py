@@ -32,14 +32,16 @@ and int8 is refused. Not batch-invariant to float32 rounding, unlike float32: a 
 activations may take other kernels (and other activation ranges) in another batch; they agree
 within the precision's tolerance.
 """
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import platform
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Tuple, TypeVar
+from typing import Optional, TypeVar
 
 import torch
 from torch import nn
@@ -53,8 +55,10 @@ INT8_FEW_ROWS = 4  # products of at most this many rows take the few-rows kernel
 BF16_MIN_ELEMENTS = 1 << 18  # smaller bf16 weights gain nothing from a pack
 BF16_MAX_ROWS = 256  # measured: from a few hundred rows up plain bf16 GEMM is as fast (faster at 2048 rows)
 # the parameters each marked module multiplies, as (name, whether its (out, in) view is the transpose)
-_INT8_WEIGHTS = {ProjectedLSTMCell: (("input_weight", True), ("state_weight", True), ("projection", True)),
-                 nn.Linear: (("weight", False),)}
+_INT8_WEIGHTS = {
+    ProjectedLSTMCell: (("input_weight", True), ("state_weight", True), ("projection", True)),
+    nn.Linear: (("weight", False),),
+}
 # the weights whose products can have a few rows (the LSTM steps at batch 1) and so get the few-rows kernel's pack
 # too; input projections and token-encoder layers multiply whole chunks of rows: one pack (less memory)
 FEW_ROWS_WEIGHTS = ("state_weight", "projection")
@@ -76,13 +80,12 @@ class Pack:
     few_reduce_range: bool = False
 
 
-_Entry = Tuple[Tuple[int, int], Optional[Pack]]
+_Entry = tuple[tuple[int, int], Optional[Pack]]
 RELEASED_PACKS = "_released_int8_packs"  # module attribute: {parameter name: Pack} of weights quantize() released
-_packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.WeakKeyDictionary()
-_int8_modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+_packs: weakref.WeakKeyDictionary[nn.Module, dict[str, _Entry]] = weakref.WeakKeyDictionary()
+_int8_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _lock = ForkSafeLock()
 M = TypeVar("M", bound=nn.Module)
-
 
 
 def int8_available() -> bool:
@@ -102,7 +105,9 @@ def quantize(model: M, keep_float32: bool = False) -> M:
         _int8_modules.add(module)
     if keep_float32:
         return model
-    if cpu_support.int8_kernels() is None:  # no int8 kernels in this torch (the backend refuses int8 first): keep float32
+    if (
+        cpu_support.int8_kernels() is None
+    ):  # no int8 kernels in this torch (the backend refuses int8 first): keep float32
         return model
     for module in marked:  # one weight at a time: its float32 pages are reused by the next one (a lower peak)
         for name, out_in in _int8_weights(module):
@@ -114,8 +119,14 @@ def quantize(model: M, keep_float32: bool = False) -> M:
                     "load the model with dtype='float32'"
                 )
             param = getattr(module, name)
-            module.__dict__.setdefault(RELEASED_PACKS, {})[name] = pack  # the pack lives with its module: it *is* the weight now
-            setattr(module, name, nn.Parameter(torch.empty(param.shape, device="meta", dtype=param.dtype), requires_grad=False))
+            module.__dict__.setdefault(RELEASED_PACKS, {})[name] = (
+                pack  # the pack lives with its module: it *is* the weight now
+            )
+            setattr(
+                module,
+                name,
+                nn.Parameter(torch.empty(param.shape, device="meta", dtype=param.dtype), requires_grad=False),
+            )
             del param, out_in
     return_freed_memory()
     return model
@@ -134,12 +145,12 @@ def return_freed_memory() -> None:
         pass
 
 
-def released_packs(module: nn.Module) -> Dict[str, Pack]:
+def released_packs(module: nn.Module) -> dict[str, Pack]:
     """The int8 packs that replace ``module``'s released float32 weights, by parameter name (empty if none)."""
     return module.__dict__.get(RELEASED_PACKS, {})
 
 
-def _int8_weights(module: nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
+def _int8_weights(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, (out, in) view)`` of each weight ``module`` multiplies in int8."""
     for kind, weights in _INT8_WEIGHTS.items():
         if isinstance(module, kind):
@@ -159,8 +170,12 @@ def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor, rows: torch.Tenso
         return None
     if rows.dtype == torch.float32 and owner in _int8_modules:
         kind = "int8"
-    elif (rows.dtype == torch.bfloat16 and out_in.numel() >= BF16_MIN_ELEMENTS and rows.shape[0] <= BF16_MAX_ROWS
-          and cpu_support.bf16_native()):
+    elif (
+        rows.dtype == torch.bfloat16
+        and out_in.numel() >= BF16_MIN_ELEMENTS
+        and rows.shape[0] <= BF16_MAX_ROWS
+        and cpu_support.bf16_native()
+    ):
         kind = "bfloat16"
     else:
         return None

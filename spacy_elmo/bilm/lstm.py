@@ -7,18 +7,20 @@ length-sorted batch, a ``PackedSequence``), so a sentence's outputs do not depen
 its neighbours in the batch. The inference path (:mod:`.inference`) computes the same function
 faster without autograd; :class:`~.model.BiLM` chooses between them.
 """
+
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple, cast
+from collections.abc import Sequence
+from typing import Callable, Optional, cast
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 # (h, c) for one direction of one layer, each (batch, dim)
-State = Tuple[torch.Tensor, torch.Tensor]
+State = tuple[torch.Tensor, torch.Tensor]
 # [layer][direction] -> State, direction 0 = forward, 1 = backward
-BiLSTMState = List[List[State]]
+BiLSTMState = list[list[State]]
 
 FORGET_BIAS = 1.0  # added by TensorFlow's LSTMCell at run time; not stored in the weight file
 
@@ -32,7 +34,9 @@ class ProjectedLSTMCell(nn.Module):
 
     forget_offset: torch.Tensor  # a buffer: +1.0 on the forget gate's columns
 
-    def __init__(self, input_dim: int, cell_dim: int, proj_dim: int, cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
+    def __init__(
+        self, input_dim: int, cell_dim: int, proj_dim: int, cell_clip: Optional[float], proj_clip: Optional[float]
+    ) -> None:
         super().__init__()
         self.input_dim, self.cell_dim, self.proj_dim = input_dim, cell_dim, proj_dim
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
@@ -51,7 +55,7 @@ class ProjectedLSTMCell(nn.Module):
             nn.init.uniform_(weight, -bound, bound)
         nn.init.zeros_(self.bias)
 
-    def run(self, packed_input: torch.Tensor, batch_sizes: List[int], initial: State) -> Tuple[torch.Tensor, State]:
+    def run(self, packed_input: torch.Tensor, batch_sizes: list[int], initial: State) -> tuple[torch.Tensor, State]:
         """Run over packed data (time-major, shrinking batch); returns packed outputs and final states."""
         gates_x = packed_input @ self.input_weight + (self.bias + self.forget_offset)
         h, c = initial
@@ -108,21 +112,21 @@ class ElmoBiLSTM(nn.Module):
         )
 
     def zero_state(self, batch_size: int, like: torch.Tensor) -> BiLSTMState:
-        zeros = lambda dim: like.new_zeros(batch_size, dim)  # noqa: E731
+        zeros = lambda dim: like.new_zeros(batch_size, dim)
         return [[(zeros(self.proj_dim), zeros(self.cell_dim)) for _ in range(2)] for _ in range(self.n_layers)]
 
     def forward(
         self, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
         """``inputs`` (batch, time, proj) right-padded, ``lengths`` (batch,) all >= 1.
 
         Returns per-layer forward outputs and backward outputs, each (batch, time, proj) with
         zeros at padding, and the final state of every layer and direction (batch order).
         """
         state = initial_state if initial_state is not None else self.zero_state(inputs.shape[0], inputs)
-        finals: List[List[State]] = [[] for _ in range(self.n_layers)]
+        finals: list[list[State]] = [[] for _ in range(self.n_layers)]
 
-        def run(direction: int, packed: PackedSequence) -> List[torch.Tensor]:
+        def run(direction: int, packed: PackedSequence) -> list[torch.Tensor]:
             sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
             batch_sizes = packed.batch_sizes.tolist()
             data, outputs = packed.data, []
@@ -142,8 +146,8 @@ class ElmoBiLSTM(nn.Module):
 
 
 def run_directions(
-    inputs: torch.Tensor, lengths: torch.Tensor, run: Callable[[int, PackedSequence], List[torch.Tensor]]
-) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    inputs: torch.Tensor, lengths: torch.Tensor, run: Callable[[int, PackedSequence], list[torch.Tensor]]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Run a forward and a backward language model over right-padded ``inputs`` ``(batch, time, dim)``.
 
     The backward LM reads each row reversed within its ``lengths``. For direction 0 (forward), then

@@ -23,10 +23,12 @@ the weights are read, the forget offset zeroed and skip connections on, so both 
 (reference and inference) serve these models too. Reading the model directory is
 :mod:`.manylangs_files`'s job.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional
 
 import numpy as np
 import torch
@@ -47,7 +49,7 @@ EOW = "<eow>"
 class ManyLangsConfig:
     """The architecture of an ELMoForManyLangs model (its ``encoder`` and ``token_embedder`` config sections)."""
 
-    filters: Tuple[Tuple[int, int], ...]
+    filters: tuple[tuple[int, int], ...]
     char_dim: int
     word_dim: int  # 0: a char-only model
     n_highway: int
@@ -103,8 +105,10 @@ class ManyLangsTokenEncoder(CharCNNEncoder):
     bos_token = BOS
     eos_token = EOS
 
-    def __init__(self, config: ManyLangsConfig, words: Optional[Dict[str, int]], chars: Dict[str, int]) -> None:
-        super().__init__(config.filters, config.char_dim, len(chars), 0, config.projection_dim, config.activation, config.max_chars)
+    def __init__(self, config: ManyLangsConfig, words: Optional[dict[str, int]], chars: dict[str, int]) -> None:
+        super().__init__(
+            config.filters, config.char_dim, len(chars), 0, config.projection_dim, config.activation, config.max_chars
+        )
         self.highways = nn.ModuleList(ManyLangsHighway(config.n_filters, "relu") for _ in range(config.n_highway))
         self.projection = nn.Linear(config.word_dim + config.n_filters, config.projection_dim)
         self.word_embed = nn.Embedding(len(words), config.word_dim) if words is not None else None
@@ -146,7 +150,7 @@ class ManyLangsBiLM(BiLM):
     the forward and backward LSTM outputs of layer ``k``; ``<bos>`` / ``<eos>`` are run and dropped.
     """
 
-    def __init__(self, config: ManyLangsConfig, words: Optional[Dict[str, int]], chars: Dict[str, int]) -> None:
+    def __init__(self, config: ManyLangsConfig, words: Optional[dict[str, int]], chars: dict[str, int]) -> None:
         """``words`` / ``chars``: the dictionaries (token -> row); ``words`` is None for a char-only model."""
         super().__init__(config.bilm_options(len(chars)), ManyLangsTokenEncoder(config, words, chars))
         self.config = config

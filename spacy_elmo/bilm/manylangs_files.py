@@ -19,18 +19,31 @@ its schema, the dictionaries, and every tensor's name (both ways), shape, dtype 
 the architecture before building the model; every problem is a :class:`~.weights.WeightFileError`
 naming the file and the key or tensor.
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Optional, Union, cast
 
 import torch
 from torch import nn
 
 from .lstm import ProjectedLSTMCell
-from .manylangs import BOS, BOW, EOS, EOW, OOV, PAD, ManyLangsBiLM, ManyLangsConfig, ManyLangsHighway, ManyLangsTokenEncoder
+from .manylangs import (
+    BOS,
+    BOW,
+    EOS,
+    EOW,
+    OOV,
+    PAD,
+    ManyLangsBiLM,
+    ManyLangsConfig,
+    ManyLangsHighway,
+    ManyLangsTokenEncoder,
+)
 from .weights import (
     _ACTIVATION,
     _CLIP,
@@ -66,7 +79,7 @@ _SAMPLE = {
     },
 }
 # the architecture files shipped inside the elmoformanylangs package (both hold the same values)
-SAMPLE_CONFIGS: Dict[str, Dict[str, Any]] = {
+SAMPLE_CONFIGS: dict[str, dict[str, Any]] = {
     "cnn_50_100_512_4096_sample.json": _SAMPLE,
     "cnn_0_100_512_4096_sample.json": _SAMPLE,
 }
@@ -86,7 +99,9 @@ def architecture_file(directory: Path) -> Optional[Path]:
     raw = _read_json(directory / CONFIG)
     named = raw.get("config_path") if isinstance(raw, dict) else None
     if not isinstance(named, str) or not named:
-        raise WeightFileError(f"{directory / CONFIG}: expected an object with \"config_path\" (the architecture file), not {_json(raw)}")
+        raise WeightFileError(
+            f'{directory / CONFIG}: expected an object with "config_path" (the architecture file), not {_json(raw)}'
+        )
     tried = [directory / named, directory / Path(named).name]
     for candidate in tried:
         if candidate.is_file():
@@ -116,12 +131,18 @@ _FILTERS = _Rule(
     lambda value: isinstance(value, list) and len(value) > 0 and all(_is_filter(f) for f in value),
     "a non-empty list of [width, count] pairs of ints >= 1",
 )
-_NAME = lambda name: _Rule(lambda value: value == name, f'"{name}" (the only kind spacy-elmo runs)')  # noqa: E731
-_CNN = _Rule(lambda value: isinstance(value, str) and value.lower() == "cnn", '"cnn" (the only token embedder spacy-elmo runs)')
+_NAME = lambda name: _Rule(lambda value: value == name, f'"{name}" (the only kind spacy-elmo runs)')
+_CNN = _Rule(
+    lambda value: isinstance(value, str) and value.lower() == "cnn", '"cnn" (the only token embedder spacy-elmo runs)'
+)
 _KINDS = (_Option("encoder.name", "encoder", _NAME("elmo")), _Option("token_embedder.name", "token_embedder", _CNN))
-_SCHEMA: Tuple[_Option, ...] = (
+_SCHEMA: tuple[_Option, ...] = (
     _Option("token_embedder.filters", "filters", _FILTERS),
-    _Option("token_embedder.char_dim", "char_dim", _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)")),
+    _Option(
+        "token_embedder.char_dim",
+        "char_dim",
+        _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)"),
+    ),
     _Option("token_embedder.word_dim", "word_dim", _int_at_least(0)),
     _Option("token_embedder.n_highway", "n_highway", _int_at_least(0)),
     _Option("token_embedder.activation", "activation", _ACTIVATION),
@@ -136,7 +157,11 @@ _SCHEMA: Tuple[_Option, ...] = (
 
 def config_from_dict(raw: Any, source: str = "config") -> ManyLangsConfig:
     """Build :class:`ManyLangsConfig` from an architecture dictionary; unknown keys (training settings) are ignored."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("encoder"), dict) or not isinstance(raw.get("token_embedder"), dict):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("encoder"), dict)
+        or not isinstance(raw.get("token_embedder"), dict)
+    ):
         raise WeightFileError(f"{source}: expected an object with 'encoder' and 'token_embedder' sections")
     for kind in _KINDS:  # the encoder and token embedder kinds spacy-elmo runs
         _option_value(raw, kind, source)
@@ -144,7 +169,9 @@ def config_from_dict(raw: Any, source: str = "config") -> ManyLangsConfig:
     values["filters"] = tuple((width, count) for width, count in values["filters"])
     widest = max(width for width, _ in values["filters"])
     if widest > values["max_chars"]:
-        raise WeightFileError(f"{source}: a filter of width {widest} is wider than token_embedder.max_characters_per_token ({values['max_chars']})")
+        raise WeightFileError(
+            f"{source}: a filter of width {widest} is wider than token_embedder.max_characters_per_token ({values['max_chars']})"
+        )
     for clip in ("cell_clip", "proj_clip"):
         values[clip] = None if values[clip] is None else float(values[clip])
     return ManyLangsConfig(**values)
@@ -162,7 +189,7 @@ def _read_json(path: Path) -> Any:
 # -- the dictionaries ------------------------------------------------------------------------
 
 
-def read_lexicon(path: Path, required: Tuple[str, ...]) -> Dict[str, int]:
+def read_lexicon(path: Path, required: tuple[str, ...]) -> dict[str, int]:
     """A ``.dic`` file read as ELMoForManyLangs reads it: each line stripped, split at tabs; a lone id is ``"\\u3000"``.
 
     Later lines win over earlier ones with the same token. Every id must be a row of the
@@ -174,7 +201,7 @@ def read_lexicon(path: Path, required: Tuple[str, ...]) -> Dict[str, int]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise WeightFileError(f"dictionary {path} is not UTF-8 text: {err}") from err
-    lexicon: Dict[str, int] = {}
+    lexicon: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):  # the line breaks Python's text readers split at
         fields = line.strip().split("\t")
         if len(fields) == 1:
@@ -184,7 +211,9 @@ def read_lexicon(path: Path, required: Tuple[str, ...]) -> Dict[str, int]:
         lexicon[fields[0]] = int(fields[1])
     for name in required:
         if name not in lexicon:
-            raise WeightFileError(f"dictionary {path} has no {name!r} entry (ELMoForManyLangs needs {', '.join(required)})")
+            raise WeightFileError(
+                f"dictionary {path} has no {name!r} entry (ELMoForManyLangs needs {', '.join(required)})"
+            )
     bad = [(token, i) for token, i in lexicon.items() if i >= len(lexicon)]
     if bad:
         raise WeightFileError(f"dictionary {path}: {bad[0][0]!r} has id {bad[0][1]}, beyond its {len(lexicon)} entries")
@@ -193,10 +222,10 @@ def read_lexicon(path: Path, required: Tuple[str, ...]) -> Dict[str, int]:
 
 # -- the state files -------------------------------------------------------------------------
 
-Expected = Dict[str, Tuple[Tuple[int, ...], str]]  # tensor name -> (shape, what the shape comes from)
+Expected = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, what the shape comes from)
 
 
-def read_state(path: Path) -> Dict[str, torch.Tensor]:
+def read_state(path: Path) -> dict[str, torch.Tensor]:
     """A torch-saved state dict, unpickled with ``weights_only=True`` (tensors only: nothing runs)."""
     if not path.is_file():
         raise WeightFileError(f"state file not found: {path}")
@@ -208,9 +237,15 @@ def read_state(path: Path) -> Dict[str, torch.Tensor]:
                 f"state file {path} holds more than tensors and was refused: spacy-elmo reads torch files with "
                 f"weights_only=True and never runs their code ({str(err).splitlines()[-1][:200]})"
             ) from err
-        raise WeightFileError(f"state file {path} is not a readable torch.save file (truncated or corrupt?): {err}") from err
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise WeightFileError(f"state file {path}: expected a state dict (tensor names -> tensors), not {type(state).__name__}")
+        raise WeightFileError(
+            f"state file {path} is not a readable torch.save file (truncated or corrupt?): {err}"
+        ) from err
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise WeightFileError(
+            f"state file {path}: expected a state dict (tensor names -> tensors), not {type(state).__name__}"
+        )
     return state
 
 
@@ -227,7 +262,10 @@ def token_embedder_layout(config: ManyLangsConfig, n_words: int, n_chars: int) -
     for k in range(config.n_highway):
         layout[f"highways._layers.{k}.weight"] = ((2 * f, f), f"{te}.filters")
         layout[f"highways._layers.{k}.bias"] = ((2 * f,), f"{te}.filters")
-    layout["projection.weight"] = ((config.projection_dim, config.word_dim + f), f"encoder.projection_dim, {te}.word_dim, {te}.filters")
+    layout["projection.weight"] = (
+        (config.projection_dim, config.word_dim + f),
+        f"encoder.projection_dim, {te}.word_dim, {te}.filters",
+    )
     layout["projection.bias"] = ((config.projection_dim,), "encoder.projection_dim")
     return layout
 
@@ -246,14 +284,16 @@ def encoder_layout(config: ManyLangsConfig) -> Expected:
     return layout
 
 
-def check_state(state: Dict[str, torch.Tensor], expected: Expected, path: Path) -> None:
+def check_state(state: dict[str, torch.Tensor], expected: Expected, path: Path) -> None:
     """Names (both ways), shapes, float dtype and finite values of a state dict against its layout."""
     for name, (shape, shaped_by) in expected.items():
         if name not in state:
             raise WeightFileError(f"state file {path}: missing tensor {name!r} (expected shape {shape})")
         tensor = state[name]
         if not tensor.is_floating_point():
-            raise WeightFileError(f"state file {path}: tensor {name!r} holds {tensor.dtype}, expected floating-point numbers")
+            raise WeightFileError(
+                f"state file {path}: tensor {name!r} holds {tensor.dtype}, expected floating-point numbers"
+            )
         if tuple(tensor.shape) != shape:
             raise WeightFileError(
                 f"state file {path}: tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape} from the config ({shaped_by})"
@@ -262,16 +302,20 @@ def check_state(state: Dict[str, torch.Tensor], expected: Expected, path: Path) 
     extra = sorted(set(state) - set(expected))
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise WeightFileError(f"state file {path}: unexpected tensor {extra[0]!r}{more}: not part of the model the config describes")
+        raise WeightFileError(
+            f"state file {path}: unexpected tensor {extra[0]!r}{more}: not part of the model the config describes"
+        )
 
 
 # -- the model -------------------------------------------------------------------------------
 
 
-def model_files(directory: PathLike) -> Dict[str, Path]:
+def model_files(directory: PathLike) -> dict[str, Path]:
     """The files that make up the model in ``directory``, by the name each has there (a copy needs them all)."""
     directory = Path(directory)
-    files = {name: directory / name for name in (CONFIG, CHAR_DIC, WORD_DIC, *STATE_FILES) if (directory / name).is_file()}
+    files = {
+        name: directory / name for name in (CONFIG, CHAR_DIC, WORD_DIC, *STATE_FILES) if (directory / name).is_file()
+    }
     architecture = architecture_file(directory)
     if architecture is not None:
         files[architecture.name] = architecture
@@ -298,7 +342,7 @@ def load_model(directory: PathLike) -> ManyLangsBiLM:
     return model.eval()
 
 
-def _fill_token_encoder(model: ManyLangsBiLM, state: Dict[str, torch.Tensor]) -> None:
+def _fill_token_encoder(model: ManyLangsBiLM, state: dict[str, torch.Tensor]) -> None:
     encoder, f = cast(ManyLangsTokenEncoder, model.token_encoder), model.config.n_filters
     if encoder.word_embed is not None:
         encoder.word_embed.weight.copy_(state["word_emb_layer.embedding.weight"])
@@ -316,7 +360,7 @@ def _fill_token_encoder(model: ManyLangsBiLM, state: Dict[str, torch.Tensor]) ->
     encoder.projection.bias.copy_(state["projection.bias"])
 
 
-def _fill_lstm(model: ManyLangsBiLM, state: Dict[str, torch.Tensor]) -> None:
+def _fill_lstm(model: ManyLangsBiLM, state: dict[str, torch.Tensor]) -> None:
     """AllenNLP's cells into :class:`~.lstm.ProjectedLSTMCell`: gates (i, f, j, o) -> (i, j, f, o), weights transposed."""
     c = model.config.cell_dim
     blocks = [torch.arange(k * c, (k + 1) * c) for k in (0, 2, 1, 3)]
@@ -330,6 +374,6 @@ def _fill_lstm(model: ManyLangsBiLM, state: Dict[str, torch.Tensor]) -> None:
             cell.projection.copy_(state[f"{prefix}.state_projection.weight"].t())
 
 
-def source_files(directory: PathLike) -> List[Path]:
+def source_files(directory: PathLike) -> list[Path]:
     """The model's files in a fixed order (for fingerprints and cache keys)."""
     return [path for _, path in sorted(model_files(directory).items())]

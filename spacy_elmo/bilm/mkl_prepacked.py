@@ -19,11 +19,12 @@ there only when no gradient is needed, so the packs never see autograd.
 Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use and freed with the
 module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 """
+
 from __future__ import annotations
 
 import os
 import weakref
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import nn
@@ -36,10 +37,9 @@ MIN_ROWS, MAX_ROWS, MAX_ROWS_THREADED = 3, 64, 32
 MIN_ELEMENTS = 1 << 21  # from 2M elements (e.g. 256 x 8192, 2048 x 2048) up
 _PACK_FOR_ROWS = 32  # MKL's packed layout does not depend on it; the probe in _pack checks that
 
-_Entry = Tuple[Tuple[int, int], Optional[torch.Tensor]]
-_packs: "weakref.WeakKeyDictionary[nn.Module, Dict[str, _Entry]]" = weakref.WeakKeyDictionary()
+_Entry = tuple[tuple[int, int], Optional[torch.Tensor]]
+_packs: weakref.WeakKeyDictionary[nn.Module, dict[str, _Entry]] = weakref.WeakKeyDictionary()
 _lock = ForkSafeLock()
-
 
 
 def available() -> bool:

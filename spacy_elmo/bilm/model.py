@@ -6,10 +6,11 @@ use, and the inference path (:mod:`.inference`), which is faster and records no 
 inference path runs whenever no gradient is needed (:func:`needs_autograd`); the two agree to
 float32 rounding.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from .lstm import BiLSTMState, ElmoBiLSTM
 class BiLMOptions:
     """The architecture, in the vocabulary of ELMo's ``options.json``."""
 
-    filters: Tuple[Tuple[int, int], ...]
+    filters: tuple[tuple[int, int], ...]
     char_embed_dim: int
     n_characters: int
     max_chars: int
@@ -53,7 +54,7 @@ class BiLMOptions:
         """
         return self.n_characters if self.n_characters >= 262 else self.n_characters + 1
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``options.json`` dictionary for these options."""
         return {
             "lstm": {
@@ -112,7 +113,7 @@ def token_vectors(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tens
 
 def lstm_outputs(
     lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-) -> Tuple[List[torch.Tensor], List[torch.Tensor], BiLSTMState]:
+) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
     """``lstm(inputs, lengths, initial_state)``, by the inference path when no gradient is needed."""
     if needs_autograd(lstm, inputs, initial_state):
         return lstm(inputs, lengths, initial_state)
@@ -134,14 +135,18 @@ class BiLM(nn.Module):
         """``token_encoder``: another format's token encoder (default: ELMo's char CNN, from ``options``)."""
         super().__init__()
         self.options = options
-        self.token_encoder = token_encoder if token_encoder is not None else CharCNNEncoder(
-            options.filters,
-            options.char_embed_dim,
-            options.char_embedding_rows,  # the weight file has no row for char id 0; the model adds it
-            options.n_highway,
-            options.projection_dim,
-            options.activation,
-            options.max_chars,
+        self.token_encoder = (
+            token_encoder
+            if token_encoder is not None
+            else CharCNNEncoder(
+                options.filters,
+                options.char_embed_dim,
+                options.char_embedding_rows,  # the weight file has no row for char id 0; the model adds it
+                options.n_highway,
+                options.projection_dim,
+                options.activation,
+                options.max_chars,
+            )
         )
         self.lstm = ElmoBiLSTM(
             options.projection_dim,
@@ -170,7 +175,7 @@ class BiLM(nn.Module):
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
         return token_vectors(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
 
-    def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Insert ``<S>`` before and ``</S>`` after each sentence; returns new ids and lengths."""
         batch, time, n_chars = char_ids.shape
         lengths = mask.sum(dim=1)
@@ -182,7 +187,7 @@ class BiLM(nn.Module):
 
     def forward(
         self, char_ids: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[BiLSTMState]]:
+    ) -> tuple[torch.Tensor, torch.Tensor, Optional[BiLSTMState]]:
         mask = (char_ids > 0).any(dim=-1)
         with_bounds, lengths = self.add_boundaries(char_ids, mask)
         layers, final_state = self.contextualize(with_bounds, lengths, initial_state)
@@ -192,7 +197,7 @@ class BiLM(nn.Module):
 
     def contextualize(
         self, char_ids: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
-    ) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
+    ) -> tuple[torch.Tensor, Optional[BiLSTMState]]:
         """Activations ``(n_layers + 1, batch, time, dim)`` for ids that already hold the boundary tokens."""
         return self.contextualize_vectors(self.encode_tokens(char_ids), lengths, initial_state)
 
@@ -203,7 +208,7 @@ class BiLM(nn.Module):
         initial_state: Optional[BiLSTMState] = None,
         *,
         boundaries: bool = True,
-    ) -> Tuple[torch.Tensor, Optional[BiLSTMState]]:
+    ) -> tuple[torch.Tensor, Optional[BiLSTMState]]:
         """Like :meth:`contextualize`, from token vectors ``(batch, time, proj)`` (e.g. cached ones).
 
         Without autograd (inference mode, or nothing requires grad) this takes the inference path
@@ -219,7 +224,7 @@ class BiLM(nn.Module):
         token_layer = torch.cat([tokens, tokens], dim=-1) * valid[..., None]  # layer 0: the token vectors, twice
         if needs_autograd(self, tokens, initial_state):
             forward_layers, backward_layers, final_state = self.lstm(tokens, lengths, initial_state)
-            layers: List[torch.Tensor] = [token_layer]
+            layers: list[torch.Tensor] = [token_layer]
             layers += [torch.cat(pair, dim=-1) for pair in zip(forward_layers, backward_layers)]
             return torch.stack(layers), final_state
         skip_last = not boundaries and bool((lengths >= 2).all())

@@ -15,6 +15,7 @@ other threads of the parent held: :func:`at_fork_in_child` registers what must b
 and :func:`in_forked_child` makes our work in a forked child single-threaded (a multi-threaded
 torch op there hangs on libgomp's lost pool, as PyTorch's DataLoader workers know).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,10 @@ import ctypes
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -35,8 +37,8 @@ SMALL_WORK_MACS = 262_144  # per step, below which a batch runs on one thread (w
 DIRECTION_THREADS_MIN_MACS = 2_000_000  # per step and direction, from which the two directions get a thread each
 SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
 
-_callbacks: List[Callable[[], None]] = []
-_renewed: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_callbacks: list[Callable[[], None]] = []
+_renewed: weakref.WeakSet[Any] = weakref.WeakSet()
 _forked = False
 
 
@@ -109,7 +111,9 @@ class _Native:
         library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"  # MKL is linked into it
         if library.is_file():
             with contextlib.suppress(OSError):
-                self.mkl_set_local = getattr(ctypes.CDLL(str(library)), "MKL_Set_Num_Threads_Local", None)  # the C entry point
+                self.mkl_set_local = getattr(
+                    ctypes.CDLL(str(library)), "MKL_Set_Num_Threads_Local", None
+                )  # the C entry point
         if self.mkl_set_local is not None:
             self.mkl_set_local.restype = ctypes.c_int
 

@@ -1,8 +1,9 @@
 """An LRU of char-CNN token vectors, so a token seen before skips the CNN (AllenNLP's vocab cache, automatic)."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
@@ -24,9 +25,9 @@ class TokenVectorCache:
 
     def clear(self) -> None:
         """Forget every cached vector (call after changing the model's weights)."""
-        self._slots: "OrderedDict[str, int]" = OrderedDict()
+        self._slots: OrderedDict[str, int] = OrderedDict()
         self._slab: torch.Tensor = torch.empty(0)
-        self._free: List[int] = []
+        self._free: list[int] = []
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -60,7 +61,7 @@ class TokenVectorCache:
                     slots[k] = self._slots[token] = next(it)
         return self._slab.index_select(0, torch.as_tensor(slots, device=self._slab.device))
 
-    def _allocate(self, count: int, keep: set, like: torch.Tensor) -> List[int]:
+    def _allocate(self, count: int, keep: set, like: torch.Tensor) -> list[int]:
         """``count`` free slots, growing the slab or evicting least recently used tokens not in ``keep``."""
         capacity = self._slab.shape[0] if self._slab.dim() == 2 else 0
         if len(self._free) + capacity - len(self._slots) < count and capacity < self.max_tokens:
@@ -76,11 +77,11 @@ class TokenVectorCache:
         return [self._free.pop() for _ in range(count)]
 
 
-def batch_token_vectors(cache: TokenVectorCache, batch: Sequence[Sequence[str]]) -> Tuple[torch.Tensor, torch.Tensor]:
+def batch_token_vectors(cache: TokenVectorCache, batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Token vectors ``(batch, longest + 2, proj)`` with the sentence markers added (``<S>``/``</S>``, or the
     token encoder's own), and the lengths (incl. both)."""
     encoder = cache.model.token_encoder
-    index: Dict[str, int] = {encoder.bos_token: 0, encoder.eos_token: 1}
+    index: dict[str, int] = {encoder.bos_token: 0, encoder.eos_token: 1}
     rows = []
     for tokens in batch:
         rows.append([0] + [index.setdefault(t, len(index)) for t in tokens] + [1])

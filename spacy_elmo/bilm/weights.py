@@ -18,16 +18,18 @@ dtypes and storage against the options (metadata only), and only then builds the
 the data, refusing NaN/Inf. Every problem is a :class:`WeightFileError` naming the file and the
 option or dataset.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -55,7 +57,7 @@ def read_options(path: PathLike) -> BiLMOptions:
     return options_from_dict(raw, source=str(path))
 
 
-def options_from_dict(raw: Dict[str, Any], source: str = "options") -> BiLMOptions:
+def options_from_dict(raw: dict[str, Any], source: str = "options") -> BiLMOptions:
     """Build :class:`BiLMOptions` from an ``options.json``-style dictionary, each value checked by :data:`_SCHEMA`."""
     if not isinstance(raw, dict) or not isinstance(raw.get("lstm"), dict) or not isinstance(raw.get("char_cnn"), dict):
         raise WeightFileError(f"{source}: expected an object with 'lstm' and 'char_cnn' sections")
@@ -128,7 +130,7 @@ _BOOLEAN = _Rule(lambda value: isinstance(value, bool), "true or false (a JSON b
 _ACTIVATION = _Rule(lambda value: value in ("relu", "tanh"), '"relu" or "tanh"')
 _MAX_CHARS = _Rule(lambda value: _is_int(value) and value == MAX_CHARS_PER_TOKEN, str(MAX_CHARS_PER_TOKEN))
 
-_SCHEMA: Tuple[_Option, ...] = (
+_SCHEMA: tuple[_Option, ...] = (
     _Option("char_cnn.filters", "filters", _FILTERS),
     _Option("char_cnn.embedding.dim", "char_embed_dim", _int_at_least(1)),
     _Option("char_cnn.n_characters", "n_characters", _int_at_least(PADDING_CHAR), 262),  # char ids go up to 261
@@ -144,7 +146,7 @@ _SCHEMA: Tuple[_Option, ...] = (
 )
 
 
-def _option_value(raw: Dict[str, Any], option: _Option, source: str) -> Any:
+def _option_value(raw: dict[str, Any], option: _Option, source: str) -> Any:
     """The value of one option, checked against its rule (its default when it is optional and absent)."""
     keys = option.path.split(".")
     value: Any = raw
@@ -174,7 +176,7 @@ def _json(value: Any, limit: int = 80) -> str:
 # One table, :data:`_LAYOUT`, says which datasets the options call for, their shapes in the file
 # and the BiLM parameter each one fills; reading, checking and writing all go through it.
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class _Entry:
     target: Callable[[BiLM, int], Any]
     shaped_by: str  # the options the shape comes from, for error messages
 
-    def matcher(self) -> "re.Pattern[str]":
+    def matcher(self) -> re.Pattern[str]:
         """A regex for this entry's names; group 1 is the copy number (canonical decimal only)."""
         return re.compile(re.escape(self.pattern).replace(re.escape("{i}"), r"(0|[1-9][0-9]*)") + r"\Z")
 
@@ -201,62 +203,116 @@ class _Block:
     """Entries that come once, or once per filter / highway layer / LSTM layer (``repeat`` names the option)."""
 
     repeat: Optional[str]
-    entries: Tuple[_Entry, ...]
+    entries: tuple[_Entry, ...]
 
 
 # repeat option -> (how many copies the options ask for, what a copy is called)
-_REPEATS: Dict[str, Tuple[Callable[[BiLMOptions], int], str]] = {
+_REPEATS: dict[str, tuple[Callable[[BiLMOptions], int], str]] = {
     "len(char_cnn.filters)": (lambda o: len(o.filters), "CNN filters"),
     "char_cnn.n_highway": (lambda o: o.n_highway, "highway layers"),
     "lstm.n_layers": (lambda o: o.n_layers, "LSTM layers"),
 }
 
 
-def _highway_entries(layer: str) -> Tuple[_Entry, _Entry]:
+def _highway_entries(layer: str) -> tuple[_Entry, _Entry]:
     """``CNN_high_{i}/W_{layer}`` and ``b_{layer}`` for ``layer`` "transform" or "carry" (each a linear map)."""
-    linear = lambda m, i: getattr(m.token_encoder.highways[i], layer)  # noqa: E731
+    linear = lambda m, i: getattr(m.token_encoder.highways[i], layer)
     return (
-        _Entry(f"CNN_high_{{i}}/W_{layer}", "T", lambda o, i: (o.n_filters, o.n_filters),
-               lambda m, i: linear(m, i).weight, "char_cnn.filters"),
-        _Entry(f"CNN_high_{{i}}/b_{layer}", "plain", lambda o, i: (o.n_filters,),
-               lambda m, i: linear(m, i).bias, "char_cnn.filters"),
+        _Entry(
+            f"CNN_high_{{i}}/W_{layer}",
+            "T",
+            lambda o, i: (o.n_filters, o.n_filters),
+            lambda m, i: linear(m, i).weight,
+            "char_cnn.filters",
+        ),
+        _Entry(
+            f"CNN_high_{{i}}/b_{layer}",
+            "plain",
+            lambda o, i: (o.n_filters,),
+            lambda m, i: linear(m, i).bias,
+            "char_cnn.filters",
+        ),
     )
 
 
 def _lstm_block(direction: int) -> _Block:
     """The three datasets of each LSTM layer of one direction (0 forward, 1 backward)."""
     prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{{i}}/LSTMCell"
-    cell = lambda m, i: (m.lstm.forward_layers, m.lstm.backward_layers)[direction][i]  # noqa: E731
+    cell = lambda m, i: (m.lstm.forward_layers, m.lstm.backward_layers)[direction][i]
     return _Block(
         "lstm.n_layers",
         (
-            _Entry(f"{prefix}/W_0", "lstm_W", lambda o, i: (2 * o.projection_dim, 4 * o.cell_dim), cell,
-                   "lstm.projection_dim, lstm.dim"),
+            _Entry(
+                f"{prefix}/W_0",
+                "lstm_W",
+                lambda o, i: (2 * o.projection_dim, 4 * o.cell_dim),
+                cell,
+                "lstm.projection_dim, lstm.dim",
+            ),
             _Entry(f"{prefix}/B", "plain", lambda o, i: (4 * o.cell_dim,), lambda m, i: cell(m, i).bias, "lstm.dim"),
-            _Entry(f"{prefix}/W_P_0", "plain", lambda o, i: (o.cell_dim, o.projection_dim),
-                   lambda m, i: cell(m, i).projection, "lstm.dim, lstm.projection_dim"),
+            _Entry(
+                f"{prefix}/W_P_0",
+                "plain",
+                lambda o, i: (o.cell_dim, o.projection_dim),
+                lambda m, i: cell(m, i).projection,
+                "lstm.dim, lstm.projection_dim",
+            ),
         ),
     )
 
 
-_LAYOUT: Tuple[_Block, ...] = (
-    _Block(None, (
-        _Entry("char_embed", "char", lambda o, i: (o.char_embedding_rows - 1, o.char_embed_dim),
-               lambda m, i: m.token_encoder.char_embed.weight, "char_cnn.n_characters, char_cnn.embedding.dim"),
-    )),
-    _Block("len(char_cnn.filters)", (
-        _Entry("CNN/W_cnn_{i}", "conv", lambda o, i: (1, o.filters[i][0], o.char_embed_dim, o.filters[i][1]),
-               lambda m, i: m.token_encoder.convs[i].weight, "char_cnn.filters, char_cnn.embedding.dim"),
-        _Entry("CNN/b_cnn_{i}", "plain", lambda o, i: (o.filters[i][1],),
-               lambda m, i: m.token_encoder.convs[i].bias, "char_cnn.filters"),
-    )),
+_LAYOUT: tuple[_Block, ...] = (
+    _Block(
+        None,
+        (
+            _Entry(
+                "char_embed",
+                "char",
+                lambda o, i: (o.char_embedding_rows - 1, o.char_embed_dim),
+                lambda m, i: m.token_encoder.char_embed.weight,
+                "char_cnn.n_characters, char_cnn.embedding.dim",
+            ),
+        ),
+    ),
+    _Block(
+        "len(char_cnn.filters)",
+        (
+            _Entry(
+                "CNN/W_cnn_{i}",
+                "conv",
+                lambda o, i: (1, o.filters[i][0], o.char_embed_dim, o.filters[i][1]),
+                lambda m, i: m.token_encoder.convs[i].weight,
+                "char_cnn.filters, char_cnn.embedding.dim",
+            ),
+            _Entry(
+                "CNN/b_cnn_{i}",
+                "plain",
+                lambda o, i: (o.filters[i][1],),
+                lambda m, i: m.token_encoder.convs[i].bias,
+                "char_cnn.filters",
+            ),
+        ),
+    ),
     _Block("char_cnn.n_highway", (*_highway_entries("transform"), *_highway_entries("carry"))),
-    _Block(None, (
-        _Entry("CNN_proj/W_proj", "T", lambda o, i: (o.n_filters, o.projection_dim),
-               lambda m, i: m.token_encoder.projection.weight, "char_cnn.filters, lstm.projection_dim"),
-        _Entry("CNN_proj/b_proj", "plain", lambda o, i: (o.projection_dim,),
-               lambda m, i: m.token_encoder.projection.bias, "lstm.projection_dim"),
-    )),
+    _Block(
+        None,
+        (
+            _Entry(
+                "CNN_proj/W_proj",
+                "T",
+                lambda o, i: (o.n_filters, o.projection_dim),
+                lambda m, i: m.token_encoder.projection.weight,
+                "char_cnn.filters, lstm.projection_dim",
+            ),
+            _Entry(
+                "CNN_proj/b_proj",
+                "plain",
+                lambda o, i: (o.projection_dim,),
+                lambda m, i: m.token_encoder.projection.bias,
+                "lstm.projection_dim",
+            ),
+        ),
+    ),
     _lstm_block(0),
     _lstm_block(1),
 )
@@ -267,7 +323,7 @@ def _copies(options: BiLMOptions, block: _Block) -> int:
     return 1 if block.repeat is None else _REPEATS[block.repeat][0](options)
 
 
-def _expected(options: BiLMOptions) -> Iterator[Tuple[str, _Entry, int]]:
+def _expected(options: BiLMOptions) -> Iterator[tuple[str, _Entry, int]]:
     """(dataset name, entry, copy number) for every dataset the options call for, in writing order (lazily)."""
     for block in _LAYOUT:
         for i in range(_copies(options, block)):
@@ -286,7 +342,7 @@ def parameter_count(options: BiLMOptions) -> int:
 # -- checking a weight file (metadata only: nothing is read or allocated) ----------------------
 
 
-def _check_file(handle: Any, options: BiLMOptions, path: Path) -> Dict[str, Any]:
+def _check_file(handle: Any, options: BiLMOptions, path: Path) -> dict[str, Any]:
     """Check the file's links, dataset names, shapes, dtypes and storage against the options; returns its datasets.
 
     Runs before the model is built, so a file that disagrees with its options fails in
@@ -294,7 +350,7 @@ def _check_file(handle: Any, options: BiLMOptions, path: Path) -> Dict[str, Any]
     """
     datasets, groups = _contents(handle, path)
     _check_copies(options, datasets, path)
-    wanted: Set[str] = set()
+    wanted: set[str] = set()
     for name, entry, i in _expected(options):  # stops at the first missing dataset: never longer than the file
         with _damage_reported(path, name):
             _check_dataset(datasets, groups, name, entry.shape(options, i), entry.shaped_by, path)
@@ -308,12 +364,12 @@ def _check_file(handle: Any, options: BiLMOptions, path: Path) -> Dict[str, Any]
     return datasets
 
 
-def _contents(handle: Any, path: Path) -> Tuple[Dict[str, Any], Set[str]]:
+def _contents(handle: Any, path: Path) -> tuple[dict[str, Any], set[str]]:
     """Every dataset (by name) and group name in the file; soft and external links are refused."""
     import h5py
 
-    datasets: Dict[str, Any] = {}
-    groups: Set[str] = set()
+    datasets: dict[str, Any] = {}
+    groups: set[str] = set()
     visited = {handle["/"].id}
     stack = [("", handle)]
     while stack:
@@ -354,7 +410,7 @@ def _refuse_link(link: Any, name: str, path: Path) -> None:
     )
 
 
-def _check_copies(options: BiLMOptions, datasets: Dict[str, Any], path: Path) -> None:
+def _check_copies(options: BiLMOptions, datasets: dict[str, Any], path: Path) -> None:
     """The file has as many CNN filters, highway layers and LSTM layers as the options say (errors name the option)."""
     for block in _LAYOUT:
         if block.repeat is None:
@@ -373,7 +429,7 @@ def _check_copies(options: BiLMOptions, datasets: Dict[str, Any], path: Path) ->
         )
 
 
-def _copy_numbers(block: _Block, datasets: Dict[str, Any]) -> Iterator[Tuple[int, int, str]]:
+def _copy_numbers(block: _Block, datasets: dict[str, Any]) -> Iterator[tuple[int, int, str]]:
     """(copy number, entry position, name) of each dataset in the file that belongs to ``block``."""
     for position, entry in enumerate(block.entries):
         matcher = entry.matcher()
@@ -383,18 +439,18 @@ def _copy_numbers(block: _Block, datasets: Dict[str, Any]) -> Iterator[Tuple[int
                 yield int(match.group(1)), position, name
 
 
-def _copies_in_file(block: _Block, datasets: Dict[str, Any]) -> int:
+def _copies_in_file(block: _Block, datasets: dict[str, Any]) -> int:
     """How many copies of ``block`` the file has: its highest copy number + 1."""
     return max((number + 1 for number, _, _ in _copy_numbers(block, datasets)), default=0)
 
 
-def _first_copy_from(block: _Block, datasets: Dict[str, Any], first: int) -> str:
+def _first_copy_from(block: _Block, datasets: dict[str, Any], first: int) -> str:
     """The name of the file's first dataset of ``block`` with a copy number >= ``first``."""
     return min(item for item in _copy_numbers(block, datasets) if item[0] >= first)[2]
 
 
 def _check_dataset(
-    datasets: Dict[str, Any], groups: Set[str], name: str, shape: Shape, shaped_by: str, path: Path
+    datasets: dict[str, Any], groups: set[str], name: str, shape: Shape, shaped_by: str, path: Path
 ) -> None:
     """One expected dataset is there, has the options' shape, holds floats and keeps its data in the file."""
     if name in groups:
@@ -430,7 +486,7 @@ def _dtype_words(dtype: np.dtype) -> str:
 
 
 @contextmanager
-def _checked_file(path: Path, options: BiLMOptions) -> Iterator[Dict[str, Any]]:
+def _checked_file(path: Path, options: BiLMOptions) -> Iterator[dict[str, Any]]:
     """Open the weight file and check it against ``options`` (see :func:`_check_file`); yields its datasets."""
     import h5py
 
@@ -472,7 +528,7 @@ def first_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _read_into(model: BiLM, datasets: Dict[str, Any], path: Path) -> None:
+def _read_into(model: BiLM, datasets: dict[str, Any], path: Path) -> None:
     """Read each checked dataset and copy it into its parameter."""
     with torch.no_grad():
         for name, entry, i in _expected(model.options):

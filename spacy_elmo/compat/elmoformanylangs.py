@@ -11,10 +11,12 @@
 - the device is the one asked for (``device=``, CPU by default); the package takes CUDA whenever
   it is present.
 """
+
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 import torch
@@ -37,24 +39,30 @@ class Embedder:
 
     def __init__(
         self,
-        model_dir: Union[str, "os.PathLike[str]"],
+        model_dir: Union[str, os.PathLike[str]],
         batch_size: int = DEFAULT_BATCH_SIZE,
         *,
-        device: Union[None, str, torch.device] = None,
+        device: Union[str, torch.device, None] = None,
     ) -> None:
         self.model_dir = model_dir
         self.batch_size = positive_int(batch_size, "batch_size")
         self.backend: ElmoBackend = load_bilm(model_dir, device=device)
 
-    def sents2elmo(self, sents: Sequence[Sequence[str]], output_layer: int = -1) -> List[np.ndarray]:
+    def sents2elmo(self, sents: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
         """One float32 array per sentence, in input order.
 
         output_layer: ``-1`` the average of all layers ``(n_tokens, dim)``; ``-2`` every layer
             ``(n_layers + 1, n_tokens, dim)``; ``0`` the token encoder's layer, ``1``.. an LSTM layer.
         """
         n_layers = self.backend.n_layers + 1
-        if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or not -2 <= output_layer < n_layers:
-            raise ValueError(f"output_layer={output_layer!r}: expected -1 (average), -2 (all layers) or 0..{n_layers - 1}")
+        if (
+            isinstance(output_layer, bool)
+            or not isinstance(output_layer, (int, np.integer))
+            or not -2 <= output_layer < n_layers
+        ):
+            raise ValueError(
+                f"output_layer={output_layer!r}: expected -1 (average), -2 (all layers) or 0..{n_layers - 1}"
+            )
         layers = self.backend.embed([list(sentence) for sentence in sents], batch_size=self.batch_size)
         if output_layer == -2:
             return layers

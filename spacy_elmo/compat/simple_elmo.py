@@ -22,10 +22,12 @@ So a text's vectors depend on the texts before it and beside it. ``stateless=Tru
 package's batch-invariant vectors instead (:meth:`spacy_elmo.ElmoBackend.embed`: every text starts
 from the zero state, padded positions are zero, averages cover the text's own tokens).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterator, Sequence
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -52,12 +54,12 @@ class ElmoModel:
 
     def load(
         self,
-        directory: Union[str, "os.PathLike[str]"],
+        directory: Union[str, os.PathLike[str]],
         max_batch_size: int = 32,
         limit: int = 100,
         full: bool = False,
         *,
-        device: Union[None, str, torch.device] = None,
+        device: Union[str, torch.device, None] = None,
     ) -> str:
         """Load the model in ``directory`` (an NLPL zip, a directory, or any model ``load_bilm`` takes).
 
@@ -92,7 +94,11 @@ class ElmoModel:
         """
         backend, rows = self._ready(texts, layers)
         longest = max((len(t) for t in rows), default=0)
-        shape = (len(rows), backend.n_layers + 1, longest, backend.dim) if layers == "all" else (len(rows), longest, backend.dim)
+        shape = (
+            (len(rows), backend.n_layers + 1, longest, backend.dim)
+            if layers == "all"
+            else (len(rows), longest, backend.dim)
+        )
         final = np.zeros(shape)
         for first_row, chunk_vectors in self._chunks(rows, warmup, layers, stateless):
             last_row = first_row + chunk_vectors.shape[0]
@@ -122,7 +128,7 @@ class ElmoModel:
 
     # -- the chunks -----------------------------------------------------------------------------
 
-    def _ready(self, texts: Sequence[Sequence[str]], layers: str) -> Tuple[ElmoBackend, List[List[str]]]:
+    def _ready(self, texts: Sequence[Sequence[str]], layers: str) -> tuple[ElmoBackend, list[list[str]]]:
         if self.backend is None or self.batch_size is None:
             raise RuntimeError("no model loaded: call load(PATH) first")
         if layers not in LAYER_CHOICES:
@@ -131,7 +137,9 @@ class ElmoModel:
             raise TypeError("texts must be a list of tokenized texts (lists of words), not a string")
         return self.backend, [list(text) for text in texts]
 
-    def _chunks(self, texts: List[List[str]], warmup: bool, layers: str, stateless: bool) -> Iterator[Tuple[int, np.ndarray]]:
+    def _chunks(
+        self, texts: list[list[str]], warmup: bool, layers: str, stateless: bool
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, the chunk's vectors)`` per chunk of ``batch_size`` texts, in order (float32)."""
         assert self.backend is not None and self.batch_size is not None
         chunks = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
@@ -161,7 +169,7 @@ def _select(layers: np.ndarray, choice: str) -> np.ndarray:
     return total
 
 
-def _stateless_layers(backend: ElmoBackend, chunk: List[List[str]]) -> np.ndarray:
+def _stateless_layers(backend: ElmoBackend, chunk: list[list[str]]) -> np.ndarray:
     """The chunk's layers from the stateless backend, zero-padded to the chunk's longest text."""
     arrays = backend.embed(chunk)
     longest = max((a.shape[1] for a in arrays), default=0)
@@ -183,7 +191,7 @@ class _StatefulBiLM:
             padding = torch.zeros(1, self.model.bos_ids.shape[-1], dtype=torch.int64, device=self.device)
             self.padding_vector = self.model.encode_tokens(padding).float().cpu().numpy()[0]  # all-zero char ids
 
-    def _token_ids(self, chunk: List[List[str]], longest: int) -> np.ndarray:
+    def _token_ids(self, chunk: list[list[str]], longest: int) -> np.ndarray:
         """Right-padded id rows ``(rows, longest, width)`` in the model's own spelling; padding tokens all zeros."""
         encoder = self.model.token_encoder
         ids = np.zeros((len(chunk), longest, self.model.bos_ids.shape[-1]), dtype=np.int64)
@@ -192,7 +200,7 @@ class _StatefulBiLM:
                 ids[row, : len(text)] = encoder.token_ids(text)
         return ids
 
-    def layers(self, chunk: List[List[str]]) -> np.ndarray:
+    def layers(self, chunk: list[list[str]]) -> np.ndarray:
         """``(rows, n_layers + 1, longest, dim)`` float32 as simple_elmo's graph gives them; updates the state."""
         rows, longest = len(chunk), max(len(t) for t in chunk)
         n_layers, dim = self.model.n_layers + 1, self.model.output_dim
@@ -206,7 +214,10 @@ class _StatefulBiLM:
             activations, final = self.model.contextualize(with_bounds, lengths, initial)
             assert final is not None  # the full computation (boundaries kept) returns the final state
             self.state = [
-                [(torch.cat([h, old_h[rows:]]), torch.cat([c, old_c[rows:]])) for (h, c), (old_h, old_c) in zip(new, old)]
+                [
+                    (torch.cat([h, old_h[rows:]]), torch.cat([c, old_c[rows:]]))
+                    for (h, c), (old_h, old_c) in zip(new, old)
+                ]
                 for new, old in zip(final, self.state)
             ]
             layers = activations.float().cpu().numpy()

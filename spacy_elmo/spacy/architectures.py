@@ -7,11 +7,13 @@ tokens of a doc form each biLM input, as spacy-transformers' span getters do); `
 saved with it). pyproject.toml's ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
 them in a process that has not imported spacy_elmo.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Union
 
 import torch
 from spacy.tokens import Doc
@@ -45,11 +47,11 @@ class ElmoModelRef:
         """True for a published model name or a URL: saved pipelines store the reference, fetched on first use."""
         return is_remote(self.path)
 
-    def files(self) -> Tuple[Path, Path]:
+    def files(self) -> tuple[Path, Path]:
         """The resolved ``(options.json, weights)`` paths; ``WeightFileError`` names what is missing."""
         return resolve_model_files(self.path)
 
-    def load(self, device: Union[None, str, torch.device] = None, dtype: Optional[str] = None) -> ElmoBackend:
+    def load(self, device: Union[str, torch.device, None] = None, dtype: Optional[str] = None) -> ElmoBackend:
         """The shared :class:`ElmoBackend` for this model on ``device`` in ``dtype`` (loaded once per process)."""
         return load_bilm(self.path, device=device, dtype=dtype)
 
@@ -63,7 +65,7 @@ def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
 PositionGetter = Callable[[Doc, bool], Iterable[Sequence[int]]]
 
 
-def sentence_positions(doc: Doc, use_sentences: bool = True) -> List[List[int]]:
+def sentence_positions(doc: Doc, use_sentences: bool = True) -> list[list[int]]:
     """The token indices of each biLM input of ``doc``, whitespace tokens left out (and groups left empty).
 
     doc (Doc): the doc to embed.
@@ -92,7 +94,7 @@ def sentence_positions_v1() -> PositionGetter:
     return sentence_positions
 
 
-def as_model_ref(model: Union[str, "ElmoModelRef", None]) -> ElmoModelRef:
+def as_model_ref(model: Union[str, ElmoModelRef, None]) -> ElmoModelRef:
     """Accept a model reference or a plain directory string / ``"default"`` (as in ``config={"model": ...}``)."""
     if isinstance(model, ElmoModelRef):
         return model
@@ -117,7 +119,7 @@ def elmo_scalar_mix_v2(
     do_layer_norm: bool = False,
     anchor_gamma: bool = True,
     upstream: str = "*",
-) -> Model[List[Doc], List[Floats2d]]:
+) -> Model[list[Doc], list[Floats2d]]:
     """ELMo's task-specific mix ``gamma * sum_j w_j h_j`` as a tok2vec layer; width and layers come from the model.
 
     layers (str | int): "mix" = learned w = softmax(s) (the paper); or fixed: "average", "top", a layer index
@@ -142,7 +144,7 @@ def elmo_scalar_mix_v2(
 
 
 @registry.architectures("spacy_elmo.ElmoScalarMix.v1")
-def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[List[Doc], List[Floats2d]]:
+def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[list[Doc], list[Floats2d]]:
     """The learned mix with the model's ``width`` (2 x projection_dim) and ``n_layers`` stated; superseded by v2.
 
     No dropout, regulariser or layer norm; the optimizer's L2 pulls gamma toward 0. Kept so configs and

@@ -1,7 +1,8 @@
 """The ``._.elmo*`` extensions on Doc, Span and Token: stored layers plus getters that mix them on demand."""
+
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -15,7 +16,7 @@ MIX = "elmo_mix"  # {"layers": ..., "gamma": ...}: how the getters mix the layer
 # Getters.
 MIXED = "elmo"  # Doc (n_tokens, dim), Span (span_len, dim), Token (dim,)
 
-DEFAULT_MIX: Dict[str, Any] = {"layers": "average", "gamma": 1.0}
+DEFAULT_MIX: dict[str, Any] = {"layers": "average", "gamma": 1.0}
 
 
 def install_extensions() -> None:
@@ -36,7 +37,7 @@ class StaleLayersError(ValueError):
 
 
 def stored_layers(
-    doc: Doc, fingerprint: Optional[str] = None, shape: Optional[Tuple[int, int]] = None
+    doc: Doc, fingerprint: Optional[str] = None, shape: Optional[tuple[int, int]] = None
 ) -> Optional[np.ndarray]:
     """The one reader of the layers the ``elmo`` component stored on ``doc``: float32, or None when there are none.
 
@@ -76,7 +77,7 @@ def stored_layers(
     return layers
 
 
-def fresh_layers(doc: Doc, fingerprint: str, shape: Optional[Tuple[int, int]] = None) -> Optional[np.ndarray]:
+def fresh_layers(doc: Doc, fingerprint: str, shape: Optional[tuple[int, int]] = None) -> Optional[np.ndarray]:
     """:func:`stored_layers` for a reader that holds the model: None (recompute) when absent or stale."""
     try:
         return stored_layers(doc, fingerprint, shape)
@@ -89,7 +90,7 @@ def doc_layers(doc: Doc) -> Optional[np.ndarray]:
     return stored_layers(doc)
 
 
-def doc_mix(doc: Doc) -> Dict[str, Any]:
+def doc_mix(doc: Doc) -> dict[str, Any]:
     """The layer mix stored on the doc by the component that embedded it (the default when absent)."""
     stored = doc._.get(MIX)
     return dict(DEFAULT_MIX) if stored is None else {"layers": stored["layers"], "gamma": stored["gamma"]}
@@ -103,7 +104,7 @@ def mixed(doc: Doc, start: int, end: int) -> Optional[np.ndarray]:
     return mix_layers(layers[:, start:end], **_mix_args(doc_mix(doc)))
 
 
-def _mix_args(mix: Dict[str, Any]) -> Dict[str, Any]:
+def _mix_args(mix: dict[str, Any]) -> dict[str, Any]:
     layers = mix["layers"]
     if isinstance(layers, (list, tuple)):  # msgpack may hand lists back as tuples
         layers = [float(x) for x in layers]

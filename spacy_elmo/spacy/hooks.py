@@ -12,9 +12,11 @@ vectors (whitespace rows zero). ``Doc.to_bytes`` keeps the tensor, so after ``Do
 ``store_user_data=True`` the ``._.elmo*`` data comes back and ``set_hooks(docs)`` restores both;
 without it nothing of ELMo comes back and ``has_vector`` is False.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from collections.abc import Iterable
+from typing import Any, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token

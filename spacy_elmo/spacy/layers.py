@@ -9,9 +9,10 @@ before it in the pipeline (``ElmoComponent.find_listeners``, as for tok2vec list
 - docs the component has not annotated (it need not be in ``[training] annotating_components``)
   get their layers from the component on the fly, through the backend's embedding cache.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union, cast
+from typing import Any, Callable, NamedTuple, Optional, Union, cast
 
 import numpy as np
 from spacy.tokens import Doc
@@ -36,7 +37,7 @@ class _Link:
     def __init__(self, component: Any) -> None:
         self.component = component
 
-    def __deepcopy__(self, memo: dict) -> "_Link":
+    def __deepcopy__(self, memo: dict) -> _Link:
         return self
 
 
@@ -51,7 +52,7 @@ def build_scalar_mix(
     upstream: str,
     width: Optional[int] = None,
     n_outputs: Optional[int] = None,
-) -> Model[List[Doc], List[Floats2d]]:
+) -> Model[list[Doc], list[Floats2d]]:
     """The scalar-mix layer; ``width``/``n_outputs`` are inferred at initialize when None (see the architectures)."""
     _check_options(layers, gamma, dropout, l2_coef, upstream)
     return Model(
@@ -91,7 +92,7 @@ def _check_options(layers: Any, gamma: Any, dropout: Any, l2_coef: Any, upstream
 # -- linking to the elmo component ---------------------------------------------------------------
 
 
-def listening_layers(component: Any, upstream_name: str) -> List[Model]:
+def listening_layers(component: Any, upstream_name: str) -> list[Model]:
     """The mix layers in ``component``'s model that read from the component named ``upstream_name``."""
     model = getattr(component, "model", None)
     if not isinstance(model, Model):
@@ -116,7 +117,7 @@ def _linked(model: Model) -> Optional[Any]:
     return None if held is None else held.component
 
 
-def _component_shape(component: Any) -> Tuple[int, int]:
+def _component_shape(component: Any) -> tuple[int, int]:
     backend = component.backend
     return backend.n_layers + 1, backend.dim
 
@@ -135,7 +136,7 @@ def _check_shape(model: Model, n_outputs: int, width: int, source: str) -> None:
 # -- initialize, forward, backprop ----------------------------------------------------------------
 
 
-def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> Model:
+def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d]] = None) -> Model:
     n_outputs, width = _source_shape(model, X)
     if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
         _check_shape(model, n_outputs, width, "the ELMo model")
@@ -148,7 +149,7 @@ def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d
     return model
 
 
-def _source_shape(model: Model, X: Optional[List[Doc]]) -> Tuple[int, int]:
+def _source_shape(model: Model, X: Optional[list[Doc]]) -> tuple[int, int]:
     """``(n_outputs, width)`` from the linked component, else from docs that carry layers, else as built (v1)."""
     component = _linked(model)
     if component is not None:
@@ -166,7 +167,7 @@ def _source_shape(model: Model, X: Optional[List[Doc]]) -> Tuple[int, int]:
     )
 
 
-def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats2d], Callable]:
     xp = model.ops.xp
     inputs = _inputs(model, docs)
     learned = model.attrs["layers"] == LEARNED
@@ -181,7 +182,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     masks = [model.ops.get_dropout_mask(mix.shape, rate) if rate > 0 else None for mix in mixes]
     outputs = [gamma * mix if mask is None else gamma * mix * mask for mix, mask in zip(mixes, masks)]
 
-    def backprop(dYs: List[Floats2d]) -> List[Doc]:
+    def backprop(dYs: list[Floats2d]) -> list[Doc]:
         d_gamma = model.ops.alloc1f(1)
         d_weights = xp.zeros_like(weights)
         for X, mix, mask, dY in zip(inputs, mixes, masks, dYs):
@@ -203,7 +204,7 @@ def _softmax(s: Floats1d, xp) -> Floats1d:
     return e / e.sum()
 
 
-def _inputs(model: Model, docs: List[Doc]) -> List[Floats3d]:
+def _inputs(model: Model, docs: list[Doc]) -> list[Floats3d]:
     """Each doc's float32 ``(n_outputs, n_tokens, width)`` layers: stored on the doc, else from the linked component."""
     component = _linked(model)
     fingerprint = component.backend.fingerprint if component is not None else None
@@ -217,7 +218,7 @@ def _inputs(model: Model, docs: List[Doc]) -> List[Floats3d]:
             )
         for i, layers in zip(missing, component.predict([docs[i] for i in missing])):
             arrays[i] = layers
-    complete = cast(List[np.ndarray], arrays)  # every missing one was filled above
+    complete = cast(list[np.ndarray], arrays)  # every missing one was filled above
     for layers in complete:
         if (layers.shape[0], layers.shape[2]) != (model.attrs["n_outputs"], model.get_dim("nO")):
             _check_shape(model, layers.shape[0], layers.shape[2], f"doc._.{LAYERS} (shape {layers.shape})")
@@ -257,7 +258,7 @@ def _layer_norm(X: Floats3d, doc: Doc, xp) -> Floats3d:
 class LearnedMix(NamedTuple):
     """A trained mix: the normalised layer weights (layer 0 = token layer) and gamma."""
 
-    weights: List[float]
+    weights: list[float]
     gamma: float
 
 
@@ -271,7 +272,9 @@ def learned_mix(obj: Any) -> LearnedMix:
         raise ValueError(f"expected one ElmoScalarMix layer in {model.name!r}, found {len(mixes)}")
     mix = mixes[0]
     if mix.has_param("s") is not True:
-        raise ValueError("the ElmoScalarMix layer is not initialized yet (nlp.initialize() or spacy.load a trained pipeline)")
+        raise ValueError(
+            "the ElmoScalarMix layer is not initialized yet (nlp.initialize() or spacy.load a trained pipeline)"
+        )
     s = np.asarray(mix.ops.to_numpy(mix.get_param("s")), dtype=np.float64)
     choice = mix.attrs["layers"]
     weights = layer_weights(list(s) if choice == LEARNED else choice, len(s))

@@ -1,4 +1,5 @@
 """The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc."""
+
 from __future__ import annotations
 
 import atexit
@@ -6,8 +7,9 @@ import multiprocessing
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import srsly
@@ -19,9 +21,9 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from ..backend import ElmoBackend, resolve_dtype
-from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, check_layer_spec, layer_weights
+from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from ..validation import positive_int
 from ..windows import check_window_config, embed_segments
@@ -56,6 +58,7 @@ DEFAULT_CONFIG = Config().from_str(DEFAULT_CONFIG_STR)
 
 install_extensions()
 
+
 def _quiet_in_workers() -> None:
     """In nlp.pipe(n_process=...) workers spaCy sends docs back as bytes, warning (W109) about our hooks each time."""
     if multiprocessing.parent_process() is not None:
@@ -71,7 +74,7 @@ def make_elmo(
     nlp: Language,
     name: str,
     model: Union[str, ElmoModelRef],
-    layers: Union[str, int, List[float]],
+    layers: Union[str, int, list[float]],
     gamma: float,
     batch_size: int,
     max_length: int,
@@ -81,7 +84,7 @@ def make_elmo(
     device: Optional[str],
     get_positions: PositionGetter,
     dtype: str = DEFAULT_DTYPE,
-) -> "ElmoComponent":
+) -> ElmoComponent:
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
         nlp.vocab,
@@ -152,7 +155,9 @@ class ElmoComponent(Pipe):
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length, self.window_overlap = check_window_config(max_length, window_overlap)
         if get_positions is not None and not callable(get_positions):
-            raise TypeError(f"get_positions={get_positions!r}: expected a function (doc, use_sentences) -> token index groups")
+            raise TypeError(
+                f"get_positions={get_positions!r}: expected a function (doc, use_sentences) -> token index groups"
+            )
         self.get_positions: PositionGetter = get_positions or sentence_positions
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
@@ -162,7 +167,7 @@ class ElmoComponent(Pipe):
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
         self._expected_is_files = False
-        self.listener_map: Dict[str, List[Model]] = {}
+        self.listener_map: dict[str, list[Model]] = {}
 
     # -- the model -----------------------------------------------------------------------------
 
@@ -211,17 +216,19 @@ class ElmoComponent(Pipe):
         for docs in minibatch((example.predicted for example in get_examples()), size=INIT_EMBED_DOCS):
             self.predict(docs)  # the results land in the backend's cache
             n_docs += len(docs)
-        logger.info("%s: embedded %d training docs (cache: %s MiB in memory)", self.name, n_docs, backend.memory_cache.max_mb)
+        logger.info(
+            "%s: embedded %d training docs (cache: %s MiB in memory)", self.name, n_docs, backend.memory_cache.max_mb
+        )
 
     # -- listeners: the ElmoScalarMix layers of later components -------------------------------
 
     @property
-    def listeners(self) -> List[Model]:
+    def listeners(self) -> list[Model]:
         """Every linked mix layer."""
         return [layer for layers in self.listener_map.values() for layer in layers]
 
     @property
-    def listening_components(self) -> List[str]:
+    def listening_components(self) -> list[str]:
         """Names of the components whose mix layers are linked."""
         return list(self.listener_map)
 
@@ -271,7 +278,7 @@ class ElmoComponent(Pipe):
                 error_handler(self.name, self, docs, e)
             yield from docs
 
-    def predict(self, docs: Sequence[Doc]) -> List[np.ndarray]:
+    def predict(self, docs: Sequence[Doc]) -> list[np.ndarray]:
         """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
         _quiet_in_workers()
         backend = self.backend
@@ -293,7 +300,10 @@ class ElmoComponent(Pipe):
         for doc, array in zip(docs, layers):
             doc._.set(LAYERS, array)
             doc._.set(MODEL, fingerprint)
-            doc._.set(MIX, {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma})
+            doc._.set(
+                MIX,
+                {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma},
+            )
             if self.set_vectors:
                 set_hooks(doc)
 
@@ -303,7 +313,7 @@ class ElmoComponent(Pipe):
         """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a reference for the bundled default."""
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
         """Load the model saved by :meth:`to_disk` (from the pipeline's own copy)."""
         from_disk(ensure_path(path), {"model": self._load_model_dir}, exclude)
         return self
@@ -312,21 +322,24 @@ class ElmoComponent(Pipe):
         """The model as bytes (options.json + weights, or a reference for the bundled default)."""
         return to_bytes({"model": lambda: srsly.msgpack_dumps(self._model_payload(with_files=True))}, exclude)
 
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
         """Load the model from :meth:`to_bytes` output (files go to a temporary directory kept for the process)."""
         from_bytes(bytes_data, {"model": lambda b: self._load_payload(srsly.msgpack_loads(b))}, exclude)
         return self
 
-    def _model_payload(self, with_files: bool) -> Dict[str, Any]:
+    def _model_payload(self, with_files: bool) -> dict[str, Any]:
         if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
             backend = self._backend
-            return {"source": "default", "fingerprint": backend.fingerprint if backend else None,
-                    "files_fingerprint": backend.files_fingerprint if backend else None}
+            return {
+                "source": "default",
+                "fingerprint": backend.fingerprint if backend else None,
+                "files_fingerprint": backend.files_fingerprint if backend else None,
+            }
         identity = {"fingerprint": self.backend.fingerprint, "files_fingerprint": self.backend.files_fingerprint}
         if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
             return {"source": "remote", "model": self.model_ref.path, **identity}
         files = model_file_map(*self.model_ref.files())
-        payload: Dict[str, Any] = {"source": "files", **identity}
+        payload: dict[str, Any] = {"source": "files", **identity}
         if with_files and set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
             payload["options"] = files[OPTIONS].read_bytes()
             payload["weights"] = files[WEIGHTS].read_bytes()
@@ -351,7 +364,7 @@ class ElmoComponent(Pipe):
         path = {"default": "default", "remote": meta.get("model"), "files": str(directory)}[source]
         self._use_model(path, meta)
 
-    def _load_payload(self, payload: Dict[str, Any]) -> None:
+    def _load_payload(self, payload: dict[str, Any]) -> None:
         where = f"component {self.name!r}: the model in the serialized bytes"
         source = _saved_source(payload, where, files=("options", "weights"))
         if source != "files":
@@ -364,7 +377,7 @@ class ElmoComponent(Pipe):
             (directory / Path(name).name).write_bytes(data)  # a bare file name: nothing lands outside the folder
         self._use_model(str(directory), payload)
 
-    def _use_model(self, path: str, saved: Dict[str, Any]) -> None:
+    def _use_model(self, path: str, saved: dict[str, Any]) -> None:
         """Use the model at ``path``, checked against the identity ``saved`` with the pipeline."""
         self.model_ref = ElmoModelRef(path)
         self._expected_is_files = saved.get("files_fingerprint") is not None
@@ -381,10 +394,10 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
     if not isinstance(meta, dict):
         raise WeightFileError(f"{where}: expected an object with a 'source' key, not {type(meta).__name__}")
     if "source" not in meta:
-        raise WeightFileError(f"{where}: missing key 'source' (expected \"default\" or \"files\")")
+        raise WeightFileError(f'{where}: missing key \'source\' (expected "default" or "files")')
     source = meta["source"]
     if source not in ("default", "files", "remote"):
-        raise WeightFileError(f"{where}: key 'source' must be \"default\", \"files\" or \"remote\", not {source!r}")
+        raise WeightFileError(f'{where}: key \'source\' must be "default", "files" or "remote", not {source!r}')
     if source == "remote" and not isinstance(meta.get("model"), str):
         raise WeightFileError(f"{where}: missing key 'model' (the published name or URL of the saved model)")
     if source == "files" and isinstance(meta.get("files"), dict):  # another format's files, by name

@@ -1,4 +1,5 @@
 """Train and fine-tune ELMo biLMs on raw text; export them in the standard options.json + HDF5 layout."""
+
 from .batching import Vocabulary
 from .corpus import Source, make_sources
 from .evaluate import evaluate, load_language_model, perplexity_on
@@ -7,8 +8,8 @@ from .presets import PRESETS, build_options
 from .trainer import TrainConfig, Trainer, train
 
 __all__ = [
-    "LanguageModel",
     "PRESETS",
+    "LanguageModel",
     "Source",
     "TrainConfig",
     "Trainer",

@@ -1,17 +1,19 @@
 """Output vocabulary, a seeded mix of sources, length-bucketed batches and their tensors."""
+
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
 
-from ..bilm.files import write_text_atomically
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
+from ..bilm.files import write_text_atomically
 from ..windows import length_batches
 from .corpus import PathLike, Source, read_sentences
 
@@ -26,7 +28,7 @@ class Vocabulary:
         if tuple(words[:3]) != SPECIALS:
             raise ValueError(f"a vocabulary must start with {SPECIALS}, got {tuple(words[:3])}")
         self.words = list(words)
-        self.index: Dict[str, int] = {w: i for i, w in enumerate(self.words)}
+        self.index: dict[str, int] = {w: i for i, w in enumerate(self.words)}
         if len(self.index) != len(self.words):
             raise ValueError("the vocabulary has duplicate words")
 
@@ -37,9 +39,11 @@ class Vocabulary:
         return self.index.get(word, 2)
 
     @classmethod
-    def build(cls, counts: Counter, max_size: Optional[int] = None, min_count: int = 1) -> "Vocabulary":
+    def build(cls, counts: Counter, max_size: Optional[int] = None, min_count: int = 1) -> Vocabulary:
         """The ``max_size`` most frequent words with count >= ``min_count`` (ties broken alphabetically)."""
-        ranked = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w))
+        ranked = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w)
+        )
         if max_size is not None:
             ranked = ranked[: max(0, max_size - len(SPECIALS))]
         return cls(list(SPECIALS) + ranked)
@@ -49,7 +53,7 @@ class Vocabulary:
         write_text_atomically(path, "\n".join(self.words) + "\n")
 
     @classmethod
-    def load(cls, path: PathLike) -> "Vocabulary":
+    def load(cls, path: PathLike) -> Vocabulary:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"vocabulary file not found: {path}")
@@ -65,7 +69,7 @@ def count_words(sources: Sequence[Source], max_length: int = 100) -> Counter:
     return counts
 
 
-def mixed_sentences(sources: Sequence[Source], seed: int, max_length: int = 100) -> Iterator[List[str]]:
+def mixed_sentences(sources: Sequence[Source], seed: int, max_length: int = 100) -> Iterator[list[str]]:
     """All sentences of all sources, interleaved at random in proportion to file size (seeded)."""
     rng = random.Random(seed)
     streams = [read_sentences(s, max_length) for s in sources]
@@ -79,21 +83,21 @@ def mixed_sentences(sources: Sequence[Source], seed: int, max_length: int = 100)
             live.pop(k)
 
 
-def ordered_sentences(sources: Sequence[Source], max_length: int = 100) -> Iterator[List[str]]:
+def ordered_sentences(sources: Sequence[Source], max_length: int = 100) -> Iterator[list[str]]:
     """All sentences of all sources, in file order (evaluation)."""
     for source in sources:
         yield from read_sentences(source, max_length)
 
 
 def bucket_batches(
-    sentences: Iterable[List[str]], token_budget: int, buffer_size: int = 20000, rng: Optional[random.Random] = None
-) -> Iterator[List[List[str]]]:
+    sentences: Iterable[list[str]], token_budget: int, buffer_size: int = 20000, rng: Optional[random.Random] = None
+) -> Iterator[list[list[str]]]:
     """Group sentences of similar length so that rows x (longest + 2) <= ``token_budget``.
 
     Holds ``buffer_size`` sentences at a time (the corpus is streamed); with ``rng`` the batches
     of each buffer come out in random order, without it in length order.
     """
-    buffer: List[List[str]] = []
+    buffer: list[list[str]] = []
     for sentence in sentences:
         buffer.append(sentence)
         if len(buffer) >= buffer_size:
@@ -103,7 +107,7 @@ def bucket_batches(
         yield from _flush(buffer, token_budget, rng)
 
 
-def _flush(buffer: List[List[str]], token_budget: int, rng: Optional[random.Random]) -> Iterator[List[List[str]]]:
+def _flush(buffer: list[list[str]], token_budget: int, rng: Optional[random.Random]) -> Iterator[list[list[str]]]:
     """The buffer's batches (:func:`~spacy_elmo.windows.length_batches`, each row counting its two markers), shuffled with ``rng``."""
     batches = [[buffer[i] for i in batch] for batch in length_batches([len(s) + 2 for s in buffer], None, token_budget)]
     if rng is not None:
@@ -136,7 +140,7 @@ class CharCache:
 
     def __init__(self, max_size: int = 500_000) -> None:
         self.max_size = max_size
-        self.cache: Dict[str, np.ndarray] = {}
+        self.cache: dict[str, np.ndarray] = {}
 
     def __call__(self, token: str) -> np.ndarray:
         ids = self.cache.get(token)
@@ -158,7 +162,7 @@ def tensorize(
     """
     char_cache = char_cache or CharCache()
     time = max(len(s) for s in sentences) + 2
-    unique: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+    unique: dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
     token_index = np.zeros((len(sentences), time), dtype=np.int64)
     word_ids = np.zeros((len(sentences), time), dtype=np.int64)
     lengths = np.zeros(len(sentences), dtype=np.int64)
@@ -177,5 +181,9 @@ def tensorize(
         longest = max(len(t.encode("utf-8", "ignore")) for t in unique)
         chars = chars[:, : min(MAX_CHARS_PER_TOKEN, longest + 2 + crop_width)]
     return Batch(
-        torch.from_numpy(chars), torch.from_numpy(token_index), torch.from_numpy(word_ids), torch.from_numpy(lengths), n_words
+        torch.from_numpy(chars),
+        torch.from_numpy(token_index),
+        torch.from_numpy(word_ids),
+        torch.from_numpy(lengths),
+        n_words,
     )

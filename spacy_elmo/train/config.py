@@ -1,9 +1,10 @@
 """Every training option in one place: :class:`TrainConfig` (its defaults are the CLI's) and :func:`check_config`."""
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
@@ -17,8 +18,8 @@ class TrainConfig:
     train the same model from the same text.
     """
 
-    train: List[Dict[str, str]]  # Source.to_json() of each training file
-    valid: List[Dict[str, str]] = field(default_factory=list)
+    train: list[dict[str, str]]  # Source.to_json() of each training file
+    valid: list[dict[str, str]] = field(default_factory=list)
     architecture: Any = "small"  # preset name, JSON path, or an options dict
     vocab_size: int = 50000  # softmax words, the three markers included
     min_count: int = 3  # words seen fewer times become <UNK>
@@ -32,7 +33,7 @@ class TrainConfig:
     dropout: float = 0.0
     seed: int = 0
     max_length: int = 100
-    cutoffs: Tuple[int, ...] = (2000, 10000)
+    cutoffs: tuple[int, ...] = (2000, 10000)
     div_value: float = 2.0
     eval_every: int = 0  # also validate every N steps (0: only at the end of each epoch)
     checkpoint_every: int = 200  # steps between checkpoints
@@ -45,7 +46,7 @@ class TrainConfig:
 
 
 # (field, option, test, requirement): values that would train nothing or fail later are refused up front
-_RULES: Tuple[Tuple[str, str, Callable[[Any], bool], str], ...] = (
+_RULES: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
     ("epochs", "--epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
     ("max_length", "--max-length", lambda v: v >= 1, "at least 1"),
     ("token_budget", "--token-budget", lambda v: v >= 1, "at least 1"),
@@ -80,4 +81,4 @@ def check_config(config: TrainConfig) -> None:
             raise ValueError(f"{option} must be {requirement}, not {value!r}")
 
 
-__all__ = ["LSTM_IMPLS", "LR_SCHEDULES", "TrainConfig", "check_config"]
+__all__ = ["LR_SCHEDULES", "LSTM_IMPLS", "TrainConfig", "check_config"]

@@ -12,12 +12,14 @@ Sentences are split after ``.``, ``!`` or ``?`` tokens (closing quotes and brack
 with the sentence), and sentences longer than ``max_length`` tokens are cut into pieces, so that a
 WikiText paragraph becomes its sentences and no batch holds a 500-token row.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Sequence, Union
+from typing import Union
 
 from ..tokenize import SPACY, WHITESPACE, resolve_tokenizer
 
@@ -47,9 +49,9 @@ class Source:
         return {"path": str(self.path), "format": self.format, "tokenizer": self.tokenizer}
 
 
-def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: str = "whitespace") -> List[Source]:
+def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: str = "whitespace") -> list[Source]:
     """Sources for existing files (a directory stands for its ``*.txt`` files), with a clear error otherwise."""
-    sources: List[Source] = []
+    sources: list[Source] = []
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
@@ -64,9 +66,9 @@ def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: st
     return sources
 
 
-def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[List[str]]:
+def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[list[str]]:
     """Split a token sequence after sentence-final punctuation, then into pieces of <= ``max_length``."""
-    current: List[str] = []
+    current: list[str] = []
     ended = False
     for token in tokens:
         if ended and token not in CLOSERS:
@@ -79,12 +81,12 @@ def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[List[str
         yield from _chop(current, max_length)
 
 
-def _chop(tokens: List[str], max_length: int) -> Iterator[List[str]]:
+def _chop(tokens: list[str], max_length: int) -> Iterator[list[str]]:
     for start in range(0, len(tokens), max_length):
         yield tokens[start : start + max_length]
 
 
-def read_sentences(source: Source, max_length: int = 100, split: bool = True) -> Iterator[List[str]]:
+def read_sentences(source: Source, max_length: int = 100, split: bool = True) -> Iterator[list[str]]:
     """Stream the token lists of one source (no sentence is ever empty)."""
     tokenize = resolve_tokenizer(source.tokenizer)
     for block in _blocks(source):
@@ -105,7 +107,7 @@ def _blocks(source: Source) -> Iterator[str]:
                 if line.strip():
                     yield line
             return
-        paragraph: List[str] = []
+        paragraph: list[str] = []
         for line in handle:
             if line.strip():
                 paragraph.append(line.strip())

@@ -13,12 +13,14 @@ so is the gradient (to float rounding); no rank can run out of batches before an
 that end or change a run (a diverged loss, the time limit) are taken from all-reduced numbers, so
 all ranks take them at the same step. Rank 0 alone writes files and prints.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, TypeVar
+from typing import Optional, TypeVar
 
 import torch
 
@@ -42,7 +44,7 @@ class World:
         """Whether this process writes the files and prints (rank 0)."""
         return self.rank == 0
 
-    def share(self, rows: Sequence[T]) -> Tuple[List[T], float]:
+    def share(self, rows: Sequence[T]) -> tuple[list[T], float]:
         """This rank's rows of a global batch (every ``size``-th, from ``rank``) and their weight.
 
         A batch with fewer rows than ranks leaves some ranks without a row: they take the first
@@ -53,7 +55,7 @@ class World:
             return mine, 1.0
         return list(rows[:1]), 0.0
 
-    def sum(self, values: Sequence[float]) -> List[float]:
+    def sum(self, values: Sequence[float]) -> list[float]:
         """``values`` summed over all ranks (float64; unchanged with one process)."""
         if self.size == 1:
             return [float(v) for v in values]
@@ -114,7 +116,7 @@ def weights_digest(module: torch.nn.Module) -> int:
     return int.from_bytes(digest.digest(), "big")
 
 
-def launched_world() -> Optional[Tuple[int, int, int, int]]:
+def launched_world() -> Optional[tuple[int, int, int, int]]:
     """(rank, size, local rank, local size) from torchrun's variables, or None for a single process."""
     if not all(name in os.environ for name in _ENV):
         return None

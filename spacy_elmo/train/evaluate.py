@@ -1,15 +1,17 @@
 """Perplexity of a biLM on text: forward, backward and their mean (geometric: exp of the mean NLL)."""
+
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional
 
 import torch
 
-from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
 from ..model_files import METRICS, VOCAB
+from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
 from .corpus import PathLike, Source
 
 
@@ -29,7 +31,7 @@ def perplexity_on(
     max_length: int = 100,
     char_cache: Optional[CharCache] = None,
     crop_width: Optional[int] = None,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Perplexity per predicted token (each word and one ``</S>`` / ``<S>`` per sentence), stateless per sentence."""
     return perplexities(nll_sums(model, vocab, sources, token_budget, max_length, char_cache, crop_width))
 
@@ -42,8 +44,8 @@ def nll_sums(
     max_length: int = 100,
     char_cache: Optional[CharCache] = None,
     crop_width: Optional[int] = None,
-    part: Tuple[int, int] = (0, 1),
-) -> Dict[str, float]:
+    part: tuple[int, int] = (0, 1),
+) -> dict[str, float]:
     """Summed forward and backward NLL and the counts behind them; ``part=(k, n)``: only every n-th batch from the k-th.
 
     The parts of ``n`` processes, summed, are the whole (to float rounding): see :mod:`.distributed`.
@@ -70,7 +72,7 @@ def nll_sums(
     return {"nll_forward": nll_f, "nll_backward": nll_b, "predictions": n, "words": words, "sentences": sentences}
 
 
-def perplexities(sums: Dict[str, float]) -> Dict[str, float]:
+def perplexities(sums: dict[str, float]) -> dict[str, float]:
     """Forward, backward and mean perplexity from :func:`nll_sums` (a ValueError when there was no text)."""
     n = int(sums["predictions"])
     if n == 0:
@@ -88,8 +90,8 @@ def perplexities(sums: Dict[str, float]) -> Dict[str, float]:
 
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
-    from ..model_files import resolve_model_files
     from ..bilm.weights import WeightFileError, load_model
+    from ..model_files import resolve_model_files
     from .network import LanguageModel
     from .storage import LEGACY_SOFTMAX, SOFTMAX, load_softmax, load_softmax_into, require_file
 
@@ -142,7 +144,7 @@ def evaluate(
     tokenizer: str = "whitespace",
     token_budget: int = 4096,
     max_length: Optional[int] = None,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Forward, backward and mean perplexity of the model in ``model_dir`` on text files.
 
     ``max_length`` defaults to the one the model was trained with (from its ``metrics.json``), else 100.
@@ -159,7 +161,7 @@ def evaluate(
 __all__ = ["evaluate", "load_language_model", "perplexity_on"]
 
 
-def record_result(model_dir: PathLike, name: str, result: Dict[str, float]) -> None:
+def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> None:
     """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card."""
     import json
 

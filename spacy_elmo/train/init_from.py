@@ -1,10 +1,11 @@
 """Where a fine-tuning run (``--init-from``) starts: the biLM, and its vocabulary and softmax when it ships them."""
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from ..bilm.model import BiLM
 from ..bilm.weights import load_model
@@ -42,7 +43,7 @@ def load_initial_model(model: PathLike) -> InitialModel:
     return InitialModel(bilm, directory, Vocabulary.load(directory / VOCAB), load_softmax(path))
 
 
-def previous_training(model: PathLike) -> Dict[str, Any]:
+def previous_training(model: PathLike) -> dict[str, Any]:
     """How the model a fine-tuning run starts from was trained (from its metrics.json), kept as a chain."""
     directory = resolve_model_files(model)[0].parent
     path = directory / METRICS

@@ -1,15 +1,16 @@
 """A model card (README.md) for a trained biLM, written from its options.json and metrics.json."""
+
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
+from ..bilm.files import write_text_atomically
 from ..info import parameter_count
 from ..model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
-from ..bilm.files import write_text_atomically
 
 
 def display_command(command: str) -> str:
@@ -22,7 +23,7 @@ def display_command(command: str) -> str:
     return " ".join(parts)
 
 
-def _ppl(record: Dict[str, Any], prefix: str) -> str:
+def _ppl(record: dict[str, Any], prefix: str) -> str:
     return f"{record[prefix + '_forward']:.1f} / {record[prefix + '_backward']:.1f}"
 
 
@@ -36,7 +37,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
     corpus = metrics.get("corpus", {})
     best = metrics.get("best") or {}
     size = sum((directory / n).stat().st_size for n in (OPTIONS, WEIGHTS) if (directory / n).is_file())
-    lines: List[str] = [
+    lines: list[str] = [
         f"# {title}",
         "",
         "An ELMo bidirectional language model in the standard bilm-tf / AllenNLP layout (`options.json` + "
@@ -90,7 +91,11 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
     ]
     previous = metrics.get("init_from")
     while previous:
-        lines += ["", f"Initialised from `{previous['model']}`" + (", trained with:" if previous.get("command") else "."), ""]
+        lines += [
+            "",
+            f"Initialised from `{previous['model']}`" + (", trained with:" if previous.get("command") else "."),
+            "",
+        ]
         if previous.get("command"):
             prev_best = previous.get("best") or {}
             wall = previous.get("wall_time_s")
@@ -98,7 +103,11 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
             lines.append(
                 f"- {previous.get('steps') or 0:,} steps, {previous.get('words_seen') or 0:,} words seen"
                 + (f", wall time {wall / 60:.0f} min" if wall else "")
-                + (f", validation perplexity {_ppl(prev_best, 'valid_ppl')}" if "valid_ppl_forward" in prev_best else "")
+                + (
+                    f", validation perplexity {_ppl(prev_best, 'valid_ppl')}"
+                    if "valid_ppl_forward" in prev_best
+                    else ""
+                )
             )
         previous = previous.get("init_from")
     lines += [
@@ -112,13 +121,21 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "|---|---|",
     ]
     if "valid_ppl_forward" in best:
-        lines.append(f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | {_ppl(best, 'valid_ppl')} |")
+        lines.append(
+            f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | {_ppl(best, 'valid_ppl')} |"
+        )
     for name, result in (metrics.get("test") or {}).items():
         lines.append(f"| {name} | {result['forward']:.1f} / {result['backward']:.1f} |")
     history = metrics.get("evaluations", []) + metrics.get("epochs", [])
     history = sorted((h for h in history if "valid_ppl_forward" in h), key=lambda h: h["step"])
     if history:
-        lines += ["", "Validation during training:", "", "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Validation during training:",
+            "",
+            "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |",
+            "|---|---|---|---|---|",
+        ]
         for h in history:
             train = f"{h['train_ppl_forward']:.1f} / {h['train_ppl_backward']:.1f}" if "train_ppl_forward" in h else ""
             lines.append(
@@ -143,7 +160,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
 def _short(path: str) -> str:
     """``.../shared/data/x/y.txt`` -> ``data/x/y.txt``: the part that names the data set."""
     parts = Path(path).parts
-    return str(Path(*parts[parts.index("data"):])) if "data" in parts else Path(path).name
+    return str(Path(*parts[parts.index("data") :])) if "data" in parts else Path(path).name
 
 
 def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> Path:

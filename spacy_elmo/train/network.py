@@ -7,9 +7,11 @@ Two LSTM implementations compute the same function:
 - ``exact``: the core :class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM` (a Python loop per time step, with
   cell/projection clipping), used when a model with clipping is fine-tuned.
 """
+
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Union
 
 import torch
 from torch import nn
@@ -36,7 +38,9 @@ def _torch_order(tf_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
 class FusedBiLSTM(nn.Module):
     """ELMo's separate forward/backward projected LSTM stacks on ``torch.nn.LSTM`` (no clipping)."""
 
-    def __init__(self, dim: int, cell_dim: int, n_layers: int, use_skip_connections: bool, dropout: float = 0.0) -> None:
+    def __init__(
+        self, dim: int, cell_dim: int, n_layers: int, use_skip_connections: bool, dropout: float = 0.0
+    ) -> None:
         super().__init__()
         self.n_layers, self.cell_dim, self.proj_dim = n_layers, cell_dim, dim
         self.use_skip_connections = use_skip_connections
@@ -61,14 +65,16 @@ class FusedBiLSTM(nn.Module):
             with torch.no_grad():
                 lstm.bias_ih_l0[self.cell_dim : 2 * self.cell_dim] = FORGET_BIAS
 
-    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order."""
 
-        def run(direction: int, packed: PackedSequence) -> List[torch.Tensor]:
+        def run(direction: int, packed: PackedSequence) -> list[torch.Tensor]:
             data, outputs = packed.data, []
             for index, lstm in enumerate((self.forward_layers, self.backward_layers)[direction]):
                 layer_in = F.dropout(data, self.dropout, self.training) if self.dropout else data
-                out, _ = lstm(PackedSequence(layer_in, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices))
+                out, _ = lstm(
+                    PackedSequence(layer_in, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+                )
                 out_data = out.data
                 if self.use_skip_connections and index > 0:
                     out_data = out_data + data
@@ -81,7 +87,9 @@ class FusedBiLSTM(nn.Module):
     def export_to(self, target: ElmoBiLSTM) -> None:
         """Copy weights into a core :class:`ElmoBiLSTM` (bilm-tf layout, forget bias 1.0 taken out)."""
         with torch.no_grad():
-            for ours, theirs in zip((*self.forward_layers, *self.backward_layers), (*target.forward_layers, *target.backward_layers)):
+            for ours, theirs in zip(
+                (*self.forward_layers, *self.backward_layers), (*target.forward_layers, *target.backward_layers)
+            ):
                 theirs.input_weight.copy_(_tf_order(ours.weight_ih_l0).T)
                 theirs.state_weight.copy_(_tf_order(ours.weight_hh_l0).T)
                 bias = _tf_order(ours.bias_ih_l0 + ours.bias_hh_l0).clone()
@@ -92,7 +100,9 @@ class FusedBiLSTM(nn.Module):
     def import_from(self, source: ElmoBiLSTM) -> None:
         """Copy weights from a core :class:`ElmoBiLSTM` (its clipping, if any, is not reproduced)."""
         with torch.no_grad():
-            for ours, theirs in zip((*self.forward_layers, *self.backward_layers), (*source.forward_layers, *source.backward_layers)):
+            for ours, theirs in zip(
+                (*self.forward_layers, *self.backward_layers), (*source.forward_layers, *source.backward_layers)
+            ):
                 ours.weight_ih_l0.copy_(_torch_order(theirs.input_weight.T))
                 ours.weight_hh_l0.copy_(_torch_order(theirs.state_weight.T))
                 bias = theirs.bias.clone()
@@ -110,7 +120,7 @@ class ExactBiLSTM(nn.Module):
         self.core = core
         self.dropout = dropout
 
-    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         # dropout on the token layer only: the core stack has no hook between layers
         x = F.dropout(inputs, self.dropout, self.training) if self.dropout else inputs
         forward_out, backward_out, _ = lstm_outputs(self.core, x, lengths)  # the inference path when evaluating
@@ -156,7 +166,7 @@ class LanguageModel(nn.Module):
 
     def forward(
         self, chars: torch.Tensor, token_index: torch.Tensor, word_ids: torch.Tensor, lengths: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Summed negative log-likelihood of the forward and backward LM and the number of predictions per direction.
 
         Rows are ``<S> w1 .. wn </S>``: the forward LM predicts ``w1 .. wn </S>`` from the outputs

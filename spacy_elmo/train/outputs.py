@@ -4,13 +4,14 @@ The exported model (``options.json``, ``weights.hdf5``, ``softmax.safetensors``)
 and ``checkpoint.safetensors``. Every file is written to a temporary name beside it and renamed
 into place, so a crash or a full disk leaves the previous version whole.
 """
+
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,13 +25,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from .network import LanguageModel
 
 
-def export_model(model: "LanguageModel", directory: Path) -> None:
+def export_model(model: LanguageModel, directory: Path) -> None:
     """Write options.json, weights.hdf5 and softmax.safetensors for ``model``."""
     save_model(model.to_bilm(), directory)
     save_softmax(model.softmax, directory / SOFTMAX)
 
 
-def write_metrics(directory: Path, metrics: Dict[str, Any]) -> None:
+def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` (indented JSON)."""
     write_text_atomically(directory / METRICS, json.dumps(jsonable(metrics), indent=2) + "\n")
 
@@ -38,9 +39,9 @@ def write_metrics(directory: Path, metrics: Dict[str, Any]) -> None:
 def write_checkpoint(
     directory: Path,
     config: TrainConfig,
-    vocab: List[str],
-    state: Dict[str, Any],
-    metrics: Dict[str, Any],
+    vocab: list[str],
+    state: dict[str, Any],
+    metrics: dict[str, Any],
     best_valid: float,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,

@@ -1,18 +1,26 @@
 """Named architectures in the ``options.json`` vocabulary (``lstm`` + ``char_cnn`` sections)."""
+
 from __future__ import annotations
 
 import copy
 import json
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Union
 
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
 
-PRESETS: Dict[str, Dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {
     # a few thousand parameters: trains on a few hundred lines in seconds (tests, smoke runs)
     "tiny": {
-        "lstm": {"dim": 64, "projection_dim": 32, "n_layers": 2, "use_skip_connections": True, "cell_clip": None, "proj_clip": None},
+        "lstm": {
+            "dim": 64,
+            "projection_dim": 32,
+            "n_layers": 2,
+            "use_skip_connections": True,
+            "cell_clip": None,
+            "proj_clip": None,
+        },
         "char_cnn": {
             "embedding": {"dim": 8},
             "filters": [[1, 16], [2, 16], [3, 32], [4, 32]],
@@ -24,7 +32,14 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     },
     # the bundled default model (3.0M parameters): about 1,000 tokens/s on one CPU core
     "small": {
-        "lstm": {"dim": 512, "projection_dim": 128, "n_layers": 2, "use_skip_connections": True, "cell_clip": None, "proj_clip": None},
+        "lstm": {
+            "dim": 512,
+            "projection_dim": 128,
+            "n_layers": 2,
+            "use_skip_connections": True,
+            "cell_clip": None,
+            "proj_clip": None,
+        },
         "char_cnn": {
             "embedding": {"dim": 16},
             "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]],
@@ -36,7 +51,14 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     },
     # the published "original" ELMo architecture (93.6M parameters), for machines with a GPU
     "original": {
-        "lstm": {"dim": 4096, "projection_dim": 512, "n_layers": 2, "use_skip_connections": True, "cell_clip": 3, "proj_clip": 3},
+        "lstm": {
+            "dim": 4096,
+            "projection_dim": 512,
+            "n_layers": 2,
+            "use_skip_connections": True,
+            "cell_clip": 3,
+            "proj_clip": 3,
+        },
         "char_cnn": {
             "embedding": {"dim": 16},
             "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
@@ -49,13 +71,15 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 }
 
 
-def architecture(name_or_path: Union[str, Path]) -> Dict[str, Any]:
+def architecture(name_or_path: Union[str, Path]) -> dict[str, Any]:
     """The options dictionary of a preset name, or of a JSON file in the ``options.json`` vocabulary."""
     if str(name_or_path) in PRESETS:
         return copy.deepcopy(PRESETS[str(name_or_path)])
     path = Path(name_or_path)
     if not path.is_file():
-        raise ValueError(f"unknown architecture {str(name_or_path)!r}: expected one of {sorted(PRESETS)} or a JSON file")
+        raise ValueError(
+            f"unknown architecture {str(name_or_path)!r}: expected one of {sorted(PRESETS)} or a JSON file"
+        )
     raw = json.loads(path.read_text(encoding="utf-8"))
     options_from_dict(raw, source=str(path))  # validate now, with the file's name in the error
     return raw

@@ -13,20 +13,22 @@
 A checkpoint or softmax file may come from anywhere, and unpickling a file can run any code, so these
 files are never unpickled; the ``.pt`` (torch.save) files of older versions are refused by name.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path  # noqa: F401  (re-exported)
+from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
@@ -48,19 +50,19 @@ class TrainingFileError(WeightFileError):
 class Checkpoint:
     """What ``checkpoint.safetensors`` holds: model and optimizer state, torch's RNG state and the JSON part."""
 
-    model: Dict[str, torch.Tensor]
-    optimizer: Dict[str, Any]  # a torch optimizer state dict
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]  # a torch optimizer state dict
     rng: torch.Tensor
-    info: Dict[str, Any]  # config, vocab, state, metrics, best_valid
+    info: dict[str, Any]  # config, vocab, state, metrics, best_valid
 
 
 @dataclass
 class SoftmaxFile:
     """What ``softmax.safetensors`` holds: the adaptive softmax's state dict and how to rebuild the module."""
 
-    state_dict: Dict[str, torch.Tensor]
+    state_dict: dict[str, torch.Tensor]
     n_classes: int
-    cutoffs: List[int]
+    cutoffs: list[int]
     div_value: float
     in_features: int
 
@@ -78,7 +80,7 @@ def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str
         os.chmod(tmp, mode)
 
 
-def read_tensor_file(path: Path, kind: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
+def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The tensors and JSON info of a file written by :func:`write_tensor_file`; one clear error otherwise."""
     try:
         with safe_open(str(path), framework="pt") as handle:
@@ -105,7 +107,7 @@ def read_tensor_file(path: Path, kind: str) -> Tuple[Dict[str, torch.Tensor], Di
     return tensors, info
 
 
-def _standalone(tensors: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+def _standalone(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """CPU, contiguous tensors that share no memory (what safetensors requires); copies only where needed."""
     seen = set()
     result = {}
@@ -149,11 +151,15 @@ def require_file(directory: Path, name: str, legacy_name: str, what: str, contex
 
 
 def save_checkpoint(
-    path: Path, model: Mapping[str, torch.Tensor], optimizer: Mapping[str, Any], rng: torch.Tensor, info: Mapping[str, Any]
+    path: Path,
+    model: Mapping[str, torch.Tensor],
+    optimizer: Mapping[str, Any],
+    rng: torch.Tensor,
+    info: Mapping[str, Any],
 ) -> None:
     """Write a training checkpoint: tensors exactly as they are (dtype and bits), the rest as JSON."""
     tensors = {f"model.{name}": value for name, value in model.items()}
-    optimizer_json: Dict[str, Any] = {"param_groups": optimizer["param_groups"], "state": {}}
+    optimizer_json: dict[str, Any] = {"param_groups": optimizer["param_groups"], "state": {}}
     for index, entry in optimizer["state"].items():
         scalars = optimizer_json["state"].setdefault(str(index), {})
         for key, value in entry.items():
@@ -188,25 +194,42 @@ def _info_problem(info: Mapping[str, Any]) -> str:
     state, metrics = info["state"], info["metrics"]
     checks = (
         ("config", isinstance(info["config"], dict), "an object"),
-        ("vocab", isinstance(info["vocab"], list) and all(isinstance(w, str) for w in info["vocab"]), "a list of words"),
-        ("state", isinstance(state, dict) and all(isinstance(state.get(k), int) for k in STATE_COUNTERS)
-         and isinstance(state.get("train_seconds"), number), f"an object with integer {', '.join(STATE_COUNTERS)}"),
-        ("metrics", isinstance(metrics, dict) and isinstance(metrics.get("corpus"), dict)
-         and all(isinstance(metrics.get(k), list) for k in ("evaluations", "epochs")), "an object with corpus and lists"),
+        (
+            "vocab",
+            isinstance(info["vocab"], list) and all(isinstance(w, str) for w in info["vocab"]),
+            "a list of words",
+        ),
+        (
+            "state",
+            isinstance(state, dict)
+            and all(isinstance(state.get(k), int) for k in STATE_COUNTERS)
+            and isinstance(state.get("train_seconds"), number),
+            f"an object with integer {', '.join(STATE_COUNTERS)}",
+        ),
+        (
+            "metrics",
+            isinstance(metrics, dict)
+            and isinstance(metrics.get("corpus"), dict)
+            and all(isinstance(metrics.get(k), list) for k in ("evaluations", "epochs")),
+            "an object with corpus and lists",
+        ),
         ("best_valid", info["best_valid"] is None or isinstance(info["best_valid"], number), "a number or null"),
     )
     return "; ".join(f"{key} is not {what}" for key, ok, what in checks if not ok)
 
 
-def _optimizer_state(saved: Dict[str, Any], tensors: Mapping[str, torch.Tensor]) -> Dict[str, Any]:
+def _optimizer_state(saved: dict[str, Any], tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """A torch optimizer state dict from the JSON part and the ``optimizer.<index>.<key>`` tensors."""
-    state: Dict[int, Dict[str, Any]] = {int(index): dict(scalars) for index, scalars in saved["state"].items()}
+    state: dict[int, dict[str, Any]] = {int(index): dict(scalars) for index, scalars in saved["state"].items()}
     for name, value in tensors.items():
         if name.startswith("optimizer."):
             index, key = name[len("optimizer.") :].split(".", 1)
             state.setdefault(int(index), {})[key] = value
     # JSON turned tuples (Adam's betas) into lists; "params" is the one list a param group holds
-    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()} for g in saved["param_groups"]]
+    groups = [
+        {k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()}
+        for g in saved["param_groups"]
+    ]
     return {"state": state, "param_groups": groups}
 
 

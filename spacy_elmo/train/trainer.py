@@ -15,6 +15,7 @@ of that step is saved. The options are :class:`~.config.TrainConfig`'s; a fine-t
 from :func:`~.init_from.load_initial_model`. Under ``torchrun`` each process trains on its share of
 every batch and only rank 0 writes files or prints (see :mod:`.distributed`).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,10 @@ import random
 import shlex
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 import torch
 from tqdm import tqdm
@@ -42,14 +44,22 @@ from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
 from .outputs import export_model, jsonable, write_checkpoint, write_metrics
 from .presets import architecture
-from .storage import CHECKPOINT, LEGACY_CHECKPOINT, Checkpoint, TrainingFileError, load_checkpoint, load_softmax_into, require_file
+from .storage import (
+    CHECKPOINT,
+    LEGACY_CHECKPOINT,
+    Checkpoint,
+    TrainingFileError,
+    load_checkpoint,
+    load_softmax_into,
+    require_file,
+)
 
 
 class TrainingDiverged(ValueError):
     """The loss, a perplexity or the weights stopped being finite (usually: --lr too high); that step is not saved."""
 
 
-def _sources(items: Sequence[Dict[str, str]]) -> List[Source]:
+def _sources(items: Sequence[dict[str, str]]) -> list[Source]:
     return [Source(Path(i["path"]), i.get("format", "lines"), i.get("tokenizer", "whitespace")) for i in items]
 
 
@@ -68,7 +78,13 @@ class Trainer:
     """
 
     def __init__(
-        self, config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True, world: World = SINGLE
+        self,
+        config: TrainConfig,
+        output_dir: PathLike,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        world: World = SINGLE,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.world = world
@@ -135,14 +151,16 @@ class Trainer:
             if initial.softmax is not None:
                 load_softmax_into(self.model.softmax, initial.softmax, initial.softmax_path)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.state: Dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
-        self.metrics: Dict[str, Any] = {
+        self.state: dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
+        self.metrics: dict[str, Any] = {
             "command": " ".join(shlex.quote(a) for a in sys.argv),
             "config": jsonable(asdict(config)),
             "corpus": {"train": config.train, "valid": config.valid, **self.corpus},
             "vocab_size": len(self.vocab),
-            "parameters": {"bilm": count_parameters(self.model) - count_parameters(self.model.softmax),
-                           "softmax": count_parameters(self.model.softmax)},
+            "parameters": {
+                "bilm": count_parameters(self.model) - count_parameters(self.model.softmax),
+                "softmax": count_parameters(self.model.softmax),
+            },
             "evaluations": [],
             "epochs": [],
             "best": None,
@@ -156,7 +174,9 @@ class Trainer:
     def _build_model(self, options: BiLMOptions) -> LanguageModel:
         config = self.config
         self.crop_width = max(w for w, _ in options.filters)
-        return LanguageModel(options, len(self.vocab), config.cutoffs, config.div_value, config.dropout, config.lstm_impl)
+        return LanguageModel(
+            options, len(self.vocab), config.cutoffs, config.div_value, config.dropout, config.lstm_impl
+        )
 
     def _restore(self, checkpoint: Checkpoint, path: Path) -> None:
         """Model, optimizer, position, metrics and RNG from a checkpoint; a mismatch is a TrainingFileError."""
@@ -180,7 +200,7 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------------------
 
-    def epoch_batches(self, epoch: int) -> Iterator[List[List[str]]]:
+    def epoch_batches(self, epoch: int) -> Iterator[list[list[str]]]:
         """The batches of one epoch: the same order for the same seed and epoch."""
         seed = self.config.seed * 1_000_003 + epoch
         sentences = mixed_sentences(self.train_sources, seed, self.config.max_length)
@@ -200,7 +220,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------
 
-    def run(self) -> Dict[str, Any]:
+    def run(self) -> dict[str, Any]:
         """Train until ``epochs`` (or ``max_steps`` / ``max_minutes``); returns the metrics.
 
         Raises :class:`TrainingDiverged` when the loss or a perplexity stops being finite; the files
@@ -232,7 +252,7 @@ class Trainer:
         self.world.barrier()  # no rank finishes before rank 0 has written everything
         return self.metrics
 
-    def _train_epoch(self, totals: Dict[str, float], started: float) -> bool:
+    def _train_epoch(self, totals: dict[str, float], started: float) -> bool:
         """Train on the current epoch's batches (from where a resumed run stopped); True when a limit stopped it."""
         config = self.config
         epoch = self.state["epoch"]
@@ -269,7 +289,7 @@ class Trainer:
                     self.save_checkpoint()
         return False
 
-    def _tally(self, totals: Dict[str, float], nll_f: float, nll_b: float, n: int, words: int, seconds: float) -> None:
+    def _tally(self, totals: dict[str, float], nll_f: float, nll_b: float, n: int, words: int, seconds: float) -> None:
         """Add one step to the epoch's running totals and to the trainer's time and place in the epoch."""
         self.state["train_seconds"] += seconds
         totals["nll_f"] += nll_f
@@ -279,7 +299,7 @@ class Trainer:
         totals["seconds"] += seconds
         self.state["epoch_words"] = self.state.get("epoch_words", 0) + words
 
-    def _show_progress(self, bar: tqdm, loss: float, totals: Dict[str, float]) -> None:
+    def _show_progress(self, bar: tqdm, loss: float, totals: dict[str, float]) -> None:
         """The progress bar's loss, running perplexities, speed and lr (only when shown; any size of number)."""
         if not self.progress:
             return
@@ -293,7 +313,7 @@ class Trainer:
 
     def train_step(
         self, batch: Batch, sentences: Sequence[Sequence[str]], weight: float = 1.0
-    ) -> Tuple[float, float, int, int]:
+    ) -> tuple[float, float, int, int]:
         """One optimizer step on the global batch ``sentences``, of which ``batch`` is this rank's share.
 
         Returns the NLL sums, predictions per direction and words of the whole global batch. A
@@ -328,11 +348,13 @@ class Trainer:
         self.state["words_seen"] += words
         return sum_f, sum_b, n, words
 
-    def validate(self, totals: Dict[str, float], partial: bool, epoch_end: bool = False) -> Optional[Dict[str, float]]:
+    def validate(self, totals: dict[str, float], partial: bool, epoch_end: bool = False) -> Optional[dict[str, float]]:
         """Validation perplexity; exports the model when it is the best so far (always when there is no valid set)."""
-        record: Dict[str, Any] = {
+        record: dict[str, Any] = {
             "step": self.state["step"],
-            "epoch": self.state["epoch"] if epoch_end else self.state["epoch"] + self.state.get("epoch_words", 0) / max(1, self.corpus["words"]),
+            "epoch": self.state["epoch"]
+            if epoch_end
+            else self.state["epoch"] + self.state.get("epoch_words", 0) / max(1, self.corpus["words"]),
             "words_seen": self.state["words_seen"],
         }
         if totals["n"]:
@@ -342,8 +364,14 @@ class Trainer:
         if self.valid_sources:
             part = (self.world.rank, self.world.size)  # each rank a share of the batches, summed
             sums = nll_sums(
-                self.model, self.vocab, self.valid_sources, self.config.token_budget, self.config.max_length, self.char_cache,
-                self.crop_width, part,
+                self.model,
+                self.vocab,
+                self.valid_sources,
+                self.config.token_budget,
+                self.config.max_length,
+                self.char_cache,
+                self.crop_width,
+                part,
             )
             keys = sorted(sums)
             result = perplexities(dict(zip(keys, self.world.sum([sums[k] for k in keys]))))
@@ -370,7 +398,9 @@ class Trainer:
         """The error for a non-finite loss, perplexity or weight: where, what to change, what the files still hold."""
         best = self.metrics.get("best")
         kept = [
-            f"{CHECKPOINT} of step {self.checkpoint_step}" if self.checkpoint_step is not None else f"no {CHECKPOINT} from this run",
+            f"{CHECKPOINT} of step {self.checkpoint_step}"
+            if self.checkpoint_step is not None
+            else f"no {CHECKPOINT} from this run",
             f"the exported model of step {best['step']}" if best else "no exported model",
         ]
         return TrainingDiverged(
@@ -400,7 +430,14 @@ class Trainer:
         self._require_finite_weights()
         if self.world.is_main:
             write_checkpoint(
-                self.output_dir, self.config, self.vocab.words, self.state, self.metrics, self.best_valid, self.model, self.optimizer
+                self.output_dir,
+                self.config,
+                self.vocab.words,
+                self.state,
+                self.metrics,
+                self.best_valid,
+                self.model,
+                self.optimizer,
             )
         self.checkpoint_step = self.state["step"]
 
@@ -428,7 +465,9 @@ def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
         for param in group["params"]:
             for key, value in optimizer.state.get(param, {}).items():
                 if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
-                    raise ValueError(f"optimizer {key} has shape {tuple(value.shape)}, its parameter {tuple(param.shape)}")
+                    raise ValueError(
+                        f"optimizer {key} has shape {tuple(value.shape)}, its parameter {tuple(param.shape)}"
+                    )
 
 
 def _number(value: float, decimals: int) -> str:
@@ -440,6 +479,6 @@ def _number(value: float, decimals: int) -> str:
 
 def train(
     config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True, world: World = SINGLE
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Train a biLM as ``config`` says and write it to ``output_dir``; returns the metrics."""
     return Trainer(config, output_dir, resume=resume, progress=progress, world=world).run()

@@ -1,17 +1,16 @@
 """Convert CoNLL-style ``token<TAB>tag`` files (WNUT-17; IOB2 tags) to a .spacy file of entities."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Tuple
 
 import spacy
 import typer
+from convert_textcat import sample
 from spacy.tokens import Doc, DocBin
 
-from convert_textcat import sample
 
-
-def read_sentences(path: Path) -> List[Tuple[List[str], List[str]]]:
+def read_sentences(path: Path) -> list[tuple[list[str], list[str]]]:
     """``(words, tags)`` per sentence; sentences end at blank (or whitespace-only) lines; tag = last column."""
     sentences, words, tags = [], [], []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):

@@ -1,9 +1,10 @@
 """Convert ``__label__X<TAB>text`` lines (the SST-5 flat files, fastText style) to a .spacy file of exclusive cats."""
+
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import spacy
 import typer
@@ -12,7 +13,7 @@ from spacy.tokens import DocBin
 PREFIX = "__label__"
 
 
-def read_lines(path: Path) -> List[Tuple[str, str]]:
+def read_lines(path: Path) -> list[tuple[str, str]]:
     """``(label, text)`` per non-blank line; a line without ``__label__X<TAB>`` is an error naming it."""
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -21,7 +22,7 @@ def read_lines(path: Path) -> List[Tuple[str, str]]:
         label, sep, text = line.partition("\t")
         if not sep or not label.startswith(PREFIX) or not text.strip():
             raise ValueError(f"{path}:{number}: expected '__label__X<TAB>text', got {line[:60]!r}")
-        rows.append((label[len(PREFIX):], text.strip()))
+        rows.append((label[len(PREFIX) :], text.strip()))
     return rows
 
 

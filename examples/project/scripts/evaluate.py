@@ -1,9 +1,10 @@
 """Score a trained pipeline on a .spacy file: accuracy (textcat), entity P/R/F (ner), and its learned ELMo mix."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import spacy
 import typer
@@ -14,27 +15,30 @@ from spacy.training import Corpus, Example
 from spacy_elmo.spacy import learned_mix
 
 
-def accuracy(examples: List[Example]) -> float:
+def accuracy(examples: list[Example]) -> float:
     """Share of examples whose highest-scoring predicted category is the gold one (spaCy's cats_score is macro-F)."""
-    hits = sum(max(eg.predicted.cats, key=eg.predicted.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get) for eg in examples)
+    hits = sum(
+        max(eg.predicted.cats, key=eg.predicted.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get)
+        for eg in examples
+    )
     return hits / len(examples)
 
 
-def mixes(nlp: Language) -> Dict[str, Dict[str, Any]]:
+def mixes(nlp: Language) -> dict[str, dict[str, Any]]:
     """The learned layer weights and gamma of each component that reads from the elmo component."""
     if "elmo" not in nlp.pipe_names:
         return {}
     return {name: learned_mix(nlp.get_pipe(name))._asdict() for name in nlp.get_pipe("elmo").listening_components}
 
 
-def evaluate(model: Path, data: Path) -> Dict[str, Any]:
+def evaluate(model: Path, data: Path) -> dict[str, Any]:
     """Test scores of the pipeline in ``model`` on the docs in ``data``, with its mixes."""
     nlp = spacy.load(model)
     examples = list(Corpus(str(data))(nlp))
     for example, doc in zip(examples, nlp.pipe(example.predicted for example in examples)):
         example.predicted = doc  # (nlp.evaluate scores copies, and accuracy needs the predictions)
     scores = Scorer(nlp).score(examples)
-    result: Dict[str, Any] = {"n_docs": len(examples)}
+    result: dict[str, Any] = {"n_docs": len(examples)}
     if "textcat" in nlp.pipe_names:
         result.update(accuracy=accuracy(examples), cats_macro_f=scores["cats_macro_f"])
     if "ner" in nlp.pipe_names:

@@ -1,4 +1,5 @@
 """Write the Markdown results table from metrics/*.json: scores, learned mixes, wall times and exact commands."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import platform
 import statistics
 from datetime import date
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import spacy
 import torch
@@ -39,7 +40,7 @@ def model_line(model: str) -> str:
     return f"{name} ({backend.n_layers + 1} layers of width {backend.dim})"
 
 
-def mix_cells(run: Dict[str, Any]) -> List[str]:
+def mix_cells(run: dict[str, Any]) -> list[str]:
     """Layer weights and gamma of the run's (one) learned mix, or dashes for a pipeline without ELMo."""
     if not run["mix"]:
         return ["–", "–"]
@@ -47,7 +48,7 @@ def mix_cells(run: Dict[str, Any]) -> List[str]:
     return [" / ".join(f"{w:.3f}" for w in mix["weights"]), f"{mix['gamma']:.3f}"]
 
 
-def table(metrics: List[Dict[str, Any]], keys: tuple) -> List[str]:
+def table(metrics: list[dict[str, Any]], keys: tuple) -> list[str]:
     """One row per run plus a mean row per variant."""
     names = {"accuracy": "accuracy", "cats_macro_f": "macro-F", "ents_p": "P", "ents_r": "R", "ents_f": "F"}
     head = ["variant", "seed", *(names[k] for k in keys), "layer weights (0 / 1 / 2)", "gamma", "train s", "test s"]
@@ -55,8 +56,14 @@ def table(metrics: List[Dict[str, Any]], keys: tuple) -> List[str]:
     for variant in metrics:
         runs = variant["runs"]
         for run in runs:
-            cells = [variant["name"], str(run["seed"]), *(f"{run[k]:.3f}" for k in keys), *mix_cells(run),
-                     f"{run['train_s']:.0f}", f"{run['eval_s']:.0f}"]
+            cells = [
+                variant["name"],
+                str(run["seed"]),
+                *(f"{run[k]:.3f}" for k in keys),
+                *mix_cells(run),
+                f"{run['train_s']:.0f}",
+                f"{run['eval_s']:.0f}",
+            ]
             lines.append("| " + " | ".join(cells) + " |")
         means = [f"**{statistics.mean(r[k] for r in runs):.3f}**" for k in keys]
         lines.append("| " + " | ".join([f"**{variant['name']}**", "mean", *means, "", "", "", ""]) + " |")
@@ -64,8 +71,8 @@ def table(metrics: List[Dict[str, Any]], keys: tuple) -> List[str]:
 
 
 def main(
-    names: List[str] = typer.Argument(..., help="metrics/NAME.json files, in table order"),
-    var: List[str] = typer.Option([], help="NAME=VALUE: a project variable as the run used it (for the commands)"),
+    names: list[str] = typer.Argument(..., help="metrics/NAME.json files, in table order"),
+    var: list[str] = typer.Option([], help="NAME=VALUE: a project variable as the run used it (for the commands)"),
     output: Path = typer.Option(Path("results.md")),
     metrics_dir: Path = typer.Option(Path("metrics")),
 ) -> None:
@@ -96,14 +103,25 @@ def main(
         "",
     ]
     if textcat:
-        lines += ["## SST-5: test accuracy", "",
-                  "Accuracy is computed by `scripts/evaluate.py`; spaCy's `cats_score` is the macro-F (shown too).", ""]
+        lines += [
+            "## SST-5: test accuracy",
+            "",
+            "Accuracy is computed by `scripts/evaluate.py`; spaCy's `cats_score` is the macro-F (shown too).",
+            "",
+        ]
         lines += table(textcat, TEXTCAT) + [""]
     if ner:
         lines += ["## WNUT-17: test entity precision, recall, F", ""]
         lines += table(ner, NER) + [""]
-    lines += [f"Train + test wall time of all runs: {total / 60:.1f} min.", "", "## Commands", "",
-              "Run from `examples/project` (`python -m spacy project run all` runs all of them):", "", "```bash"]
+    lines += [
+        f"Train + test wall time of all runs: {total / 60:.1f} min.",
+        "",
+        "## Commands",
+        "",
+        "Run from `examples/project` (`python -m spacy project run all` runs all of them):",
+        "",
+        "```bash",
+    ]
     for command in project["commands"]:
         if command["name"] in ("convert", "check"):
             lines += command["script"]

@@ -1,4 +1,5 @@
 """Train one config with several seeds through ``python -m spacy train``, score each on test, write metrics JSON."""
+
 from __future__ import annotations
 
 import json
@@ -7,22 +8,44 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
 
 import spacy
 import typer
+from evaluate import evaluate
 from spacy.tokens import DocBin
 
-from evaluate import evaluate
 
-
-def train_command(config: Path, output: Path, train: Path, dev: Path, seed: int, max_steps: int, eval_frequency: int,
-                  gpu_id: int, elmo: str, elmo_cache: str) -> List[str]:
+def train_command(
+    config: Path,
+    output: Path,
+    train: Path,
+    dev: Path,
+    seed: int,
+    max_steps: int,
+    eval_frequency: int,
+    gpu_id: int,
+    elmo: str,
+    elmo_cache: str,
+) -> list[str]:
     """The ``spacy train`` command line of one run (as a user would type it)."""
     command = [
-        "python", "-m", "spacy", "train", str(config), "--output", str(output),
-        "--paths.train", str(train), "--paths.dev", str(dev), "--system.seed", str(seed),
-        "--training.max_steps", str(max_steps), "--training.eval_frequency", str(eval_frequency),
+        "python",
+        "-m",
+        "spacy",
+        "train",
+        str(config),
+        "--output",
+        str(output),
+        "--paths.train",
+        str(train),
+        "--paths.dev",
+        str(dev),
+        "--system.seed",
+        str(seed),
+        "--training.max_steps",
+        str(max_steps),
+        "--training.eval_frequency",
+        str(eval_frequency),
     ]
     if gpu_id >= 0:
         command += ["--gpu-id", str(gpu_id)]
@@ -60,14 +83,35 @@ def main(
         scores = evaluate(output / "model-best", test)
         eval_s = time.perf_counter() - start
         eval_command = shlex.join(["python", "scripts/evaluate.py", str(output / "model-best"), str(test)])
-        runs.append({"seed": seed, "command": shlex.join(command), "eval_command": eval_command, "train_s": train_s,
-                     "eval_s": eval_s, **scores})
+        runs.append(
+            {
+                "seed": seed,
+                "command": shlex.join(command),
+                "eval_command": eval_command,
+                "train_s": train_s,
+                "eval_s": eval_s,
+                **scores,
+            }
+        )
         print(json.dumps(runs[-1], indent=2))
     metrics_dir.mkdir(parents=True, exist_ok=True)
     n_train = len(DocBin().from_disk(train))
-    settings = {"elmo": elmo, "n_train": n_train, "max_steps": max_steps, "eval_frequency": eval_frequency, "seeds": seeds}
-    metrics = {"name": name, "config": str(config), "train": str(train), "dev": str(dev), "test": str(test),
-               "settings": settings, "runs": runs}
+    settings = {
+        "elmo": elmo,
+        "n_train": n_train,
+        "max_steps": max_steps,
+        "eval_frequency": eval_frequency,
+        "seeds": seeds,
+    }
+    metrics = {
+        "name": name,
+        "config": str(config),
+        "train": str(train),
+        "dev": str(dev),
+        "test": str(test),
+        "settings": settings,
+        "runs": runs,
+    }
     (metrics_dir / f"{name}.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
 

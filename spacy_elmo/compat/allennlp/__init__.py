@@ -11,6 +11,7 @@ AllenNLP's outputs to float32 rounding, its stateful LSTM included (each batch r
 carried to the next call; ``reset_states()`` forgets it); ``stateful=False`` gives this package's
 batch-invariant vectors instead. See docs/migrating-from-allennlp.md.
 """
+
 from .command import main
 from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
 from .modules import Elmo, ElmoTokenEmbedder, ScalarMix, _ElmoBiLm, _ElmoCharacterEncoder

@@ -8,12 +8,13 @@ accepted and do nothing, as in AllenNLP 0.9 (which also wrote ``stdout.log`` / `
 beside the output; this does not). ``--include-package`` imports the named module, as there.
 ``--stateless`` (not in AllenNLP) gives this package's batch-invariant vectors.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
@@ -29,9 +30,15 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     group.add_argument("--all", action="store_true", help="Output all three ELMo vectors.")
     group.add_argument("--top", action="store_true", help="Output the top ELMo vector.")
     group.add_argument("--average", action="store_true", help="Output the average of the ELMo vectors.")
-    parser.add_argument("--vocab-path", type=str, help="A path to a vocabulary file to generate (unused, as in AllenNLP 0.9).")
-    parser.add_argument("--options-file", type=str, default=DEFAULT_OPTIONS_FILE, help="The path to the ELMo options file.")
-    parser.add_argument("--weight-file", type=str, default=DEFAULT_WEIGHT_FILE, help="The path to the ELMo weight file.")
+    parser.add_argument(
+        "--vocab-path", type=str, help="A path to a vocabulary file to generate (unused, as in AllenNLP 0.9)."
+    )
+    parser.add_argument(
+        "--options-file", type=str, default=DEFAULT_OPTIONS_FILE, help="The path to the ELMo options file."
+    )
+    parser.add_argument(
+        "--weight-file", type=str, default=DEFAULT_WEIGHT_FILE, help="The path to the ELMo weight file."
+    )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="The batch size to use.")
     parser.add_argument("--file-friendly-logging", default=False, action="store_true", help="Accepted; no effect here.")
     parser.add_argument("--cuda-device", type=int, default=-1, help="The cuda_device to run on.")
@@ -41,17 +48,22 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         help="Unless --use-sentence-keys, leave out the sentence_to_index dataset (sentence -> line number key).",
     )
     parser.add_argument(
-        "--use-sentence-keys", action="store_true", help="Use each sentence itself, not its line number, as its HDF5 key."
+        "--use-sentence-keys",
+        action="store_true",
+        help="Use each sentence itself, not its line number, as its HDF5 key.",
     )
-    parser.add_argument("--include-package", type=str, action="append", default=[], help="additional packages to include")
     parser.add_argument(
-        "--stateless", action="store_true",
+        "--include-package", type=str, action="append", default=[], help="additional packages to include"
+    )
+    parser.add_argument(
+        "--stateless",
+        action="store_true",
         help="Start every batch from a zero LSTM state (not in AllenNLP): vectors independent of batching and order.",
     )
     return parser
 
 
-def main(prog: Optional[str] = None, argv: Optional[List[str]] = None) -> None:
+def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``) and write the HDF5 file; returns on success (argparse exits on bad usage)."""
     args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     for package in args.include_package:
@@ -60,5 +72,10 @@ def main(prog: Optional[str] = None, argv: Optional[List[str]] = None) -> None:
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device, stateful=not args.stateless)
     with torch.no_grad():
         embedder.embed_file(
-            args.input_file, args.output_file, output_format, args.batch_size, args.forget_sentences, args.use_sentence_keys
+            args.input_file,
+            args.output_file,
+            output_format,
+            args.batch_size,
+            args.forget_sentences,
+            args.use_sentence_keys,
         )

@@ -5,13 +5,15 @@ download cache). As in AllenNLP, the biLM is stateful: each call starts from the
 previous one left in its batch rows, so the same sentence can get other vectors on a second call;
 ``stateful=False`` (keyword only, not in AllenNLP) gives this package's batch-invariant vectors.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Iterable, Iterator, List, Tuple, Union
+from typing import IO, Union
 
 import numpy as np
 import torch
@@ -23,8 +25,8 @@ from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_b
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"  # noqa: E501
-DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"  # noqa: E501
+DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
+DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
 OUTPUT_FORMATS = ("all", "top", "average")
 
 
@@ -47,7 +49,7 @@ class ElmoEmbedder:
     def _empty(self) -> np.ndarray:
         return np.zeros((self.elmo_bilm.num_layers, 0, self.elmo_bilm.get_output_dim()), dtype=np.float32)
 
-    def batch_to_embeddings(self, batch: List[List[str]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def batch_to_embeddings(self, batch: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Activations ``(batch, num_layers, time, dim)`` without the boundary tokens, and the mask ``(batch, time)``."""
         character_ids = batch_to_ids(batch)
         if self.cuda_device >= 0:
@@ -58,11 +60,11 @@ class ElmoEmbedder:
         activations = torch.cat([layer.unsqueeze(1) for layer, _ in without_bos_eos], dim=1)
         return activations, without_bos_eos[0][1]
 
-    def embed_sentence(self, sentence: List[str]) -> np.ndarray:
+    def embed_sentence(self, sentence: list[str]) -> np.ndarray:
         """float32 ``(num_layers, len(sentence), dim)`` (``(num_layers, 0, dim)`` for an empty sentence)."""
         return self.embed_batch([sentence])[0]
 
-    def embed_batch(self, batch: List[List[str]]) -> List[np.ndarray]:
+    def embed_batch(self, batch: list[list[str]]) -> list[np.ndarray]:
         """One float32 array ``(num_layers, len(sentence), dim)`` per sentence, in order."""
         if batch == [[]]:  # AllenNLP does not run the model for a lone empty sentence (the state stays)
             return [self._empty()]
@@ -73,9 +75,11 @@ class ElmoEmbedder:
             out.append(self._empty() if length == 0 else embeddings[i, :, :length, :].detach().cpu().numpy())
         return out
 
-    def embed_sentences(self, sentences: Iterable[List[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[np.ndarray]:
+    def embed_sentences(
+        self, sentences: Iterable[list[str]], batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[np.ndarray]:
         """The arrays of :meth:`embed_batch` for ``batch_size`` sentences at a time, as a generator."""
-        batch: List[List[str]] = []
+        batch: list[list[str]] = []
         for sentence in sentences:
             batch.append(sentence)
             if len(batch) == batch_size:
@@ -112,11 +116,15 @@ class ElmoEmbedder:
             sentences = [line.strip() for line in handle]
         blank_lines = [i for (i, line) in enumerate(sentences) if line == ""]
         if blank_lines:
-            raise ConfigurationError(f"Your input file contains empty lines at indexes {blank_lines}. Please remove them.")
+            raise ConfigurationError(
+                f"Your input file contains empty lines at indexes {blank_lines}. Please remove them."
+            )
         embedded = self.embed_sentences([sentence.split() for sentence in sentences], batch_size)
         keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]
         if use_sentence_keys:
-            logger.warning("Using sentences as keys can fail if sentences contain forward slashes or colons. Use with caution.")
+            logger.warning(
+                "Using sentences as keys can fail if sentences contain forward slashes or colons. Use with caution."
+            )
         output_path = Path(output_file_path)
         sentence_to_index = {}
         with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as fout:

@@ -9,10 +9,11 @@ module structure that user code reaches into: ``Elmo._elmo_lstm`` is the :class:
 and biLSTM are used here); the parameters themselves keep this package's layout and names
 below those attributes.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
@@ -22,11 +23,17 @@ from ...bilm.encoder import CharCNNEncoder
 from ...bilm.model import BiLM, token_vectors
 from ...bilm.weights import load_model
 from .stateful_lstm import ElmoLstm
-from .util import ConfigurationError, PathOrUrl, add_sentence_boundary_token_ids, local_files, remove_sentence_boundaries
+from .util import (
+    ConfigurationError,
+    PathOrUrl,
+    add_sentence_boundary_token_ids,
+    local_files,
+    remove_sentence_boundaries,
+)
 
 logger = logging.getLogger(__name__)
 
-Outputs = Dict[str, Union[torch.Tensor, List[torch.Tensor]]]
+Outputs = dict[str, Union[torch.Tensor, list[torch.Tensor]]]
 
 
 def _load_bilm(options_file: PathOrUrl, weight_file: PathOrUrl, requires_grad: bool) -> BiLM:
@@ -44,7 +51,7 @@ class ScalarMix(nn.Module):
         self,
         mixture_size: int,
         do_layer_norm: bool = False,
-        initial_scalar_parameters: Optional[List[float]] = None,
+        initial_scalar_parameters: Optional[list[float]] = None,
         trainable: bool = True,
     ) -> None:
         super().__init__()
@@ -61,7 +68,7 @@ class ScalarMix(nn.Module):
         )
         self.gamma = nn.Parameter(torch.FloatTensor([1.0]), requires_grad=trainable)
 
-    def forward(self, tensors: List[torch.Tensor], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, tensors: list[torch.Tensor], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if len(tensors) != self.mixture_size:
             raise ConfigurationError(
                 f"{len(tensors)} tensors were passed, but the module was initialized to mix {self.mixture_size} tensors."
@@ -96,7 +103,7 @@ class _ElmoCharacterEncoder(nn.Module):
         self._setup(_load_bilm(options_file, weight_file, requires_grad).token_encoder, requires_grad)
 
     @classmethod
-    def _of(cls, encoder: CharCNNEncoder, requires_grad: bool) -> "_ElmoCharacterEncoder":
+    def _of(cls, encoder: CharCNNEncoder, requires_grad: bool) -> _ElmoCharacterEncoder:
         """The module around an already loaded token encoder (the biLM's own: no second copy of the weights)."""
         module = cls.__new__(cls)
         nn.Module.__init__(module)
@@ -113,17 +120,19 @@ class _ElmoCharacterEncoder(nn.Module):
     def get_output_dim(self) -> int:
         return self.output_dim
 
-    def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         mask = ((inputs > 0).long().sum(dim=-1) > 0).long()
         ids, mask_with_bos_eos = add_sentence_boundary_token_ids(
-            inputs, mask, self._beginning_of_sentence_characters.to(inputs.device),
+            inputs,
+            mask,
+            self._beginning_of_sentence_characters.to(inputs.device),
             self._end_of_sentence_characters.to(inputs.device),
         )
         batch, time, n_chars = ids.shape
         embedding = token_vectors(self._char_cnn, ids.view(-1, n_chars))
         return {"mask": mask_with_bos_eos, "token_embedding": embedding.view(batch, time, -1)}
 
-    def token_vectors(self, tokens: List[str]) -> torch.Tensor:
+    def token_vectors(self, tokens: list[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), projection_dim)`` of tokens (``<S>`` / ``</S>`` the markers), without gradients."""
         with torch.no_grad():
             device = next(self._char_cnn.parameters()).device
@@ -146,7 +155,7 @@ class _ElmoBiLm(nn.Module):
         options_file: PathOrUrl,
         weight_file: PathOrUrl,
         requires_grad: bool = False,
-        vocab_to_cache: Optional[List[str]] = None,
+        vocab_to_cache: Optional[list[str]] = None,
         *,
         stateful: bool = True,
     ) -> None:
@@ -167,7 +176,7 @@ class _ElmoBiLm(nn.Module):
     def get_output_dim(self) -> int:
         return 2 * self._token_embedder.get_output_dim()
 
-    def create_cached_cnn_embeddings(self, tokens: List[str]) -> None:
+    def create_cached_cnn_embeddings(self, tokens: list[str]) -> None:
         """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``; id 0, padding, is zeros) and of ``<S>`` / ``</S>``."""
         vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN] + list(tokens))
         self._bos_embedding, self._eos_embedding = vectors[0], vectors[1]
@@ -190,8 +199,10 @@ class _ElmoBiLm(nn.Module):
             mask_without_bos_eos = (word_inputs > 0).long()
             device = word_inputs.device
             type_representation, mask = add_sentence_boundary_token_ids(
-                self._word_embedding(word_inputs), mask_without_bos_eos,
-                self._bos_embedding.to(device), self._eos_embedding.to(device),  # type: ignore[union-attr]
+                self._word_embedding(word_inputs),
+                mask_without_bos_eos,
+                self._bos_embedding.to(device),
+                self._eos_embedding.to(device),  # type: ignore[union-attr]
             )
         else:
             token_embedding = self._token_embedder(inputs)
@@ -220,9 +231,9 @@ class Elmo(nn.Module):
         requires_grad: bool = False,
         do_layer_norm: bool = False,
         dropout: float = 0.5,
-        vocab_to_cache: Optional[List[str]] = None,
+        vocab_to_cache: Optional[list[str]] = None,
         keep_sentence_boundaries: bool = False,
-        scalar_mix_parameters: Optional[List[float]] = None,
+        scalar_mix_parameters: Optional[list[float]] = None,
         module: Optional[nn.Module] = None,
         *,
         stateful: bool = True,
@@ -241,7 +252,7 @@ class Elmo(nn.Module):
         self._has_cached_vocab = vocab_to_cache is not None
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
-        self._scalar_mixes: List[ScalarMix] = []
+        self._scalar_mixes: list[ScalarMix] = []
         for k in range(num_output_representations):
             scalar_mix = ScalarMix(
                 self._elmo_lstm.num_layers,
@@ -295,8 +306,8 @@ class ElmoTokenEmbedder(nn.Module):
         dropout: float = 0.5,
         requires_grad: bool = False,
         projection_dim: Optional[int] = None,
-        vocab_to_cache: Optional[List[str]] = None,
-        scalar_mix_parameters: Optional[List[float]] = None,
+        vocab_to_cache: Optional[list[str]] = None,
+        scalar_mix_parameters: Optional[list[float]] = None,
         *,
         stateful: bool = True,
     ) -> None:

@@ -10,9 +10,10 @@ itself through :func:`spacy_elmo.bilm.model.lstm_outputs` (the inference path wh
 is needed, the reference autograd path otherwise), which takes an initial state and returns the
 final one. ``stateful=False`` starts every call from zeros: this package's batch-invariant vectors.
 """
+
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ from ...bilm.lstm import BiLSTMState, ElmoBiLSTM
 from ...bilm.model import lstm_outputs
 from ...bilm.threads import batch_thread_limit, thread_limit
 
-RnnStates = Tuple[torch.Tensor, torch.Tensor]
+RnnStates = tuple[torch.Tensor, torch.Tensor]
 Rows = Callable[[torch.Tensor], torch.Tensor]  # picks the batch rows the LSTM runs on
 
 
@@ -75,7 +76,10 @@ class ElmoLstm(nn.Module):
         """AllenNLP's ``(h, c)`` (layers, batch, [forward; backward]) as ``[layer][direction] -> (h, c)`` of ``rows``."""
         h, c = (rows(s.transpose(0, 1)).transpose(0, 1) for s in states)
         return [
-            [(h[k, :, : self.hidden_size], c[k, :, : self.cell_size]), (h[k, :, self.hidden_size :], c[k, :, self.cell_size :])]
+            [
+                (h[k, :, : self.hidden_size], c[k, :, : self.cell_size]),
+                (h[k, :, self.hidden_size :], c[k, :, self.cell_size :]),
+            ]
             for k in range(self.num_layers)
         ]
 
@@ -85,7 +89,7 @@ class ElmoLstm(nn.Module):
             self._states = (final[0].detach(), final[1].detach())
             return
         stored, new_batch = self._states[0].size(1), final[0].size(1)
-        updated: List[torch.Tensor] = []
+        updated: list[torch.Tensor] = []
         for old, new in zip(self._states, final):
             used = (new[0].sum(-1) != 0.0).to(new.dtype).view(1, new_batch, 1)
             if stored > new_batch:

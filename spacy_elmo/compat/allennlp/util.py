@@ -5,11 +5,12 @@ Each function has AllenNLP 0.9's name, arguments and result (``allennlp.modules.
 ``allennlp.common.checks.ConfigurationError``); the character ids are this package's
 (:mod:`spacy_elmo.bilm.chars`), which are AllenNLP's.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, List, Tuple, Union
+from typing import Any, Union
 
 import torch
 
@@ -31,7 +32,7 @@ class ConfigurationError(Exception):
         return repr(self.message)
 
 
-def batch_to_ids(batch: List[List[str]]) -> torch.Tensor:
+def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
     """Character ids ``(len(batch), longest sentence, 50)`` of tokenized sentences, as AllenNLP makes them.
 
     UTF-8 bytes + 1 between begin- and end-of-word ids, padded with the padding char; ``<S>`` and
@@ -42,7 +43,7 @@ def batch_to_ids(batch: List[List[str]]) -> torch.Tensor:
 
 def add_sentence_boundary_token_ids(
     tensor: torch.Tensor, mask: torch.Tensor, sentence_begin_token: Any, sentence_end_token: Any
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``<S>`` before and ``</S>`` after each row of ``tensor`` ``(batch, time[, dim])``; returns it and its mask.
 
     As AllenNLP: the end token goes at each row's ``mask.sum() + 1``; the new mask is ``tensor != 0``
@@ -60,7 +61,7 @@ def add_sentence_boundary_token_ids(
     return out, ((out > 0).long().sum(dim=-1) > 0).long()
 
 
-def remove_sentence_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def remove_sentence_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop each row's first and last valid position: ``(batch, time - 2, dim)`` and the new long mask.
 
     The inverse of :func:`add_sentence_boundary_token_ids`; rows of length <= 2 become all padding.
@@ -74,7 +75,7 @@ def remove_sentence_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> Tupl
     return torch.where(keep, inner, torch.zeros_like(inner)), new_mask
 
 
-def local_files(options_file: PathOrUrl, weight_file: PathOrUrl) -> Tuple[Path, Path]:
+def local_files(options_file: PathOrUrl, weight_file: PathOrUrl) -> tuple[Path, Path]:
     """The local ``(options, weights)`` files that two paths or URLs name (AllenNLP's ``cached_path``).
 
     A published model's URLs (either S3 spelling, e.g. AllenNLP's defaults) come from this
