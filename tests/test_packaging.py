@@ -53,7 +53,7 @@ def test_wheel_holds_every_module_the_bundled_model_and_type_marker(dists):
     for field in (
         "License-Expression: MIT",
         "Project-URL: Source",
-        "Author-email:",
+        "Author: spacy-elmo maintainers",
         "Classifier: Framework :: spaCy",
         "Provides-Extra: dask",
         "Requires-Dist: dask-ml",
