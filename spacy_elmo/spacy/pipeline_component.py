@@ -20,7 +20,7 @@ from thinc.api import Config, Model
 
 from ..backend import ElmoBackend, resolve_dtype
 from ..bilm.weights import WeightFileError
-from ..mix import LayerSpec, check_layer_spec, layer_weights
+from ..mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
 from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from ..validation import positive_int
@@ -144,7 +144,7 @@ class ElmoComponent(Pipe):
         self.name = name
         self.model_ref = as_model_ref(model)
         self.layers = check_layer_spec(layers)
-        self.gamma = _check_gamma(gamma)
+        self.gamma = check_gamma(gamma)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length, self.window_overlap = check_window_config(max_length, window_overlap)
         if get_positions is not None and not callable(get_positions):
@@ -412,9 +412,3 @@ def _copy(source: Path, target: Path) -> None:
     if target.exists() and target.resolve() == source.resolve():
         return  # re-saving a loaded pipeline into its own folder
     shutil.copyfile(source, target)
-
-
-def _check_gamma(gamma: Any) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not np.isfinite(gamma):
-        raise ValueError(f"gamma={gamma!r}: expected a finite number")
-    return float(gamma)
