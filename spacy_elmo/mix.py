@@ -5,6 +5,7 @@ The one check of each mix setting (:func:`check_layer_spec`, :func:`check_gamma`
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, Union
@@ -41,7 +42,7 @@ def check_layer_spec(layers: Any) -> LayerSpec:
 
 def check_gamma(gamma: Any) -> float:
     """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``."""
-    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not np.isfinite(gamma):
+    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma):
         raise ValueError(f"gamma={gamma!r}: expected a finite number")
     return float(gamma)
 
