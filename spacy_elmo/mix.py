@@ -1,7 +1,12 @@
-"""Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``."""
+"""Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``.
+
+The one check of each mix setting (:func:`check_layer_spec`, :func:`check_gamma`), for every front end.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -33,6 +38,13 @@ def check_layer_spec(layers: Any) -> LayerSpec:
     if len(values) != len(items) or not all(np.isfinite(values)):
         raise ValueError(f"layers={items!r}: expected finite numbers, one per layer")
     return values
+
+
+def check_gamma(gamma: Any) -> float:
+    """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``."""
+    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma):
+        raise ValueError(f"gamma={gamma!r}: expected a finite number")
+    return float(gamma)
 
 
 def layer_weights(layers: LayerSpec, n_outputs: int) -> np.ndarray:

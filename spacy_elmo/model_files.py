@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .bilm import manylangs_files
+from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
 from .bilm.weights import WeightFileError, read_options
 from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
@@ -56,7 +55,10 @@ def is_remote(model: Optional[PathLike]) -> bool:
 def resolve_model_files(
     model: Optional[PathLike] = "default", options: Optional[PathLike] = None, weights: Optional[PathLike] = None
 ) -> tuple[Path, Path]:
-    """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (see the module docstring)."""
+    """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (module docstring).
+
+    Both files exist when it returns (``WeightFileError`` names a missing one), so callers need not check again.
+    """
     if options is not None or weights is not None:
         if options is None or weights is None:
             raise ValueError("give both options= and weights= (or a model directory, name, archive or URL)")
@@ -127,10 +129,18 @@ def forget_cached(model: PathLike) -> list[Path]:
 
 
 def _local(value: PathLike, role: str) -> Path:
+    """The local file an ``options=`` / ``weights=`` value names (a URL downloaded first), checked to exist.
+
+    Every other route of :func:`resolve_model_files` finds its files in a folder it has looked in, so
+    after this the pair exists: the one check the front ends and ``load_bilm`` rely on.
+    """
     text = os.fspath(value)
     if is_url(text):
         return cached_path(text, what=f"{role} file {text}").resolve()
-    return Path(text).expanduser().resolve()
+    path = Path(text).expanduser().resolve()
+    if not path.is_file():
+        raise WeightFileError(f"{role} file not found: {path}")
+    return path
 
 
 def is_model_dir(directory: Path) -> bool:
@@ -178,7 +188,7 @@ def _in_directory(directory: Path) -> tuple[Path, Path]:
 
 
 def find_weights(directory: Path) -> Path:
-    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, ``model.hdf5``, or its only ``*.hdf5``."""
+    """The weights file of a model folder: the first of :data:`WEIGHT_NAMES` it holds, else its only ``*.hdf5``."""
     for name in WEIGHT_NAMES:
         if (directory / name).is_file():
             return directory / name

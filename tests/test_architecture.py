@@ -1,6 +1,13 @@
-"""The rules of ARCHITECTURE.md that a machine can check: no import circles, bilm/ knows no front end, threads in one place."""
+"""The rules of ARCHITECTURE.md that a machine can check, so the map stays true.
+
+No import circles, bilm/ knows no front end, threads in one place, nothing unpickled, files written whole,
+fork-safe locks, front ends through embed_segments, file names in one place, the module map complete, no
+process-wide state changes in library code. Each check first proves on a broken input (or a known hit)
+that it sees what it looks for, so none can pass because it sees nothing.
+"""
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +79,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -246,7 +253,8 @@ def embed_calls(path: Path) -> list[int]:
 
 
 def test_front_ends_never_call_backend_embed():
-    """Only windows.py hands token sequences to ``backend.embed``; a front end that did would get no windows and no per-call bound."""
+    """Only windows.py hands token sequences to ``backend.embed``: a front end that did would get no windows and no
+    per-call bound."""
     assert embed_calls(MODULES["spacy_elmo.windows"])  # the check sees what it looks for
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
@@ -279,3 +287,256 @@ def test_file_names_are_spelled_in_one_place():
                 else:
                     pytest.fail(f"{name}:{node.lineno} spells {node.value!r}: use the constant of bilm/files.py")
     assert seen == FILE_NAMES  # the check sees every name where it belongs
+
+
+# -- the module map of ARCHITECTURE.md ------------------------------------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "ARCHITECTURE.md"
+TREE_ENTRIES = re.compile(r"(\w+(?:\.py|/)(?:, \w+(?:\.py|/))*)(?:\s|$)")  # "a.py, b.py  what they do"
+
+
+def map_modules(markdown: str) -> set[str]:
+    """The dotted modules that the tree under "## Module map" names (its first fenced block).
+
+    A tree line is indented two spaces deeper than its folder and starts with one or more
+    comma-separated entries, ``name.py`` or ``name/`` (a package, named by its folder), before the
+    description; deeper indented lines that continue a description are not tree lines.
+    """
+    section = markdown.split("## Module map", 1)[1]
+    block = section.split("```", 2)[1]
+    folders: dict[int, str] = {}  # indent -> dotted name of the folder opened at that indent
+    found = set()
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        entries = TREE_ENTRIES.match(line.strip())
+        if entries is None:
+            continue  # a description's continuation
+        names = [name.strip() for name in entries[1].split(",")]
+        parent = folders.get(indent - 2) if indent else ""
+        if parent is None:
+            continue
+        for name in names:
+            stem = name[:-1] if name.endswith("/") else name[: -len(".py")]
+            dotted = f"{parent}.{stem}" if parent else stem
+            if name.endswith("/"):
+                folders[indent] = dotted
+                found.add(dotted)
+            else:
+                found.add(parent if stem == "__init__" else dotted)
+        folders = {k: v for k, v in folders.items() if k <= indent}  # deeper folders are closed
+    return found
+
+
+def test_the_map_reader_sees_missing_and_phantom_modules():
+    """Guards the check below: a tree line per module is read as its dotted name, prose is not."""
+    tree = (
+        "## Module map\n\n```\npkg/\n  __init__.py       the API\n  a.py, b.py        two\n"
+        "                    prose that ends in c.py\n"
+        "    f.py is prose too: not two spaces deeper than a folder\n"
+        "  sub/              a package\n    d.py          one\n"
+        "  e.py              back at the top\n```\n"
+    )
+    assert map_modules(tree) == {"pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.d", "pkg.e"}
+
+
+def test_the_module_map_names_every_module_and_only_those():
+    """ARCHITECTURE.md's map is the contributor's map: a module missing from it, or named in it but gone, fails."""
+    mapped = map_modules(ARCHITECTURE.read_text(encoding="utf-8"))
+    missing = sorted(set(MODULES) - mapped)
+    phantom = sorted(mapped - set(MODULES))
+    assert not missing, f"modules missing from ARCHITECTURE.md's module map: {missing}"
+    assert not phantom, f"ARCHITECTURE.md's module map names modules that do not exist: {phantom}"
+
+
+# -- no process-wide state changes in library code --------------------------------------------------
+
+# calls that change the whole process's behaviour for everyone in it (the user's code and other libraries)
+PROCESS_WIDE_CALLS = {
+    "warnings.filterwarnings",
+    "warnings.simplefilter",
+    "warnings.resetwarnings",
+    "matplotlib.use",
+    "torch.set_num_threads",
+    "torch.set_num_interop_threads",
+    "torch.set_default_dtype",
+    "torch.set_default_device",
+    "torch.set_default_tensor_type",
+    "torch.set_flush_denormal",
+    "torch.set_float32_matmul_precision",
+    "torch.use_deterministic_algorithms",
+    "torch.set_printoptions",
+    "torch.set_grad_enabled",  # as a statement; ``with torch.set_grad_enabled(...)`` is scoped
+    "torch.autograd.set_detect_anomaly",
+    "torch.manual_seed",
+    "torch.seed",
+    "torch.set_rng_state",
+    "os.environ.setdefault",
+    "os.environ.update",
+    "os.environ.pop",
+    "os.environ.clear",
+    "os.putenv",
+    "os.unsetenv",
+    "os.chdir",
+    "os.umask",
+    "logging.basicConfig",
+    "logging.disable",
+    "logging.captureWarnings",
+    "sys.setrecursionlimit",
+    "sys.setswitchinterval",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.path.insert",
+    "sys.path.append",
+    "numpy.seterr",
+    "numpy.set_printoptions",
+    "numpy.random.seed",
+    "random.seed",
+    "signal.signal",
+    "socket.setdefaulttimeout",
+    "locale.setlocale",
+    "faulthandler.enable",
+    "gc.disable",
+    "gc.set_threshold",
+}
+# attributes whose assignment is process-wide: torch.backends.<anything> = ..., os.environ[...] = ..., sys.stdout = ...
+PROCESS_WIDE_TARGETS = (
+    "torch.backends.",
+    "os.environ",
+    "sys.stdout",
+    "sys.stderr",
+    "sys.excepthook",
+    "threading.excepthook",
+)
+
+# each with why the process-wide change is the caller's wish or is undone before anyone else can see it
+PROCESS_WIDE_ALLOWED = {
+    "spacy_elmo.cli": {"torch.set_num_threads"},  # `spacy-elmo ... --threads N`: the user asked for it
+    # the training run's --seed: dropout and the data order draw from torch's global generator (train() is the run)
+    "spacy_elmo.train.trainer": {"torch.manual_seed", "torch.set_rng_state"},
+    # SIGTERM / Ctrl-C remove the partial output file while it is written; set only where the default is in
+    # force, in the main thread, and put back in a finally
+    "spacy_elmo.embed_file": {"signal.signal"},
+    # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
+    "spacy_elmo.bilm.int8_ops": {"torch.backends.quantized.engine"},
+}
+
+
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> dotted module name, from every import of a module (``import numpy as np``: np -> numpy)."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]  # ``import os.path`` binds os
+                names[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str:
+    """``np.random.seed`` -> ``numpy.random.seed`` (the root resolved through the imports); "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Subscript):  # os.environ["X"]
+        return _dotted(node.value, aliases)
+    if not isinstance(node, ast.Name):
+        return ""
+    return ".".join([aliases.get(node.id, node.id), *reversed(parts)])
+
+
+def process_wide_changes(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` for each process-wide state change in ``source`` (:data:`PROCESS_WIDE_CALLS`, assignments to
+    :data:`PROCESS_WIDE_TARGETS`); warning filters inside a ``with warnings.catch_warnings()`` block are scoped, and a
+    call used as a ``with`` item (``with torch.set_grad_enabled(False):``) is too."""
+    tree = ast.parse(source)
+    aliases = _aliases(tree)
+    found = []
+
+    def visit(node: ast.AST, scoped_warnings: bool) -> None:
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            items = [
+                _dotted(item.context_expr.func, aliases)
+                for item in node.items
+                if isinstance(item.context_expr, ast.Call)
+            ]
+            inner = scoped_warnings or "warnings.catch_warnings" in items
+            for item in node.items:  # the context manager itself is scoped; its arguments are visited
+                expr = item.context_expr
+                for child in [*expr.args, *expr.keywords] if isinstance(expr, ast.Call) else [expr]:
+                    visit(child, scoped_warnings)
+            for statement in node.body:
+                visit(statement, inner)
+            return
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func, aliases)
+            if name in PROCESS_WIDE_CALLS and not (scoped_warnings and name.startswith("warnings.")):
+                found.append((node.lineno, name))
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            name = _dotted(target, aliases)
+            if name.startswith(PROCESS_WIDE_TARGETS):
+                found.append((node.lineno, name))
+        for child in ast.iter_child_nodes(node):
+            visit(child, scoped_warnings)
+
+    visit(tree, False)
+    return found
+
+
+def test_the_state_scan_sees_process_wide_changes():
+    """Guards the check below: each kind of change is found through any import spelling, scoped ones are not."""
+    broken = """
+import os, warnings, multiprocessing
+import numpy as np
+import torch
+from warnings import filterwarnings
+def predict():
+    if multiprocessing.parent_process() is not None:
+        warnings.filterwarnings("ignore", message="W109")
+    filterwarnings("ignore")
+    np.seterr(all="ignore")
+    torch.backends.cudnn.benchmark = True
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+"""
+    assert [what for _, what in process_wide_changes(broken)] == [
+        "warnings.filterwarnings",
+        "warnings.filterwarnings",
+        "numpy.seterr",
+        "torch.backends.cudnn.benchmark",
+        "os.environ",
+        "torch.set_num_threads",
+    ]
+    scoped = """
+import warnings, torch
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+with torch.set_grad_enabled(False):
+    pass
+before = torch.backends.quantized.engine
+"""
+    assert process_wide_changes(scoped) == []
+
+
+def test_library_code_changes_no_process_wide_state():
+    """Importing or using the package leaves warning filters, torch's and numpy's global settings, the environment,
+    logging, signals and the interpreter as they were, except where PROCESS_WIDE_ALLOWED says why."""
+    seen_allowed = set()
+    for name, path in MODULES.items():
+        for line, what in process_wide_changes(path.read_text(encoding="utf-8")):
+            if what in PROCESS_WIDE_ALLOWED.get(name, set()):
+                seen_allowed.add((name, what))
+                continue
+            pytest.fail(f"{name}:{line} changes process-wide state ({what}): scope it, or leave it to the user")
+    expected = {(name, what) for name, whats in PROCESS_WIDE_ALLOWED.items() for what in whats}
+    assert seen_allowed == expected, f"allowed but not found (update PROCESS_WIDE_ALLOWED): {expected - seen_allowed}"

@@ -72,3 +72,17 @@ def test_a_pipeline_displays_in_a_notebook_without_warnings(fixture_dir):
         ClassDoc(ElmoVectorizer)
         html = make_pipeline(ElmoVectorizer(model=str(fixture_dir)), LogisticRegression())._repr_html_()
     assert "ElmoVectorizer" in html
+
+
+def test_a_missing_options_or_weights_file_is_named_by_model_files(tmp_path, fixture_dir):
+    """``model_files.resolve_model_files`` is where a missing file of an ``options=`` / ``weights=`` pair is found."""
+    from spacy_elmo.model_files import resolve_model_files
+
+    for options, weights, role in [
+        (fixture_dir / "options.json", tmp_path / "nope.hdf5", "weights"),
+        (tmp_path / "nope.json", fixture_dir / "lm_weights.hdf5", "options"),
+    ]:
+        with pytest.raises(WeightFileError, match=rf"{role} file not found: .*nope"):
+            resolve_model_files(options=options, weights=weights)
+        with pytest.raises(WeightFileError, match=rf"{role} file not found: .*nope"):
+            load_bilm(options=options, weights=weights)

@@ -56,3 +56,17 @@ def test_one_layer_spec_check_before_the_model_is_known():
             check_layer_spec(bad)
         with pytest.raises(error, match="layers="):  # layer_weights runs the same check first
             layer_weights(bad, 3)
+
+
+def test_one_gamma_check():
+    """``mix.check_gamma`` is the component's check (and the one any front end with a gamma setting uses)."""
+    from spacy_elmo.mix import check_gamma
+    from spacy_elmo.spacy import ElmoComponent
+
+    assert check_gamma(2) == 2.0 and isinstance(check_gamma(np.float32(0.5)), float)
+    for bad in [float("nan"), float("inf"), True, "1.0", None]:
+        with pytest.raises(ValueError, match="gamma="):
+            check_gamma(bad)
+    spacy = pytest.importorskip("spacy")
+    with pytest.raises(ValueError, match="gamma=nan"):
+        ElmoComponent(spacy.blank("en").vocab, gamma=float("nan"))

@@ -121,7 +121,10 @@ class CharCNNEncoder(nn.Module):
         return torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convs], dim=-1)
 
     def convolve_as_matmul(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """:meth:`convolve` as one matmul over windows of the widest filter (1.5-3x faster; no autograd needed).
+        """:meth:`convolve` as one matmul over windows of the widest filter: faster, for inference (no autograd).
+
+        One product of all filters' weights instead of one ``conv1d`` per filter width, which is what
+        makes it faster (measured: benchmarks/RESULTS.md, "What was tried in the second session", 3).
 
         Narrower filters get zero weights for the window's extra columns and take their max
         only over their own valid positions; the bias is added after the max (the same value,

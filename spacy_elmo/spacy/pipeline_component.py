@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import shutil
 import tempfile
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -22,7 +20,7 @@ from thinc.api import Config, Model
 
 from ..backend import ElmoBackend, resolve_dtype
 from ..bilm.weights import WeightFileError
-from ..mix import LayerSpec, check_layer_spec, layer_weights
+from ..mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
 from ..model_files import OPTIONS, WEIGHTS, model_file_map
 from ..settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from ..validation import positive_int
@@ -57,12 +55,6 @@ path = "default"
 DEFAULT_CONFIG = Config().from_str(DEFAULT_CONFIG_STR)
 
 install_extensions()
-
-
-def _quiet_in_workers() -> None:
-    """In nlp.pipe(n_process=...) workers spaCy sends docs back as bytes, warning (W109) about our hooks each time."""
-    if multiprocessing.parent_process() is not None:
-        warnings.filterwarnings("ignore", message=r"\[W109\]", category=UserWarning)
 
 
 @Language.factory(
@@ -106,7 +98,8 @@ def make_elmo(
 class ElmoComponent(Pipe):
     """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
 
-    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published name, or "default"; loaded lazily, shared.
+    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published
+        name, or "default"; loaded lazily, shared.
     layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
     gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
     batch_size (int): sentences/windows per biLM forward pass.
@@ -151,7 +144,7 @@ class ElmoComponent(Pipe):
         self.name = name
         self.model_ref = as_model_ref(model)
         self.layers = check_layer_spec(layers)
-        self.gamma = _check_gamma(gamma)
+        self.gamma = check_gamma(gamma)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length, self.window_overlap = check_window_config(max_length, window_overlap)
         if get_positions is not None and not callable(get_positions):
@@ -280,7 +273,6 @@ class ElmoComponent(Pipe):
 
     def predict(self, docs: Sequence[Doc]) -> list[np.ndarray]:
         """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
-        _quiet_in_workers()
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
         segments = (
@@ -295,7 +287,10 @@ class ElmoComponent(Pipe):
         return outputs
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[np.ndarray]) -> None:
-        """Store the layers, the model fingerprint and the layer mix on each doc; if asked, the vectors (tensor + hooks)."""
+        """Store the layers, the model fingerprint and the layer mix on each doc; if asked, the vectors (tensor, hooks).
+
+        The fingerprint and mix tell later readers which model made the layers and how to mix them.
+        """
         fingerprint = self.backend.fingerprint
         for doc, array in zip(docs, layers):
             doc._.set(LAYERS, array)
@@ -310,7 +305,10 @@ class ElmoComponent(Pipe):
     # -- serialization -------------------------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a reference for the bundled default."""
+        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's).
+
+        The bundled default and remote models are saved as a reference (name or URL + fingerprint).
+        """
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
@@ -383,7 +381,7 @@ class ElmoComponent(Pipe):
         self._expected_is_files = saved.get("files_fingerprint") is not None
         self._expected_fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
         self._backend = None
-        self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
+        _ = self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
 
 
 def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
@@ -414,9 +412,3 @@ def _copy(source: Path, target: Path) -> None:
     if target.exists() and target.resolve() == source.resolve():
         return  # re-saving a loaded pipeline into its own folder
     shutil.copyfile(source, target)
-
-
-def _check_gamma(gamma: Any) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not np.isfinite(gamma):
-        raise ValueError(f"gamma={gamma!r}: expected a finite number")
-    return float(gamma)

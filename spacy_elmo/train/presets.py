@@ -30,7 +30,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "activation": "relu",
         },
     },
-    # the bundled default model (3.0M parameters): about 1,000 tokens/s on one CPU core
+    # the bundled default model (3.0M parameters; its measured training speed is in models/default/README.md)
     "small": {
         "lstm": {
             "dim": 512,
