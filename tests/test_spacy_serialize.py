@@ -173,6 +173,21 @@ def test_nlp_to_bytes_from_bytes(nlp):
         assert_same_vectors(fresh(text), nlp(text), recomputed=True)
 
 
+def test_from_bytes_again_reuses_one_copy_of_the_model_files(nlp, fixture_dir):
+    """A server reloading a pipeline from bytes must not fill the disk with one copy of the weights per load."""
+    data = nlp.to_bytes()
+    loaded = []
+    for _ in range(3):
+        fresh = spacy.blank("en")
+        fresh.add_pipe("elmo", config={"model": "/nonexistent/elmo", "layers": [0.5, 1.0, -1.0], "gamma": 2.0})
+        loaded.append(fresh.from_bytes(data).get_pipe("elmo"))
+    (directory,) = {Path(c.model_ref.path) for c in loaded}
+    assert len({id(c.backend) for c in loaded}) == 1  # the backend cache finds the one loaded model
+    assert sorted(p.name for p in directory.iterdir()) == ["options.json", "weights.hdf5"]
+    for name, source in (("options.json", "options.json"), ("weights.hdf5", "lm_weights.hdf5")):
+        assert (directory / name).read_bytes() == (Path(fixture_dir) / source).read_bytes()
+
+
 def test_config_assembles_from_example(fixture_dir, backend):
     config = load_config(EXAMPLES / "config.cfg", overrides={"paths.elmo": str(fixture_dir)})
     nlp = load_model_from_config(config, auto_fill=True)

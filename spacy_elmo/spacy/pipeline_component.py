@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,6 +20,8 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from ..backend import ElmoBackend, resolve_dtype
+from ..bilm.files import atomic_path
+from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
 from ..model_files import OPTIONS, WEIGHTS, model_file_map
@@ -368,12 +371,8 @@ class ElmoComponent(Pipe):
         if source != "files":
             self._use_model("default" if source == "default" else payload["model"], payload)
             return
-        directory = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
-        atexit.register(shutil.rmtree, directory, True)
         files = payload.get("files") or {OPTIONS: payload["options"], WEIGHTS: payload["weights"]}
-        for name, data in files.items():
-            (directory / Path(name).name).write_bytes(data)  # a bare file name: nothing lands outside the folder
-        self._use_model(str(directory), payload)
+        self._use_model(str(_unpacked_model_dir(files)), payload)
 
     def _use_model(self, path: str, saved: dict[str, Any]) -> None:
         """Use the model at ``path``, checked against the identity ``saved`` with the pipeline."""
@@ -382,6 +381,35 @@ class ElmoComponent(Pipe):
         self._expected_fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
         self._backend = None
         _ = self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
+
+
+_unpacked_root: Optional[Path] = None
+_unpacked_lock = ForkSafeLock()
+
+
+def _unpacked_model_dir(files: dict[str, bytes]) -> Path:
+    """A folder holding ``files`` (name -> bytes) for the rest of the process, one per distinct content.
+
+    ``from_bytes`` of the same pipeline again (a server reloading it, ``n_process`` workers) reuses the
+    folder, so the disk holds one copy and the backend cache, keyed by the files, finds the loaded model.
+    All folders sit in one temporary root, removed at exit (one ``atexit`` registration per process).
+    """
+    global _unpacked_root
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    with _unpacked_lock:
+        if _unpacked_root is None or not _unpacked_root.is_dir():
+            _unpacked_root = Path(tempfile.mkdtemp(prefix="spacy_elmo_"))
+            atexit.register(shutil.rmtree, _unpacked_root, True)
+        directory = _unpacked_root / digest.hexdigest()[:32]
+        directory.mkdir(exist_ok=True)
+        for name, data in files.items():
+            target = directory / Path(name).name  # a bare file name: nothing lands outside the folder
+            if not (target.is_file() and target.stat().st_size == len(data)):
+                with atomic_path(target) as tmp:
+                    tmp.write_bytes(data)
+    return directory
 
 
 def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
