@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .bilm import manylangs_files
+from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
 from .bilm.weights import WeightFileError, read_options
 from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-from .bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
@@ -56,7 +55,8 @@ def is_remote(model: Optional[PathLike]) -> bool:
 def resolve_model_files(
     model: Optional[PathLike] = "default", options: Optional[PathLike] = None, weights: Optional[PathLike] = None
 ) -> tuple[Path, Path]:
-    """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (see the module docstring)."""
+    """The local ``(options.json, weights)`` pair that ``model`` / ``options`` / ``weights`` name (see the module
+    docstring)."""
     if options is not None or weights is not None:
         if options is None or weights is None:
             raise ValueError("give both options= and weights= (or a model directory, name, archive or URL)")
@@ -178,7 +178,8 @@ def _in_directory(directory: Path) -> tuple[Path, Path]:
 
 
 def find_weights(directory: Path) -> Path:
-    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, ``model.hdf5``, or its only ``*.hdf5``."""
+    """The weights file of a model folder: ``weights.hdf5``, ``lm_weights.hdf5``, ``model.hdf5``, or its only
+    ``*.hdf5``."""
     for name in WEIGHT_NAMES:
         if (directory / name).is_file():
             return directory / name

@@ -1,4 +1,6 @@
-"""spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order; `embed --scheduler`."""
+# ruff: noqa: E402 (the imports below need dask, which pytest.importorskip checks first)
+"""spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order;
+`embed --scheduler`."""
 
 import pickle
 import subprocess
@@ -33,16 +35,16 @@ GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weight
 @pytest.fixture(scope="module")
 def client():
     """One LocalCluster (2 worker processes, 1 thread each) for the whole module: starting one takes seconds."""
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster:
-        with Client(cluster) as client:
-            yield client
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 def texts(fixture_sentences):
     """Texts of varied lengths, a repeat, an empty text and a whitespace-only one, in a known order."""
     lines = [" ".join(s) for s in fixture_sentences]
-    return lines + ["", lines[0], "   ", "one more short text ."] + lines[::-1][:5]
+    return [*lines, "", lines[0], "   ", "one more short text .", *lines[::-1][:5]]
 
 
 def test_bag_rows_equal_the_vectorizer_in_order(client, fixture_dir, texts):

@@ -65,7 +65,8 @@ def texts(data_dir, tmp_path_factory):
 
 
 def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node 2 -m spacy_elmo train OUT ...`` (a free port is chosen), one thread per rank."""
+    """``torchrun --standalone --nproc_per_node 2 -m spacy_elmo train OUT ...`` (a free port is chosen), one thread per
+    rank."""
     train_file, valid_file = texts
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"

@@ -1,4 +1,5 @@
-"""What a plain clone has: the AllenNLP fixture in tests/fixtures, the corpora's public sources, clear messages without them."""
+"""What a plain clone has: the AllenNLP fixture in tests/fixtures, the corpora's public sources, clear messages without
+them."""
 
 import hashlib
 import subprocess

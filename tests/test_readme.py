@@ -75,8 +75,10 @@ def test_the_readme_is_short_and_keeps_the_two_setup_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 100
     for command in (
-        "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && .venv/bin/python examples/bank.py",
-        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q',
+        "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && "
+        ".venv/bin/python examples/bank.py",
+        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && '
+        ".venv/bin/python -m pytest -q",
     ):
         assert f"```bash\n{command}\n```" in readme
 

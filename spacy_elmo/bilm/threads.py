@@ -166,7 +166,8 @@ def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads:
 
 
 def split_directions(step_macs: int, device: torch.device) -> bool:
-    """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads, :data:`DIRECTION_THREADS_MIN_MACS`."""
+    """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads,
+    :data:`DIRECTION_THREADS_MIN_MACS`."""
     return device.type == "cpu" and torch.get_num_threads() >= 2 and step_macs >= DIRECTION_THREADS_MIN_MACS
 
 
