@@ -168,6 +168,7 @@ def test_parallel_post_fit_pipeline(client, fixture_dir, texts):
     assert list(wrapped.predict(column).compute()) == list(wrapped.estimator.predict(texts))
 
 
+@pytest.mark.slow
 def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixture_sentences, tmp_path, client):
     lines = [" ".join(s) for s in fixture_sentences] * 3
     lines.insert(2, "")

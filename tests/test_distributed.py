@@ -14,7 +14,7 @@ from spacy_elmo.train import TrainConfig, Trainer, make_sources
 from spacy_elmo.train.distributed import SINGLE, World, launched_world
 from spacy_elmo.train.storage import load_checkpoint
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # each test starts torchrun processes
 
 if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
     pytest.skip("this torch build has no torch.distributed with the gloo backend", allow_module_level=True)

@@ -270,6 +270,7 @@ print(load_bilm(options=sys.argv[1], weights=sys.argv[2]).fingerprint)
 """
 
 
+@pytest.mark.slow
 def test_two_processes_loading_one_url_download_it_once(home, model_bytes):
     srv = LoopbackServer(model_bytes, delay=0.05)  # slow enough that the two downloads would overlap
     try:

@@ -173,6 +173,7 @@ def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatc
     assert len(calls) == 3
 
 
+@pytest.mark.slow
 @needs_int8
 def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
     """``quantize(keep_float32=True)`` keeps the parameters: packs are remade when a weight changes in place."""

@@ -346,6 +346,7 @@ def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_e
     )
 
 
+@pytest.mark.slow
 def test_import_does_not_import_sklearn():
     code = (
         "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; "

@@ -209,6 +209,7 @@ print("n_process ok")
 """
 
 
+@pytest.mark.slow
 def test_pipe_n_process_keeps_vectors(fixture_dir):
     """In a subprocess, with the main thread forking: a deadlocked torch in the workers fails here, not hangs CI."""
     process = subprocess.Popen(

@@ -493,6 +493,7 @@ def damage_targets(fixture_dir):
     return original, ranges, [int(i) for i in np.flatnonzero(~in_data)], reference
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
