@@ -14,6 +14,7 @@ Prints a markdown table (``--out`` writes it) and exits non-zero only when outpu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -47,7 +48,7 @@ def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list
         if not line or line.startswith("="):
             continue
         for part in line.split(" . "):
-            tokens = part.split() + ["."]
+            tokens = [*part.split(), "."]
             if min_len <= len(tokens) <= max_len:
                 out.append(tokens)
                 if len(out) == limit:
@@ -152,10 +153,8 @@ class Worker:
         return reply
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
             self.ask(cmd="quit")
-        except (RuntimeError, BrokenPipeError, json.JSONDecodeError):
-            pass
         self.proc.wait()
 
 
@@ -307,7 +306,8 @@ def cpu_description() -> str:
     ).lstrip("- ")
     return (
         f"{info.get('vendor_id', '?')} {info.get('model name', '?')} (family {info.get('cpu family', '?')}, "
-        f"model {info.get('model', '?')}), {os.cpu_count()} cores; flags {' '.join(flags) or 'none of ' + ', '.join(wanted)}; "
+        f"model {info.get('model', '?')}), {os.cpu_count()} cores; flags "
+        f"{' '.join(flags) or 'none of ' + ', '.join(wanted)}; "
         f"torch {torch.__version__}, ATen kernels {torch.backends.cpu.get_cpu_capability()}, {mkl}"
     )
 
@@ -320,7 +320,8 @@ def render(results) -> str:
         f"sgemm (2048^3, {results['threads']} threads, same run): {sgemm:.1f} GFLOP/s; "
         f"load average at start {results['loadavg_start'][0]:.2f}, at end {results['loadavg_end'][0]:.2f}",
         "",
-        "| weights | workload | sentences | tokens | passes | ours tok/s | AllenNLP tok/s | ratio | ours sent/s | AllenNLP sent/s "
+        "| weights | workload | sentences | tokens | passes | ours tok/s | AllenNLP tok/s | ratio | ours sent/s | "
+        "AllenNLP sent/s "
         "| ours model GFLOP/s (% of sgemm) | peak RSS ours / AllenNLP (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -331,20 +332,25 @@ def render(results) -> str:
             ours_tps, peer_tps = w["tokens"] / w["ours_s"], w["tokens"] / w["allennlp_s"]
             rate = flops * ours_tps / 1e9
             lines.append(
-                f"| {name} | {label} | {w['sentences']} | {w['tokens']} | {w.get('passes', '')} | {ours_tps:,.0f} | {peer_tps:,.0f} | "
-                f"**{ours_tps / peer_tps:.1f}x** | {w['sentences'] / w['ours_s']:,.1f} | {w['sentences'] / w['allennlp_s']:,.1f} | "
-                f"{rate:.1f} ({100 * rate / sgemm:.0f}%) | {w['ours_peak_rss_mb']:,.0f} / {w['allennlp_peak_rss_mb']:,.0f} |"
+                f"| {name} | {label} | {w['sentences']} | {w['tokens']} | {w.get('passes', '')} | {ours_tps:,.0f} | "
+                f"{peer_tps:,.0f} | "
+                f"**{ours_tps / peer_tps:.1f}x** | {w['sentences'] / w['ours_s']:,.1f} | "
+                f"{w['sentences'] / w['allennlp_s']:,.1f} | "
+                f"{rate:.1f} ({100 * rate / sgemm:.0f}%) | {w['ours_peak_rss_mb']:,.0f} / "
+                f"{w['allennlp_peak_rss_mb']:,.0f} |"
             )
     lines += [
         "",
-        "| weights | MFLOP/token (char CNN+highway / biLSTM) | sgemm before / after this set (GFLOP/s) | outputs vs AllenNLP (32 sentences, 3 layers, stateless) |",
+        "| weights | MFLOP/token (char CNN+highway / biLSTM) | sgemm before / after this set (GFLOP/s) | outputs vs "
+        "AllenNLP (32 sentences, 3 layers, stateless) |",
         "|---|---|---|---|",
     ]
     for name, entry in results["sets"].items():
         f, o = entry["flops"], entry["outputs"]
         verdict = "allclose" if o["allclose"] else "**DIFFERENT**"
         lines.append(
-            f"| {name} | {f['token'] / 1e6:.1f} / {f['bilstm'] / 1e6:.1f} | {entry['sgemm_gflops']:.1f} / {entry['sgemm_gflops_after']:.1f} "
+            f"| {name} | {f['token'] / 1e6:.1f} / {f['bilstm'] / 1e6:.1f} | {entry['sgemm_gflops']:.1f} / "
+            f"{entry['sgemm_gflops_after']:.1f} "
             f"| max abs diff {o['max_abs_diff']:.2e}, {verdict} (rtol {RTOL:g}, atol {ATOL:g}) |"
         )
     lines += [
@@ -356,7 +362,8 @@ def render(results) -> str:
         c = entry.get("cache")
         if c:
             lines.append(
-                f"| {name} | {c['sentences']:,} sentences | {c['first_s']:.2f} s | {c['memory_s']:.3f} s (**{c['first_s'] / c['memory_s']:.0f}x**) "
+                f"| {name} | {c['sentences']:,} sentences | {c['first_s']:.2f} s | {c['memory_s']:.3f} s "
+                f"(**{c['first_s'] / c['memory_s']:.0f}x**) "
                 f"| {c['disk_s']:.3f} s (**{c['first_s'] / c['disk_s']:.0f}x**) | {c['identical']} |"
             )
     fixture = results["sets"].get("fixture", {})

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import cpu_description, read_sentences
 
@@ -55,7 +54,8 @@ def main() -> int:
     print(f"CPU: {cpu_description()}")
     load_start = os.getloadavg()
     print(
-        f"{len(texts)} texts, {n_tokens} whitespace tokens, model {args.model}; load average at start {load_start[0]:.2f}"
+        f"{len(texts)} texts, {n_tokens} whitespace tokens, model {args.model}; load average at start "
+        f"{load_start[0]:.2f}"
     )
 
     clusters = {}
@@ -96,7 +96,8 @@ def main() -> int:
     for label, seconds in timings.items():
         best = min(seconds)
         print(
-            f"| {label} | {best:.2f} | {len(texts) / best:.0f} | {n_tokens / best:.0f} | {', '.join(f'{s:.2f}' for s in seconds)} |"
+            f"| {label} | {best:.2f} | {len(texts) / best:.0f} | {n_tokens / best:.0f} | "
+            f"{', '.join(f'{s:.2f}' for s in seconds)} |"
         )
     print(f"\n2 workers / 1 worker: {min(timings['1 worker']) / min(timings['2 workers']):.2f}x")
     for cluster, client in clusters.values():

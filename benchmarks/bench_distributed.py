@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import SHARED, cpu_description
 
 
@@ -88,19 +87,19 @@ def main(argv=None) -> int:
         python = [sys.executable]
         runs = [
             (
-                "1 process x %d threads" % cores,
-                python + ["-m", "spacy_elmo", "train", str(root / "p1"), *common, "--threads", str(cores)],
+                f"1 process x {cores} threads",
+                [*python, "-m", "spacy_elmo", "train", str(root / "p1"), *common, "--threads", str(cores)],
                 root / "p1",
             ),
             (
                 "1 process x 1 thread",
-                python + ["-m", "spacy_elmo", "train", str(root / "p1t1"), *common, "--threads", "1"],
+                [*python, "-m", "spacy_elmo", "train", str(root / "p1t1"), *common, "--threads", "1"],
                 root / "p1t1",
             ),
             (
-                "2 processes x %d thread%s" % (max(1, cores // 2), "" if cores // 2 == 1 else "s"),
-                python
-                + [
+                f"2 processes x {max(1, cores // 2)} thread{'' if cores // 2 == 1 else 's'}",
+                [
+                    *python,
                     "-m",
                     "torch.distributed.run",
                     "--standalone",
@@ -119,11 +118,13 @@ def main(argv=None) -> int:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     base = results[0]
     print(
-        f"\ntiny preset, {args.lines} WikiText-2 train lines, {args.steps} steps, global batch {args.token_budget} padded tokens, "
+        f"\ntiny preset, {args.lines} WikiText-2 train lines, {args.steps} steps, global batch {args.token_budget} "
+        "padded tokens, "
         f"validation on {args.valid_lines} valid lines\n"
     )
     print(
-        "| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process | load avg at start |"
+        "| run | steps | words | train tokens/s | wall s | wall tokens/s | valid ppl (mean) | ppl vs 1 process | load "
+        "avg at start |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
@@ -136,7 +137,8 @@ def main(argv=None) -> int:
     within = abs(two["valid_ppl"] - base["valid_ppl"]) <= 0.05 * base["valid_ppl"]
     print(
         f"\n2-process perplexity within 5% of 1 process: {'yes' if within else 'NO'}; "
-        f"training throughput 2 processes / 1 process x {cores} threads: {two['train_tok_s'] / base['train_tok_s']:.2f}x, "
+        f"training throughput 2 processes / 1 process x {cores} threads: "
+        f"{two['train_tok_s'] / base['train_tok_s']:.2f}x, "
         f"/ 1 process x 1 thread: {two['train_tok_s'] / results[1]['train_tok_s']:.2f}x"
     )
     return 0 if within else 1

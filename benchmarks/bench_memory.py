@@ -20,8 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench
 
@@ -43,7 +42,8 @@ for _ in range(2):
 backend.clear_cache()
 gc.collect()
 params = sum(p.numel() for p in backend.model.parameters())
-print(json.dumps({"before": before, "loaded": loaded, "after": status("VmRSS"), "peak": status("VmHWM"), "params": params}))
+after, peak = status("VmRSS"), status("VmHWM")
+print(json.dumps({"before": before, "loaded": loaded, "after": after, "peak": peak, "params": params}))
 """
 
 
@@ -68,7 +68,8 @@ def main(argv=None) -> int:
     lines = [
         f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads)",
         "",
-        "| weights | dtype | float32 weights (MiB) | loaded (MiB) | x float32 | loaded + embedding (MiB) | x float32 | peak (MiB) |",
+        "| weights | dtype | float32 weights (MiB) | loaded (MiB) | x float32 | loaded + embedding (MiB) | x float32 "
+        "| peak (MiB) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,9 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import bench
 
@@ -40,7 +39,8 @@ DTYPES = ["float32", "bfloat16", "int8"]
 def speed(
     backends: dict[str, object], calls: list[list[list[str]]], batch_size: int, repeats: int, min_seconds: float
 ) -> dict[str, float]:
-    """Best seconds per precision over alternating passes (at least ``repeats``, more until each side timed ``min_seconds``)."""
+    """Best seconds per precision over alternating passes (at least ``repeats``, more until each side timed
+    ``min_seconds``)."""
     best = {d: float("inf") for d in backends}
     spent = {d: 0.0 for d in backends}
     for backend in backends.values():  # warm-up: packs made, pages touched
@@ -78,8 +78,8 @@ def kernel_ceiling(repeats: int = 50) -> list[str]:
                 x = torch.randn(rows, inner).tanh()
                 timings = {}
                 for name, run in (
-                    ("float32", lambda: torch.mm(x, weight.t())),
-                    ("int8", lambda: low_precision.linear(x, pack)),
+                    ("float32", lambda x=x, weight=weight: torch.mm(x, weight.t())),
+                    ("int8", lambda x=x, pack=pack: low_precision.linear(x, pack)),
                 ):
                     run()
                     start = time.perf_counter()
@@ -121,7 +121,10 @@ def downstream(dataset: str, dtype: str, max_train, data_dir: Path, folds: int =
     start = time.perf_counter()
     vectorizer = ElmoVectorizer(model="default", tokenizer=str.split, dtype=dtype)
     train_rows, test_rows = vectorizer.transform(train_x), vectorizer.transform(test_x)
-    classifier = lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
+
+    def classifier():
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
+
     predictions = classifier().fit(train_rows, train_y).predict(test_rows)
     result: dict[str, Any] = {
         "accuracy": float(np.mean(predictions == np.asarray(test_y))),
@@ -235,7 +238,8 @@ def main(argv=None) -> int:
         "",
         f"Precision support: {cpu_support.summary()}",
         "",
-        f"{args.threads} threads; started {started}, load average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end.",
+        f"{args.threads} threads; started {started}, load average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} "
+        "at end.",
         "",
         "| weights | workload | tokens | float32 tok/s | "
         + " | ".join(f"{d} tok/s (x f32)" for d in DTYPES[1:])
@@ -258,7 +262,8 @@ def main(argv=None) -> int:
     ]
     for name, d, e in error_rows:
         lines.append(
-            f"| {name} | {d} | {' / '.join(f'{v:.2e}' for v in e['max_abs'])} | {' / '.join(f'{v:.2e}' for v in e['relative'])} |"
+            f"| {name} | {d} | {' / '.join(f'{v:.2e}' for v in e['max_abs'])} | "
+            f"{' / '.join(f'{v:.2e}' for v in e['relative'])} |"
         )
     lines += [
         "",
@@ -286,7 +291,8 @@ def main(argv=None) -> int:
                 + (
                     ""
                     if d == "float32"
-                    else f" ({100 * (cv[d]['accuracy'] - cv['float32']['accuracy']):+.1f}; {paired(cv[d], cv['float32'])})"
+                    else f" ({100 * (cv[d]['accuracy'] - cv['float32']['accuracy']):+.1f}; "
+                    f"{paired(cv[d], cv['float32'])})"
                 )
                 for d in DTYPES
             ]

@@ -12,21 +12,19 @@ max |float32|.
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import pathlib
-import tempfile
-from pathlib import Path
-
-from test_cpu_support import ORIGINAL
-from test_inference_path import _options, _random_batch
-
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
 from spacy_elmo.bilm.weights import save_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_cpu_support import ORIGINAL
+from test_inference_path import _options, _random_batch
 
 
 def err(low, exact):
@@ -35,12 +33,12 @@ def err(low, exact):
 
 
 fx = str(Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp_elmo")
-sent = [s.split() for g in json.load(open(fx + "/sentences.json")) for s in g]
+sent = [s.split() for g in json.loads(Path(fx, "sentences.json").read_text(encoding="utf-8")) for s in g]
 ex = load_bilm(fx).embed(sent)
 out = {"isa": cpu_support.isa_flags()}
 for d in ["int8", "bfloat16", "float16"]:
     out["fixture " + d] = err(load_bilm(fx, dtype=d).embed(sent), ex).max()
-tmp = pathlib.Path(tempfile.mkdtemp())
+tmp = Path(tempfile.mkdtemp())
 for d in ["int8", "bfloat16"]:
     worst = 0
     for seed in range(3):
@@ -57,9 +55,8 @@ with torch.no_grad():
         h.carry.bias.fill_(-2.0)
 od = save_model(m, tmp / "orig")
 del m
-lines = [l.split() for l in open(Path(fx).parents[1] / "data" / "wikitext-2" / "test.txt") if 5 < len(l.split()) <= 40][
-    :32
-]
+test_lines = (Path(fx).parents[1] / "data" / "wikitext-2" / "test.txt").read_text(encoding="utf-8").splitlines()
+lines = [line.split() for line in test_lines if 5 < len(line.split()) <= 40][:32]
 ex = load_bilm(od).embed(lines)
 out["original int8 per layer"] = err(load_bilm(od, dtype="int8").embed(lines), ex).round(4).tolist()
 print(json.dumps({k: (round(float(v), 4) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}))

@@ -28,7 +28,8 @@ def main(model: str = "default") -> None:
     print(
         "Layer 0 never sees context (always 1.0); the LSTM layers do, so the two senses drift apart there.\n"
         "In the small bundled model layer 0's vectors are 2-4x longer than the LSTM layers', so the equal mix\n"
-        "stays close to 1; a task-trained mix can weigh the context layers more. Compare: python examples/bank.py original"
+        "stays close to 1; a task-trained mix can weigh the context layers more. Compare: python examples/bank.py "
+        "original"
     )
 
 

@@ -3,7 +3,8 @@
 The disk cache is one sqlite3 database in WAL mode: every write is a transaction (a killed writer
 leaves nothing behind), several processes can read and write it at once, entries of different
 models never mix (the fingerprint is part of the key), each row carries a CRC-32 of its vectors
-(a damaged row, whether its bytes or the storage type of any value, is a miss, deleted and recomputed), and the total size stays under a bound by
+(a damaged row, whether its bytes or the storage type of any value, is a miss, deleted and recomputed), and the total
+size stays under a bound by
 evicting the least recently used entries. A cache that cannot be used (a directory that cannot
 be created, a file that is not a database) warns once and turns itself off: embedding goes on.
 """
@@ -202,7 +203,7 @@ class DiskCache:
                         [fingerprint, *chunk],
                     ).fetchall()
                     for row in rows:
-                        row_id, key, layers, n_tokens, width, data, checksum, used = row
+                        row_id, key, _layers, _n_tokens, _width, data, _checksum, used = row
                         tokens = by_hash.get(key) if isinstance(key, bytes) else None
                         if tokens is None or not _row_is_sound(row, (n_layers, len(tokens), dim)):
                             bad.append(row_id)  # written by a foreign or broken writer, or damaged since: recompute
@@ -244,7 +245,8 @@ class DiskCache:
                 with _transaction(con):
                     con.executemany(
                         "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, checksum, used) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, key) DO UPDATE SET used = excluded.used",
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (fingerprint, key) DO UPDATE SET used = excluded.used",
                         rows,
                     )
                     self._evict(con)

@@ -151,7 +151,8 @@ def cache_advice(path: Path) -> str:
 
 
 def forget(source: str) -> list[Path]:
-    """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked copies."""
+    """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked
+    copies."""
     removed: list[Path] = []
     if is_url(source):
         folder = _download_target(source).parent
@@ -343,7 +344,8 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tupl
                         f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
                     )
                     raise DownloadError(
-                        f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
+                        f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the "
+                        f"cache{kept}"
                     ) from None
             except requests.exceptions.HTTPError as err:
                 _discard(part, version_path)
@@ -468,7 +470,7 @@ def _extract(archive: Path, into: Path, name: str) -> None:
                 _write_member(into, info.filename, zf.open(info), info.file_size, name)
         return
     try:
-        tf = tarfile.open(archive, "r:*")
+        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 (the `with tf` below closes it; opening alone is guarded)
     except tarfile.TarError as err:
         raise DownloadError(f"{name} is neither a zip nor a tar archive ({err})") from None
     with tf:
@@ -566,7 +568,8 @@ def _write_member(into: Path, member: str, source: Any, declared: int, name: str
 
 
 def model_dir_in(directory: Path, name: str) -> Path:
-    """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one must)."""
+    """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one
+    must)."""
     found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
     found += sorted(
         p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)

@@ -30,7 +30,6 @@ from typing import (
     TYPE_CHECKING,
     BinaryIO,
     Callable,
-    ContextManager,
     Optional,
     TypeVar,
     Union,
@@ -176,9 +175,9 @@ def _check_output(output_path: Path) -> None:
 def _open_input(input_path: Path, output_path: Path) -> Iterator[BinaryIO]:
     """The input's bytes (standard input for ``-``, left open), checked not to be the file the output replaces."""
     if _is_stdin(input_path):
-        opened: ContextManager[BinaryIO] = contextlib.nullcontext(sys.stdin.buffer)
+        opened: contextlib.AbstractContextManager[BinaryIO] = contextlib.nullcontext(sys.stdin.buffer)
     elif input_path.exists():
-        opened = open(input_path, "rb")
+        opened = open(input_path, "rb")  # noqa: SIM115 (entered by the `with opened` below, like stdin's)
     else:
         raise FileNotFoundError(f"input file {input_path} does not exist")
     with opened as handle:

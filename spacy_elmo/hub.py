@@ -47,7 +47,8 @@ class HubModule:
         self.signatures: dict[str, Callable[..., Outputs]] = {"default": self.default, "tokens": self.tokens}
 
     def __call__(self, inputs: Any, signature: str = "default", as_dict: bool = True) -> Union[Outputs, np.ndarray]:
-        """TF-Hub 1.x style: ``elmo(strings, signature="default", as_dict=True)``; without ``as_dict`` the ``default`` output."""
+        """TF-Hub 1.x style: ``elmo(strings, signature="default", as_dict=True)``; without ``as_dict`` the ``default``
+        output."""
         if signature not in self.signatures:
             raise ValueError(f"signature={signature!r}: expected one of {sorted(self.signatures)}")
         if signature == "default" and not as_dict:  # only the pooled rows: never the padded per-token arrays
@@ -60,7 +61,8 @@ class HubModule:
         return self._outputs(_split_sentences(strings))
 
     def _default_rows(self, sentences: list[list[str]]) -> np.ndarray:
-        """The ``default`` output alone, ``(batch, dim)``: each sentence's layers averaged, then its tokens, as it comes.
+        """The ``default`` output alone, ``(batch, dim)``: each sentence's layers averaged, then its tokens, as it
+        comes.
 
         Memory stays that of one backend call (``windows.fold_segments``), where the full outputs
         pad every sentence to the longest: ``(n_layers + 1, batch, longest, dim)``.

@@ -90,7 +90,8 @@ def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
         lines.append(f"corpus:       {', '.join(files)} ({corpus.get('words', 0):,} words)")
     if "vocab_size" in metrics:
         lines.append(
-            f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} parameters"
+            f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} "
+            "parameters"
         )
     best = metrics.get("best") or {}
     if "valid_ppl_forward" in best:

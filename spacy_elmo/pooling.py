@@ -35,7 +35,8 @@ def pool(vectors: np.ndarray, pooling: str = "mean") -> np.ndarray:
 
 
 class PoolSink:
-    """One pooled row from token vectors that come in pieces (a window at a time), as :func:`pool` gives for all at once.
+    """One pooled row from token vectors that come in pieces (a window at a time), as :func:`pool` gives for all at
+    once.
 
     Mean, max and mean+max compose: sums (in float64) and maxima of the pieces combine into those
     of the whole, so a text of any length needs the memory of one piece, never its full layers.

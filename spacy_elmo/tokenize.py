@@ -62,7 +62,8 @@ def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[An
 
 @functools.cache
 def spacy_tokenizer(lang: str) -> Tokenizer:
-    """Token strings of a blank spaCy pipeline's tokenizer for ``lang``, whitespace tokens left out (built once per process)."""
+    """Token strings of a blank spaCy pipeline's tokenizer for ``lang``, whitespace tokens left out (built once per
+    process)."""
     import spacy
 
     try:

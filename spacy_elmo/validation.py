@@ -7,7 +7,8 @@ from typing import Any
 
 
 def positive_int(value: Any, name: str) -> int:
-    """``value`` as an ``int`` when it is an integer >= 1 (numpy integers too, booleans not); else ``ValueError`` naming it."""
+    """``value`` as an ``int`` when it is an integer >= 1 (numpy integers too, booleans not); else ``ValueError``
+    naming it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name}={value!r}: expected a positive integer")
     return int(value)

@@ -53,7 +53,7 @@ def window_bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int,
     if n <= max_length:
         return [(0, n, 0, n)] if n else []
     step = max_length - overlap
-    starts = list(range(0, n - max_length, step)) + [n - max_length]
+    starts = [*range(0, n - max_length, step), n - max_length]
     bounds: list[tuple[int, int, int, int]] = []
     for k, start in enumerate(starts):
         end = start + max_length
@@ -68,7 +68,8 @@ def window_bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int,
 
 
 def check_window_config(max_length: int, overlap: int) -> tuple[int, int]:
-    """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and ``0 <= overlap < max_length``."""
+    """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and
+    ``0 <= overlap < max_length``."""
     max_length = positive_int(max_length, "max_length")
     if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
         raise ValueError(

@@ -34,7 +34,8 @@ class GuardedFile:
         self.shown_as = (
             Path(shown_as) if shown_as is not None else self.path
         )  # the name in the error (the output, not a temporary)
-        self._file = open(self.path, "w+b", buffering=0)  # unbuffered: a write fails where it happens
+        # unbuffered: a write fails where it happens; the handle outlives __init__ (close() closes it)
+        self._file = open(self.path, "w+b", buffering=0)  # noqa: SIM115
         self._error: Optional[OSError] = None
 
     @property

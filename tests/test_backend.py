@@ -100,15 +100,15 @@ def test_model_resolution_errors(tmp_path, fixture_dir):
     with pytest.raises(WeightFileError, match="not found"):
         load_bilm(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(WeightFileError, match="no options.json"):
+    with pytest.raises(WeightFileError, match=r"no options\.json"):
         load_bilm(tmp_path / "empty")
     (tmp_path / "two").mkdir()
     shutil.copy(fixture_dir / "options.json", tmp_path / "two")
     for name in ("a.hdf5", "b.hdf5"):
         shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "two" / name)
-    with pytest.raises(WeightFileError, match="several .hdf5 files"):
+    with pytest.raises(WeightFileError, match=r"several \.hdf5 files"):
         load_bilm(tmp_path / "two")
-    with pytest.raises(ValueError, match="CUDA is not available|cuda"):
+    with pytest.raises(ValueError, match=r"CUDA is not available|cuda"):
         if not __import__("torch").cuda.is_available():
             load_bilm(fixture_dir, device="cuda")
         else:

@@ -167,7 +167,8 @@ _KILLED = textwrap.dedent(
     con = sqlite3.connect(sys.argv[1], isolation_level=None)
     con.execute("BEGIN IMMEDIATE")
     con.execute(
-        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, checksum, used) VALUES (?, ?, 3, 1, 32, ?, 0, 0)",
+        "INSERT INTO vectors (fingerprint, key, layers, tokens, dim, data, checksum, used) "
+        "VALUES (?, ?, 3, 1, 32, ?, 0, 0)",
         (sys.argv[2], tokens_key(sys.argv[3].split()), b"half-written"),
     )
     os.kill(os.getpid(), signal.SIGKILL)  # dies inside the transaction

@@ -33,7 +33,7 @@ def word_list(n: int):
     words = [("abcdefghij" * 5)[: 1 + (i * 7) % 23] + str(i) for i in range(n)]
     words[3] = "x" * 48  # fills all 50 columns: no trailing padding at all
     words[5] = "é" * 30  # 60 bytes, cut to 48
-    return words + ["<S>", "</S>", "a"]
+    return [*words, "<S>", "</S>", "a"]
 
 
 def test_trim_keeps_max_width_padding_columns():

@@ -2,7 +2,7 @@ from spacy_elmo.bilm.chars import batch_to_char_ids, token_to_char_ids
 
 
 def expected(core):
-    ids = [259] + core + [260]
+    ids = [259, *core, 260]
     return ids + [261] * (50 - len(ids))
 
 

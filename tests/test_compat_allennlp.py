@@ -91,7 +91,7 @@ def close(name, ours, expected, model_name, what="", gradient=False):
 
 
 def test_batch_to_ids_equals_allennlps(model):
-    name, _, _, cases, refs = model
+    _name, _, _, cases, refs = model
     ids = batch_to_ids(cases["tricky"])
     assert ids.dtype == torch.int64
     np.testing.assert_array_equal(ids.numpy(), refs["batch_to_ids"])
@@ -249,7 +249,8 @@ def test_bilm_and_char_encoder_gradients_in_eval_mode(model):
 
 
 def test_a_typical_training_script_trains_as_with_allennlp(model):
-    """The script that ran on AllenNLP (Elmo + classifier, Adam, four steps, dropout, state carried), on this package."""
+    """The script that ran on AllenNLP (Elmo + classifier, Adam, four steps, dropout, state carried), on this
+    package."""
     name, options, weights, cases, refs = model
     start = (refs["training_loop/classifier/weight"], refs["training_loop/classifier/bias"])
     result = SCRIPT.typical_training_script(Elmo, batch_to_ids, options, weights, cases, classifier_init=start)
@@ -366,10 +367,8 @@ def test_embed_file_layout_and_numbers(model, tmp_path, output_format):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(cases["lines"]) + "\n", encoding="utf-8")
     target = tmp_path / "out.hdf5"
-    with torch.no_grad():
-        ElmoEmbedder(options, weights).embed_file(
-            open(source, encoding="utf-8"), str(target), output_format, batch_size=2
-        )
+    with torch.no_grad(), open(source, encoding="utf-8") as handle:
+        ElmoEmbedder(options, weights).embed_file(handle, str(target), output_format, batch_size=2)
     _check_file(_hdf5(target), refs, f"embed_file/{output_format}/", name)
     assert len(cases["lines"]) != len(set(cases["lines"]))  # a repeated line keeps its own dataset
 
@@ -498,7 +497,7 @@ def test_stateless_gives_batch_invariant_vectors(fixture_dir, fixture_batches, b
     for sentences, expected in fixture_batches[:3]:
         a, b = stateless.embed_batch(sentences), stateful.embed_batch(sentences)
         gaps.append(max(float(np.abs(x[2] - e).max()) for x, e in zip(a, expected)))
-        for x, y, e in zip(a, b, expected):
+        for _, y, e in zip(a, b, expected):
             np.testing.assert_allclose(y[2], e, atol=1e-6, rtol=1e-5)
     assert gaps[0] < 1e-5 and min(gaps[1:]) > 1e-2
     sentences = [s for batch, _ in fixture_batches[:2] for s in batch]

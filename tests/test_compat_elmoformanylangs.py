@@ -26,7 +26,7 @@ def test_sents2elmo_equals_the_package(kind, output_layer, key):
     if output_layer != -2:
         got, expected = [g[None] for g in got], [e[None] for e in expected]
     errors = relative_errors(got, expected)
-    print(kind, f"output_layer={output_layer}: max error / layer scale", ["%.1e" % e for e in errors])
+    print(kind, f"output_layer={output_layer}: max error / layer scale", [f"{e:.1e}" for e in errors])
     assert max(errors) <= TOLERANCE
 
 

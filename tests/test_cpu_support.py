@@ -49,7 +49,8 @@ def saturating_product(engine: str, reduce_range: bool, rows: int) -> float:
 @needs_int8
 @pytest.mark.parametrize("rows", [1, 4, 64])
 def test_chosen_int8_kernels_do_not_saturate(rows):
-    """Whatever this CPU is, the chosen kernel of each role computes a product that saturates int16 pair sums exactly."""
+    """Whatever this CPU is, the chosen kernel of each role computes a product that saturates int16 pair sums
+    exactly."""
     kernels = cpu_support.int8_kernels()
     for kernel in (kernels.many_rows, kernels.few_rows):
         assert saturating_product(kernel.engine, kernel.reduce_range, rows) < 1e-3
@@ -75,7 +76,8 @@ def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fre
 
 @needs_int8
 def test_full_range_where_the_kernels_saturate_would_be_wrong(fresh_kernels, monkeypatch):
-    """Why the probe matters: forcing full range onto kernels that saturate breaks the bound by far (skipped on VNNI CPUs)."""
+    """Why the probe matters: forcing full range onto kernels that saturate breaks the bound by far (skipped on VNNI
+    CPUs)."""
     engine = cpu_support.int8_kernels().many_rows.engine
     if saturating_product(engine, False, 8) < 1e-3:
         pytest.skip(
@@ -161,7 +163,7 @@ def test_auto_picks_the_fastest_precision_within_its_bound(fixture_dir, monkeypa
         assert auto.files_fingerprint == load_bilm(fixture_dir).files_fingerprint
     monkeypatch.setattr(cpu_support, "int8_fast", lambda: False)
     assert resolve_dtype("auto") is torch.float32  # nothing faster here: exact
-    with pytest.raises(ValueError, match="dtype must be one of.*'auto'"):
+    with pytest.raises(ValueError, match=r"dtype must be one of.*'auto'"):
         resolve_dtype("fastest")
 
 
@@ -203,7 +205,8 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
 
 
 def test_a_pipeline_saved_in_another_precision_still_checks_its_files(fixture_dir, tmp_path):
-    """The saved identity is the files' (dtype-free): a pipeline saved in int8 loads as float32, swapped files do not."""
+    """The saved identity is the files' (dtype-free): a pipeline saved in int8 loads as float32, swapped files do
+    not."""
     import shutil
 
     import spacy

@@ -1,4 +1,6 @@
-"""spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order; `embed --scheduler`."""
+# ruff: noqa: E402 (the imports below need dask, which pytest.importorskip checks first)
+"""spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order;
+`embed --scheduler`."""
 
 import pickle
 import subprocess
@@ -32,19 +34,21 @@ GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weight
 
 @pytest.fixture(scope="module")
 def client():
-    """One LocalCluster (2 worker processes, 1 thread each) for the whole module: starting one takes seconds."""
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster:
-        with Client(cluster) as client:
-            yield client
+    """One LocalCluster (2 worker processes, 1 thread each) for the whole module: starting one takes seconds
+    (so the tests that use it are marked slow)."""
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 def texts(fixture_sentences):
     """Texts of varied lengths, a repeat, an empty text and a whitespace-only one, in a known order."""
     lines = [" ".join(s) for s in fixture_sentences]
-    return lines + ["", lines[0], "   ", "one more short text ."] + lines[::-1][:5]
+    return [*lines, "", lines[0], "   ", "one more short text .", *lines[::-1][:5]]
 
 
+@pytest.mark.slow
 def test_bag_rows_equal_the_vectorizer_in_order(client, fixture_dir, texts):
     bag = db.from_sequence(texts, npartitions=3)
     array = embed_texts(bag, model=fixture_dir, pooling="mean+max")
@@ -77,6 +81,7 @@ def test_without_dask_the_error_names_the_extra():
     assert result.returncode != 0 and "pip install 'spacy-elmo[dask]'" in result.stderr
 
 
+@pytest.mark.slow
 def test_series_of_texts_and_bag_of_token_lists(client, fixture_dir, texts):
     series = dd.from_pandas(pd.Series(texts, name="text"), npartitions=4)
     want = ElmoVectorizer(model=fixture_dir, layers="top").transform(texts)
@@ -88,6 +93,7 @@ def test_series_of_texts_and_bag_of_token_lists(client, fixture_dir, texts):
     assert_recomputed_close(got.compute(), ElmoVectorizer(model=fixture_dir, layers="top").transform(tokens))
 
 
+@pytest.mark.slow
 def test_empty_input_gives_an_empty_array(client, fixture_dir, backend):
     array = embed_texts(db.from_sequence([], npartitions=1), model=fixture_dir)
     assert array.shape == (0, backend.dim) and array.compute().shape == (0, backend.dim)
@@ -104,6 +110,7 @@ def test_graph_carries_the_model_name_not_the_weights(fixture_dir, texts):
         embed_texts(db.from_sequence(texts, npartitions=3), model=fixture_dir, lengths=[1, 2])
 
 
+@pytest.mark.slow
 def test_token_records_in_order(client, fixture_dir, backend, texts):
     tokens = [t.split() for t in texts]
     records = embed_tokens(db.from_sequence(tokens, npartitions=3), model=fixture_dir, layers="average").compute()
@@ -120,6 +127,7 @@ def test_token_records_in_order(client, fixture_dir, backend, texts):
     assert_recomputed_close(means, pooled)
 
 
+@pytest.mark.slow
 def test_workers_fill_the_disk_cache_given(client, fixture_dir, texts, tmp_path):
     from spacy_elmo.cache import open_disk_cache
 
@@ -148,6 +156,7 @@ def test_wrong_inputs_are_named(fixture_dir, texts):
         embed_texts(db.from_sequence(texts), model=fixture_dir, pooling="median")
 
 
+@pytest.mark.slow
 def test_parallel_post_fit_pipeline(client, fixture_dir, texts):
     pytest.importorskip("dask_ml", reason="dask-ml is not installed")
     from dask_ml.wrappers import ParallelPostFit
@@ -166,6 +175,7 @@ def test_parallel_post_fit_pipeline(client, fixture_dir, texts):
     assert list(wrapped.predict(column).compute()) == list(wrapped.estimator.predict(texts))
 
 
+@pytest.mark.slow
 def test_cli_local_cluster_file_equals_the_single_process_file(fixture_dir, fixture_sentences, tmp_path, client):
     lines = [" ".join(s) for s in fixture_sentences] * 3
     lines.insert(2, "")
@@ -202,6 +212,7 @@ def test_bad_scheduler_is_a_clear_error(scheduler, fixture_dir, tmp_path):
         connect(scheduler)
 
 
+@pytest.mark.slow
 def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentences, tmp_path, client):
     # The workers must load the same precision as the client, or every task would fail its model check.
     source = tmp_path / "in.txt"

@@ -14,7 +14,7 @@ from spacy_elmo.train import TrainConfig, Trainer, make_sources
 from spacy_elmo.train.distributed import SINGLE, World, launched_world
 from spacy_elmo.train.storage import load_checkpoint
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # each test starts torchrun processes
 
 if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
     pytest.skip("this torch build has no torch.distributed with the gloo backend", allow_module_level=True)
@@ -65,7 +65,8 @@ def texts(data_dir, tmp_path_factory):
 
 
 def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node 2 -m spacy_elmo train OUT ...`` (a free port is chosen), one thread per rank."""
+    """``torchrun --standalone --nproc_per_node 2 -m spacy_elmo train OUT ...`` (a free port is chosen), one thread per
+    rank."""
     train_file, valid_file = texts
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"

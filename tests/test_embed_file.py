@@ -228,7 +228,7 @@ def test_stale_partial_files_of_dead_runs_are_removed(backend, fixture_dir, text
     dead, alive = finished.pid, os.getppid()
     for via, out in (("api", tmp_path / "api.hdf5"), ("cli", tmp_path / "cli.hdf5")):
         kept = [f".{out.name}.{alive}.partial", f".other.hdf5.{dead}.partial", f".{out.name}.x{dead}.partial"]
-        for name in kept + [f".{out.name}.{dead}.partial"]:
+        for name in [*kept, f".{out.name}.{dead}.partial"]:
             (tmp_path / name).write_bytes(b"")
         if via == "api":
             embed_file(backend, path, out)
@@ -323,7 +323,8 @@ def test_a_signal_mid_run_leaves_no_partial_file(fixture_dir, tmp_path, via, sig
 
 
 def _signal_mid_run(fixture_dir, folder, via, signum):
-    """(return code, stderr, folder) of a run signalled while it writes, or None if it did not end (stacks in stderr)."""
+    """(return code, stderr, folder) of a run signalled while it writes, or None if it did not end (stacks in
+    stderr)."""
     folder.mkdir(exist_ok=True)
     out, log = folder / "out.hdf5", folder / "stderr.txt"
     command = {
@@ -391,11 +392,10 @@ def test_a_ctrl_c_that_python_drops_still_keeps_the_output_from_appearing(tmp_pa
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a program run from a terminal
     went_on = False
     try:
-        with pytest.raises(KeyboardInterrupt):
-            with _written_atomically(out) as temporary:
-                temporary.write_bytes(b"half a file")
-                DeletedWithCtrlC()
-                went_on = True
+        with pytest.raises(KeyboardInterrupt), _written_atomically(out) as temporary:
+            temporary.write_bytes(b"half a file")
+            DeletedWithCtrlC()
+            went_on = True
     finally:
         signal.signal(signal.SIGINT, previous)
     assert went_on  # the interrupt was dropped where it was raised ...
@@ -404,7 +404,8 @@ def test_a_ctrl_c_that_python_drops_still_keeps_the_output_from_appearing(tmp_pa
 
 _DISK_FULL = """
 import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk with ENOSPC
+# a write past the limit fails with EFBIG, as one on a full disk with ENOSPC
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 from spacy_elmo.cli import app

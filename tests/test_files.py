@@ -11,11 +11,10 @@ from spacy_elmo.bilm.files import atomic_path, write_json_atomically, write_text
 def test_an_error_mid_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     target = tmp_path / "out.txt"
     target.write_text("old", encoding="utf-8")
-    with pytest.raises(RuntimeError, match="disk full"):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half of the ne", encoding="utf-8")
-            assert tmp.parent == target.parent and tmp != target
-            raise RuntimeError("disk full")
+    with pytest.raises(RuntimeError, match="disk full"), atomic_path(target) as tmp:
+        tmp.write_text("half of the ne", encoding="utf-8")
+        assert tmp.parent == target.parent and tmp != target
+        raise RuntimeError("disk full")
     assert target.read_text(encoding="utf-8") == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
@@ -30,11 +29,10 @@ def test_success_replaces_the_target_in_one_step(tmp_path):
 
 def test_a_folder_written_through_it_replaces_nothing_on_error(tmp_path):
     target = tmp_path / "model"
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_path(target) as tmp:
-            tmp.mkdir()
-            (tmp / "weights.hdf5").write_bytes(b"x")
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic_path(target) as tmp:
+        tmp.mkdir()
+        (tmp / "weights.hdf5").write_bytes(b"x")
+        raise KeyboardInterrupt
     assert not target.exists() and list(tmp_path.iterdir()) == []
 
 

@@ -56,7 +56,7 @@ def test_hub_long_sentence_is_windowed_and_bounded_per_call(fixture_dir, backend
 
 
 def test_similarity_long_sentence_is_windowed_and_bounded_per_call(backend, embed_calls):
-    long = " ".join(_words(LONG - 3) + ["bank", "of", "money"])
+    long = " ".join([*_words(LONG - 3), "bank", "of", "money"])
     result = word_similarity(backend, "the bank of the river .", long, "bank")
     _bounded(embed_calls, DEFAULT_MAX_LENGTH)
     assert result.positions[0] == 1 and result.token_matrix.shape == (6, LONG)

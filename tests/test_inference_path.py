@@ -115,7 +115,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
 def test_autograd_still_flows_through_bilm():
     model = BiLM(_options()).train()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=2)))
-    acts, mask, _ = model(ids)
+    acts, _mask, _ = model(ids)
     acts[1:].sum().backward()
     grads = [p.grad for p in model.lstm.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -157,7 +157,7 @@ def test_skipping_boundary_steps_changes_no_word_position(threads, monkeypatch):
         model = BiLM(_options()).eval()
         for p in model.parameters():
             torch.nn.init.uniform_(p, -0.5, 0.5)
-        sentences = _random_batch(seed=12, n=9, longest=14) + [["one"]]
+        sentences = [*_random_batch(seed=12, n=9, longest=14), ["one"]]
         ids = torch.as_tensor(batch_to_char_ids(sentences))
         mask = (ids > 0).any(dim=-1)
         with torch.inference_mode():

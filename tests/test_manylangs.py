@@ -57,7 +57,7 @@ def test_backend_matches_elmoformanylangs(kind):
     expected = reference(kind)
     assert [g.shape for g in got] == [e.shape for e in expected]
     errors = relative_errors(got, expected)
-    print(kind, "inference path, max error / layer scale:", ["%.1e" % e for e in errors])
+    print(kind, "inference path, max error / layer scale:", [f"{e:.1e}" for e in errors])
     assert max(errors) <= TOLERANCE
 
 
@@ -71,10 +71,10 @@ def test_reference_path_matches_elmoformanylangs(kind):
     )
     for p in model.parameters():
         p.requires_grad_(True)
-    layers, mask, _ = model(ids)
+    layers, _mask, _ = model(ids)
     got = [layers[:, i, : len(s)].detach().numpy() for i, s in enumerate(tokens)]
     errors = relative_errors(got, reference(kind))
-    print(kind, "reference path, max error / layer scale:", ["%.1e" % e for e in errors])
+    print(kind, "reference path, max error / layer scale:", [f"{e:.1e}" for e in errors])
     assert max(errors) <= TOLERANCE
 
 
@@ -288,9 +288,9 @@ def test_the_ideographic_space_line_reads_as_the_peer_reads_it():
     """Its writer's '\\u3000<TAB>id' line loses the space to strip(): a lone id means '\\u3000'."""
     chars = manylangs_files.read_lexicon(FIXTURES / "word_char" / "char.dic", ())
     line = next(
-        l
-        for l in (FIXTURES / "word_char" / "char.dic").read_text(encoding="utf-8").splitlines()
-        if l.startswith("\u3000")
+        entry
+        for entry in (FIXTURES / "word_char" / "char.dic").read_text(encoding="utf-8").splitlines()
+        if entry.startswith("\u3000")
     )
     assert chars["\u3000"] == int(line.split("\t")[1])
 

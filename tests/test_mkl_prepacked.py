@@ -156,6 +156,7 @@ def test_no_packs_under_autograd(count_packed):
     assert model.token_encoder.highways[0].carry.weight.grad is not None
 
 
+@pytest.mark.slow
 def test_environment_variable_turns_packing_off():
     code = "from spacy_elmo.bilm import mkl_prepacked; print(mkl_prepacked.ENABLED)"
     for value, expected in (("0", "False"), ("off", "False"), ("1", "True")):

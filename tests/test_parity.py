@@ -43,6 +43,7 @@ def test_token_embeddings_match_reference(model, fixture_dir):
     np.testing.assert_allclose(ours, reference, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_stateful_replay_matches_all_30_sentences(model, reference_batches):
     state, worst = None, 0.0
     for sentences, expected in reference_batches:

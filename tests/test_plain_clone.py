@@ -1,4 +1,5 @@
-"""What a plain clone has: the AllenNLP fixture in tests/fixtures, the corpora's public sources, clear messages without them."""
+"""What a plain clone has: the AllenNLP fixture in tests/fixtures, the corpora's public sources, clear messages without
+them."""
 
 import hashlib
 import subprocess
@@ -57,6 +58,7 @@ def test_project_asset_checksums_match_the_offline_copy():
         assert get_checksum(project / asset["dest"]) == asset["checksum"], asset["dest"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["trec", "sst5"])
 def test_sklearn_example_without_its_data_exits_with_a_message_not_a_traceback(dataset, tmp_path):
     script = ROOT / "examples" / "sklearn_classify.py"

@@ -123,7 +123,7 @@ def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
     assert len({id(b) for b in backends}) == len(names)
     assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, dtype="float32").fingerprint
     assert resolve_dtype("int8") is torch.int8 and resolve_dtype(None) is torch.float32
-    with pytest.raises(ValueError, match="dtype must be one of.*'int4'"):
+    with pytest.raises(ValueError, match=r"dtype must be one of.*'int4'"):
         resolve_dtype("int4")
 
 
@@ -147,12 +147,12 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
     ids = torch.as_tensor(batch_to_char_ids([["A", "bank", "."]]))
     backend.model.lstm.forward_layers[0].bias.requires_grad_(True)
     try:
-        with pytest.raises(RuntimeError, match="dtype='int8'.*float32"):
+        with pytest.raises(RuntimeError, match=r"dtype='int8'.*float32"):
             backend.model(ids)  # the reference (autograd) path needs the released float32 weights
     finally:
         backend.model.lstm.forward_layers[0].bias.requires_grad_(False)
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    with pytest.raises(ValueError, match="int8.*CPU only"):
+    with pytest.raises(ValueError, match=r"int8.*CPU only"):
         ElmoBackend(model, backend.options_path, backend.weights_path, torch.device("cuda"), torch.int8)
 
 
@@ -173,6 +173,7 @@ def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatc
     assert len(calls) == 3
 
 
+@pytest.mark.slow
 @needs_int8
 def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
     """``quantize(keep_float32=True)`` keeps the parameters: packs are remade when a weight changes in place."""

@@ -1,4 +1,5 @@
-"""Property-based tests (hypothesis) over the public entry points: any Unicode in, finite vectors of the right shape out.
+"""Property-based tests (hypothesis) over the public entry points: any Unicode in, finite vectors of the right shape
+out.
 
 Tokens include lone surrogates, NUL, emoji, combining marks, whitespace and tokens far longer than
 ELMo's 50 characters; each sentence must get the same vectors alone as inside a batch.

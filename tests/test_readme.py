@@ -45,7 +45,17 @@ def logging_restored():
     package.setLevel(saved[2])
 
 
-@pytest.mark.parametrize("page, index, block", BLOCKS, ids=[f"{p}-{i}" for p, i, _ in BLOCKS])
+def _marks(block: str) -> list:
+    """A block using Dask carries the ``dask`` marker; one that starts a cluster is also ``slow``."""
+    if not re.search(r"^\s*(from|import) (dask|distributed)\b", block, re.M):
+        return []
+    return [pytest.mark.dask, pytest.mark.slow] if "LocalCluster" in block or "Client(" in block else [pytest.mark.dask]
+
+
+@pytest.mark.parametrize(
+    "page, index, block",
+    [pytest.param(*b, marks=_marks(b[2]), id=f"{b[0]}-{b[1]}") for b in BLOCKS],
+)
 def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored):
     monkeypatch.setenv("HOME", str(tmp_path))  # blocks that name ~/.cache write under this test's folder
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # and none may need the network
@@ -75,8 +85,10 @@ def test_the_readme_is_short_and_keeps_the_two_setup_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 100
     for command in (
-        "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && .venv/bin/python examples/bank.py",
-        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q',
+        "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e . && "
+        ".venv/bin/python examples/bank.py",
+        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && .venv/bin/pip install -e ".[test]" && '
+        ".venv/bin/python -m pytest -q",
     ):
         assert f"```bash\n{command}\n```" in readme
 

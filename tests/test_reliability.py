@@ -267,7 +267,8 @@ def test_flipped_byte_in_a_stored_row_is_recomputed(fresh_model, tmp_path, fixtu
 def test_a_row_with_a_wrongly_typed_value_is_a_miss(
     fresh_model, tmp_path, fixture_sentences, monkeypatch, column, value
 ):
-    """sqlite does not enforce column types: a damaged row (flipped serial-type byte, a foreign writer) is recomputed."""
+    """sqlite does not enforce column types: a damaged row (flipped serial-type byte, a foreign writer) is
+    recomputed."""
     cache_dir = tmp_path / "cache"
     b = load_bilm(fresh_model, cache_dir=cache_dir, cache_mb=0)
     first = b.embed(fixture_sentences[:1])[0]
@@ -288,8 +289,9 @@ def test_a_row_with_a_wrongly_typed_value_is_a_miss(
 def test_a_cache_from_before_checksums_is_replaced(tmp_path):
     con = sqlite3.connect(tmp_path / DB_NAME)
     con.execute(
-        "CREATE TABLE vectors (id INTEGER PRIMARY KEY, fingerprint TEXT NOT NULL, key BLOB NOT NULL, layers INTEGER NOT NULL, "
-        "tokens INTEGER NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL, used REAL NOT NULL, UNIQUE (fingerprint, key))"
+        "CREATE TABLE vectors (id INTEGER PRIMARY KEY, fingerprint TEXT NOT NULL, key BLOB NOT NULL, "
+        "layers INTEGER NOT NULL, tokens INTEGER NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL, "
+        "used REAL NOT NULL, UNIQUE (fingerprint, key))"
     )
     con.execute("INSERT INTO vectors VALUES (1, 'fp', x'00', 1, 1, 1, x'00000000', 0)")
     con.commit()

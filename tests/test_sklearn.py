@@ -346,6 +346,7 @@ def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_e
     )
 
 
+@pytest.mark.slow
 def test_import_does_not_import_sklearn():
     code = (
         "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; "
@@ -512,7 +513,8 @@ def test_pooling_window_by_window_equals_pooling_the_stitched_layers(backend, fi
 
 
 def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend):
-    """``elmo(strings, as_dict=False)`` padded every sentence to the longest: (3, 21, 5000, 32) float32 = 38 MiB here."""
+    """``elmo(strings, as_dict=False)`` padded every sentence to the longest: (3, 21, 5000, 32) float32 = 38 MiB
+    here."""
     from spacy_elmo import hub
 
     elmo = hub.load(uncached_model)

@@ -119,7 +119,7 @@ def test_empty_and_whitespace_only_docs(nlp, text):
     assert doc.similarity(nlp("bank")) == 0.0
     zero_tokens = Doc(nlp.vocab, words=[])
     assert nlp.get_pipe("elmo")(zero_tokens)._.elmo_layers.shape == (3, 0, 32)
-    assert list(nlp.pipe([text, "", "a"]))[0]._.elmo_layers.shape == (3, len(doc), 32)
+    assert next(iter(nlp.pipe([text, "", "a"])))._.elmo_layers.shape == (3, len(doc), 32)
 
 
 def test_hooks_vectors_and_similarity(nlp):
@@ -209,6 +209,7 @@ print("n_process ok")
 """
 
 
+@pytest.mark.slow
 def test_pipe_n_process_keeps_vectors(fixture_dir):
     """In a subprocess, with the main thread forking: a deadlocked torch in the workers fails here, not hangs CI."""
     process = subprocess.Popen(
@@ -246,7 +247,7 @@ def test_sentences_are_embedded_one_by_one(fixture_dir, backend):
 def expected_windows(backend, words, max_length, overlap):
     """Stitch by hand: each token from the window where it is furthest from an edge (ties: the later window)."""
     step = max_length - overlap
-    starts = sorted(set(list(range(0, max(len(words) - max_length, 0) + 1, step)) + [max(len(words) - max_length, 0)]))
+    starts = sorted({*range(0, max(len(words) - max_length, 0) + 1, step), max(len(words) - max_length, 0)})
     windows = [(s, min(s + max_length, len(words))) for s in starts]
     acts = backend.embed([words[s:e] for s, e in windows])
     out = np.zeros((3, len(words), 32), dtype=np.float32)
@@ -264,7 +265,7 @@ def test_long_docs_are_windowed_and_stitched(fixture_dir, backend, fixture_sente
     assert_recomputed_close(doc._.elmo_layers, expected_windows(backend, words, 16, 5))
     # a sentence longer than max_length is windowed the same way inside its sentence
     sent_starts = [True] + [False] * (len(words) - 1)
-    doc = nlp.get_pipe("elmo")(Doc(nlp.vocab, words=words + ["Next", "."], sent_starts=sent_starts + [True, False]))
+    doc = nlp.get_pipe("elmo")(Doc(nlp.vocab, words=[*words, "Next", "."], sent_starts=[*sent_starts, True, False]))
     assert_recomputed_close(doc._.elmo_layers[:, : len(words)], expected_windows(backend, words, 16, 5))
     assert_recomputed_close(doc._.elmo_layers[:, len(words) :], backend.embed([["Next", "."]])[0])
 

@@ -84,7 +84,7 @@ def test_missing_or_mismatched_layers(nlp):
             run([bare])
     wrong = registry.architectures.get("spacy_elmo.ElmoScalarMix.v1")(width=32, n_layers=1)
     wrong.initialize()
-    with pytest.raises(ValueError, match="gives 3 layers of width 32, but .* for 2 layers of width 32"):
+    with pytest.raises(ValueError, match=r"gives 3 layers of width 32, but .* for 2 layers of width 32"):
         wrong.predict([nlp("a b")])
 
 
@@ -297,7 +297,9 @@ def test_a_stored_mix_and_another_model_is_a_clear_error(fixture_dir, tmp_path):
     nlp.initialize(lambda: examples_for(nlp))
     nlp.to_disk(tmp_path / "p")
     srsly.write_json(tmp_path / "p" / "elmo" / "model" / "model.json", {"source": "default"})  # the 256-wide model
-    with pytest.raises(ValueError, match="gives 3 layers of width 256, but this ElmoScalarMix .* 3 layers of width 32"):
+    with pytest.raises(
+        ValueError, match=r"gives 3 layers of width 256, but this ElmoScalarMix .* 3 layers of width 32"
+    ):
         spacy.load(tmp_path / "p")
 
 
@@ -315,5 +317,5 @@ def test_v1_with_a_wrong_width_fails_at_assembly(fixture_dir):
         "use_reduce_max": True,
         "use_reduce_mean": True,
     }
-    with pytest.raises(ValueError, match="'elmo' gives 3 layers of width 32, but .* 3 layers of width 1024"):
+    with pytest.raises(ValueError, match=r"'elmo' gives 3 layers of width 32, but .* 3 layers of width 1024"):
         nlp.add_pipe("textcat", config={"model": textcat_model})

@@ -80,7 +80,7 @@ def test_docbin_without_user_data_keeps_no_elmo_data(nlp):
 
 
 def test_doc_bytes_round_trip(nlp):
-    for text in TEXTS[:2] + ["The bank", "a  b"]:
+    for text in [*TEXTS[:2], "The bank", "a  b"]:
         doc = nlp(text)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # spaCy's W109: hooks are not serialised

@@ -143,7 +143,7 @@ def test_project_conversion_scripts(data_dir, tmp_path, monkeypatch):
     assert sum(len(d) for d in docs) == sum(1 for line in lines if line.strip())
 
     (tmp_path / "bad.txt").write_text("__label__1\tfine\nno label here\n")
-    with pytest.raises(ValueError, match="bad.txt:2: expected '__label__X<TAB>text'"):
+    with pytest.raises(ValueError, match=r"bad\.txt:2: expected '__label__X<TAB>text'"):
         convert_textcat.main(tmp_path / "bad.txt", tmp_path / "bad.spacy", limit=0, seed=0, labels=None)
 
 

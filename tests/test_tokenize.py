@@ -1,4 +1,5 @@
-"""The one tokenizer resolver and the one whitespace test (spacy_elmo/tokenize.py), shared by every front end and training."""
+"""The one tokenizer resolver and the one whitespace test (spacy_elmo/tokenize.py), shared by every front end and
+training."""
 
 import pytest
 import spacy

@@ -151,7 +151,7 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(texts, tmp_path):
-    with pytest.raises(FileNotFoundError, match="checkpoint.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"checkpoint\.safetensors"):
         Trainer(tiny_config(texts), tmp_path, resume=True)
 
 

@@ -31,7 +31,7 @@ def test_a_users_project_sees_the_installed_types(tmp_path, monkeypatch):
         "from spacy_elmo import load_bilm\nfrom spacy_elmo.hub import *  # noqa\nimport spacy_elmo.hub\n"
         "backend = load_bilm('default')\nn: str = backend.n_layers\n"
     )
-    report, errors, status = api.run(
+    report, _errors, _status = api.run(
         ["--cache-dir", str(ROOT / ".mypy_cache"), "app.py"]
     )  # the cache the check above fills
     assert "spacy_elmo.hub" not in report and "library stub" not in report, report

@@ -12,6 +12,8 @@ import pytest
 import spacy
 import srsly
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import spacy_elmo
 from spacy_elmo import WeightFileError
@@ -172,7 +174,8 @@ def test_presets_and_their_json_round_trip():
             "char_cnn",
             "filters",
             [[1, 4], [2, 8], [3, 16], [4, 32]],
-            "unexpected dataset 'CNN/W_cnn_4': len(char_cnn.filters) is 4 in the options, but the file has 5 CNN filters",
+            "unexpected dataset 'CNN/W_cnn_4': len(char_cnn.filters) is 4 in the options, but the file has 5 CNN "
+            "filters",
         ),
     ],
 )
@@ -431,9 +434,6 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
 
 # -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 
 def _data_ranges(path):
     """Each dataset's raw data as (name, first byte, end) in the file (the fixture stores them contiguously)."""
@@ -493,6 +493,7 @@ def damage_targets(fixture_dir):
     return original, ranges, [int(i) for i in np.flatnonzero(~in_data)], reference
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

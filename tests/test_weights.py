@@ -70,16 +70,16 @@ def test_missing_dataset(fixture_dir, tmp_path):
 
 
 def test_missing_truncated_and_bad_files(fixture_dir, tmp_path):
-    with pytest.raises(WeightFileError, match="not found.*nope.hdf5"):
+    with pytest.raises(WeightFileError, match=r"not found.*nope\.hdf5"):
         load_model(fixture_dir / "options.json", tmp_path / "nope.hdf5")
     data = (fixture_dir / "lm_weights.hdf5").read_bytes()
     (tmp_path / "cut.hdf5").write_bytes(data[: len(data) // 2])
-    with pytest.raises(WeightFileError, match="cut.hdf5"):
+    with pytest.raises(WeightFileError, match=r"cut\.hdf5"):
         load_model(fixture_dir / "options.json", tmp_path / "cut.hdf5")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(WeightFileError, match="bad.json.*not valid JSON"):
+    with pytest.raises(WeightFileError, match=r"bad\.json.*not valid JSON"):
         read_options(tmp_path / "bad.json")
-    with pytest.raises(WeightFileError, match="missing option lstm.projection_dim"):
+    with pytest.raises(WeightFileError, match=r"missing option lstm\.projection_dim"):
         options_from_dict(
             {"lstm": {"dim": 4, "n_layers": 1}, "char_cnn": {"filters": [[1, 2]], "embedding": {"dim": 2}}}
         )
@@ -123,7 +123,7 @@ def test_skip_connections_true_and_false(tmp_path):
     without = load_model(_write_options(tmp_path / "noskip", _tiny_options(False)), tmp_path / "skip" / "weights.hdf5")
     ids = torch.as_tensor(batch_to_char_ids([["a", "bank", "loan"], ["x"]]))
     with torch.inference_mode():
-        a, mask, _ = with_skip(ids)
+        a, _mask, _ = with_skip(ids)
         b, _, _ = without(ids)
     assert torch.equal(a[:2], b[:2])  # layers 0 and 1 have no residual in either
     # the residual adds layer 1's output (each direction's own) to layer 2's

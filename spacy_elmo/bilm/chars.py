@@ -65,7 +65,7 @@ def tokens_to_char_ids(tokens: Sequence[str]) -> np.ndarray:
         ids[np.repeat(rows, lengths), columns] = np.frombuffer(b"".join(words), dtype=np.uint8).astype(np.int64) + 1
     ids[rows, lengths + 1] = END_OF_WORD
     for row, token in enumerate(tokens):
-        if token == BOS_TOKEN or token == EOS_TOKEN:
+        if token in (BOS_TOKEN, EOS_TOKEN):
             ids[row] = BOS_CHAR_IDS if token == BOS_TOKEN else EOS_CHAR_IDS
     return ids
 

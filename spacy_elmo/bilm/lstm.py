@@ -112,7 +112,9 @@ class ElmoBiLSTM(nn.Module):
         )
 
     def zero_state(self, batch_size: int, like: torch.Tensor) -> BiLSTMState:
-        zeros = lambda dim: like.new_zeros(batch_size, dim)
+        def zeros(dim: int) -> torch.Tensor:
+            return like.new_zeros(batch_size, dim)
+
         return [[(zeros(self.proj_dim), zeros(self.cell_dim)) for _ in range(2)] for _ in range(self.n_layers)]
 
     def forward(

@@ -131,11 +131,16 @@ _FILTERS = _Rule(
     lambda value: isinstance(value, list) and len(value) > 0 and all(_is_filter(f) for f in value),
     "a non-empty list of [width, count] pairs of ints >= 1",
 )
-_NAME = lambda name: _Rule(lambda value: value == name, f'"{name}" (the only kind spacy-elmo runs)')
+
+
+def _named(name: str) -> _Rule:
+    return _Rule(lambda value: value == name, f'"{name}" (the only kind spacy-elmo runs)')
+
+
 _CNN = _Rule(
     lambda value: isinstance(value, str) and value.lower() == "cnn", '"cnn" (the only token embedder spacy-elmo runs)'
 )
-_KINDS = (_Option("encoder.name", "encoder", _NAME("elmo")), _Option("token_embedder.name", "token_embedder", _CNN))
+_KINDS = (_Option("encoder.name", "encoder", _named("elmo")), _Option("token_embedder.name", "token_embedder", _CNN))
 _SCHEMA: tuple[_Option, ...] = (
     _Option("token_embedder.filters", "filters", _FILTERS),
     _Option(
@@ -170,7 +175,8 @@ def config_from_dict(raw: Any, source: str = "config") -> ManyLangsConfig:
     widest = max(width for width, _ in values["filters"])
     if widest > values["max_chars"]:
         raise WeightFileError(
-            f"{source}: a filter of width {widest} is wider than token_embedder.max_characters_per_token ({values['max_chars']})"
+            f"{source}: a filter of width {widest} is wider than token_embedder.max_characters_per_token "
+            f"({values['max_chars']})"
         )
     for clip in ("cell_clip", "proj_clip"):
         values[clip] = None if values[clip] is None else float(values[clip])
@@ -296,7 +302,8 @@ def check_state(state: dict[str, torch.Tensor], expected: Expected, path: Path) 
             )
         if tuple(tensor.shape) != shape:
             raise WeightFileError(
-                f"state file {path}: tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape} from the config ({shaped_by})"
+                f"state file {path}: tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape} from the "
+                f"config ({shaped_by})"
             )
         _refuse_non_finite(tensor.detach().float().numpy(), f"state file {path}: tensor {name!r}")
     extra = sorted(set(state) - set(expected))
@@ -361,7 +368,8 @@ def _fill_token_encoder(model: ManyLangsBiLM, state: dict[str, torch.Tensor]) ->
 
 
 def _fill_lstm(model: ManyLangsBiLM, state: dict[str, torch.Tensor]) -> None:
-    """AllenNLP's cells into :class:`~.lstm.ProjectedLSTMCell`: gates (i, f, j, o) -> (i, j, f, o), weights transposed."""
+    """AllenNLP's cells into :class:`~.lstm.ProjectedLSTMCell`: gates (i, f, j, o) -> (i, j, f, o), weights
+    transposed."""
     c = model.config.cell_dim
     blocks = [torch.arange(k * c, (k + 1) * c) for k in (0, 2, 1, 3)]
     order = torch.cat(blocks)

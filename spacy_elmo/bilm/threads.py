@@ -12,7 +12,7 @@ per-thread setting (``omp_set_num_threads`` outside a parallel region), and MKL 
 
 After ``fork`` the child has no pool threads (libgomp's, ours) and may hold copies of locks that
 other threads of the parent held: :func:`at_fork_in_child` registers what must be renewed there,
-and :func:`in_forked_child` makes our work in a forked child single-threaded (a multi-threaded
+and :func:`batch_thread_limit` makes our work in a forked child single-threaded (a multi-threaded
 torch op there hangs on libgomp's lost pool, as PyTorch's DataLoader workers know).
 """
 
@@ -81,11 +81,6 @@ class ForkSafeLock:
 
     def _after_fork(self) -> None:
         self._lock = self._factory()
-
-
-def in_forked_child() -> bool:
-    """Whether this process was forked from one that had imported spacy_elmo."""
-    return _forked
 
 
 def _after_fork_in_child() -> None:
@@ -166,7 +161,8 @@ def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads:
 
 
 def split_directions(step_macs: int, device: torch.device) -> bool:
-    """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads, :data:`DIRECTION_THREADS_MIN_MACS`."""
+    """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads,
+    :data:`DIRECTION_THREADS_MIN_MACS`."""
     return device.type == "cpu" and torch.get_num_threads() >= 2 and step_macs >= DIRECTION_THREADS_MIN_MACS
 
 

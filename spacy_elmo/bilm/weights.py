@@ -216,7 +216,10 @@ _REPEATS: dict[str, tuple[Callable[[BiLMOptions], int], str]] = {
 
 def _highway_entries(layer: str) -> tuple[_Entry, _Entry]:
     """``CNN_high_{i}/W_{layer}`` and ``b_{layer}`` for ``layer`` "transform" or "carry" (each a linear map)."""
-    linear = lambda m, i: getattr(m.token_encoder.highways[i], layer)
+
+    def linear(m: BiLM, i: int) -> Any:
+        return getattr(m.token_encoder.highways[i], layer)
+
     return (
         _Entry(
             f"CNN_high_{{i}}/W_{layer}",
@@ -238,7 +241,10 @@ def _highway_entries(layer: str) -> tuple[_Entry, _Entry]:
 def _lstm_block(direction: int) -> _Block:
     """The three datasets of each LSTM layer of one direction (0 forward, 1 backward)."""
     prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{{i}}/LSTMCell"
-    cell = lambda m, i: (m.lstm.forward_layers, m.lstm.backward_layers)[direction][i]
+
+    def cell(m: BiLM, i: int) -> Any:
+        return (m.lstm.forward_layers, m.lstm.backward_layers)[direction][i]
+
     return _Block(
         "lstm.n_layers",
         (

@@ -111,7 +111,8 @@ class ElmoModel:
     def get_elmo_vector_average(
         self, texts: Sequence[Sequence[str]], warmup: bool = True, layers: str = "average", *, stateless: bool = False
     ) -> np.ndarray:
-        """One L2-normalised vector per text, float64 ``(n_texts, dim)`` (``(n_texts, n_layers, dim)`` for ``"all"``)."""
+        """One L2-normalised vector per text, float64 ``(n_texts, dim)`` (``(n_texts, n_layers, dim)``
+        for ``"all"``)."""
         backend, rows = self._ready(texts, layers)
         n_layers, dim = backend.n_layers + 1, backend.dim
         averages = np.zeros((len(rows), n_layers, dim) if layers == "all" else (len(rows), dim))
@@ -180,7 +181,8 @@ def _stateless_layers(backend: ElmoBackend, chunk: list[list[str]]) -> np.ndarra
 
 
 class _StatefulBiLM:
-    """simple_elmo's stateful biLM: ``max_batch_size`` rows of LSTM state, row ``i`` carried to the next chunk's row ``i``."""
+    """simple_elmo's stateful biLM: ``max_batch_size`` rows of LSTM state, row ``i`` carried to the next chunk's row
+    ``i``."""
 
     def __init__(self, backend: ElmoBackend, max_batch_size: int) -> None:
         self.model = backend.model

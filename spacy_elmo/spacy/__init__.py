@@ -1,4 +1,5 @@
-"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and trainable mix."""
+"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and
+trainable mix."""
 
 from .architectures import ElmoModelRef, elmo_bilm_v1, elmo_scalar_mix_v1, elmo_scalar_mix_v2, sentence_positions
 from .extensions import StaleLayersError, install_extensions, stored_layers

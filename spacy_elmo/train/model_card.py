@@ -14,7 +14,8 @@ from .corpus import PathLike
 
 
 def display_command(command: str) -> str:
-    """The recorded ``sys.argv`` as a user would type it (``python -m spacy_elmo`` / ``spacy-elmo``), paths shortened."""
+    """The recorded ``sys.argv`` as a user would type it (``python -m spacy_elmo`` / ``spacy-elmo``), paths
+    shortened."""
     parts = shlex.split(command) if command else []
     if parts and parts[0].endswith("__main__.py"):
         parts[0] = "python -m spacy_elmo"
@@ -47,15 +48,17 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "",
         f"- character CNN: char embedding {cnn['embedding']['dim']}, filters {cnn['filters']}, "
         f"{cnn['n_highway']} highway layer(s), projection to {lstm['projection_dim']}",
-        f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected to {lstm['projection_dim']}, "
+        f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected to "
+        f"{lstm['projection_dim']}, "
         f"skip connections {'on' if lstm.get('use_skip_connections') else 'off'}, clipping "
         f"{'none' if lstm.get('cell_clip') is None else lstm['cell_clip']}",
         f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions",
         f"- parameters: {parameter_count(directory / OPTIONS):,} in the biLM (options.json + weights.hdf5: "
         f"{size / 1e6:.1f} MB), plus {metrics.get('parameters', {}).get('softmax', 0):,} in the adaptive softmax "
         f"(`softmax.safetensors`, only for perplexity and further training)",
-        f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` + the words "
-        f"seen at least {config.get('min_count', 1)} times (at most {config.get('vocab_size')}); adaptive softmax cutoffs "
+        f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` "
+        f"+ the words seen at least {config.get('min_count', 1)} times (at most {config.get('vocab_size')}); "
+        "adaptive softmax cutoffs "
         f"{config.get('cutoffs')}, div_value {config.get('div_value')}, shared by both directions",
         "",
         "## Training data",
@@ -67,7 +70,8 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         lines.append(f"| `{_short(source['path'])}` | {source['format']} | {source['tokenizer']} |")
     lines += [
         "",
-        f"{corpus.get('words', 0):,} words ({corpus.get('distinct_words', 0):,} distinct). Lines (`lines`) and paragraphs "
+        f"{corpus.get('words', 0):,} words ({corpus.get('distinct_words', 0):,} distinct). Lines (`lines`) and "
+        "paragraphs "
         f"(`raw`, hard-wrapped lines joined) are split into sentences after `.`, `!` and `?` tokens and cut at "
         f"{config.get('max_length')} tokens; blank lines are skipped, everything else (WikiText headings and its own "
         "`<unk>` tokens included) is kept as text. Validation: "
@@ -82,7 +86,8 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "",
         f"- seed {config.get('seed')}, Adam lr {config.get('lr')} ({config.get('lr_schedule')} decay to "
         f"{config.get('min_lr_ratio')} x lr, {config.get('warmup_steps')} warm-up steps), gradient clipping "
-        f"{config.get('clip_norm')}, dropout {config.get('dropout')}, {config.get('token_budget')} padded tokens per batch",
+        f"{config.get('clip_norm')}, dropout {config.get('dropout')}, {config.get('token_budget')} padded tokens per "
+        "batch",
         f"- {metrics.get('steps', best.get('step', 0)):,} steps, {metrics.get('words_seen', 0):,} words seen "
         f"({metrics.get('words_seen', 0) / max(1, corpus.get('words', 1)):.2f} epochs), wall time "
         f"{metrics.get('wall_time_s', 0) / 60:.0f} min (of which {metrics.get('train_seconds', 0) / 60:.0f} min "
@@ -122,7 +127,8 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
     ]
     if "valid_ppl_forward" in best:
         lines.append(
-            f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | {_ppl(best, 'valid_ppl')} |"
+            f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | "
+            f"{_ppl(best, 'valid_ppl')} |"
         )
     for name, result in (metrics.get("test") or {}).items():
         lines.append(f"| {name} | {result['forward']:.1f} / {result['backward']:.1f} |")
@@ -139,7 +145,8 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         for h in history:
             train = f"{h['train_ppl_forward']:.1f} / {h['train_ppl_backward']:.1f}" if "train_ppl_forward" in h else ""
             lines.append(
-                f"| {h['step']} | {float(h['epoch']):.2f} | {train} | {_ppl(h, 'valid_ppl')} | {h.get('tokens_per_s', '')} |"
+                f"| {h['step']} | {float(h['epoch']):.2f} | {train} | {_ppl(h, 'valid_ppl')} | "
+                f"{h.get('tokens_per_s', '')} |"
             )
     if notes:
         lines += ["", "## Notes", "", notes.strip()]

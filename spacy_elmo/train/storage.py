@@ -85,7 +85,7 @@ def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], di
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
     except (SafetensorError, OSError) as err:
         if _looks_pickled(path):
             raise TrainingFileError(

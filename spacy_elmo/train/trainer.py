@@ -416,7 +416,8 @@ class Trainer:
     # -- files ---------------------------------------------------------------------------
 
     def export(self) -> None:
-        """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only; rank 0)."""
+        """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only; rank
+        0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
         if self.world.is_main:
             export_model(self.model, self.output_dir)

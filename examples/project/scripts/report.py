@@ -109,10 +109,10 @@ def main(
             "Accuracy is computed by `scripts/evaluate.py`; spaCy's `cats_score` is the macro-F (shown too).",
             "",
         ]
-        lines += table(textcat, TEXTCAT) + [""]
+        lines += [*table(textcat, TEXTCAT), ""]
     if ner:
         lines += ["## WNUT-17: test entity precision, recall, F", ""]
-        lines += table(ner, NER) + [""]
+        lines += [*table(ner, NER), ""]
     lines += [
         f"Train + test wall time of all runs: {total / 60:.1f} min.",
         "",

@@ -64,7 +64,8 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and write the HDF5 file; returns on success (argparse exits on bad usage)."""
+    """Parse ``argv`` (default ``sys.argv[1:]``) and write the HDF5 file; returns on success (argparse exits on bad
+    usage)."""
     args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     for package in args.include_package:
         importlib.import_module(package)

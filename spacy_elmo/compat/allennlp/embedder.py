@@ -1,4 +1,5 @@
-"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``): numpy vectors of tokenized sentences, and files of them.
+"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``): numpy vectors of tokenized sentences, and files of
+them.
 
 Its defaults name the published "original" model (AllenNLP's URLs, served from this package's
 download cache). As in AllenNLP, the biLM is stateful: each call starts from the LSTM state the
@@ -31,7 +32,8 @@ OUTPUT_FORMATS = ("all", "top", "average")
 
 
 class ElmoEmbedder:
-    """``embed_sentence``, ``embed_batch``, ``embed_sentences``, ``embed_file`` and ``batch_to_embeddings``, as AllenNLP 0.9."""
+    """``embed_sentence``, ``embed_batch``, ``embed_sentences``, ``embed_file`` and ``batch_to_embeddings``, as
+    AllenNLP 0.9."""
 
     def __init__(
         self,
@@ -50,7 +52,8 @@ class ElmoEmbedder:
         return np.zeros((self.elmo_bilm.num_layers, 0, self.elmo_bilm.get_output_dim()), dtype=np.float32)
 
     def batch_to_embeddings(self, batch: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Activations ``(batch, num_layers, time, dim)`` without the boundary tokens, and the mask ``(batch, time)``."""
+        """Activations ``(batch, num_layers, time, dim)`` without the boundary tokens, and the mask
+        ``(batch, time)``."""
         character_ids = batch_to_ids(batch)
         if self.cuda_device >= 0:
             character_ids = character_ids.cuda(device=self.cuda_device)
@@ -111,7 +114,8 @@ class ElmoEmbedder:
 
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
-        handle = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file
+        # a path is opened here, a handle is taken as passed in: the `with` below closes either
+        handle = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file  # noqa: SIM115
         with handle:
             sentences = [line.strip() for line in handle]
         blank_lines = [i for (i, line) in enumerate(sentences) if line == ""]
@@ -129,7 +133,7 @@ class ElmoEmbedder:
         sentence_to_index = {}
         with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as fout:
             for key, sentence, embeddings in zip(keys, sentences, embedded):
-                if use_sentence_keys and key in fout.keys():
+                if use_sentence_keys and key in fout:
                     raise ConfigurationError(
                         f"Key already exists in {output_file_path}. To encode duplicate sentences, "
                         f"do not pass the --use-sentence-keys flag."

@@ -61,7 +61,8 @@ class ScalarMix(nn.Module):
             initial_scalar_parameters = [0.0] * mixture_size
         elif len(initial_scalar_parameters) != mixture_size:
             raise ConfigurationError(
-                f"Length of initial_scalar_parameters {initial_scalar_parameters} differs from mixture_size {mixture_size}"
+                f"Length of initial_scalar_parameters {initial_scalar_parameters} differs from mixture_size "
+                f"{mixture_size}"
             )
         self.scalar_parameters = nn.ParameterList(
             [nn.Parameter(torch.FloatTensor([value]), requires_grad=trainable) for value in initial_scalar_parameters]
@@ -71,7 +72,8 @@ class ScalarMix(nn.Module):
     def forward(self, tensors: list[torch.Tensor], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if len(tensors) != self.mixture_size:
             raise ConfigurationError(
-                f"{len(tensors)} tensors were passed, but the module was initialized to mix {self.mixture_size} tensors."
+                f"{len(tensors)} tensors were passed, but the module was initialized to mix {self.mixture_size} "
+                "tensors."
             )
         weights = torch.split(torch.softmax(torch.cat(list(self.scalar_parameters)), dim=0), 1)
         if not self.do_layer_norm:
@@ -177,8 +179,9 @@ class _ElmoBiLm(nn.Module):
         return 2 * self._token_embedder.get_output_dim()
 
     def create_cached_cnn_embeddings(self, tokens: list[str]) -> None:
-        """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``; id 0, padding, is zeros) and of ``<S>`` / ``</S>``."""
-        vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN] + list(tokens))
+        """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``; id 0, padding, is zeros) and
+        of ``<S>`` / ``</S>``."""
+        vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN, *tokens])
         self._bos_embedding, self._eos_embedding = vectors[0], vectors[1]
         weight = vectors[2:].clone()
         weight[0] = 0.0  # AllenNLP's Embedding(padding_index=0) zeroes word 0: padding positions stay masked

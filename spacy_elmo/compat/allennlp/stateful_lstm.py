@@ -39,7 +39,7 @@ class ElmoLstm(nn.Module):
         self.cell_size = lstm.cell_dim
 
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        batch, time = mask.shape
+        batch, _time = mask.shape
         lengths = mask.long().sum(dim=-1)
         valid = torch.nonzero(lengths > 0).flatten()  # AllenNLP leaves all-padding rows out of the LSTM
         initial = self._initial_states(batch)
@@ -73,7 +73,8 @@ class ElmoLstm(nn.Module):
         return self._states
 
     def _to_bilstm_state(self, states: RnnStates, rows: Rows) -> BiLSTMState:
-        """AllenNLP's ``(h, c)`` (layers, batch, [forward; backward]) as ``[layer][direction] -> (h, c)`` of ``rows``."""
+        """AllenNLP's ``(h, c)`` (layers, batch, [forward; backward]) as ``[layer][direction] -> (h, c)`` of
+        ``rows``."""
         h, c = (rows(s.transpose(0, 1)).transpose(0, 1) for s in states)
         return [
             [
@@ -84,7 +85,8 @@ class ElmoLstm(nn.Module):
         ]
 
     def _update_states(self, final: RnnStates) -> None:
-        """AllenNLP's ``_update_states``: store the final states (detached); rows whose new state is all zero keep the old one."""
+        """AllenNLP's ``_update_states``: store the final states (detached); rows whose new state is all zero keep the
+        old one."""
         if self._states is None:
             self._states = (final[0].detach(), final[1].detach())
             return
@@ -119,7 +121,8 @@ class ElmoLstm(nn.Module):
 
 
 def _scatter_rows(values: torch.Tensor, rows: torch.Tensor, batch: int, dim: int) -> torch.Tensor:
-    """``values`` with its ``dim`` axis spread to ``batch`` entries: entry ``rows[i]`` is ``values``' ``i``-th, the rest zero."""
+    """``values`` with its ``dim`` axis spread to ``batch`` entries: entry ``rows[i]`` is ``values``' ``i``-th, the
+    rest zero."""
     shape = list(values.shape)
     shape[dim] = batch
     return values.new_zeros(shape).index_copy(dim, rows, values)

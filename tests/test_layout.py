@@ -1,0 +1,100 @@
+"""A module's tests are found by its name: ``spacy_elmo/**/X.py`` is tested in ``tests/test_X.py`` (or, in a
+subpackage, ``tests/test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``test_compat_simple_elmo.py``).
+Modules whose tests are shared with others, or named after what they test rather than the file, are listed in
+SHARED below: a new module with neither fails here, and so does an entry left behind by a rename."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "spacy_elmo"
+TESTS = ROOT / "tests"
+
+# module (its path under spacy_elmo/) -> the test files that hold its tests, the main one first
+SHARED: dict[str, tuple[str, ...]] = {
+    # the top level: the public names, the entry points, the version
+    "__init__.py": ("test_backend.py", "test_api_docs.py", "test_sklearn.py"),
+    "__main__.py": ("test_embed_file.py", "test_distributed.py"),
+    "about.py": ("test_packaging.py", "test_hub.py"),
+    "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
+    "settings.py": ("test_front_end_bounds.py", "test_sklearn.py"),
+    "validation.py": ("test_windows.py", "test_train.py"),
+    "info.py": ("test_weight_validation.py", "test_train.py"),
+    "model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
+    "published.py": ("test_download.py", "test_manylangs.py"),
+    "download_checks.py": ("test_download.py",),
+    "write_guard.py": ("test_embed_file.py", "test_train_safety.py"),
+    "text_rows.py": ("test_sklearn.py", "test_dask.py"),
+    "mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
+    "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
+    # bilm/: the exact biLM, its inference path and its files
+    "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
+    "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
+    "bilm/encoder.py": ("test_char_cnn_trim.py", "test_inference_path.py", "test_mkl_prepacked.py"),
+    "bilm/lstm.py": ("test_inference_path.py",),
+    "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
+    "bilm/vocab_cache.py": ("test_inference_path.py", "test_logging.py"),
+    "bilm/compiled_steps.py": ("test_precision.py",),
+    "bilm/low_precision.py": ("test_precision.py", "test_cpu_support.py"),
+    "bilm/int8_ops.py": ("test_cpu_support.py", "test_precision.py"),
+    "bilm/manylangs_files.py": ("test_manylangs.py",),
+    # compat/: the peers' APIs
+    "compat/__init__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/__init__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/__main__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/command.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/embedder.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/modules.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/stateful_lstm.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/util.py": ("test_compat_allennlp.py",),
+    # spacy/: the component, its layers and its saved form
+    "spacy/__init__.py": ("test_spacy_component.py",),
+    "spacy/pipeline_component.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
+    "spacy/extensions.py": ("test_stored_layers.py", "test_spacy_component.py"),
+    "spacy/hooks.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
+    "spacy/architectures.py": ("test_spacy_layers.py", "test_spacy_training.py"),
+    # train/: training, its data and its files
+    "train/__init__.py": ("test_train.py",),
+    "train/config.py": ("test_train.py", "test_train_safety.py"),
+    "train/batching.py": ("test_train_data.py",),
+    "train/corpus.py": ("test_train_data.py",),
+    "train/presets.py": ("test_train_data.py",),
+    "train/network.py": ("test_train.py",),
+    "train/trainer.py": ("test_train.py", "test_train_safety.py"),
+    "train/evaluate.py": ("test_train.py", "test_train_safety.py"),
+    "train/init_from.py": ("test_train.py", "test_train_safety.py"),
+    "train/model_card.py": ("test_train.py",),
+    "train/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
+    "train/storage.py": ("test_train_safety.py", "test_train.py"),
+}
+
+
+def modules() -> list[str]:
+    return sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
+
+
+def by_name(module: str) -> list[str]:
+    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py``."""
+    *folders, file = module[: -len(".py")].split("/")
+    if file == "__init__":
+        return []
+    names = [f"test_{file}.py"] + ([f"test_{'_'.join(folders)}_{file}.py"] if folders else [])
+    return [name for name in names if (TESTS / name).is_file()]
+
+
+def test_every_module_has_its_test_file_or_an_entry():
+    missing = [m for m in modules() if m not in SHARED and not by_name(m)]
+    assert not missing, f"no tests/test_X.py and no entry in tests/test_layout.py's SHARED: {missing}"
+
+
+def test_every_entry_names_an_existing_module_and_existing_test_files():
+    gone = [m for m in SHARED if not (PACKAGE / m).is_file()]
+    assert not gone, f"SHARED lists modules that no longer exist: {gone}"
+    absent = {m: [t for t in tests if not (TESTS / t).is_file()] for m, tests in SHARED.items()}
+    assert not any(absent.values()), {m: t for m, t in absent.items() if t}
+
+
+def test_no_entry_for_a_module_that_has_its_own_test_file():
+    redundant = [m for m in SHARED if by_name(m)]
+    assert not redundant, f"these have tests/test_X.py: drop their SHARED entry: {redundant}"
