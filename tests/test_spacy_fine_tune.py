@@ -70,8 +70,7 @@ def examples(nlp):
 
 
 def fine_tune_node(nlp):
-    (node,) = [n for n in nlp.get_pipe("textcat").model.walk() if n.name == FINE_TUNE_NAME]
-    return node
+    return fine_tune_node_of(nlp, "textcat")
 
 
 def own_bilm(node):
@@ -207,7 +206,7 @@ def test_grad_factor_zero_leaves_the_biLM_as_it_was(fixture_dir):
 def test_a_trainable_value_not_allowed_is_refused():
     from spacy_elmo.spacy.architectures import elmo_fine_tune_v1
 
-    with pytest.raises(ValueError, match="trainable='bottom'.*'none', 'top', 'lstm', 'all'"):
+    with pytest.raises(ValueError, match=r"trainable='bottom'.*'none', 'top', 'lstm', 'all'"):
         elmo_fine_tune_v1(trainable="bottom")
     with pytest.raises(ValueError, match="grad_factor"):
         elmo_fine_tune_v1(grad_factor=float("nan"))
@@ -218,3 +217,43 @@ def test_a_low_precision_backend_is_refused_naming_float32(fixture_dir):
     egs = examples(nlp)
     with pytest.raises(ValueError, match='dtype = "float32"'):
         nlp.initialize(lambda: egs)
+
+
+@pytest.mark.parametrize("name,component", [("textcat_elmo_finetune", "textcat"), ("ner_elmo_finetune_tok2vec", "ner")])
+def test_spacy_train_fine_tunes_the_biLM_and_saves_it(fixture_dir, tmp_path, name, component):
+    """`spacy train` on a shipped fine-tune config: the top LSTM layer learns, is saved, and reloads as trained."""
+    from spacy.cli.train import train
+    from test_spacy_training import write_corpus
+
+    from spacy_elmo.backend import load_model_files
+
+    corpus = write_corpus(tmp_path / "data.spacy", component)
+    overrides = {
+        "paths.train": str(corpus),
+        "paths.dev": str(corpus),
+        "paths.elmo": str(fixture_dir),
+        "training.max_steps": 6,
+        "training.eval_frequency": 3,
+        "training.optimizer.learn_rate": 0.01,
+    }
+    train(EXAMPLES / "configs" / f"{name}.cfg", tmp_path / "out", overrides=overrides)
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    node = fine_tune_node_of(nlp, component)
+    backend = load_bilm(fixture_dir)
+    pretrained = dict(load_model_files(backend.options_path, backend.weights_path).named_parameters())
+    assert node.param_names and all(
+        n.startswith(("lstm.forward_layers.1.", "lstm.backward_layers.1.")) for n in node.param_names
+    )
+    assert any(not np.array_equal(node.get_param(n), pretrained[n].detach().numpy()) for n in node.param_names)
+    again = spacy.load(tmp_path / "out" / "model-last")
+    docs = [t for t, _ in TEXTS]
+    for a, b in zip(
+        node.predict([nlp.make_doc(t) for t in docs]),
+        fine_tune_node_of(again, component).predict([again.make_doc(t) for t in docs]),
+    ):
+        assert np.array_equal(a, b)
+
+
+def fine_tune_node_of(nlp, component):
+    (node,) = [n for n in nlp.get_pipe(component).model.walk() if n.name == FINE_TUNE_NAME]
+    return node
