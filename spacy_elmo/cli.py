@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 app = typer.Typer(
     name="spacy-elmo",
-    help="ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs.",
+    help=(
+        "ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs."
+    ),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # help texts are plain: rich markup would swallow "spacy-elmo[dask]" as a tag
@@ -44,7 +46,8 @@ def _options(
 
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and exit 2."""
+    """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message,
+    exit 2."""
     from .write_guard import WriteFailedError
 
     try:
@@ -125,7 +128,10 @@ def train(
     ),
     threads: Optional[int] = typer.Option(
         _TRAIN_DEFAULTS.threads,
-        help="torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun the machine's cores / processes on it)",
+        help=(
+            "torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun "
+            "the machine's cores / processes on it)"
+        ),
     ),
     lstm_impl: str = typer.Option(
         _TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"
@@ -290,7 +296,10 @@ def embed(
         "default",
         "--model",
         "-m",
-        help="A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name (see `spacy-elmo models`), an archive or URL",
+        help=(
+            "A biLM: a directory (options.json + weights, or an ELMoForManyLangs model), 'default', a published name "
+            "(see `spacy-elmo models`), an archive or URL"
+        ),
     ),
     all_layers: bool = typer.Option(
         False, "--all", help="Store every layer, (n_layers + 1, n_tokens, dim) per line (the default)"
@@ -304,18 +313,27 @@ def embed(
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
     dtype: str = typer.Option(
         DEFAULT_DTYPE,
-        help="precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest here)",
+        help=(
+            "precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) "
+            "or auto (the fastest here)"
+        ),
     ),
     use_sentence_keys: bool = typer.Option(
         False,
         "--use-sentence-keys",
-        help="Name each dataset by its sentence instead of its line number (every line must then be a distinct, non-blank sentence)",
+        help=(
+            "Name each dataset by its sentence instead of its line number (every line must then be a distinct, "
+            "non-blank sentence)"
+        ),
     ),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="Do not store the sentence_to_index map"),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
     scheduler: Optional[str] = typer.Option(
         None,
-        help="Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); needs spacy-elmo[dask]",
+        help=(
+            "Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); "
+            "needs spacy-elmo[dask]"
+        ),
     ),
     threads: Optional[int] = typer.Option(
         None, min=1, help="torch CPU threads for this process (default: torch's choice)"
@@ -496,7 +514,8 @@ def plot_mix(
     add_help_option=False,
 )
 def allennlp_elmo(ctx: typer.Context) -> None:
-    """AllenNLP 0.9's `allennlp elmo INPUT OUTPUT (--all|--top|--average) ...`, the same arguments and file (--help for them)."""
+    """AllenNLP 0.9's `allennlp elmo INPUT OUTPUT (--all|--top|--average) ...`, the same arguments and file
+    (--help for them)."""
     from .compat.allennlp.command import main as allennlp_main
 
     allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
@@ -514,7 +533,8 @@ if __name__ == "__main__":
 def _dask_chunks(
     scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
 ) -> Iterator[Optional[EmbedChunks]]:
-    """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard printed."""
+    """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard
+    printed."""
     if scheduler is None:
         yield None
         return

@@ -1,4 +1,5 @@
-"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and trainable mix."""
+"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter,
+the trainable mix and the fine-tuning layer."""
 
 from .architectures import (
     ElmoModelRef,

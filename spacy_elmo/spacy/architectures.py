@@ -5,7 +5,8 @@
 tokens of a doc form each biLM input, as spacy-transformers' span getters do); ``@architectures =
 "spacy_elmo.ElmoScalarMix.v2"`` is the trainable mix (``v1`` stays for configs and pipelines
 saved with it); ``@architectures = "spacy_elmo.ElmoFineTune.v1"`` is the same mix over the
-layer's own copy of the biLM, whose chosen parts the task's gradient trains. pyproject.toml's ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
+layer's own copy of the biLM, whose chosen parts the task's gradient trains. pyproject.toml's
+``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
 them in a process that has not imported spacy_elmo.
 """
 
@@ -60,7 +61,8 @@ class ElmoModelRef:
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
 def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
-    """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``, a published name, an archive or URL."""
+    """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``,
+    a published name, an archive or URL."""
     return ElmoModelRef(str(path))
 
 

@@ -41,7 +41,6 @@ FINE_TUNE_NAME = "elmo_fine_tune"
 TRAINABLE = ("none", "top", "lstm", "all")
 BILM = "bilm"  # attr holding the layer's own biLM (a _Held, which Thinc cannot serialize and skips)
 BASE = "base_fingerprint"  # the files fingerprint of the model the layer was trained from (saved)
-FINGERPRINT = "fingerprint"  # the fine-tuned weights' identity: the base fingerprint and the trained arrays
 
 
 class _Held:
@@ -69,7 +68,7 @@ def build_fine_tune(*, trainable: str, grad_factor: float, mix: Model) -> Model[
         init=_init,
         layers=[mix],
         dims={"nO": None},
-        attrs={"trainable": trainable, "grad_factor": float(grad_factor), BILM: _Held(), BASE: None, FINGERPRINT: None},
+        attrs={"trainable": trainable, "grad_factor": float(grad_factor), BILM: _Held(), BASE: None},
     )
 
 
@@ -153,13 +152,11 @@ def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d
     model.attrs[BASE] = _base_backend(model).files_fingerprint
     for name, param in _trained(bilm).items():
         model.set_param(name, cast(Any, torch2xp(param.detach().clone())))
-    model.attrs[FINGERPRINT] = _fingerprint(model)
     return model
 
 
 def _sync(model: Model, bilm: BiLM) -> None:
     """Copy the layer's params (the optimizer's, or loaded ones) into its biLM where they differ."""
-    changed = False
     with torch.no_grad():
         for name, param in _trained(bilm).items():
             if not model.has_param(name):
@@ -167,23 +164,18 @@ def _sync(model: Model, bilm: BiLM) -> None:
             value = model.get_param(name)
             if not bool(model.ops.xp.array_equal(value, torch2xp(param.detach()))):
                 param.copy_(xp2torch(value, device=param.device))  # copy_ bumps the version: stale packs rebuilt
-                changed = True
-    if changed or model.attrs[FINGERPRINT] is None:
-        model.attrs[FINGERPRINT] = _fingerprint(model)
 
 
-def _fingerprint(model: Model) -> str:
-    """The base model's files fingerprint plus every trained array, hashed: which weights the vectors come from."""
+def fine_tuned_fingerprint(model: Model) -> Optional[str]:
+    """The identity of an ElmoFineTune node's biLM weights: the base model's files fingerprint and every trained
+    array, hashed (None before initialize). Another fingerprint means other vectors."""
+    if model.attrs.get(BASE) is None:
+        return None
     digest = hashlib.sha256(str(model.attrs[BASE]).encode())
     for name in sorted(n for n in model.param_names if model.has_param(n)):
         digest.update(name.encode())
         digest.update(np.ascontiguousarray(model.ops.to_numpy(model.get_param(name)), dtype=np.float32).tobytes())
     return digest.hexdigest()[:32]
-
-
-def fine_tuned_fingerprint(model: Model) -> Optional[str]:
-    """The identity of an ElmoFineTune node's biLM weights (None before initialize)."""
-    return model.attrs.get(FINGERPRINT)
 
 
 # -- forward and backprop ---------------------------------------------------------------------------

@@ -31,7 +31,8 @@ LayerChoice = Union[str, int]
 
 
 class _Link:
-    """The ``elmo`` component a mix layer reads from: skipped by Thinc's serialization, shared (not copied) by deepcopy."""
+    """The ``elmo`` component a mix layer reads from: skipped by Thinc's serialization, shared (not copied) by
+    deepcopy."""
 
     __slots__ = ("component",)
 

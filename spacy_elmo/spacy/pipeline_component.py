@@ -106,7 +106,8 @@ def make_elmo(
 class ElmoComponent(Pipe):
     """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
 
-    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published name, or "default"; loaded lazily, shared.
+    model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published
+        name, or "default"; loaded lazily, shared.
     layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
     gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
     batch_size (int): sentences/windows per biLM forward pass.
@@ -206,7 +207,8 @@ class ElmoComponent(Pipe):
         Set them in ``[initialize.components.elmo]``; a loaded pipeline does not run this.
 
         When a later component's mix layer reads cached layers from this component (ElmoScalarMix; not
-        ElmoFineTune, which runs its own biLM), the training examples are embedded here, in large batches, so each epoch finds their layers in the cache.
+        ElmoFineTune, which runs its own biLM), the training examples are embedded here, in large batches,
+        so each epoch finds their layers in the cache.
         """
         backend = self.backend
         backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
@@ -295,7 +297,8 @@ class ElmoComponent(Pipe):
         return outputs
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[np.ndarray]) -> None:
-        """Store the layers, the model fingerprint and the layer mix on each doc; if asked, the vectors (tensor + hooks)."""
+        """Store the layers, the model fingerprint and the layer mix on each doc; if asked, the vectors (tensor +
+        hooks)."""
         fingerprint = self.backend.fingerprint
         for doc, array in zip(docs, layers):
             doc._.set(LAYERS, array)
@@ -310,7 +313,8 @@ class ElmoComponent(Pipe):
     # -- serialization -------------------------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a reference for the bundled default."""
+        """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's), or only a
+        reference for the bundled default."""
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
@@ -383,7 +387,7 @@ class ElmoComponent(Pipe):
         self._expected_is_files = saved.get("files_fingerprint") is not None
         self._expected_fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
         self._backend = None
-        self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
+        _ = self.backend  # load now: a broken saved pipeline fails at load time, not on the first doc
 
 
 def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
