@@ -21,7 +21,9 @@ TEXTS = [
 ]
 
 
-def textcat_nlp(model_dir: Path, trainable: str, grad_factor: float = 1.0, dtype: str = "float32"):
+def textcat_nlp(
+    model_dir: Path, trainable: str, grad_factor: float = 1.0, dtype: str = "float32", learn_rate_factor: float = 0.05
+):
     """elmo + textcat whose tok2vec is ElmoFineTune.v1 -> Maxout -> the textcat head."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(model_dir), "dtype": dtype})
@@ -29,6 +31,7 @@ def textcat_nlp(model_dir: Path, trainable: str, grad_factor: float = 1.0, dtype
         "@architectures": "spacy_elmo.ElmoFineTune.v1",
         "trainable": trainable,
         "grad_factor": grad_factor,
+        "learn_rate_factor": learn_rate_factor,
         "dropout": 0.0,
     }
     model = {
@@ -205,6 +208,27 @@ def test_grad_factor_zero_leaves_the_biLM_as_it_was(fixture_dir):
         assert np.array_equal(node.get_param(name), value), name
 
 
+def test_learn_rate_factor_scales_the_biLM_steps(fixture_dir):
+    """Same data, same start: with a tenth of the learning rate the biLM's weights move a tenth as far (Adam)."""
+    moves = {}
+    for factor in (1.0, 0.1):
+        spacy.util.fix_random_seed(0)
+        nlp = textcat_nlp(fixture_dir, "top", learn_rate_factor=factor)
+        egs = examples(nlp)
+        nlp.initialize(lambda egs=egs: egs)
+        bilm = own_bilm(fine_tune_node(nlp))
+        vectors(nlp)  # the biLM's weights as the layer uses them
+        before = {n: p.detach().clone() for n, p in bilm.named_parameters() if p.requires_grad}
+        optimizer = Adam(0.01)
+        for _ in range(2):  # the first update reaches only the zero-initialised head
+            nlp.update(egs, sgd=optimizer)
+        vectors(nlp)
+        moves[factor] = {n: (p.detach() - before[n]).numpy() for n, p in bilm.named_parameters() if p.requires_grad}
+    for name, move in moves[1.0].items():
+        assert np.abs(move).max() > 0, name
+        np.testing.assert_allclose(moves[0.1][name], 0.1 * move, rtol=0.05, atol=1e-3 * np.abs(move).max())
+
+
 def test_a_trainable_value_not_allowed_is_refused():
     from spacy_elmo.spacy.architectures import elmo_fine_tune_v1
 
@@ -212,6 +236,8 @@ def test_a_trainable_value_not_allowed_is_refused():
         elmo_fine_tune_v1(trainable="bottom")
     with pytest.raises(ValueError, match="grad_factor"):
         elmo_fine_tune_v1(grad_factor=float("nan"))
+    with pytest.raises(ValueError, match="learn_rate_factor=0"):
+        elmo_fine_tune_v1(learn_rate_factor=0)
 
 
 def test_a_low_precision_backend_is_refused_naming_float32(fixture_dir):

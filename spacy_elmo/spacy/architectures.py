@@ -173,6 +173,7 @@ def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[l
 def elmo_fine_tune_v1(
     trainable: str = "top",
     grad_factor: float = 1.0,
+    learn_rate_factor: float = 0.05,
     layers: LayerChoice = LEARNED,
     gamma: float = 1.0,
     dropout: float = 0.5,
@@ -185,6 +186,8 @@ def elmo_fine_tune_v1(
     trainable (str): the biLM parts the task's gradient trains: "none" (frozen, as ElmoScalarMix.v2), "top" (the
         top LSTM layer of each direction), "lstm" (every LSTM layer), "all" (the char CNN too).
     grad_factor (float): scales the gradient that reaches the biLM (as spacy-transformers' grad_factor; 0 = frozen).
+    learn_rate_factor (float): the biLM's learning rate as a fraction of the task's (discriminative fine-tuning);
+        with Adam, spaCy's default, the biLM's weights move by this fraction of the task layers' step.
     layers, gamma, dropout, l2_coef, anchor_gamma, upstream: as in ElmoScalarMix.v2 (dropout is on the ELMo
         vectors, as the paper's; no layer norm).
     The biLM comes from the ``elmo`` component's model files (dtype "float32"); the shared backend other
@@ -199,4 +202,4 @@ def elmo_fine_tune_v1(
         anchor_gamma=anchor_gamma,
         upstream=upstream,
     )
-    return build_fine_tune(trainable=trainable, grad_factor=grad_factor, mix=mix)
+    return build_fine_tune(trainable=trainable, grad_factor=grad_factor, learn_rate_factor=learn_rate_factor, mix=mix)

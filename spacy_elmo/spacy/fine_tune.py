@@ -8,6 +8,12 @@ spacy-transformers lets it flow into a transformer:
 - ``trainable`` names the parts that learn: ``"none"`` (the frozen biLM), ``"top"`` (the top LSTM
   layer of each direction), ``"lstm"`` (every LSTM layer) or ``"all"`` (the char CNN too);
 - ``grad_factor`` scales the gradient that reaches the biLM (not the mix's own);
+- ``learn_rate_factor`` scales the biLM's learning rate against the task's (discriminative fine-tuning, as
+  ULMFiT's): the layer's params hold the biLM's arrays divided by the factor, and the biLM uses them times
+  the factor, so an optimizer that normalises the step size (Adam, spaCy's default) moves the biLM's
+  weights by the factor times the step it gives the task's layers. Adam's steps do not depend on the
+  gradient's scale, so ``grad_factor`` alone hardly slows the biLM there; a full-rate Adam step is large
+  against pre-trained LSTM weights;
 - the biLM is the layer's own float32 copy, read from the model's files: the process-wide backend
   that the ``elmo`` component and every other front end share is never changed, so another
   pipeline's vectors do not move while this one trains;
@@ -55,12 +61,20 @@ class _Held:
         return _Held()  # a copy builds its own biLM from its own params
 
 
-def build_fine_tune(*, trainable: str, grad_factor: float, mix: Model) -> Model[list[Doc], list[Floats2d]]:
+def build_fine_tune(
+    *, trainable: str, grad_factor: float, learn_rate_factor: float, mix: Model
+) -> Model[list[Doc], list[Floats2d]]:
     """The fine-tuning layer around ``mix`` (an ElmoScalarMix node, which links it to the ``elmo`` component)."""
     if trainable not in TRAINABLE:
         raise ValueError(f"trainable={trainable!r}: expected one of {', '.join(map(repr, TRAINABLE))}")
     if isinstance(grad_factor, bool) or not isinstance(grad_factor, (int, float)) or not np.isfinite(grad_factor):
         raise ValueError(f"grad_factor={grad_factor!r}: expected a finite number")
+    if (
+        isinstance(learn_rate_factor, bool)
+        or not isinstance(learn_rate_factor, (int, float))
+        or not (np.isfinite(learn_rate_factor) and learn_rate_factor > 0)
+    ):
+        raise ValueError(f"learn_rate_factor={learn_rate_factor!r}: expected a number > 0 (trainable='none' freezes)")
     mix.attrs[OWN_BILM] = True  # the elmo component need not fill its cache for it
     return Model(
         FINE_TUNE_NAME,
@@ -68,7 +82,13 @@ def build_fine_tune(*, trainable: str, grad_factor: float, mix: Model) -> Model[
         init=_init,
         layers=[mix],
         dims={"nO": None},
-        attrs={"trainable": trainable, "grad_factor": float(grad_factor), BILM: _Held(), BASE: None},
+        attrs={
+            "trainable": trainable,
+            "grad_factor": float(grad_factor),
+            "learn_rate_factor": float(learn_rate_factor),
+            BILM: _Held(),
+            BASE: None,
+        },
     )
 
 
@@ -151,7 +171,7 @@ def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d
     bilm = _own_bilm(model)
     model.attrs[BASE] = _base_backend(model).files_fingerprint
     for name, param in _trained(bilm).items():
-        model.set_param(name, cast(Any, torch2xp(param.detach().clone())))
+        model.set_param(name, cast(Any, torch2xp(param.detach() / model.attrs["learn_rate_factor"])))
     return model
 
 
@@ -161,9 +181,9 @@ def _sync(model: Model, bilm: BiLM) -> None:
         for name, param in _trained(bilm).items():
             if not model.has_param(name):
                 raise ValueError(f"ElmoFineTune has no trained array {name!r}: initialize the pipeline first")
-            value = model.get_param(name)
-            if not bool(model.ops.xp.array_equal(value, torch2xp(param.detach()))):
-                param.copy_(xp2torch(value, device=param.device))  # copy_ bumps the version: stale packs rebuilt
+            value = xp2torch(model.get_param(name), device=param.device) * model.attrs["learn_rate_factor"]
+            if not torch.equal(value, param):
+                param.copy_(value)  # copy_ bumps the version: stale packs rebuilt
 
 
 def fine_tuned_fingerprint(model: Model) -> Optional[str]:
@@ -227,7 +247,7 @@ def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats
         d_inputs: list[Any] = backprop_mix(dYs)
         if not grads_needed:
             return []
-        factor = model.attrs["grad_factor"]
+        factor = model.attrs["grad_factor"] * model.attrs["learn_rate_factor"]  # the params are the arrays / lr factor
         tensors, grads = [], []
         for batch, layers in results:
             d_layers: Any = model.ops.alloc4f(*layers.shape)
