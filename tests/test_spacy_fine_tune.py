@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+from numerics import assert_recomputed_close
 from spacy.training import Example
 from thinc.api import Adam
 
@@ -155,10 +156,12 @@ def test_training_never_changes_the_shared_backend_or_a_frozen_pipeline(fixture_
     assert fine_tune_node(nlp).attrs["bilm"].bilm is not backend.model
     for name, p in backend.model.named_parameters():
         assert torch_equal(p, weights[name]), name
+    tuned = own_bilm(fine_tune_node(nlp))
+    assert any(not torch_equal(p, weights[n]) for n, p in tuned.named_parameters())  # while its own copy moved
     backend.clear_cache()  # recomputed from the backend's weights, not read back from its cache
     after = [doc._.elmo_layers for doc in frozen.pipe(texts)]
-    for a, b in zip(before, after):
-        assert np.array_equal(a, b)
+    for a, b in zip(before, after):  # the same weights: equal up to float32 summation order (other GEMM kernels)
+        assert_recomputed_close(b, a)
 
 
 def test_saved_fine_tuned_pipeline_reloads_with_identical_outputs(fixture_dir, tmp_path):
@@ -209,7 +212,7 @@ def test_grad_factor_zero_leaves_the_biLM_as_it_was(fixture_dir):
 
 
 def test_learn_rate_factor_scales_the_biLM_steps(fixture_dir):
-    """Same data, same start: with a tenth of the learning rate the biLM's weights move a tenth as far (Adam)."""
+    """Same data, same start: with a tenth of the learning rate the biLM's largest weight steps are a tenth (Adam)."""
     moves = {}
     for factor in (1.0, 0.1):
         spacy.util.fix_random_seed(0)
@@ -224,9 +227,9 @@ def test_learn_rate_factor_scales_the_biLM_steps(fixture_dir):
             nlp.update(egs, sgd=optimizer)
         vectors(nlp)
         moves[factor] = {n: (p.detach() - before[n]).numpy() for n, p in bilm.named_parameters() if p.requires_grad}
-    for name, move in moves[1.0].items():
-        assert np.abs(move).max() > 0, name
-        np.testing.assert_allclose(moves[0.1][name], 0.1 * move, rtol=0.05, atol=1e-3 * np.abs(move).max())
+    for name, move in moves[1.0].items():  # Adam's largest steps (large gradients, where eps does not count)
+        ratio = np.abs(moves[0.1][name]).max() / np.abs(move).max()
+        assert 0.09 < ratio < 0.102, (name, ratio)
 
 
 def test_a_trainable_value_not_allowed_is_refused():
