@@ -23,11 +23,16 @@ TEXTS = [
 
 
 def textcat_nlp(
-    model_dir: Path, trainable: str, grad_factor: float = 1.0, dtype: str = "float32", learn_rate_factor: float = 0.05
+    model_dir: Path,
+    trainable: str,
+    grad_factor: float = 1.0,
+    dtype: str = "float32",
+    learn_rate_factor: float = 0.05,
+    **elmo: object,
 ):
     """elmo + textcat whose tok2vec is ElmoFineTune.v1 -> Maxout -> the textcat head."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": str(model_dir), "dtype": dtype})
+    nlp.add_pipe("elmo", config={"model": str(model_dir), "dtype": dtype, **elmo})
     features = {
         "@architectures": "spacy_elmo.ElmoFineTune.v1",
         "trainable": trainable,
@@ -126,9 +131,11 @@ def torch_equal(a, b) -> bool:
     return bool((a.detach() == b.detach()).all())
 
 
-def test_before_training_it_gives_the_frozen_mix_vectors(fixture_dir):
-    """Initialized, not yet trained: the same vectors as the layers the shared backend computes, mixed."""
-    nlp = textcat_nlp(fixture_dir, "top")
+@pytest.mark.parametrize("windows", [{}, {"max_length": 4, "window_overlap": 2}], ids=["whole", "windows"])
+def test_before_training_it_gives_the_frozen_mix_vectors(fixture_dir, windows):
+    """Initialized, not yet trained: the same vectors as the layers the shared backend computes, mixed (the
+    component's windows too: sentences longer than max_length are cut and stitched the same way)."""
+    nlp = textcat_nlp(fixture_dir, "top", **windows)
     egs = examples(nlp)
     nlp.initialize(lambda: egs)
     docs = [nlp.make_doc(t) for t, _ in TEXTS]
