@@ -217,6 +217,37 @@ def _set_threads(threads: Optional[int]) -> None:
 
 
 @app.command()
+def adapt(
+    output_dir: Path = typer.Argument(..., help="Directory for the adapted model (an ELMo model directory)"),
+    train_docs: Path = typer.Option(..., "--train", help="The task's training docs (.spacy); only their text is read"),
+    dev_docs: Path = typer.Option(..., "--dev", help="The task's dev docs (.spacy): perplexity before and after"),
+    init_from: str = typer.Option("default", help="The biLM to adapt: 'default' or a model directory with its softmax"),
+    epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text"),
+    max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
+    lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
+    token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
+    seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
+) -> None:
+    """Domain adaptation: fine-tune a biLM's LM on the text of a task's .spacy docs, for the elmo component.
+
+    Writes OUTPUT_DIR (use it as [components.elmo.model] path) and OUTPUT_DIR/adaptation.json with the
+    dev perplexity before and after.
+    """
+    from .spacy.adapt import AdaptOptions
+    from .spacy.adapt import adapt as run_adapt
+
+    with _errors_exit_2():
+        _set_threads(threads)
+        options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
+        result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options)
+    before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
+    typer.echo(
+        f"saved to {output_dir}; dev perplexity (mean of both directions) {before['mean']:.2f} -> {after['mean']:.2f}"
+    )
+
+
+@app.command()
 def evaluate(
     model_dir: Path = typer.Argument(..., help="A model directory written by `spacy-elmo train` (or 'default')"),
     text_files: list[Path] = typer.Argument(..., help="Text files, one sentence or paragraph per line"),

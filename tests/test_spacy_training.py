@@ -98,22 +98,24 @@ def test_architectures_resolve_in_a_fresh_process():
         "from thinc.api import Config\n"
         'cfg = Config().from_str(\'[mix]\\n@architectures = "spacy_elmo.ElmoScalarMix.v2"\\n'
         '[old]\\n@architectures = "spacy_elmo.ElmoScalarMix.v1"\\nwidth = 32\\nn_layers = 2\\n'
+        '[tuned]\\n@architectures = "spacy_elmo.ElmoFineTune.v1"\\ntrainable = "lstm"\\n'
         '[model]\\n@misc = "spacy_elmo.ElmoBiLM.v1"\\n'
         '[positions]\\n@misc = "spacy_elmo.sentence_positions.v1"\\n\')\n'
         "assert 'spacy_elmo' not in sys.modules\n"
         "r = spacy.registry.resolve(cfg)\n"
         "print(r['mix'].name, r['old'].get_dim('nO'), r['model'].path, r['positions'].__name__)\n"
+        "print(r['tuned'].name, r['tuned'].attrs['trainable'])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["elmo_scalar_mix", "32", "default", "sentence_positions"]
+    assert result.stdout.split() == ["elmo_scalar_mix", "32", "default", "sentence_positions", "elmo_fine_tune", "lstm"]
 
 
 @pytest.mark.parametrize("config", [EXAMPLES / "config.cfg", *CONFIGS], ids=lambda p: p.name)
 def test_shipped_configs_pass_debug_config(config, capsys):
     from spacy.cli.debug_config import debug_config
 
-    assert len(CONFIGS) == 6
+    assert len(CONFIGS) == 10
     debug_config(
         config, overrides={"paths.train": "train.spacy", "paths.dev": "dev.spacy"}
     )  # exits on an invalid config

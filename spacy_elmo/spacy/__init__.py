@@ -1,7 +1,14 @@
-"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter and
-trainable mix."""
+"""spaCy v3 front end: the ``elmo`` pipeline component, its extensions, hooks, model loader, position getter,
+the trainable mix and the fine-tuning layer."""
 
-from .architectures import ElmoModelRef, elmo_bilm_v1, elmo_scalar_mix_v1, elmo_scalar_mix_v2, sentence_positions
+from .architectures import (
+    ElmoModelRef,
+    elmo_bilm_v1,
+    elmo_fine_tune_v1,
+    elmo_scalar_mix_v1,
+    elmo_scalar_mix_v2,
+    sentence_positions,
+)
 from .extensions import StaleLayersError, install_extensions, stored_layers
 from .hooks import set_hooks
 from .layers import LearnedMix, learned_mix
@@ -14,6 +21,7 @@ __all__ = [
     "LearnedMix",
     "StaleLayersError",
     "elmo_bilm_v1",
+    "elmo_fine_tune_v1",
     "elmo_scalar_mix_v1",
     "elmo_scalar_mix_v2",
     "install_extensions",

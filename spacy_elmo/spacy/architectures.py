@@ -4,7 +4,9 @@
 "spacy_elmo.sentence_positions.v1"`` is the ``elmo`` component's default ``get_positions`` (which
 tokens of a doc form each biLM input, as spacy-transformers' span getters do); ``@architectures =
 "spacy_elmo.ElmoScalarMix.v2"`` is the trainable mix (``v1`` stays for configs and pipelines
-saved with it). pyproject.toml's ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
+saved with it); ``@architectures = "spacy_elmo.ElmoFineTune.v1"`` is the same mix over the
+layer's own copy of the biLM, whose chosen parts the task's gradient trains. pyproject.toml's
+``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
 them in a process that has not imported spacy_elmo.
 """
 
@@ -24,6 +26,7 @@ from thinc.types import Floats2d
 from ..backend import ElmoBackend, load_bilm
 from ..model_files import is_default, is_remote, resolve_model_files
 from ..tokenize import is_whitespace
+from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
 
 
@@ -58,7 +61,8 @@ class ElmoModelRef:
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
 def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
-    """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``, a published name, an archive or URL."""
+    """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``,
+    a published name, an archive or URL."""
     return ElmoModelRef(str(path))
 
 
@@ -163,3 +167,39 @@ def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[l
         width=width,
         n_outputs=n_layers + 1,
     )
+
+
+@registry.architectures("spacy_elmo.ElmoFineTune.v1")
+def elmo_fine_tune_v1(
+    trainable: str = "top",
+    grad_factor: float = 1.0,
+    learn_rate_factor: float = 0.05,
+    layers: LayerChoice = LEARNED,
+    gamma: float = 1.0,
+    dropout: float = 0.5,
+    l2_coef: float = 0.001,
+    anchor_gamma: bool = True,
+    upstream: str = "*",
+) -> Model[list[Doc], list[Floats2d]]:
+    """ElmoScalarMix.v2's mix over the layer's own float32 copy of the biLM, fine-tuned end to end with the task.
+
+    trainable (str): the biLM parts the task's gradient trains: "none" (frozen, as ElmoScalarMix.v2), "top" (the
+        top LSTM layer of each direction), "lstm" (every LSTM layer), "all" (the char CNN too).
+    grad_factor (float): scales the gradient that reaches the biLM (as spacy-transformers' grad_factor; 0 = frozen).
+    learn_rate_factor (float): the biLM's learning rate as a fraction of the task's (discriminative fine-tuning);
+        with Adam, spaCy's default, the biLM's weights move by this fraction of the task layers' step.
+    layers, gamma, dropout, l2_coef, anchor_gamma, upstream: as in ElmoScalarMix.v2 (dropout is on the ELMo
+        vectors, as the paper's; no layer norm).
+    The biLM comes from the ``elmo`` component's model files (dtype "float32"); the shared backend other
+    pipelines use is never changed. The trained arrays are saved with the pipeline.
+    """
+    mix = build_scalar_mix(
+        layers=layers,
+        gamma=gamma,
+        dropout=dropout,
+        l2_coef=l2_coef,
+        do_layer_norm=False,
+        anchor_gamma=anchor_gamma,
+        upstream=upstream,
+    )
+    return build_fine_tune(trainable=trainable, grad_factor=grad_factor, learn_rate_factor=learn_rate_factor, mix=mix)

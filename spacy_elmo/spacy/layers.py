@@ -26,11 +26,13 @@ from .extensions import LAYERS, fresh_layers, stored_layers
 MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners
 LEARNED = "mix"  # the ``layers`` value for the paper's learned softmax weights
 LINK = "elmo_component"  # attr holding the linked component (a _Link, which Thinc cannot serialize and skips)
+OWN_BILM = "own_bilm"  # attr: True for the mix inside ElmoFineTune, whose layers come from its own biLM
 LayerChoice = Union[str, int]
 
 
 class _Link:
-    """The ``elmo`` component a mix layer reads from: skipped by Thinc's serialization, shared (not copied) by deepcopy."""
+    """The ``elmo`` component a mix layer reads from: skipped by Thinc's serialization, shared (not copied) by
+    deepcopy."""
 
     __slots__ = ("component",)
 
@@ -107,12 +109,18 @@ def link(model: Model, component: Any) -> None:
         _check_shape(model, *_component_shape(component), f"the ELMo model of component {component.name!r}")
 
 
+def is_cached_reader(model: Model) -> bool:
+    """Whether the mix layer ``model`` reads the component's (cached) layers; False inside ElmoFineTune."""
+    return not model.attrs.get(OWN_BILM, False)
+
+
 def unlink(model: Model) -> None:
     """Forget the linked component."""
     model.attrs.pop(LINK, None)
 
 
-def _linked(model: Model) -> Optional[Any]:
+def linked(model: Model) -> Optional[Any]:
+    """The ``elmo`` component the mix layer ``model`` reads from, or None when it is not linked."""
     held = model.attrs.get(LINK)
     return None if held is None else held.component
 
@@ -151,7 +159,7 @@ def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d
 
 def _source_shape(model: Model, X: Optional[list[Doc]]) -> tuple[int, int]:
     """``(n_outputs, width)`` from the linked component, else from docs that carry layers, else as built (v1)."""
-    component = _linked(model)
+    component = linked(model)
     if component is not None:
         return _component_shape(component)
     for doc in X or ():
@@ -168,8 +176,24 @@ def _source_shape(model: Model, X: Optional[list[Doc]]) -> tuple[int, int]:
 
 
 def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats2d], Callable]:
+    outputs, backprop_mix = mix_forward(model, _inputs(model, docs), is_train, input_grads=False)
+
+    def backprop(dYs: list[Floats2d]) -> list[Doc]:
+        backprop_mix(dYs)
+        return []
+
+    return outputs, backprop
+
+
+def mix_forward(
+    model: Model, inputs: list[Floats3d], is_train: bool, *, input_grads: bool
+) -> tuple[list[Floats2d], Callable[[list[Floats2d]], list[Floats3d]]]:
+    """The mix of each doc's ``(n_outputs, n_tokens, width)`` layers, and its backprop.
+
+    The backprop adds the gradients of ``s`` and ``gamma`` and returns the gradient of each input
+    when ``input_grads`` (a layer whose biLM trains, spacy_elmo.ElmoFineTune.v1); else empty arrays.
+    """
     xp = model.ops.xp
-    inputs = _inputs(model, docs)
     learned = model.attrs["layers"] == LEARNED
     s = cast(Floats1d, model.get_param("s"))
     if learned:
@@ -182,19 +206,23 @@ def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats
     masks = [model.ops.get_dropout_mask(mix.shape, rate) if rate > 0 else None for mix in mixes]
     outputs = [gamma * mix if mask is None else gamma * mix * mask for mix, mask in zip(mixes, masks)]
 
-    def backprop(dYs: list[Floats2d]) -> list[Doc]:
+    def backprop(dYs: list[Floats2d]) -> list[Floats3d]:
         d_gamma = model.ops.alloc1f(1)
         d_weights = xp.zeros_like(weights)
+        d_inputs: list[Floats3d] = []
         for X, mix, mask, dY in zip(inputs, mixes, masks, dYs):
             if mask is not None:
                 dY = dY * mask
             d_gamma[0] += (dY * mix).sum()
             if learned:
                 d_weights += gamma * xp.tensordot(X, dY, axes=([1, 2], [0, 1]))
+            if input_grads:
+                scale = cast(Any, gamma * weights).astype("float32")  # d output / d layer j: gamma * w_j
+                d_inputs.append(scale[:, None, None] * cast(Any, dY)[None])
         if learned:  # softmax Jacobian, plus the paper's regulariser l2_coef * ||s||^2 (bilm-tf puts it on s)
             model.inc_grad("s", weights * (d_weights - (weights * d_weights).sum()) + 2 * model.attrs["l2_coef"] * s)
         model.inc_grad("gamma", d_gamma)
-        return []
+        return d_inputs
 
     return outputs, backprop
 
@@ -206,7 +234,7 @@ def _softmax(s: Floats1d, xp) -> Floats1d:
 
 def _inputs(model: Model, docs: list[Doc]) -> list[Floats3d]:
     """Each doc's float32 ``(n_outputs, n_tokens, width)`` layers: stored on the doc, else from the linked component."""
-    component = _linked(model)
+    component = linked(model)
     fingerprint = component.backend.fingerprint if component is not None else None
     arrays = [_stored_layers(doc, fingerprint) for doc in docs]
     missing = [i for i, layers in enumerate(arrays) if layers is None]

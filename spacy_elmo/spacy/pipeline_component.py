@@ -31,7 +31,7 @@ from ..windows import check_window_config, embed_segments
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import set_hooks
-from .layers import link, listening_layers, unlink
+from .layers import is_cached_reader, link, listening_layers, unlink
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
@@ -201,13 +201,14 @@ class ElmoComponent(Pipe):
         cache_dir (str | None): a directory for the backend's disk cache, shared by runs and processes.
         Set them in ``[initialize.components.elmo]``; a loaded pipeline does not run this.
 
-        When a later component's mix layer reads from this component, the training examples are
-        embedded here, in large batches, so each epoch finds their layers in the cache.
+        When a later component's mix layer reads cached layers from this component (ElmoScalarMix; not
+        ElmoFineTune, which runs its own biLM), the training examples are embedded here, in large batches,
+        so each epoch finds their layers in the cache.
         """
         backend = self.backend
         backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
-        if get_examples is None or not self.listeners:
-            return
+        if get_examples is None or not any(is_cached_reader(layer) for layer in self.listeners):
+            return  # no listener reads layers from the cache (ElmoFineTune computes its own)
         n_docs = 0
         for docs in minibatch((example.predicted for example in get_examples()), size=INIT_EMBED_DOCS):
             self.predict(docs)  # the results land in the backend's cache

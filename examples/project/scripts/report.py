@@ -51,7 +51,16 @@ def mix_cells(run: dict[str, Any]) -> list[str]:
 def table(metrics: list[dict[str, Any]], keys: tuple) -> list[str]:
     """One row per run plus a mean row per variant."""
     names = {"accuracy": "accuracy", "cats_macro_f": "macro-F", "ents_p": "P", "ents_r": "R", "ents_f": "F"}
-    head = ["variant", "seed", *(names[k] for k in keys), "layer weights (0 / 1 / 2)", "gamma", "train s", "test s"]
+    head = [
+        "variant",
+        "seed",
+        *(names[k] for k in keys),
+        "layer weights (0 / 1 / 2)",
+        "gamma",
+        "train s",
+        "peak MiB",
+        "test s",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in metrics:
         runs = variant["runs"]
@@ -62,12 +71,38 @@ def table(metrics: list[dict[str, Any]], keys: tuple) -> list[str]:
                 *(f"{run[k]:.3f}" for k in keys),
                 *mix_cells(run),
                 f"{run['train_s']:.0f}",
+                f"{run['peak_rss_mb']:.0f}" if "peak_rss_mb" in run else "–",
                 f"{run['eval_s']:.0f}",
             ]
             lines.append("| " + " | ".join(cells) + " |")
         means = [f"**{statistics.mean(r[k] for r in runs):.3f}**" for k in keys]
-        lines.append("| " + " | ".join([f"**{variant['name']}**", "mean", *means, "", "", "", ""]) + " |")
+        train_s = statistics.mean(r["train_s"] for r in runs)
+        lines.append(
+            "| " + " | ".join([f"**{variant['name']}**", "mean", *means, "", "", f"{train_s:.0f}", "", ""]) + " |"
+        )
     return lines
+
+
+def adaptation_lines(directories: list[Path]) -> list[str]:
+    """One row per domain-adapted model: what it trained on and the dev perplexity before and after."""
+    rows = [json.loads((d / "adaptation.json").read_text(encoding="utf-8")) for d in directories]
+    if not rows:
+        return []
+    lines = [
+        "## Domain adaptation: dev perplexity of the biLM's LM",
+        "",
+        "`spacy-elmo adapt` fine-tuned the bundled biLM's language model on each task's training docs' text "
+        "(labels unused); perplexity per predicted token on the task's dev text, mean of the two directions.",
+        "",
+        "| adapted model | training docs | steps | train s | dev perplexity before | after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for directory, row in zip(directories, rows):
+        lines.append(
+            f"| `{directory}` | {row['n_train_docs']:,} | {row['steps']} | {row['wall_time_s']:.0f} | "
+            f"{row['dev_perplexity_before']['mean']:.1f} | {row['dev_perplexity_after']['mean']:.1f} |"
+        )
+    return [*lines, ""]
 
 
 def main(
@@ -75,6 +110,8 @@ def main(
     var: list[str] = typer.Option([], help="NAME=VALUE: a project variable as the run used it (for the commands)"),
     output: Path = typer.Option(Path("results.md")),
     metrics_dir: Path = typer.Option(Path("metrics")),
+    adapted: list[Path] = typer.Option([], help="Domain-adapted model directories (their adaptation.json)"),
+    note: list[str] = typer.Option([], help="A paragraph to add after the setting (e.g. how the machine was shared)"),
 ) -> None:
     """Collect the runs into ``output``."""
     metrics = [json.loads((metrics_dir / f"{name}.json").read_text(encoding="utf-8")) for name in names]
@@ -99,9 +136,15 @@ def main(
         "Wall times in seconds, on a machine shared with other work (so only roughly comparable). ELMo embeddings "
         "go to the disk cache `cache/elmo`: `spacy debug data` (the `check` step) initializes each pipeline, which "
         "embeds the training docs; the first ELMo run of a task embeds its dev docs in `train s` and its test docs "
-        "in `test s`; later runs read them from the cache.",
+        "in `test s`; later runs read them from the cache. `peak MiB`: the training process's peak resident memory "
+        "(the kernel's max RSS of `spacy train`). Variants: `tok2vec` spaCy's own (no ELMo); `elmo` the frozen biLM's "
+        "learned mix (ElmoScalarMix.v2); `elmo_adapted` the same on the biLM adapted to the task's text "
+        "(`spacy-elmo adapt`); `elmo_finetune` end-to-end fine-tuning of the top LSTM layer of each direction "
+        "(ElmoFineTune.v1, trainable top), which runs the biLM for every batch; `*_tok2vec` the variant beside spaCy's "
+        "hash embeddings.",
         "",
     ]
+    lines += [*(x for n in note for x in (n, "")), *adaptation_lines(adapted)]
     if textcat:
         lines += [
             "## SST-5: test accuracy",
@@ -123,7 +166,7 @@ def main(
         "```bash",
     ]
     for command in project["commands"]:
-        if command["name"] in ("convert", "check"):
+        if command["name"] in ("convert", "check") or command["name"].endswith("_adapt"):
             lines += command["script"]
     for m in metrics:
         for run in m["runs"]:

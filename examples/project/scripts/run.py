@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -56,6 +57,16 @@ def train_command(
     return command
 
 
+def train_process(command: list[str]) -> float:
+    """Run one training process to its end; its peak resident memory in MiB (the kernel's max RSS of that process)."""
+    process = subprocess.Popen(command)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
 def main(
     config: Path,
     name: str,
@@ -77,7 +88,7 @@ def main(
         output = training_dir / f"{name}_s{seed}"
         command = train_command(config, output, train, dev, seed, max_steps, eval_frequency, gpu_id, elmo, elmo_cache)
         start = time.perf_counter()
-        subprocess.run([sys.executable, *command[1:]], check=True)
+        peak_mb = train_process([sys.executable, *command[1:]])
         train_s = time.perf_counter() - start
         start = time.perf_counter()
         scores = evaluate(output / "model-best", test)
@@ -89,6 +100,7 @@ def main(
                 "command": shlex.join(command),
                 "eval_command": eval_command,
                 "train_s": train_s,
+                "peak_rss_mb": peak_mb,
                 "eval_s": eval_s,
                 **scores,
             }

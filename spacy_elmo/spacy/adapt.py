@@ -1,0 +1,110 @@
+"""Domain adaptation for spaCy users: fine-tune the biLM's language model on a task's own ``.spacy`` text.
+
+The paper's first source of task gains: before the task trains, the biLM's LM is fine-tuned on the
+task's text (labels unused). :func:`adapt` reads the token texts of the training docs (and of the
+dev docs, for perplexity), runs the ordinary fine-tuning of :mod:`spacy_elmo.train` from ``init_from``
+and writes an ELMo model directory (options.json + weights.hdf5, vocabulary, softmax, metrics.json
+with the dev perplexity before and after) that the ``elmo`` component takes as its ``model``
+(``[components.elmo.model] path = "OUT"``). ``spacy-elmo adapt`` is its command line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from spacy.tokens import DocBin
+from spacy.vocab import Vocab
+
+from ..bilm.files import write_text_atomically
+from ..model_files import resolve_model_files
+from ..tokenize import is_whitespace
+from ..train import TrainConfig, Trainer, evaluate, make_sources
+
+PathLike = Union[str, Path]
+TEXT_DIR = "task_text"  # under the output directory: the docs' text, one doc per line
+ADAPTATION = "adaptation.json"  # under the output directory: what was adapted on, perplexity before / after
+
+
+@dataclass
+class AdaptOptions:
+    """The fine-tuning run's options that an adaptation usually changes; the rest are TrainConfig's defaults."""
+
+    epochs: float = 1.0
+    max_steps: Optional[int] = None
+    lr: float = TrainConfig(train=[]).lr
+    token_budget: int = TrainConfig(train=[]).token_budget
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # any other TrainConfig field, by name
+
+
+def doc_lines(path: PathLike) -> Iterator[str]:
+    """Each doc of a ``.spacy`` file as one line of its space-separated tokens (whitespace tokens left out)."""
+    for doc in DocBin().from_disk(path).get_docs(Vocab()):
+        tokens = [token.text for token in doc if not is_whitespace(token.text)]
+        if tokens:
+            yield " ".join(tokens)
+
+
+def write_doc_text(source: PathLike, target: PathLike) -> int:
+    """Write the docs of ``source`` (``.spacy``) to ``target`` as text, one doc per line; returns the docs written."""
+    lines = list(doc_lines(source))
+    if not lines:
+        raise ValueError(f"{source}: no docs with text (expected a .spacy file of training docs)")
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(target, "\n".join(lines) + "\n")
+    return len(lines)
+
+
+def adapt(
+    output_dir: PathLike,
+    train_docs: PathLike,
+    dev_docs: PathLike,
+    *,
+    init_from: str = "default",
+    options: Optional[AdaptOptions] = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune ``init_from``'s LM on the text of ``train_docs``; returns (and saves) the dev perplexity before/after.
+
+    output_dir: the adapted model's directory (an ELMo model: options.json + weights.hdf5 and its softmax).
+    train_docs, dev_docs: ``.spacy`` files (e.g. the task's training and dev corpora); only their text is read.
+    init_from: the model to start from; it must ship its vocabulary and softmax (as "default" does), or the
+        perplexity before adaptation cannot be measured.
+    """
+    options = options or AdaptOptions()
+    out = Path(output_dir)
+    text_dir = out / TEXT_DIR
+    n_train = write_doc_text(train_docs, text_dir / "train.txt")
+    n_dev = write_doc_text(dev_docs, text_dir / "dev.txt")
+    start_dir = resolve_model_files(init_from)[0].parent
+    before = evaluate(start_dir, [text_dir / "dev.txt"])
+    config = TrainConfig(
+        train=[s.to_json() for s in make_sources([text_dir / "train.txt"])],
+        valid=[s.to_json() for s in make_sources([text_dir / "dev.txt"])],
+        epochs=options.epochs,
+        max_steps=options.max_steps,
+        lr=options.lr,
+        token_budget=options.token_budget,
+        seed=options.seed,
+        init_from=init_from,
+        **options.extra,
+    )
+    metrics = Trainer(config, out, progress=progress).run()
+    after = evaluate(out, [text_dir / "dev.txt"])
+    result = {
+        "init_from": init_from,
+        "train_docs": str(train_docs),
+        "dev_docs": str(dev_docs),
+        "n_train_docs": n_train,
+        "n_dev_docs": n_dev,
+        "steps": metrics.get("steps"),
+        "wall_time_s": metrics.get("wall_time_s"),
+        "dev_perplexity_before": before,
+        "dev_perplexity_after": after,
+    }
+    write_text_atomically(out / ADAPTATION, json.dumps(result, indent=2) + "\n")
+    return result

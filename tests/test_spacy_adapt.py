@@ -1,0 +1,69 @@
+"""`spacy-elmo adapt`: domain adaptation of the biLM's LM on a .spacy corpus's text, usable by the elmo component."""
+
+import json
+
+import numpy as np
+import spacy
+from test_spacy_training import TEXTS, write_corpus
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+from spacy_elmo.spacy.adapt import ADAPTATION, doc_lines
+
+
+def test_doc_lines_are_the_docs_tokens_without_whitespace(tmp_path):
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    assert list(doc_lines(corpus)) == [text for text, _ in TEXTS]
+
+
+def test_adapt_writes_a_model_the_elmo_component_loads(tmp_path):
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    out = tmp_path / "adapted"
+    result = CliRunner().invoke(
+        app,
+        [
+            "adapt",
+            str(out),
+            "--train",
+            str(corpus),
+            "--dev",
+            str(corpus),
+            "--epochs",
+            "3",
+            "--max-steps",
+            "3",
+            "--token-budget",
+            "256",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / ADAPTATION).read_text())
+    before, after = record["dev_perplexity_before"]["mean"], record["dev_perplexity_after"]["mean"]
+    assert record["steps"] == 3 and record["n_train_docs"] == len(TEXTS)
+    assert after < before  # three steps on the dev text itself lower its perplexity
+    assert f"{before:.2f} -> {after:.2f}" in result.output
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(out)})
+    default = spacy.blank("en")
+    default.add_pipe("elmo")
+    text = TEXTS[0][0]
+    adapted_layers, default_layers = nlp(text)._.elmo_layers, default(text)._.elmo_layers
+    assert adapted_layers.shape == default_layers.shape and not np.allclose(adapted_layers, default_layers)
+
+
+def test_adapt_names_a_corpus_without_text(tmp_path):
+    from spacy.tokens import DocBin
+
+    DocBin().to_disk(tmp_path / "empty.spacy")
+    result = CliRunner().invoke(
+        app,
+        [
+            "adapt",
+            str(tmp_path / "out"),
+            "--train",
+            str(tmp_path / "empty.spacy"),
+            "--dev",
+            str(tmp_path / "empty.spacy"),
+        ],
+    )
+    assert result.exit_code == 2 and "no docs with text" in result.output
