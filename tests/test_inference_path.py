@@ -8,7 +8,7 @@ import torch
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, inference, load_model
+from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, engine, inference, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.model import lstm_outputs
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -107,7 +107,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     with torch.inference_mode():
         whole, _, _ = model(ids)
-        monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 24 * 7)  # 7 packed rows per chunk
+        monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 24 * 7)  # 7 packed rows per chunk
         chunked, _, _ = model(ids)
     assert_recomputed_close(chunked, whole)  # other row counts, other GEMM blocking
 
@@ -115,7 +115,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
 def test_autograd_still_flows_through_bilm():
     model = BiLM(_options()).train()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=2)))
-    acts, mask, _ = model(ids)
+    acts, _mask, _ = model(ids)
     acts[1:].sum().backward()
     grads = [p.grad for p in model.lstm.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -157,7 +157,7 @@ def test_skipping_boundary_steps_changes_no_word_position(threads, monkeypatch):
         model = BiLM(_options()).eval()
         for p in model.parameters():
             torch.nn.init.uniform_(p, -0.5, 0.5)
-        sentences = _random_batch(seed=12, n=9, longest=14) + [["one"]]
+        sentences = [*_random_batch(seed=12, n=9, longest=14), ["one"]]
         ids = torch.as_tensor(batch_to_char_ids(sentences))
         mask = (ids > 0).any(dim=-1)
         with torch.inference_mode():

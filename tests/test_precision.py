@@ -34,7 +34,7 @@ from test_inference_path import _options, _random_batch, _random_state
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
-from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, inference, low_precision, threads
+from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, engine, low_precision, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
@@ -123,7 +123,7 @@ def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
     assert len({id(b) for b in backends}) == len(names)
     assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, dtype="float32").fingerprint
     assert resolve_dtype("int8") is torch.int8 and resolve_dtype(None) is torch.float32
-    with pytest.raises(ValueError, match="dtype must be one of.*'int4'"):
+    with pytest.raises(ValueError, match=r"dtype must be one of.*'int4'"):
         resolve_dtype("int4")
 
 
@@ -147,12 +147,12 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
     ids = torch.as_tensor(batch_to_char_ids([["A", "bank", "."]]))
     backend.model.lstm.forward_layers[0].bias.requires_grad_(True)
     try:
-        with pytest.raises(RuntimeError, match="dtype='int8'.*float32"):
+        with pytest.raises(RuntimeError, match=r"dtype='int8'.*float32"):
             backend.model(ids)  # the reference (autograd) path needs the released float32 weights
     finally:
         backend.model.lstm.forward_layers[0].bias.requires_grad_(False)
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    with pytest.raises(ValueError, match="int8.*CPU only"):
+    with pytest.raises(ValueError, match=r"int8.*CPU only"):
         ElmoBackend(model, backend.options_path, backend.weights_path, torch.device("cuda"), torch.int8)
 
 
@@ -331,8 +331,8 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         monkeypatch.setattr(threads, "_pool", None)
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
-    monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
-    monkeypatch.setattr(inference, "INT8_GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
+    monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 64 * 7)
+    monkeypatch.setattr(engine.Int8Engine, "gate_chunk_elements", 4 * 64 * 7)
     monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
     model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite
@@ -347,14 +347,14 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         model = model.to(torch.bfloat16)
         state = [[(h.bfloat16(), c.bfloat16()) for h, c in layer] for layer in state]
     calls = []
-    compiled_loop = inference._StepProducts.compiled_loop
+    compiled_loop = engine.LayerSteps.compiled_loop
 
-    def recording(products):
-        loop = compiled_loop(products)
+    def recording(steps):
+        loop = compiled_loop(steps)
         calls.append(loop is not None)
         return loop
 
-    monkeypatch.setattr(inference._StepProducts, "compiled_loop", recording)
+    monkeypatch.setattr(engine.LayerSteps, "compiled_loop", recording)
     runs = []
     try:
         for use_script in (True, False):
