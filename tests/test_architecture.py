@@ -1,4 +1,5 @@
-"""The rules of ARCHITECTURE.md that a machine can check: no import circles, bilm/ knows no front end, threads in one place."""
+"""The rules of ARCHITECTURE.md that a machine can check: no import circles, bilm/ knows no front end, threads in
+one place, precision chosen by the engines."""
 
 import ast
 from collections.abc import Iterator
@@ -72,7 +73,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -246,7 +247,8 @@ def embed_calls(path: Path) -> list[int]:
 
 
 def test_front_ends_never_call_backend_embed():
-    """Only windows.py hands token sequences to ``backend.embed``; a front end that did would get no windows and no per-call bound."""
+    """Only windows.py hands token sequences to ``backend.embed``; a front end that did would get no windows and no
+    per-call bound."""
     assert embed_calls(MODULES["spacy_elmo.windows"])  # the check sees what it looks for
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
@@ -279,3 +281,77 @@ def test_file_names_are_spelled_in_one_place():
                 else:
                     pytest.fail(f"{name}:{node.lineno} spells {node.value!r}: use the constant of bilm/files.py")
     assert seen == FILE_NAMES  # the check sees every name where it belongs
+
+
+# the inference path below BiLM's chooser, outside bilm/engine: it never picks a kernel or precision itself
+PRECISION_BLIND = (
+    "spacy_elmo.bilm.inference",
+    "spacy_elmo.bilm.model",
+    "spacy_elmo.bilm.lstm",
+    "spacy_elmo.bilm.encoder",
+    "spacy_elmo.bilm.vocab_cache",
+    "spacy_elmo.bilm.mkl_prepacked",
+    "spacy_elmo.bilm.compiled_steps",
+    "spacy_elmo.bilm.low_precision",
+)
+TORCH_DTYPES = {"float32", "float64", "bfloat16", "float16", "half", "int8", "qint8", "quint8"}
+
+
+def precision_checks(path: Path) -> list[int]:
+    """Lines that compare a dtype (``x.dtype == ...``, ``... is torch.bfloat16``) or a pack's ``kind``."""
+
+    def names_precision(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr in ("dtype", "kind"):
+            return True
+        return (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+            and node.attr in TORCH_DTYPES
+        )
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Compare) and any(names_precision(n) for n in [node.left, *node.comparators])
+    ]
+
+
+def test_precision_is_chosen_only_by_the_engines():
+    """Below BiLM's one reference-vs-inference switch, kernels and precisions are chosen once per module and
+    target by bilm/engine (``engine_of``): the inference path and the kernel modules never test a dtype or a
+    pack's kind per product. (cpu_support decides what this process runs; the engines ask it.)"""
+    assert precision_checks(MODULES["spacy_elmo.bilm.engine.mkl"])  # the check sees what it looks for
+    for name in PRECISION_BLIND:
+        assert not precision_checks(MODULES[name]), (
+            f"{name} tests a dtype or pack kind at lines {precision_checks(MODULES[name])}: "
+            "that choice belongs to an engine in bilm/engine"
+        )
+    inference_names = used_names(MODULES["spacy_elmo.bilm.inference"])
+    assert not inference_names & (TORCH_DTYPES | {"low_precision", "mkl_prepacked", "compiled_steps"}), (
+        "inference.py names a precision or a kernel module: it asks the engine"
+    )
+
+
+def test_no_registry_keyed_by_module_in_bilm():
+    """Packs and engines live with the modules they serve (freed with the model), not in module-keyed globals;
+    threads.py's set of objects to renew after fork is the one weak collection."""
+    for name, path in MODULES.items():
+        if name.startswith("spacy_elmo.bilm") and name != "spacy_elmo.bilm.threads":
+            found = used_names(path) & {"WeakKeyDictionary", "WeakSet", "WeakValueDictionary"}
+            assert not found, f"{name} keeps {sorted(found)}: hold state on the module (bilm/engine)"
+
+
+def test_the_quantized_engine_setting_is_touched_in_one_place():
+    """``torch.backends.quantized.engine`` is process-wide: only int8_ops.prepack sets it (where it must differ,
+    under its lock, and puts it back)."""
+    setters = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    quantized = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
+                    if quantized and target.attr == "engine" and target.value.attr == "quantized":
+                        setters.setdefault(name, []).append(node.lineno)
+    assert set(setters) == {"spacy_elmo.bilm.int8_ops"}, setters

@@ -54,14 +54,16 @@ def engine_of(module: nn.Module) -> Engine:
         return held
 
 
-def prepare(model: M, device: torch.device, dtype: torch.dtype) -> M:
+def prepare(model: M, device: torch.device, dtype: torch.dtype, keep_float32: bool = False) -> M:
     """``model`` ready for inference in ``dtype`` on ``device`` (eval mode), its engines chosen.
 
-    int8: float32 on CPU, weights packed and their float32 copies released (:func:`..low_precision.quantize`);
-    any other dtype: the model cast to it.
+    int8: float32 on CPU, weights packed and their float32 copies released (:func:`..low_precision.quantize`;
+    ``keep_float32=True`` keeps them: packs are then made on first use and follow weight changes); any other
+    dtype: the model cast to it.
     """
     if dtype == torch.int8:
-        model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
+        float32 = model.to(device=device, dtype=torch.float32).eval()
+        model = low_precision.quantize(float32, keep_float32=keep_float32)
     else:
         model = model.to(device=device, dtype=dtype).eval()
     for module in model.children():
