@@ -1,7 +1,9 @@
-"""Low-precision CPU products: int8 weights (quantized per output channel) and oneDNN pre-packed bfloat16 weights.
+"""Low-precision CPU packs: int8 weights (quantized per output channel) and oneDNN pre-packed bfloat16 weights.
 
 Opt-in, for inference on CPU (``load_bilm(..., dtype="int8" | "bfloat16" | "auto")``); float32 never
-comes here. Which kernels serve a precision on this CPU is decided once per process by
+comes here. This module makes the packs and their products (:class:`Int8Pack`, :class:`Bf16Pack`); which
+product takes a pack is the int8 and bf16 engines' choice (:mod:`.engine`).
+Which kernels serve a precision on this CPU is decided once per process by
 :mod:`.cpu_support` (the one place that knows about VNNI, AVX2 saturation and native bf16).
 
 **int8** (:func:`quantize`): the LSTM input, state and projection products, the highway layers and
@@ -15,9 +17,9 @@ few-rows pack, and only where the two roles take different kernels.
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
 parameters become meta tensors of the same shape), so an int8 model holds int8 weights, not a
 float32 copy beside them; such a model cannot take gradients or change its weights (a clear error
-says so). ``keep_float32=True`` keeps the parameters: packs are then made on first use and remade
-whenever a parameter changes (a new ``(data_ptr, _version)`` key: an optimizer step, an in-place
-edit under ``torch.no_grad()``).
+says so). ``keep_float32=True`` keeps the parameters: the int8 engine then makes packs on first use
+and remakes them whenever a parameter changes (a new ``(data_ptr, _version)``: an optimizer step, an
+in-place edit under ``torch.no_grad()``).
 The result is an approximation of the float32 model, not a rounding of it: see
 ``tests/test_precision.py`` for the measured and allowed error per CPU family.
 
