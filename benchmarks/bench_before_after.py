@@ -11,6 +11,8 @@ sentences, best of three passes. Models: the bundled default biLM and the "origi
 random weights (``bench.write_weight_sets``). Prints a markdown table of the best and the median over
 rounds of each process's best time, and the after/before ratios; also checks that both sides give the
 same activations. On a shared machine the best is the steadier figure (load only ever adds time).
+``--ops`` (use with ``--threads 1``, so that every operator runs on the profiled thread) also counts the
+torch operators each workload issues (``torch.profiler``) and its CPU time: figures that load hardly moves.
 """
 
 from __future__ import annotations
@@ -42,10 +44,19 @@ def best(fn):
     for _ in range(spec["passes"]):
         start = time.perf_counter(); fn(); times.append(time.perf_counter() - start)
     return min(times)
-result = {
-    "batch1": best(lambda: [backend.embed([s]) for s in one]),
-    "batch32": best(lambda: backend.embed(many, batch_size=32)),
-}
+work = {"batch1": lambda: [backend.embed([s]) for s in one], "batch32": lambda: backend.embed(many, batch_size=32)}
+result = {key: best(fn) for key, fn in work.items()}
+if spec["ops"]:  # every torch operator the workloads issue (one thread: all of them on this one), and CPU time
+    import collections
+    from torch.profiler import ProfilerActivity, profile
+    for key, fn in work.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        result[key + "_ops"] = dict(collections.Counter(e.name for e in prof.events()))
+        cpu = []
+        for _ in range(spec["passes"]):
+            start = time.process_time(); fn(); cpu.append(time.process_time() - start)
+        result[key + "_cpu"] = min(cpu)
 np.savez(spec["activations"], *backend.embed(many[:8]))
 print(json.dumps(result))
 """
@@ -78,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtypes", default="float32,int8,bfloat16")
     parser.add_argument("--models", default="default,original")
+    parser.add_argument("--ops", action="store_true", help="also count torch operators and CPU time per workload")
     parser.add_argument("--out", help="also write the markdown table here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     sentences = read_sentences(400)
     sizes = {"default": (32, 256), "original": (6, 64)}  # batch-1 sentences, batch-32 sentences
     sides = {"before": Path(args.before).resolve(), "after": Path(args.after).resolve()}
-    rows = []
+    rows, op_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         models = {"default": "default"}
         if "original" in args.models:
@@ -95,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             for dtype in args.dtypes.split(","):
                 n1, n32 = sizes[model]
                 times: dict[str, dict[str, list[float]]] = {s: {"batch1": [], "batch32": []} for s in sides}
+                ops: dict[str, dict[str, dict]] = {s: {} for s in sides}
                 for round_ in range(args.rounds):
                     order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
                     for side in order:
@@ -103,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                             "dtype": dtype,
                             "threads": args.threads,
                             "passes": args.passes,
+                            "ops": args.ops,
                             "batch1": sentences[:n1],
                             "batch32": sentences[:n32],
                             "activations": f"{tmp}/{side}.npz",
@@ -110,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                         result = run_side(sides[side], spec)
                         for key in ("batch1", "batch32"):
                             times[side][key].append(result[key])
+                            if args.ops:
+                                counts, cpu = result[key + "_ops"], result[key + "_cpu"]
+                                ops[side][key] = (counts, min(cpu, ops[side].get(key, (None, cpu))[1]))
                 import numpy as np
 
                 before, after = np.load(f"{tmp}/before.npz"), np.load(f"{tmp}/after.npz")
@@ -120,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((model, dtype, key, n, b, a, bm, am, diff))
                     line = f"{model} {dtype} {key}: best {b:.3f}s -> {a:.3f}s, median {bm:.3f}s -> {am:.3f}s"
                     print(line, flush=True)
+                    if args.ops:
+                        (cb, tb), (ca, ta) = ops["before"][key], ops["after"][key]
+                        same = "same" if cb == ca else f"DIFFERENT ({sum(cb.values())} vs {sum(ca.values())})"
+                        op_rows.append((model, dtype, key, n, sum(cb.values()), same, tb, ta))
+                        print(f"  operators: {same}; CPU time {tb:.3f}s -> {ta:.3f}s", flush=True)
     lines = [
         "| model | dtype | workload | sentences | best before (s) | best after (s) | after/before "
         "| median before (s) | median after (s) | after/before | max abs diff |",
@@ -130,6 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             f"| {model} | {dtype} | {key} | {n} | {b:.3f} | {a:.3f} | {a / b:.2f} | {bm:.3f} | {am:.3f} "
             f"| {am / bm:.2f} | {diff:.1e} |"
         )
+    if op_rows:
+        lines += [
+            "",
+            "| model | dtype | workload | sentences | torch operators | kinds and counts after | CPU before (s) "
+            "| CPU after (s) | after/before |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for model, dtype, key, n, count, same, tb, ta in op_rows:
+            cells = [model, dtype, key, n, count, same, f"{tb:.3f}", f"{ta:.3f}", f"{ta / tb:.2f}"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     table = "\n".join(lines)
     print(table)
     if args.out:
