@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from .bilm import cpu_support, low_precision, manylangs_files
+from .bilm import cpu_support, engine, low_precision, manylangs_files
 from .bilm.model import BiLM
 from .bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -34,7 +34,7 @@ DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 # "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
 AUTO = "auto"  # the fastest precision on the device within its documented bound (bilm/cpu_support.auto_dtype)
-DTYPE_NAMES = sorted(DTYPES) + [AUTO]
+DTYPE_NAMES = [*sorted(DTYPES), AUTO]
 
 
 class ElmoBackend:
@@ -60,12 +60,11 @@ class ElmoBackend:
                 )
             if not low_precision.int8_available():
                 raise ValueError(
-                    "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks"
+                    "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), "
+                    "which this torch lacks"
                 )
-            # int8 weights only: the float32 matrices are released once packed (bilm/low_precision.py)
-            self.model = low_precision.quantize(model.to(device=device, dtype=torch.float32).eval())
-        else:
-            self.model = model.to(device=device, dtype=dtype).eval()
+        # cast, or (int8) packed with the float32 matrices released, and its engines chosen (bilm/engine)
+        self.model = engine.prepare(model, device, dtype)
         cpu_support.warn_if_slow(dtype, device, stacklevel=4)  # correct but emulated: say so once, with what to pick
         self.options_path = options_path
         self.weights_path = weights_path
@@ -147,7 +146,10 @@ class ElmoBackend:
         return self.model.output_dim
 
     def __repr__(self) -> str:
-        return f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, dtype={dtype_name(self.dtype)!r}, n_layers={self.n_layers}, dim={self.dim})"
+        return (
+            f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, "
+            f"dtype={dtype_name(self.dtype)!r}, n_layers={self.n_layers}, dim={self.dim})"
+        )
 
     def __reduce__(self):  # pickles as a reference: the unpickled backend comes from the shared cache
         dtype = dtype_name(self.dtype)
@@ -432,20 +434,8 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):
-        from .bilm import compiled_steps, mkl_prepacked
-
-        if precision in ("int8", "bfloat16") and backend.device.type == "cpu":
-            loop = "TorchScript" if compiled_steps.compiled(precision) is not None else "Python (no TorchScript)"
-            logger.debug("kernels: %s LSTM time loop; this CPU: %s", loop, cpu_support.summary())
-        elif backend.device.type == "cpu":
-            mkl = (
-                "MKL pre-packed GEMM for 3-64-row products"
-                if mkl_prepacked.available()
-                else "no MKL packs (plain matmul)"
-            )
-            logger.debug("kernels: %s precision, %s", precision, mkl)
-        else:
-            logger.debug("kernels: torch's %s kernels, %s", backend.device.type, precision)
+        lstm = engine.engine_of(backend.model.lstm)
+        logger.debug("kernels: %s engine, %s", lstm.name, lstm.describe())
 
 
 def _load_from_paths(options: str, weights: str, device: str, dtype: str = DEFAULT_DTYPE) -> ElmoBackend:

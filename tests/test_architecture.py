@@ -2,8 +2,8 @@
 
 No import circles, bilm/ knows no front end, threads in one place, nothing unpickled, files written whole,
 fork-safe locks, front ends through embed_segments, file names in one place, the module map complete, no
-process-wide state changes in library code. Each check first proves on a broken input (or a known hit)
-that it sees what it looks for, so none can pass because it sees nothing.
+process-wide state changes in library code, precision chosen by the engines. Each check first proves on a
+broken input (or a known hit) that it sees what it looks for, so none can pass because it sees nothing.
 """
 
 import ast
@@ -540,3 +540,77 @@ def test_library_code_changes_no_process_wide_state():
             pytest.fail(f"{name}:{line} changes process-wide state ({what}): scope it, or leave it to the user")
     expected = {(name, what) for name, whats in PROCESS_WIDE_ALLOWED.items() for what in whats}
     assert seen_allowed == expected, f"allowed but not found (update PROCESS_WIDE_ALLOWED): {expected - seen_allowed}"
+
+
+# the inference path below BiLM's chooser, outside bilm/engine: it never picks a kernel or precision itself
+PRECISION_BLIND = (
+    "spacy_elmo.bilm.inference",
+    "spacy_elmo.bilm.model",
+    "spacy_elmo.bilm.lstm",
+    "spacy_elmo.bilm.encoder",
+    "spacy_elmo.bilm.vocab_cache",
+    "spacy_elmo.bilm.mkl_prepacked",
+    "spacy_elmo.bilm.compiled_steps",
+    "spacy_elmo.bilm.low_precision",
+)
+TORCH_DTYPES = {"float32", "float64", "bfloat16", "float16", "half", "int8", "qint8", "quint8"}
+
+
+def precision_checks(path: Path) -> list[int]:
+    """Lines that compare a dtype (``x.dtype == ...``, ``... is torch.bfloat16``) or a pack's ``kind``."""
+
+    def names_precision(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr in ("dtype", "kind"):
+            return True
+        return (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+            and node.attr in TORCH_DTYPES
+        )
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Compare) and any(names_precision(n) for n in [node.left, *node.comparators])
+    ]
+
+
+def test_precision_is_chosen_only_by_the_engines():
+    """Below BiLM's one reference-vs-inference switch, kernels and precisions are chosen once per module and
+    target by bilm/engine (``engine_of``): the inference path and the kernel modules never test a dtype or a
+    pack's kind per product. (cpu_support decides what this process runs; the engines ask it.)"""
+    assert precision_checks(MODULES["spacy_elmo.bilm.engine.mkl"])  # the check sees what it looks for
+    for name in PRECISION_BLIND:
+        assert not precision_checks(MODULES[name]), (
+            f"{name} tests a dtype or pack kind at lines {precision_checks(MODULES[name])}: "
+            "that choice belongs to an engine in bilm/engine"
+        )
+    inference_names = used_names(MODULES["spacy_elmo.bilm.inference"])
+    assert not inference_names & (TORCH_DTYPES | {"low_precision", "mkl_prepacked", "compiled_steps"}), (
+        "inference.py names a precision or a kernel module: it asks the engine"
+    )
+
+
+def test_no_registry_keyed_by_module_in_bilm():
+    """Packs and engines live with the modules they serve (freed with the model), not in module-keyed globals;
+    threads.py's set of objects to renew after fork is the one weak collection."""
+    for name, path in MODULES.items():
+        if name.startswith("spacy_elmo.bilm") and name != "spacy_elmo.bilm.threads":
+            found = used_names(path) & {"WeakKeyDictionary", "WeakSet", "WeakValueDictionary"}
+            assert not found, f"{name} keeps {sorted(found)}: hold state on the module (bilm/engine)"
+
+
+def test_the_quantized_engine_setting_is_touched_in_one_place():
+    """``torch.backends.quantized.engine`` is process-wide: only int8_ops.prepack sets it (where it must differ,
+    under its lock, and puts it back)."""
+    setters = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    quantized = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
+                    if quantized and target.attr == "engine" and target.value.attr == "quantized":
+                        setters.setdefault(name, []).append(node.lineno)
+    assert set(setters) == {"spacy_elmo.bilm.int8_ops"}, setters

@@ -8,7 +8,7 @@ import torch
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, inference, load_model
+from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, engine, inference, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.model import lstm_outputs
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -107,7 +107,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     with torch.inference_mode():
         whole, _, _ = model(ids)
-        monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 24 * 7)  # 7 packed rows per chunk
+        monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 24 * 7)  # 7 packed rows per chunk
         chunked, _, _ = model(ids)
     assert_recomputed_close(chunked, whole)  # other row counts, other GEMM blocking
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import weakref
 
 import h5py
 import numpy as np
@@ -20,6 +21,7 @@ from test_inference_path import _options, _random_batch, _random_state
 from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model, mkl_prepacked
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.encoder import Highway
+from spacy_elmo.bilm.engine import engine_of, packs
 
 pytestmark = pytest.mark.skipif(not mkl_prepacked.available(), reason="this torch has no MKL packed GEMM")
 
@@ -97,12 +99,12 @@ def test_packs_follow_weight_updates(count_packed):
     with torch.inference_mode():
         model(ids)
         cell = model.lstm.forward_layers[0]
-        first = mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t())
+        first = engine_of(model.lstm).pack(cell, "state_weight", cell.state_weight.t())
     with torch.no_grad():
         cell.state_weight.mul_(-1.5)
         model.token_encoder.highways[0].carry.weight.add_(0.25)
     with torch.inference_mode():
-        assert mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t()) is not first
+        assert engine_of(model.lstm).pack(cell, "state_weight", cell.state_weight.t()) is not first
         after, _, _ = model(ids)
         mkl_prepacked.ENABLED = False
         plain, _, _ = model(ids)
@@ -120,7 +122,7 @@ def test_a_pack_that_disagrees_is_not_used(monkeypatch):
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=8, n=7)))
     cell = model.lstm.forward_layers[0]
     with torch.inference_mode():
-        assert mkl_prepacked.pack_of(cell, "state_weight", cell.state_weight.t()) is None
+        assert engine_of(model.lstm).pack(cell, "state_weight", cell.state_weight.t()) is None
         acts, _, _ = model(ids)
     reference, _, _ = model(ids)
     assert_recomputed_close(acts, reference, scale_atol=TWO_FORMULAS_SCALE_ATOL)
@@ -176,12 +178,12 @@ def test_packs_are_freed_with_the_model(count_packed):
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     with torch.inference_mode():
         model(torch.as_tensor(batch_to_char_ids(_random_batch(seed=9, n=5))))
-    cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
-    assert all(cell in mkl_prepacked._packs for cell in cells)
-    before = len(mkl_prepacked._packs)
-    del model, cells
+    held = [engine_of(model.lstm), engine_of(model.token_encoder)]  # the engines hold the packs
+    assert len(held[0].packs) >= 4  # the cells' input and state weights, both directions
+    gone = [weakref.ref(e) for e in held]
+    del model, held
     gc.collect()
-    assert len(mkl_prepacked._packs) < before - 3  # the cells' packs went with them
+    assert all(ref() is None for ref in gone)  # the packs went with the model
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -190,7 +192,7 @@ def test_a_fork_while_packing_does_not_deadlock_the_child(count_packed):
 
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=4, n=6)))
-    with mkl_prepacked._lock:  # as if another thread were packing at the moment of the fork
+    with packs._lock:  # as if another thread were packing at the moment of the fork
         pid = os.fork()
         if pid == 0:  # the child: make new packs, which needs the lock
             code = 1

@@ -34,7 +34,7 @@ from test_inference_path import _options, _random_batch, _random_state
 
 from spacy_elmo import load_bilm
 from spacy_elmo.backend import ElmoBackend, resolve_dtype
-from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, inference, low_precision, threads
+from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, engine, low_precision, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
@@ -332,8 +332,8 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         monkeypatch.setattr(threads, "_pool", None)
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
-    monkeypatch.setattr(inference, "GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
-    monkeypatch.setattr(inference, "INT8_GATE_CHUNK_ELEMENTS", 4 * 64 * 7)
+    monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 64 * 7)
+    monkeypatch.setattr(engine.Int8Engine, "gate_chunk_elements", 4 * 64 * 7)
     monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
     model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite
@@ -348,14 +348,14 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         model = model.to(torch.bfloat16)
         state = [[(h.bfloat16(), c.bfloat16()) for h, c in layer] for layer in state]
     calls = []
-    compiled_loop = inference._StepProducts.compiled_loop
+    compiled_loop = engine.LayerSteps.compiled_loop
 
-    def recording(products):
-        loop = compiled_loop(products)
+    def recording(steps):
+        loop = compiled_loop(steps)
         calls.append(loop is not None)
         return loop
 
-    monkeypatch.setattr(inference._StepProducts, "compiled_loop", recording)
+    monkeypatch.setattr(engine.LayerSteps, "compiled_loop", recording)
     runs = []
     try:
         for use_script in (True, False):

@@ -1,25 +1,24 @@
-"""The low-precision LSTM time loop of one direction as TorchScript functions: no Python, no GIL between steps.
+"""The low-precision LSTM time loop of one direction (:func:`lstm_steps`), compiled by TorchScript: no Python, no
+GIL between steps.
 
 At batch 1 a step of a big model is two products and a dozen tiny ops. Run from Python, each op
 pays the interpreter and a GIL release and re-acquire; with the two directions on two threads
-they also queue for the GIL behind each other. Measured on "original" weights (int8), 22 steps,
-both layers, one direction per thread: 38 ms alone and 49 ms with both directions at once from
-Python, 25 ms and 26 ms through :func:`int8_steps`. TorchScript's interpreter runs the same aten
-ops (the packs of :mod:`.low_precision`) without holding the GIL.
+they also queue for the GIL behind each other (measured: benchmarks/RESULTS.md). TorchScript's
+interpreter runs the same aten ops (the packs of :mod:`.low_precision`) without holding the GIL.
+int8 and bf16 run the same loop: they differ only in the form of each step weight (:class:`StepWeight`).
 
 :func:`cell_update` (the gate and cell math) and :func:`retire_ended_rows` are the one copy of each:
-the Python loop of :mod:`.inference` calls them for every precision, the compiled loops their
-compiled forms.
+every engine's step loop calls them (the compiled loop their compiled forms).
 ``torch.jit.script`` is in maintenance mode (torch 2.x warns that it is deprecated); where it is
-missing or fails, :func:`compiled` returns None and :mod:`.inference` runs its Python loop, which
-computes the same function (the same ops in the same order).
+missing or fails, :func:`compiled` returns None and the engines run :func:`lstm_steps` from Python,
+the same function.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
 
@@ -31,6 +30,7 @@ except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused 
     LinearPacked = Any
 
 _lock = ForkSafeLock()
+_LOOP = "lstm_steps"
 _compiled: dict[str, Optional[Callable[..., Any]]] = {}
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
@@ -77,7 +77,46 @@ def retire_ended_rows(c: torch.Tensor, last_c: torch.Tensor, n: int) -> torch.Te
     return c
 
 
-def int8_steps(
+class StepWeight(NamedTuple):
+    """One step product's weight in every form an engine may hold it; the loop uses the first one present.
+
+    int8 (``int8_many``): packed params, ``int8_few`` for products of at most ``few_rows`` rows, each with
+    whether it quantizes activations to 7 bits (:mod:`.cpu_support`). Else a oneDNN pack (``onednn``) for at most
+    ``onednn_max_rows`` rows, and the plain ``dense`` ``(in, out)`` matrix for every other product.
+    """
+
+    dense: Optional[torch.Tensor]
+    onednn: Optional[torch.Tensor]
+    onednn_max_rows: int
+    int8_few: Optional[LinearPacked]
+    int8_many: Optional[LinearPacked]
+    few_rows: int
+    few_reduce_range: bool
+    many_reduce_range: bool
+
+
+def _product(rows: torch.Tensor, weight: StepWeight) -> Optional[torch.Tensor]:
+    """``rows @ weight`` through its int8 or oneDNN pack, as a new tensor; None where the dense matrix serves."""
+    many = weight.int8_many
+    if many is not None:
+        few = weight.int8_few
+        if rows.shape[0] <= weight.few_rows and few is not None:
+            return torch.ops.quantized.linear_dynamic(rows.contiguous(), few, weight.few_reduce_range)
+        return torch.ops.quantized.linear_dynamic(rows.contiguous(), many, weight.many_reduce_range)
+    packed = weight.onednn
+    if packed is not None and rows.shape[0] <= weight.onednn_max_rows:
+        no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
+        return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", no_scalars, "")
+    return None
+
+
+def _dense(weight: StepWeight) -> torch.Tensor:
+    dense = weight.dense
+    assert dense is not None, "a step weight without a pack for these rows needs its dense matrix"
+    return dense
+
+
+def lstm_steps(
     gx: torch.Tensor,
     out: torch.Tensor,
     last_c: torch.Tensor,
@@ -86,25 +125,19 @@ def int8_steps(
     step_sizes: list[int],
     step_offsets: list[int],
     start_row: int,
-    state_few: LinearPacked,
-    state_many: LinearPacked,
-    projection_few: LinearPacked,
-    projection_many: LinearPacked,
-    few_rows: int,
-    few_reduce_range: bool,
-    many_reduce_range: bool,
+    state: StepWeight,
+    projection: StepWeight,
     cell_clip: float,
     proj_clip: float,
     sigmoid_tanh: bool,
 ) -> tuple[Optional[torch.Tensor], torch.Tensor]:
-    """Steps ``step_sizes`` of one int8 direction (packed rows, 2-D tensors); returns the last ``(h, c)``.
+    """Steps ``step_sizes`` of one direction (packed rows, 2-D tensors) whose products have packs; returns the
+    last ``(h, c)``. The one low-precision step loop: int8 and bf16 differ only in their :class:`StepWeight`.
 
-    ``gx`` holds the chunk's input projections from packed row ``start_row`` on, and becomes the
-    gates in place; ``out`` receives the projected outputs; rows that end keep their cell in
-    ``last_c``. ``h_prev`` None is the zero state. A clip of 0 means none. Products of at most
-    ``few_rows`` rows take the ``*_few`` packs; ``*_reduce_range``: 7-bit activations for each kind of pack
-    (:mod:`.cpu_support`: where the CPU's kernels saturate at full range). The same ops, in the same order, as
-    ``inference._run_layer``'s Python loop.
+    ``gx`` holds the chunk's input projections from packed row ``start_row`` on, and becomes the gates in
+    place; ``out`` receives the projected outputs; rows that end keep their cell in ``last_c``. ``h_prev``
+    None is the zero state. A clip of 0 means none. Compiled by :func:`compiled`, or run as it is from Python
+    where TorchScript is missing: the same ops in the same order either way.
     """
     for k in range(len(step_sizes)):
         n = step_sizes[k]
@@ -112,89 +145,44 @@ def int8_steps(
         begin = step_offsets[k] - start_row
         g = gx[begin : begin + n]
         if h_prev is not None:  # None: the zero state adds nothing
-            if n <= few_rows:
-                g.add_(torch.ops.quantized.linear_dynamic(h_prev[:n].contiguous(), state_few, few_reduce_range))
+            rows = h_prev[:n]
+            recurrent = _product(rows, state)
+            if recurrent is None:
+                g.addmm_(rows, _dense(state))
             else:
-                g.add_(torch.ops.quantized.linear_dynamic(h_prev[:n].contiguous(), state_many, many_reduce_range))
+                g.add_(recurrent)
         hid, c = cell_update(g, c, cell_clip, sigmoid_tanh)
         row = step_offsets[k]
         h = out[row : row + n]
-        if n <= few_rows:
-            h.copy_(torch.ops.quantized.linear_dynamic(hid, projection_few, few_reduce_range))
+        projected = _product(hid, projection)
+        if projected is None:
+            torch.mm(hid, _dense(projection), out=h)
         else:
-            h.copy_(torch.ops.quantized.linear_dynamic(hid, projection_many, many_reduce_range))
+            h.copy_(projected)
         if proj_clip != 0.0:
             h.clamp_(-proj_clip, proj_clip)
         h_prev = h
     return h_prev, c
 
 
-def bf16_steps(
-    gx: torch.Tensor,
-    out: torch.Tensor,
-    last_c: torch.Tensor,
-    c: torch.Tensor,
-    h_prev: Optional[torch.Tensor],
-    step_sizes: list[int],
-    step_offsets: list[int],
-    start_row: int,
-    state: torch.Tensor,
-    state_packed: Optional[torch.Tensor],
-    projection: torch.Tensor,
-    projection_packed: Optional[torch.Tensor],
-    packed_max_rows: int,
-    cell_clip: float,
-    proj_clip: float,
-    sigmoid_tanh: bool,
-) -> tuple[Optional[torch.Tensor], torch.Tensor]:
-    """:func:`int8_steps` for a bfloat16 direction: ``state`` ``(in, 4 * cell)`` and ``projection`` ``(cell, proj)``
-    multiply through their oneDNN packs (``*_packed``, where there is one) for at most ``packed_max_rows`` rows."""
-    no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
-    for k in range(len(step_sizes)):
-        n = step_sizes[k]
-        c = retire_ended_rows(c, last_c, n)
-        begin = step_offsets[k] - start_row
-        g = gx[begin : begin + n]
-        if h_prev is not None:
-            if state_packed is not None and n <= packed_max_rows:
-                g.add_(torch.ops.mkldnn._linear_pointwise(h_prev[:n], state_packed, None, "none", no_scalars, ""))
-            else:
-                g.addmm_(h_prev[:n], state)
-        hid, c = cell_update(g, c, cell_clip, sigmoid_tanh)
-        row = step_offsets[k]
-        h = out[row : row + n]
-        if projection_packed is not None and n <= packed_max_rows:
-            h.copy_(torch.ops.mkldnn._linear_pointwise(hid, projection_packed, None, "none", no_scalars, ""))
-        else:
-            torch.mm(hid, projection, out=h)
-        if proj_clip != 0.0:
-            h.clamp_(-proj_clip, proj_clip)
-        h_prev = h
-    return h_prev, c
+def compiled(precision: str) -> Optional[Callable[..., Any]]:
+    """:func:`lstm_steps` compiled by TorchScript (once per process), or None where that is unavailable.
 
-
-_LOOPS: dict[str, Callable[..., Any]] = {"int8": int8_steps, "bfloat16": bf16_steps}
-
-
-def compiled(kind: str) -> Optional[Callable[..., Any]]:
-    """The step loop for ``kind`` ("int8" | "bfloat16") compiled by TorchScript (once per process), or None where
-    that is unavailable."""
-    if kind in _compiled:
-        return _compiled[kind]
+    ``precision`` ("int8" | "bfloat16") names the engine that asks, for the log: one compiled loop serves both.
+    """
+    if _LOOP in _compiled:
+        return _compiled[_LOOP]
     with _lock:
-        if kind not in _compiled:
+        if _LOOP not in _compiled:
             try:
                 with warnings.catch_warnings():  # torch 2.x flags torch.jit.script as deprecated
                     warnings.simplefilter("ignore", DeprecationWarning)
                     warnings.simplefilter("ignore", FutureWarning)
-                    _compiled[kind] = torch.jit.script(_LOOPS[kind])
-                logger.debug("%s LSTM steps: TorchScript loop compiled", kind)
+                    _compiled[_LOOP] = torch.jit.script(lstm_steps)
+                logger.debug("LSTM steps (%s first): TorchScript loop compiled", precision)
             except Exception as err:  # no TorchScript, or it cannot compile this: the Python loop runs instead
-                _compiled[kind] = None
+                _compiled[_LOOP] = None
                 logger.debug(
-                    "%s LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs",
-                    kind,
-                    type(err).__name__,
-                    err,
+                    "LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs", type(err).__name__, err
                 )
-    return _compiled[kind]
+    return _compiled[_LOOP]

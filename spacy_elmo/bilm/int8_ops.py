@@ -26,8 +26,13 @@ def quantize_weight(out_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[object]:
     """The int8 weight ``q`` with per-row ``scale`` packed by ``engine`` (None where this torch lacks it).
 
-    torch reads the engine from process-wide state, only when packing (each pack then runs its own
-    engine's kernels): it is set for this call alone, under a lock, and put back.
+    torch reads the engine from process-wide state (``torch.backends.quantized.engine``), only when packing;
+    each pack then runs its own engine's kernels whatever the setting. torch 2.13 has no engine-specific
+    pack for dynamic int8 products (``quantized::linear_prepack`` and its legacy form read the setting;
+    ``onednn::qlinear_prepack`` and ``_wrapped_linear_prepack`` make static-quantization weights, which
+    ``quantized::linear_dynamic`` does not take), so the switch cannot be avoided. It is made only where
+    the setting differs, for this call alone, under this module's lock (the one place the package touches
+    the setting: ``tests/test_architecture.py``), and always put back.
     """
     if engine not in torch.backends.quantized.supported_engines:
         return None
@@ -38,6 +43,8 @@ def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[objec
         )
     with _engine_lock:
         before = torch.backends.quantized.engine
+        if before == engine:  # already the process's engine: nothing to switch
+            return torch.ops.quantized.linear_prepack(qweight, None)
         try:
             torch.backends.quantized.engine = engine
             return torch.ops.quantized.linear_prepack(qweight, None)

@@ -1,7 +1,9 @@
-"""Low-precision CPU products: int8 weights (quantized per output channel) and oneDNN pre-packed bfloat16 weights.
+"""Low-precision CPU packs: int8 weights (quantized per output channel) and oneDNN pre-packed bfloat16 weights.
 
 Opt-in, for inference on CPU (``load_bilm(..., dtype="int8" | "bfloat16" | "auto")``); float32 never
-comes here. Which kernels serve a precision on this CPU is decided once per process by
+comes here. This module makes the packs and their products (:class:`Int8Pack`, :class:`Bf16Pack`); which
+product takes a pack is the int8 and bf16 engines' choice (:mod:`.engine`).
+Which kernels serve a precision on this CPU is decided once per process by
 :mod:`.cpu_support` (the one place that knows about VNNI, AVX2 saturation and native bf16).
 
 **int8** (:func:`quantize`): the LSTM input, state and projection products, the highway layers and
@@ -15,9 +17,9 @@ few-rows pack, and only where the two roles take different kernels.
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
 parameters become meta tensors of the same shape), so an int8 model holds int8 weights, not a
 float32 copy beside them; such a model cannot take gradients or change its weights (a clear error
-says so). ``keep_float32=True`` keeps the parameters: packs are then made on first use and remade
-whenever a parameter changes (a new ``(data_ptr, _version)`` key: an optimizer step, an in-place
-edit under ``torch.no_grad()``).
+says so). ``keep_float32=True`` keeps the parameters: the int8 engine then makes packs on first use
+and remakes them whenever a parameter changes (a new ``(data_ptr, _version)``: an optimizer step, an
+in-place edit under ``torch.no_grad()``).
 The result is an approximation of the float32 model, not a rounding of it: see
 ``tests/test_precision.py`` for the measured and allowed error per CPU family.
 
@@ -35,13 +37,13 @@ within the precision's tolerance.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import platform
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import ClassVar, Optional, TypeVar
 
 import torch
 from torch import nn
@@ -49,7 +51,6 @@ from torch import nn
 from . import cpu_support
 from .int8_ops import prepack, quantize_weight
 from .lstm import ProjectedLSTMCell
-from .threads import ForkSafeLock
 
 INT8_FEW_ROWS = 4  # products of at most this many rows take the few-rows kernel (cpu_support.Int8Kernels)
 BF16_MIN_ELEMENTS = 1 << 18  # smaller bf16 weights gain nothing from a pack
@@ -66,25 +67,49 @@ FEW_ROWS_WEIGHTS = ("state_weight", "projection")
 
 @dataclass(frozen=True)
 class Pack:
-    """A weight ready to multiply: ``kind`` "int8" (packed params) or "bfloat16" (oneDNN layout).
+    """A weight ready to multiply (``packed``), which knows its own product: :class:`Int8Pack` or :class:`Bf16Pack`."""
 
-    int8: ``packed`` serves products of many rows, ``few_rows`` those of at most :data:`INT8_FEW_ROWS`
-    (the same object where both roles take one kernel); ``reduce_range``/``few_reduce_range``: whether
-    each quantizes activations to 7 bits (:class:`.cpu_support.Int8Kernel`).
-    """
-
-    kind: str
+    kind: ClassVar[str]  # "int8" | "bfloat16"
     packed: object
+
+    def multiply(self, rows: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """``rows @ out_in.T (+ bias)``."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Int8Pack(Pack):
+    """int8 packed params: ``packed`` serves products of many rows, ``few_rows`` those of at most
+    :data:`INT8_FEW_ROWS` (the same object where both roles take one kernel); ``reduce_range`` /
+    ``few_reduce_range``: whether each quantizes activations to 7 bits (:class:`.cpu_support.Int8Kernel`).
+    float32 out."""
+
+    kind: ClassVar[str] = "int8"
     few_rows: object = None
     reduce_range: bool = False
     few_reduce_range: bool = False
 
+    def multiply(self, rows: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        if rows.shape[0] <= INT8_FEW_ROWS:
+            packed, reduce_range = self.few_rows, self.few_reduce_range
+        else:
+            packed, reduce_range = self.packed, self.reduce_range
+        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, reduce_range)
+        return out if bias is None else out.add_(bias)
 
-_Entry = tuple[tuple[int, int], Optional[Pack]]
+
+@dataclass(frozen=True)
+class Bf16Pack(Pack):
+    """A bfloat16 weight in oneDNN's layout; bf16 out."""
+
+    kind: ClassVar[str] = "bfloat16"
+
+    def multiply(self, rows: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, bias, "none", [], "")
+
+
 RELEASED_PACKS = "_released_int8_packs"  # module attribute: {parameter name: Pack} of weights quantize() released
-_packs: weakref.WeakKeyDictionary[nn.Module, dict[str, _Entry]] = weakref.WeakKeyDictionary()
-_int8_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-_lock = ForkSafeLock()
+INT8_MARK = "_spacy_elmo_int8"  # module attribute: quantize() marked it, its products are int8 (bilm/engine)
 M = TypeVar("M", bound=nn.Module)
 
 
@@ -100,9 +125,9 @@ def quantize(model: M, keep_float32: bool = False) -> M:
     shape takes its place): the model then holds int8 weights only and serves inference alone.
     ``keep_float32=True`` keeps the parameters and packs each weight on first use (and again after it changes).
     """
+    for module in model.modules():  # the mark lives with each module: the engine of the LSTM or encoder reads it
+        module.__dict__[INT8_MARK] = True
     marked = [m for m in model.modules() if isinstance(m, (ProjectedLSTMCell, nn.Linear))]
-    for module in marked:
-        _int8_modules.add(module)
     if keep_float32:
         return model
     if (
@@ -115,8 +140,8 @@ def quantize(model: M, keep_float32: bool = False) -> M:
             pack = _pack(out_in.detach(), "int8", few_rows=few_rows)
             if pack is None:  # never a half-released model that computes anything
                 raise RuntimeError(
-                    f"int8: torch's quantized kernels could not pack {type(module).__name__}.{name} {tuple(out_in.shape)}; "
-                    "load the model with dtype='float32'"
+                    f"int8: torch's quantized kernels could not pack {type(module).__name__}.{name} "
+                    f"{tuple(out_in.shape)}; load the model with dtype='float32'"
                 )
             param = getattr(module, name)
             module.__dict__.setdefault(RELEASED_PACKS, {})[name] = (
@@ -139,10 +164,13 @@ def return_freed_memory() -> None:
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+
+
+def is_int8(module: nn.Module) -> bool:
+    """Whether :func:`quantize` marked ``module`` (or the model holding it) for int8 products."""
+    return bool(module.__dict__.get(INT8_MARK, False))
 
 
 def released_packs(module: nn.Module) -> dict[str, Pack]:
@@ -159,49 +187,14 @@ def _int8_weights(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, param.t() if transposed else param
 
 
-def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor, rows: torch.Tensor) -> Optional[Pack]:
-    """The low-precision pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view) for ``rows`` (2-D).
-
-    int8 when ``owner`` is marked by :func:`quantize` and ``rows`` are float32 on CPU; bf16 when they
-    are bf16 on CPU, oneDNN has native bf16 kernels, the weight is big enough and there are at most
-    :data:`BF16_MAX_ROWS`; else None.
-    """
-    if rows.device.type != "cpu" or (torch.is_grad_enabled() and out_in.requires_grad):
-        return None
-    if rows.dtype == torch.float32 and owner in _int8_modules:
-        kind = "int8"
-    elif (
-        rows.dtype == torch.bfloat16
-        and out_in.numel() >= BF16_MIN_ELEMENTS
-        and rows.shape[0] <= BF16_MAX_ROWS
-        and cpu_support.bf16_native()
-    ):
-        kind = "bfloat16"
-    else:
-        return None
-    if kind == "int8" and name in owner.__dict__.get(RELEASED_PACKS, ()):
-        return owner.__dict__[RELEASED_PACKS][name]
-    param = getattr(owner, name)
-    with _lock:
-        packs = _packs.setdefault(owner, {})
-        entry = packs.get(name)
-        key = (param.data_ptr(), param._version)
-        if entry is None or entry[0] != key or (entry[1] is not None and entry[1].kind != kind):
-            entry = (key, _pack(out_in.detach(), kind))
-            packs[name] = entry
-        return entry[1]
-
-
 def linear(rows: torch.Tensor, pack: Pack, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``rows @ out_in.T (+ bias)`` through ``pack``; float32 out for int8, bf16 for bf16."""
-    if pack.kind == "int8":
-        if rows.shape[0] <= INT8_FEW_ROWS:
-            packed, reduce_range = pack.few_rows, pack.few_reduce_range
-        else:
-            packed, reduce_range = pack.packed, pack.reduce_range
-        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, reduce_range)
-        return out if bias is None else out.add_(bias)
-    return torch.ops.mkldnn._linear_pointwise(rows, pack.packed, bias, "none", [], "")
+    return pack.multiply(rows, bias)
+
+
+def make_pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pack]:
+    """``out_in`` (an ``(out, in)`` weight) packed for ``kind`` ("int8" | "bfloat16"); None where the kernels cannot."""
+    return _pack(out_in, kind, few_rows)
 
 
 def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pack]:
@@ -209,7 +202,7 @@ def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pa
     every row count)."""
     try:
         if kind == "bfloat16":
-            return Pack(kind, torch.ops.mkldnn._reorder_linear_weight(out_in.contiguous(), 32))
+            return Bf16Pack(torch.ops.mkldnn._reorder_linear_weight(out_in.contiguous(), 32))
         kernels = cpu_support.int8_kernels()
         if kernels is None:
             return None
@@ -222,6 +215,6 @@ def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pa
         few_reduce = kernels.few_rows.reduce_range
         if few is None or few is many:  # the few-rows engine is missing: the many-rows pack serves every product
             few, few_reduce = many, kernels.many_rows.reduce_range
-        return Pack(kind, many, few, kernels.many_rows.reduce_range, few_reduce)
+        return Int8Pack(many, few, kernels.many_rows.reduce_range, few_reduce)
     except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
         return None

@@ -14,47 +14,34 @@ may add the terms of a sum in another order (measured here on AVX-512: up to ~5 
 epsilons of the largest product apart; bit-identical only for some shapes and row counts).
 Each pack is checked against plain sgemm on probes of 3 and 64 rows before use (within rtol
 1e-5); on a mismatch, or a torch without MKL, the plain path runs.
-Only the inference path (:mod:`.inference`) uses these products; :class:`~.model.BiLM` sends work
-there only when no gradient is needed, so the packs never see autograd.
-Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use and freed with the
-module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
+Only the MKL float32 engine (:mod:`.engine.mkl`) uses these products, on the inference path: :class:`~.model.BiLM`
+sends work there only when no gradient is needed, so the packs never see autograd.
+Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use by the engine that holds it
+(one per version of the weight) and freed with the module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or
+``ENABLED = False``) turns it off.
 """
 
 from __future__ import annotations
 
 import os
-import weakref
 from typing import Optional
 
 import torch
-from torch import nn
-
-from .threads import ForkSafeLock
 
 ENABLED = os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() not in ("0", "false", "no", "off")
 # rows for which the packed product beats plain sgemm here (MKL parallelises it less well)
 MIN_ROWS, MAX_ROWS, MAX_ROWS_THREADED = 3, 64, 32
 MIN_ELEMENTS = 1 << 21  # from 2M elements (e.g. 256 x 8192, 2048 x 2048) up
-_PACK_FOR_ROWS = 32  # MKL's packed layout does not depend on it; the probe in _pack checks that
-
-_Entry = tuple[tuple[int, int], Optional[torch.Tensor]]
-_packs: weakref.WeakKeyDictionary[nn.Module, dict[str, _Entry]] = weakref.WeakKeyDictionary()
-_lock = ForkSafeLock()
+_PACK_FOR_ROWS = 32  # MKL's packed layout does not depend on it; the probe in make_pack checks that
 
 
 def available() -> bool:
     """Whether this torch has MKL's packed GEMM ops (x86 builds with MKL)."""
     try:
-        torch.ops.mkl._mkl_linear
-        torch.ops.mkl._mkl_reorder_linear_weight
+        _ = (torch.ops.mkl._mkl_linear, torch.ops.mkl._mkl_reorder_linear_weight)  # raise where they are missing
     except (AttributeError, RuntimeError):
         return False
     return torch.backends.mkl.is_available()
-
-
-def usable(x: torch.Tensor) -> bool:
-    """Whether packed products may serve ``x``: float32 on CPU, packing on."""
-    return ENABLED and x.device.type == "cpu" and x.dtype == torch.float32
 
 
 def fits(rows: int) -> bool:
@@ -62,32 +49,14 @@ def fits(rows: int) -> bool:
     return MIN_ROWS <= rows <= (MAX_ROWS if torch.get_num_threads() == 1 else MAX_ROWS_THREADED)
 
 
-def pack_of(owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[torch.Tensor]:
-    """The packed form of ``out_in`` (an ``(out, in)`` view of parameter ``owner.<name>``).
-
-    Made once per version of the parameter (a reload or an optimizer step makes a new one);
-    None when the matrix is too small to gain or packing is unavailable.
-    """
-    param = getattr(owner, name)
-    if param.numel() < MIN_ELEMENTS:
-        return None
-    key = (param.data_ptr(), param._version)
-    with _lock:
-        packs = _packs.setdefault(owner, {})
-        entry = packs.get(name)
-        if entry is None or entry[0] != key:
-            entry = (key, _pack(out_in.detach()))
-            packs[name] = entry
-        return entry[1]
-
-
 def linear(rows: torch.Tensor, out_in: torch.Tensor, bias: Optional[torch.Tensor], pack: torch.Tensor) -> torch.Tensor:
     """``rows @ out_in.T (+ bias)`` with ``pack`` the packed form of ``out_in``."""
     return torch.ops.mkl._mkl_linear(rows, pack, out_in, bias, rows.shape[0])
 
 
-def _pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
-    """Pack ``out_in``; None unless packed products match plain sgemm on probes of the smallest and largest row counts."""
+def make_pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
+    """Pack ``out_in`` (an ``(out, in)`` float32 weight); None unless packed products match plain sgemm on probes
+    of the smallest and largest row counts."""
     try:
         pack = torch.ops.mkl._mkl_reorder_linear_weight(out_in.contiguous(), _PACK_FOR_ROWS)
         for rows in (MIN_ROWS, MAX_ROWS):

@@ -1,0 +1,172 @@
+"""The one conformance test of the inference engines (spacy_elmo.bilm.engine): every engine available here, by
+the same checks, against the float32 reference path.
+
+Parametrized over every registered engine and the plain fallback; an engine whose kernels this machine lacks
+(bf16 without native oneDNN kernels, int8 without quantized engines, CUDA engines on a CPU machine) is
+skipped, by name. Checks: the error bound of the engine's precision (float32 engines: recomputation rounding,
+``tests/numerics.py``; low precision: each layer's error relative to its activation scale, the bounds of
+``tests/test_precision.py``), with the two directions interleaved and on two threads; batch invariance (a
+sentence alone and among others); state carried from one call to the next (the same outputs as one call);
+weight changes followed (for engines whose packs follow float32 weights). The small test models' weights are
+packed anyway (the engines' size thresholds set to 0) so that every engine's packed products run.
+"""
+
+import copy
+
+import pytest
+import torch
+from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
+from test_inference_path import _options, _random_batch, _random_state
+from test_precision import TOLERANCE
+
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, engine, low_precision, mkl_prepacked
+from spacy_elmo.bilm import threads as threads_module
+from spacy_elmo.bilm.model import lstm_outputs
+
+ENGINES = [*engine.ENGINES, engine.PlainEngine]
+CPU = torch.device("cpu")
+
+
+def engine_model(cls, monkeypatch, keep_float32=True):
+    """A random small model (its own initialisation, as test_precision's bounds assume), its float32 copy, and the
+    model ready for ``cls`` (skip if ``cls`` does not serve it here)."""
+    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)  # pack the small weights too
+    monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)
+    if cls is engine.PlainEngine:
+        monkeypatch.setattr(mkl_prepacked, "ENABLED", False)  # the plain engine: what runs without MKL packs
+    torch.manual_seed(4)
+    exact = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
+    if cls.load_dtype == torch.int8 and not low_precision.int8_available():
+        pytest.skip(f"{cls.name}: this torch has no quantized engine")
+    model = engine.prepare(copy.deepcopy(exact), CPU, cls.load_dtype, keep_float32=keep_float32)
+    for module in (model.lstm, model.token_encoder):
+        if type(engine.engine_of(module)) is not cls:
+            pytest.skip(f"{cls.name} does not serve {engine.Target.of(module)} on this machine")
+    return exact, model
+
+
+def layer_errors(low, exact):
+    """Per layer: the largest |low - exact| over that layer's largest |exact| (``(layers, batch, time, dim)``)."""
+    low, exact = low.float(), exact.float()
+    return (low - exact).abs().amax(dim=(1, 2, 3)) / exact.abs().amax(dim=(1, 2, 3))
+
+
+def assert_within_bound(cls, actual, expected):
+    """float32 engines: recomputation rounding (tanh may take the two-sigmoid form); else the precision's bound."""
+    if cls.precision == "float32" and cls.load_dtype == torch.float32:
+        assert_recomputed_close(actual.float(), expected.float(), scale_atol=TWO_FORMULAS_SCALE_ATOL)
+    else:
+        errors = layer_errors(actual, expected)
+        assert (errors < TOLERANCE[cls.precision]).all(), errors
+
+
+def state_in(model, state):
+    dtype = next(p for p in model.lstm.parameters() if not p.is_meta).dtype
+    return [[(h.to(dtype), c.to(dtype)) for h, c in layer] for layer in state]
+
+
+@pytest.mark.parametrize("direction_threads", [False, True], ids=["interleaved", "direction-threads"])
+@pytest.mark.parametrize("cls", ENGINES, ids=lambda cls: cls.name)
+def test_engine_within_its_precision_of_float32(cls, direction_threads, monkeypatch):
+    """Activations and final states, from a random initial state, against the float32 reference path."""
+    exact, model = engine_model(cls, monkeypatch)
+    sentences = _random_batch(seed=6, n=9, longest=15)
+    ids = torch.as_tensor(batch_to_char_ids(sentences))
+    state = _random_state(exact, len(sentences), 5)
+    ref_acts, _, ref_final = exact.requires_grad_(True)(ids, state)  # parameters require grad: the reference path
+    if direction_threads:
+        monkeypatch.setattr(threads_module, "DIRECTION_THREADS_MIN_MACS", 0)
+        saved = torch.get_num_threads()
+        torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            acts, _, final = model(ids, state_in(model, state))
+    finally:
+        if direction_threads:
+            torch.set_num_threads(saved)
+    assert_within_bound(cls, acts, ref_acts.detach())
+    for layer in range(exact.n_layers):
+        for d in range(2):
+            for ours, ref in zip(final[layer][d], ref_final[layer][d]):
+                assert_within_bound(cls, ours[None, None], ref.detach()[None, None])
+
+
+@pytest.mark.parametrize("cls", ENGINES, ids=lambda cls: cls.name)
+def test_engine_is_batch_invariant(cls, monkeypatch):
+    """A sentence's activations alone and among longer and shorter ones: float32 rounding for float32 engines,
+    the precision's bound for the others (int8 quantizes each product's activations with their own range)."""
+    _, model = engine_model(cls, monkeypatch)
+    sentences = _random_batch(seed=8, n=7, longest=14)
+    with torch.inference_mode():
+        batch, _, _ = model(torch.as_tensor(batch_to_char_ids(sentences)))
+        for row, sentence in enumerate(sentences):
+            alone, _, _ = model(torch.as_tensor(batch_to_char_ids([sentence])))
+            assert_within_bound(cls, alone, batch[:, row : row + 1, : len(sentence)])
+
+
+@pytest.mark.parametrize("cls", ENGINES, ids=lambda cls: cls.name)
+def test_engine_carries_state_from_call_to_call(cls, monkeypatch):
+    """The biLSTM over a sequence in two calls, the state of the first carried into the second, gives the
+    outputs of one call over the whole sequence."""
+    _, model = engine_model(cls, monkeypatch)
+    dtype = next(p for p in model.lstm.parameters() if not p.is_meta).dtype
+    inputs = torch.randn(5, 12, model.options.projection_dim).to(dtype)
+    lengths = torch.full((5,), 12)
+    with torch.inference_mode():
+        whole, _, _ = lstm_outputs(model.lstm, inputs, lengths)
+        first, _, state = lstm_outputs(model.lstm, inputs[:, :7], torch.full((5,), 7))
+        second, _, _ = lstm_outputs(model.lstm, inputs[:, 7:], torch.full((5,), 5), state)
+    carried = torch.stack([torch.cat([a, b], dim=1) for a, b in zip(first, second)])
+    assert_within_bound(cls, carried, torch.stack(whole))
+
+
+@pytest.mark.parametrize("cls", [c for c in ENGINES if c.follows_weight_changes], ids=lambda cls: cls.name)
+def test_engine_follows_weight_changes(cls, monkeypatch):
+    """Weights changed in place (an optimizer step, an edit under ``no_grad``): the engine's packs are remade, and
+    the model computes what a model loaded with the new weights computes. (Factors exact in every precision.)"""
+    exact, model = engine_model(cls, monkeypatch, keep_float32=True)
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=3, n=6)))
+    with torch.inference_mode():
+        before, _, _ = model(ids)
+    with torch.no_grad():  # in place: the same storage, a new version
+        for m in (exact, model):
+            for cell in [*m.lstm.forward_layers, *m.lstm.backward_layers]:
+                cell.state_weight.mul_(0.5)
+            m.token_encoder.highways[0].transform.weight.mul_(-1.0)
+    fresh = engine.prepare(copy.deepcopy(exact), CPU, cls.load_dtype, keep_float32=True)
+    with torch.inference_mode():
+        after, _, _ = model(ids)
+        loaded, _, _ = fresh(ids)
+    changed, _, _ = exact.requires_grad_(True)(ids)  # the reference path on the changed float32 weights
+    assert layer_errors(before, changed.detach())[1:].max() > 0.1  # the change matters
+    assert_recomputed_close(after.float(), loaded.float())  # the engine followed it: no stale pack
+
+
+def test_every_engine_is_tested_and_named_once():
+    """The conformance tests above see every registered engine (none hidden by another's ``serves``)."""
+    names = [cls.name for cls in ENGINES]
+    assert len(set(names)) == len(names) and engine.PlainEngine not in engine.ENGINES
+    assert {"plain", "mkl-float32", "int8", "onednn-bf16"} <= set(names)
+
+
+@pytest.mark.skipif(not low_precision.int8_available(), reason="this torch has no quantized engine")
+def test_packing_leaves_the_process_wide_quantized_engine_as_it_was():
+    """int8 packs are made for the engine each role chose, whatever the process's ``torch.backends.quantized.engine``
+    says, and the setting comes back as it was (library code changes no process-wide state)."""
+    from spacy_elmo.bilm.int8_ops import prepack, quantize_weight
+
+    saved = torch.backends.quantized.engine
+    engines = [e for e in ("fbgemm", "onednn") if e in torch.backends.quantized.supported_engines]
+    q, scale = quantize_weight(torch.randn(16, 32))
+    rows = torch.randn(5, 32)
+    expected = rows @ (q.float() * scale[:, None]).t()
+    try:
+        for setting in [*engines, "x86"] if "x86" in torch.backends.quantized.supported_engines else engines:
+            torch.backends.quantized.engine = setting
+            for wanted in engines:
+                packed = prepack(q, scale, wanted)
+                assert torch.backends.quantized.engine == setting
+                out = torch.ops.quantized.linear_dynamic(rows, packed, True)  # 7 bits: no saturation on any CPU
+                assert (out - expected).abs().max() < 0.05 * expected.abs().max()
+    finally:
+        torch.backends.quantized.engine = saved
