@@ -12,15 +12,15 @@ x86 CPUs differ in what their int8 and bfloat16 kernels do, not only in how fast
   exactly where the probe comes back wrong. The engine's own dispatch (``ONEDNN_MAX_CPU_ISA``,
   ``FBGEMM_ENABLE_INSTRUCTIONS``) is respected because the probe runs the real kernels.
 - **bfloat16** products have native oneDNN kernels with AVX-512 (BW/VL/DQ), AVX-512 BF16, AMX or
-  AVX-NE-CONVERT; elsewhere torch falls back to scalar bf16 arithmetic, 20-100x slower than
-  float32. oneDNN's own answer (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, which follows
+  AVX-NE-CONVERT; elsewhere torch falls back to scalar bf16 arithmetic, far slower than float32
+  (benchmarks/RESULTS.md). oneDNN's own answer (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, which follows
   ``ONEDNN_MAX_CPU_ISA``) decides.
 - **float16** on CPU is native only with AVX-512 FP16 / AMX-FP16 (``_is_mkldnn_fp16_supported``).
 
 :func:`slow_precision_reason` says why a requested precision would run emulated (the backend warns
 once with it); :func:`auto_dtype` picks the fastest precision within its documented error bound;
 :func:`summary` is what ``spacy-elmo info`` and the logs show. Measured speed and error per CPU
-family: README "Precision" and ``benchmarks/RESULTS.md``.
+family: docs/precision.md and ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ logger = logging.getLogger("spacy_elmo")
 
 # measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
 INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
-INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM is several times fbgemm's (its pack holds 2 int8 copies)
+INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds 2 int8 copies)
 INT8_FEW_ROWS_ENGINE = "fbgemm"  # faster than oneDNN for products of 1-4 rows (batch 1's steps)
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 
@@ -162,9 +162,9 @@ def int8_kernels() -> Optional[Int8Kernels]:
     """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
 
     Many rows: fbgemm (one int8 copy per weight; faster than oneDNN on AVX2), oneDNN where AMX tiles serve
-    int8 (several times faster there, at the cost of a second int8 copy inside its pack). Few rows: fbgemm. Each role keeps its engine and turns ``reduce_range``
-    on only where that engine's full-range product fails the saturation probe; the other engine is used if it
-    is exact at full range and the preferred one is not.
+    int8 (faster there, at the cost of a second int8 copy inside its pack). Few rows: fbgemm. Each role keeps
+    its engine and turns ``reduce_range`` on only where that engine's full-range product fails the saturation
+    probe; the other engine is used if it is exact at full range and the preferred one is not.
     """
     if not int8_available():
         return None
@@ -191,7 +191,7 @@ def int8_kernels() -> Optional[Int8Kernels]:
 
 
 def amx_int8() -> bool:
-    """Whether oneDNN can use AMX int8 tiles here: the CPU has them and ``ONEDNN_MAX_CPU_ISA`` does not cap below them."""
+    """Whether oneDNN can use AMX int8 tiles here: the CPU has them and ``ONEDNN_MAX_CPU_ISA`` does not cap them."""
     cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
     return "amx_int8" in cpu_flags() and (cap == "ALL" or "AMX" in cap)
 
@@ -230,14 +230,14 @@ def int8_fast() -> bool:
 
 
 def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[str]:
-    """Why ``dtype`` would run emulated (slower than float32) on ``device``, with what to pick instead; None if native."""
+    """Why ``dtype`` would run emulated (slower than float32) on ``device``, with what to pick instead, or None."""
     if device.type != "cpu" or dtype == torch.float32:
         return None
     flags = isa_flags()
     if dtype == torch.bfloat16 and not bf16_native():
         return (
             f"dtype='bfloat16' has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16, AMX "
-            f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, 10-50x slower than float32 (measured). "
+            f"or AVX-NE-CONVERT; this CPU has: {flags}); it runs emulated, far slower than float32. "
             f"Use dtype='int8' (faster, approximate) or 'float32' (exact), or dtype='auto'"
         )
     if dtype == torch.float16 and not fp16_native():
@@ -258,7 +258,7 @@ _warned: dict[str, bool] = {}
 
 
 def warn_if_slow(dtype: torch.dtype, device: torch.device, stacklevel: int = 3) -> None:
-    """Warn once per process and precision (:class:`SlowPrecisionWarning`) when ``dtype`` runs emulated on ``device``."""
+    """Warn once per process and precision (:class:`SlowPrecisionWarning`) when ``dtype`` runs emulated there."""
     reason = slow_precision_reason(dtype, device)
     if reason is None or _warned.get(str(dtype)):
         return
@@ -270,7 +270,7 @@ def warn_if_slow(dtype: torch.dtype, device: torch.device, stacklevel: int = 3) 
 def auto_dtype(device: torch.device) -> torch.dtype:
     """The fastest precision on ``device`` that stays within its documented error bound; float32 when none is faster.
 
-    CPU: int8 wherever it has vector kernels (AVX2 and up: 2-3x float32 on "original", README "Precision"),
+    CPU: int8 wherever it has vector kernels (AVX2 and up; its speed and error per CPU: docs/precision.md),
     else float32 (bfloat16 is never faster than int8 on the CPUs measured). CUDA: bfloat16 where the GPU
     supports it (no overflow, unlike float16), else float16.
     """

@@ -7,16 +7,16 @@ The biLSTM multiplies the few active rows of each step by the same wide state ma
 batch 1 the input projections and highway layers see ~20 rows. Plain sgemm re-packs the big
 operand on every call; with so few rows that costs about as much as the arithmetic. MKL's packed
 GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``, exposed by torch as ``torch.ops.mkl``)
-packs it once: 1.2-1.7x faster products measured here for 3-64 rows (3-32 with two threads)
+packs it once: faster products for 3-64 rows (3-32 with two threads; benchmarks/RESULTS.md)
 and matrices from 2M elements up (smaller ones and tall-narrow ones do not gain: left alone).
 The products agree with plain sgemm to float32 rounding, not bit for bit: MKL's packed kernels
-may add the terms of a sum in another order (measured here on AVX-512: up to ~5 float32
-epsilons of the largest product apart; bit-identical only for some shapes and row counts).
+may add the terms of a sum in another order (a few float32 epsilons of the largest product
+apart; bit-identical only for some shapes and row counts).
 Each pack is checked against plain sgemm on probes of 3 and 64 rows before use (within rtol
 1e-5); on a mismatch, or a torch without MKL, the plain path runs.
 Only the MKL float32 engine (:mod:`.engine.mkl`) uses these products, on the inference path: :class:`~.model.BiLM`
 sends work there only when no gradient is needed, so the packs never see autograd.
-Cost: one packed copy (~1.5x the matrix) per matrix used, made on first use by the engine that holds it
+Cost: one packed copy (larger than the matrix) per matrix used, made on first use by the engine that holds it
 (one per version of the weight) and freed with the module. ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or
 ``ENABLED = False``) turns it off.
 """
