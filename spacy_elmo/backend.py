@@ -382,8 +382,6 @@ def load_bilm(
     options_path, weights_path = resolve_model_files(model, options, weights)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    if not weights_path.is_file():
-        raise WeightFileError(f"weight file not found: {weights_path}")
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
     key = (str(options_path), str(weights_path), *stats, str(torch_device), str(torch_dtype))

@@ -39,6 +39,16 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/low_precision.py": ("test_precision.py", "test_cpu_support.py"),
     "bilm/int8_ops.py": ("test_cpu_support.py", "test_precision.py"),
     "bilm/manylangs_files.py": ("test_manylangs.py",),
+    # bilm/engine/: one conformance test over every engine
+    "bilm/engine/__init__.py": ("test_engines.py",),
+    "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py"),
+    "bilm/engine/registry.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
+    "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
+    "bilm/engine/int8.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/bf16.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/packed_steps.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/packs.py": ("test_engines.py", "test_mkl_prepacked.py"),
     # compat/: the peers' APIs
     "compat/__init__.py": ("test_compat_allennlp.py",),
     "compat/allennlp/__init__.py": ("test_compat_allennlp.py",),
