@@ -1,5 +1,7 @@
 """spacy_elmo.ElmoFineTune.v1: which biLM parts learn, the frozen backend untouched, saving, `spacy train`, errors."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +173,7 @@ def test_training_never_changes_the_shared_backend_or_a_frozen_pipeline(fixture_
         assert_recomputed_close(b, a)
 
 
+@pytest.mark.slow  # spacy package in a subprocess
 def test_saved_fine_tuned_pipeline_reloads_with_identical_outputs(fixture_dir, tmp_path):
     nlp = textcat_nlp(fixture_dir, "top")
     egs = examples(nlp)
@@ -189,6 +192,19 @@ def test_saved_fine_tuned_pipeline_reloads_with_identical_outputs(fixture_dir, t
     assert fine_tuned_fingerprint(fine_tune_node(loaded)) == fingerprint
     text = TEXTS[0][0]
     assert loaded(text).cats == nlp(text).cats
+    # ``spacy package`` copies the saved pipeline into an installable package (no build step here):
+    # the package's copy loads with the same trained arrays
+    (tmp_path / "packages").mkdir()
+    package = ["package", str(tmp_path / "pipeline"), str(tmp_path / "packages"), "--name", "elmo_ft"]
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", *package, "--version", "0.0.1", "--build", "none"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (packaged,) = (tmp_path / "packages").glob("*/*/*/config.cfg")
+    for a, b in zip(trained, vectors(spacy.load(packaged.parent))):
+        assert np.array_equal(a, b)
 
 
 def test_fingerprint_follows_the_trained_weights(fixture_dir):
