@@ -396,24 +396,7 @@ def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir
     from spacy_elmo.mix import mix_layers
     from spacy_elmo.windows import window_bounds
 
-    words = [
-        "the",
-        "bank",
-        "by",
-        "the",
-        "river",
-        "was",
-        "closed",
-        "so",
-        "we",
-        "walked",
-        "along",
-        "the",
-        "water",
-        "to",
-        "town",
-    ]
-    tokens = [words[i % len(words)] + ("s" if i % 7 == 0 else "") for i in range(230)]
+    tokens = [WORDS[i % len(WORDS)] + ("s" if i % 7 == 0 else "") for i in range(230)]
     est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
     got = est.fit_transform([tokens, tokens[:50]])
     # by hand: three windows of <= 100 tokens, each token's vectors from its own part of a window
