@@ -63,12 +63,13 @@ def count_packs(monkeypatch):
         return plain(rows, pack, bias)
 
     monkeypatch.setattr(low_precision, "linear", counting)
-    compiled = compiled_steps.compiled
+    compiled_loop = engine.LayerSteps.compiled_loop
 
-    def counting_loop(kind):  # the compiled step loops multiply by the packs without low_precision.linear
-        run = compiled(kind)
+    def counting_loop(steps):  # the compiled step loops multiply by the packs without low_precision.linear
+        run = compiled_loop(steps)
         if run is None:
             return None
+        kind = steps.precision
 
         def counted(*args):
             counts[kind] += 1
@@ -76,7 +77,7 @@ def count_packs(monkeypatch):
 
         return counted
 
-    monkeypatch.setattr(compiled_steps, "compiled", counting_loop)
+    monkeypatch.setattr(engine.LayerSteps, "compiled_loop", counting_loop)
     return counts
 
 
@@ -305,7 +306,7 @@ def test_int8_packs_per_role(fixture_dir, amx, monkeypatch):
         used["few" if id(pack) in few_packs else "many"] += 1
         return plain(rows, pack, reduce_range)
 
-    monkeypatch.setattr(compiled_steps, "compiled", lambda kind: None)  # the Python loop, whose ops this test can see
+    monkeypatch.setattr(compiled_steps, "compiled", lambda: None)  # the Python loop, whose ops this test can see
     monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", counting)
     sentence = ["The", "bank", "approved", "the", "loan", "."]
     one = backend.embed([sentence])[0]
@@ -324,9 +325,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     clip or carried state moves outputs by far more than recomputation rounding. (Which engine's
     int8 pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
     """
-    assert (
-        compiled_steps.compiled(dtype) is not None
-    )  # x86 torch has TorchScript: a broken compile must not pass silently
+    assert compiled_steps.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
     if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
         monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
         monkeypatch.setattr(threads, "_pool", None)
@@ -360,7 +359,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     try:
         for use_script in (True, False):
             if not use_script:
-                monkeypatch.setattr(compiled_steps, "compiled", lambda kind: None)
+                monkeypatch.setattr(compiled_steps, "compiled", lambda: None)
             with torch.inference_mode():
                 runs.append(model(ids, state))
     finally:
@@ -388,4 +387,4 @@ def test_step_loops_fall_back_to_python_without_torchscript(monkeypatch):
 
     monkeypatch.setattr(torch.jit, "script", broken)
     monkeypatch.setattr(compiled_steps, "_compiled", {})
-    assert compiled_steps.compiled("int8") is None and compiled_steps.compiled("bfloat16") is None
+    assert compiled_steps.compiled() is None

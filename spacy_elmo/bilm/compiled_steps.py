@@ -165,10 +165,10 @@ def lstm_steps(
     return h_prev, c
 
 
-def compiled(precision: str) -> Optional[Callable[..., Any]]:
+def compiled() -> Optional[Callable[..., Any]]:
     """:func:`lstm_steps` compiled by TorchScript (once per process), or None where that is unavailable.
 
-    ``precision`` ("int8" | "bfloat16") names the engine that asks, for the log: one compiled loop serves both.
+    One compiled loop serves every low-precision engine (int8 and bf16 differ only in their step weights).
     """
     if _LOOP in _compiled:
         return _compiled[_LOOP]
@@ -179,10 +179,15 @@ def compiled(precision: str) -> Optional[Callable[..., Any]]:
                     warnings.simplefilter("ignore", DeprecationWarning)
                     warnings.simplefilter("ignore", FutureWarning)
                     _compiled[_LOOP] = torch.jit.script(lstm_steps)
-                logger.debug("LSTM steps (%s first): TorchScript loop compiled", precision)
+                logger.debug("LSTM steps: TorchScript loop compiled")
             except Exception as err:  # no TorchScript, or it cannot compile this: the Python loop runs instead
                 _compiled[_LOOP] = None
                 logger.debug(
                     "LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs", type(err).__name__, err
                 )
     return _compiled[_LOOP]
+
+
+def loop_kind() -> str:
+    """How the low-precision step loop runs here, for the engines' log lines."""
+    return "TorchScript" if compiled() is not None else "Python (no TorchScript)"

@@ -66,7 +66,7 @@ class LayerSteps(ABC):
 
     def compiled_loop(self) -> Optional[Callable[..., Any]]:
         """The compiled step loop these steps run (:func:`..compiled_steps.compiled`), or None (a Python loop)."""
-        return None if self.precision is None else compiled_steps.compiled(self.precision)
+        return None if self.precision is None else compiled_steps.compiled()
 
     @abstractmethod
     def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:

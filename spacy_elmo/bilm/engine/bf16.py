@@ -48,7 +48,7 @@ class Bf16Engine(PlainEngine):
         )
 
     def describe(self) -> str:
-        loop = "TorchScript" if compiled_steps.compiled(self.precision) is not None else "Python (no TorchScript)"
+        loop = compiled_steps.loop_kind()
         return f"bfloat16 products through oneDNN packs, {loop} LSTM time loop; this CPU: {cpu_support.summary()}"
 
     def pack(self, owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[Pack]:

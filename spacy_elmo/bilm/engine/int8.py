@@ -46,8 +46,7 @@ class Int8Engine(PlainEngine):
         return target.int8 and target.device.type == "cpu" and cpu_support.int8_kernels() is not None
 
     def describe(self) -> str:
-        loop = "TorchScript" if compiled_steps.compiled(self.precision) is not None else "Python (no TorchScript)"
-        return f"int8 products, {loop} LSTM time loop; this CPU: {cpu_support.summary()}"
+        return f"int8 products, {compiled_steps.loop_kind()} LSTM time loop; this CPU: {cpu_support.summary()}"
 
     def pack(self, owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[Pack]:
         """The int8 pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view); None where it has none."""
