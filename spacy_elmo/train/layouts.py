@@ -41,6 +41,7 @@ FILE_PATTERNS = {
 }
 GUTENBERG_START = re.compile(r"^\s*\*{3}\s*START OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE)
 GUTENBERG_END = re.compile(r"^\s*\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE)
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 SIDECARS = frozenset({"source-info.json"})  # provenance notes beside the text, never text themselves
 
 
@@ -163,7 +164,7 @@ def jsonl_paragraphs(lines: Iterable[str], name: str = "<jsonl>", field: str = "
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
             raise ValueError(f"{name}:{number} has no {field!r} string")
         # JSON can spell lone surrogates, which no UTF-8 file can hold: replaced like undecodable bytes
-        text = record[field].encode("utf-8", "replace").decode("utf-8")
+        text = LONE_SURROGATE.sub("\ufffd", record[field])
         yield from (part.strip() for part in text.split("\n") if part.strip())
 
 

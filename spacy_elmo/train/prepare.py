@@ -46,6 +46,7 @@ class SourceSpec:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.path = Path(self.path)
         check_layout(self.layout)
         self.tokenizer = self.tokenizer or default_tokenizer(self.layout)
         if self.tokenizer not in (WHITESPACE, SPACY):
