@@ -17,6 +17,7 @@ def test_gutenberg_keeps_the_book_between_its_markers():
     assert "This eBook is for the use of anyone" in raw and "This eBook is for the use of anyone" not in text
     assert "should be named 5830-0.txt" in raw and "5830-0.txt" not in text  # the footer, after the END marker
     assert "START OF THIS PROJECT" not in text and "END OF THIS PROJECT" not in text
+    assert "End of Project Gutenberg's A Garland for Girls" in raw and "End of Project" not in text
     assert "PREFACE" in blocks
     # hard-wrapped lines are joined into one paragraph
     assert any(
@@ -34,6 +35,16 @@ def test_gutenberg_start_marker_that_wraps_and_a_file_without_markers():
         "licence\n",
     ]
     assert list(gutenberg_body(wrapped)) == ["Body line.\n"]
+    older = [
+        "**Welcome To The World of Free Plain Vanilla Electronic Texts**\n",
+        "***START**THE SMALL PRINT!**FOR PUBLIC DOMAIN ETEXTS**START***\n",
+        "the small print\n",
+        "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n",
+        "Chapter I.\n",
+        "End of the Project Gutenberg Etext of X\n",
+        "after\n",
+    ]
+    assert list(gutenberg_body(older)) == ["Chapter I.\n"]
     plain = ["Just a text.\n", "\n", "No markers at all.\n"]
     assert list(gutenberg_body(plain)) == plain  # nothing is dropped for want of a header
 

@@ -6,7 +6,9 @@
     running prose: paragraphs separated by blank lines, hard line wraps joined.
 ``gutenberg``
     a Project Gutenberg book: ``raw`` between the ``*** START OF ...`` and ``*** END OF ...`` lines
-    (the licence header and footer are left out; a file without the markers is read whole).
+    (older files: the small print's ``*END*THE SMALL PRINT!`` line and ``End of the Project
+    Gutenberg ...``); the licence header and footer are left out; a file without the markers is read
+    whole.
 ``wikiextractor``
     WikiExtractor's output: ``<doc ...>`` ... ``</doc>`` articles, one paragraph per line; the
     ``<doc>`` lines and each article's title line are left out, HTML entities unescaped.
@@ -39,8 +41,15 @@ FILE_PATTERNS = {
     "wikiextractor": ("wiki_*",),
     "jsonl": ("*.jsonl", "*.json", "wiki_*"),
 }
-GUTENBERG_START = re.compile(r"^\s*\*{3}\s*START OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE)
-GUTENBERG_END = re.compile(r"^\s*\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE)
+# where the book starts: after "*** START OF THE PROJECT GUTENBERG EBOOK ..." (older files: after the small print's
+# "*END*THE SMALL PRINT! ..."), and where it ends: at "End of the Project Gutenberg EBook of ..." (the line before
+# the END marker; in older files the only end mark) or at "*** END OF THE PROJECT GUTENBERG EBOOK ..."
+GUTENBERG_START = re.compile(
+    r"^\s*(\*{3}\s*START OF (THIS|THE) PROJECT GUTENBERG|\*END\*?\s*THE SMALL PRINT)", re.IGNORECASE
+)
+GUTENBERG_END = re.compile(
+    r"^\s*(\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG|END OF (THE |THIS )?PROJECT GUTENBERG)", re.IGNORECASE
+)
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 SIDECARS = frozenset({"source-info.json"})  # provenance notes beside the text, never text themselves
 
@@ -121,7 +130,8 @@ def gutenberg_body(lines: Iterable[str]) -> Iterator[str]:
             break
         if not started and GUTENBERG_START.match(line):
             started, buffered = True, []
-            closing = 0 if "***" in line.strip().lstrip("*") else 3
+            wraps = "SMALL PRINT" not in line.upper() and "***" not in line.strip().lstrip("*")
+            closing = 3 if wraps else 0
             continue
         if started:
             yield line
