@@ -164,3 +164,32 @@ def test_resident_memory_is_flat_in_the_corpus_size(tmp_path):
         peaks[megabytes] = int(result.stdout.split()[-1]) / 1024  # ru_maxrss: KiB on Linux
         assert json.loads((folder / "corpus" / "corpus.json").read_text())["words"] > megabytes * 60_000
     assert peaks[50] - peaks[5] < 20, peaks  # MiB
+
+
+@pytest.mark.slow
+def test_the_cli_trains_on_a_prepared_corpus(wiki_sample, tmp_path):
+    out, manifest = wiki_sample
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", str(tmp_path / "m"), "--arch", "tiny", "--threads", "1", "--no-progress"])
+    assert result.exit_code == 2 and "--corpus DIR" in result.output
+    args = [
+        "train",
+        str(tmp_path / "m"),
+        "--corpus",
+        str(out),
+        "--arch",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--min-count",
+        "1",
+    ]
+    result = runner.invoke(app, [*args, "--threads", "1", "--token-budget", "256", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert metrics["corpus"]["prepared"] == [str(out.resolve())] and metrics["corpus"]["words"] == manifest["words"]
+    (source,) = metrics["stages"][0]["sources"]
+    assert source["info"]["repository"] == "github:jason-feng/wikiVisual" and source["words"] == manifest["words"]
+    vocab = (tmp_path / "m" / "vocab.txt").read_text("utf-8").split("\n")
+    counts = [line.split("\t")[0] for line in (out / "counts.tsv").read_text("utf-8").splitlines()]
+    assert vocab[3 : len(counts) + 3] == counts  # the counting pass's order, min count 1: every word
