@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
-from .train.config import TrainConfig
+from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from .embed_file import EmbedChunks
@@ -83,6 +83,9 @@ def train(
     ),
     valid_files: list[Path] = typer.Option(
         [], "--valid", "-v", help="Validation text, one sentence or paragraph per line; repeatable"
+    ),
+    corpus_dirs: list[Path] = typer.Option(
+        [], "--corpus", help="Train on a prepared corpus (spacy-elmo prepare-corpus) instead of text files; repeatable"
     ),
     arch: str = typer.Option(
         _TRAIN_DEFAULTS.architecture,
@@ -159,11 +162,12 @@ def train(
                 raw_files, "raw", raw_tokenizer
             )
             valid_sources = make_sources(valid_files, "lines", tokenizer)
-            if not train_sources and not resume:
-                raise ValueError("give training text with --train FILE and/or --raw FILE")
+            if not train_sources and not corpus_dirs and not resume:
+                raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
             config = TrainConfig(
                 train=[s.to_json() for s in train_sources],
                 valid=[s.to_json() for s in valid_sources],
+                corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
                 architecture=arch,
                 vocab_size=vocab_size,
                 min_count=min_count,
@@ -199,6 +203,59 @@ def train(
         typer.echo(
             f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
         )
+
+
+@app.command("prepare-corpus")
+def prepare_corpus(
+    output_dir: Path = typer.Argument(..., help="Directory for the prepared corpus (shards, counts.tsv, corpus.json)"),
+    sources: list[Path] = typer.Option(
+        ..., "--source", "-s", help="A text file or a directory of them (recursively); repeatable"
+    ),
+    layout: str = typer.Option(
+        "lines", "--format", "-f", help="lines, raw, gutenberg, wikiextractor or jsonl (the layout of every --source)"
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None, help="whitespace or spacy (default: whitespace for lines, spacy for the other layouts)"
+    ),
+    source_info: Optional[Path] = typer.Option(
+        None,
+        help=(
+            "A JSON object recorded as every source's provenance (repository, commit, path, licence); default: "
+            "source-info.json in each source's directory, if any"
+        ),
+    ),
+    max_length: int = typer.Option(_TRAIN_DEFAULTS.max_length, help="Cut sentences longer than this many tokens"),
+    shard_sentences: int = typer.Option(
+        DEFAULT_SHARD_SENTENCES, help="Sentences per shard file (the unit of shuffling)"
+    ),
+    progress: bool = typer.Option(True, help="Show a tqdm progress bar per source"),
+) -> None:
+    """Tokenize text files once into a prepared corpus for `spacy-elmo train --corpus`: shards, word counts, manifest.
+
+    One streaming pass with bounded memory (the text is never held, only the word counts); the
+    layouts drop Project Gutenberg's licence header/footer and WikiExtractor's markup.
+    """
+    import shlex
+    import sys
+
+    from .train.prepare import SourceSpec, read_source_info
+    from .train.prepare import prepare_corpus as run_prepare
+
+    with _errors_exit_2():
+        specs = [SourceSpec(path, layout, tokenizer, read_source_info(source_info, path)) for path in sources]
+        manifest = run_prepare(
+            output_dir,
+            specs,
+            max_length=max_length,
+            shard_sentences=shard_sentences,
+            progress=progress,
+            command=" ".join(shlex.quote(a) for a in sys.argv),
+        )
+    typer.echo(
+        f"prepared {output_dir}: {manifest['words']:,} words, {manifest['sentences']:,} sentences, "
+        f"{manifest['distinct_words']:,} distinct words in {len(manifest['shards'])} shards "
+        f"({manifest['words_per_s']:,.0f} words/s)"
+    )
 
 
 def _cores() -> int:

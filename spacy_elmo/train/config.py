@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
+DEFAULT_SHARD_SENTENCES = 2000  # sentences per shard of a prepared corpus (spacy-elmo prepare-corpus)
 
 
 @dataclass
@@ -18,7 +19,7 @@ class TrainConfig:
     train the same model from the same text.
     """
 
-    train: list[dict[str, str]]  # Source.to_json() of each training file
+    train: list[dict[str, str]]  # Source.to_json() of each training file (none when training on corpus)
     valid: list[dict[str, str]] = field(default_factory=list)
     architecture: Any = "small"  # preset name, JSON path, or an options dict
     vocab_size: int = 50000  # softmax words, the three markers included
@@ -42,7 +43,8 @@ class TrainConfig:
     threads: Optional[int] = None  # recorded only: the CLI sets torch's (process-wide) thread count, never the library
     lstm_impl: str = "auto"  # one of LSTM_IMPLS
     init_from: Optional[str] = None
-    buffer_size: int = 20000  # sentences held at once for length bucketing
+    buffer_size: int = 20000  # sentences held at once for length bucketing (a prepared corpus: per shard group)
+    corpus: list[str] = field(default_factory=list)  # prepared corpus directories (spacy-elmo prepare-corpus)
 
 
 # (field, option, test, requirement): values that would train nothing or fail later are refused up front
@@ -81,4 +83,4 @@ def check_config(config: TrainConfig) -> None:
             raise ValueError(f"{option} must be {requirement}, not {value!r}")
 
 
-__all__ = ["LR_SCHEDULES", "LSTM_IMPLS", "TrainConfig", "check_config"]
+__all__ = ["DEFAULT_SHARD_SENTENCES", "LR_SCHEDULES", "LSTM_IMPLS", "TrainConfig", "check_config"]

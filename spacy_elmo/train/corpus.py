@@ -15,15 +15,12 @@ WikiText paragraph becomes its sentences and no batch holds a 500-token row.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from ..tokenize import SPACY, WHITESPACE, resolve_tokenizer
-
-PathLike = Union[str, os.PathLike]
+from .layouts import PathLike, text_blocks
 
 SENTENCE_END = frozenset({".", "!", "?"})
 CLOSERS = frozenset({'"', "'", "''", ")", "]", "}", "”", "’", "»"})
@@ -100,22 +97,8 @@ def read_sentences(source: Source, max_length: int = 100, split: bool = True) ->
 
 
 def _blocks(source: Source) -> Iterator[str]:
-    """Lines (``lines``) or blank-line separated paragraphs with wraps joined (``raw``)."""
-    with open(source.path, encoding="utf-8", errors="replace") as handle:
-        if source.format == "lines":
-            for line in handle:
-                if line.strip():
-                    yield line
-            return
-        paragraph: list[str] = []
-        for line in handle:
-            if line.strip():
-                paragraph.append(line.strip())
-            elif paragraph:
-                yield " ".join(paragraph)
-                paragraph = []
-        if paragraph:
-            yield " ".join(paragraph)
+    """Lines (``lines``) or blank-line separated paragraphs with wraps joined (``raw``): :mod:`.layouts`."""
+    return text_blocks(source.path, source.format)
 
 
 def has_tokens(sources: Sequence[Source], max_length: int = 100) -> bool:

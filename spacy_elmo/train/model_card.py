@@ -11,6 +11,7 @@ from ..bilm.files import write_text_atomically
 from ..info import parameter_count
 from ..model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
+from .stages import describe_source
 
 
 def display_command(command: str) -> str:
@@ -68,6 +69,10 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
     ]
     for source in corpus.get("train", []):
         lines.append(f"| `{_short(source['path'])}` | {source['format']} | {source['tokenizer']} |")
+    stages = metrics.get("stages") or []
+    if corpus.get("prepared") and stages:  # a prepared corpus: its sources, with their provenance
+        for source in stages[-1].get("sources", []):
+            lines.append(f"| {describe_source(source)} | {source.get('layout')} | {source.get('tokenizer')} |")
     lines += [
         "",
         f"{corpus.get('words', 0):,} words ({corpus.get('distinct_words', 0):,} distinct). Lines (`lines`) and "
@@ -115,6 +120,7 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
                 )
             )
         previous = previous.get("init_from")
+    lines += _stage_lines(stages, metrics.get("total_words_seen"))
     lines += [
         "",
         "## Perplexity",
@@ -162,6 +168,36 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "",
     ]
     return "\n".join(lines)
+
+
+def _stage_lines(stages: list[dict[str, Any]], total: Any) -> list[str]:
+    """The "Training stages" section: every run the model went through, oldest first, and the words seen by all."""
+    if not stages:
+        return []
+    lines = [
+        "",
+        "## Training stages",
+        "",
+        "Each stage continued the exported model of the one before (`--init-from`).",
+        "",
+        "| stage | data | words seen | wall time | validation perplexity (fwd / bwd) |",
+        "|---|---|---|---|---|",
+    ]
+    for number, stage in enumerate(stages, 1):
+        data = "<br>".join(describe_source(s) for s in stage.get("sources") or [])
+        if not data and stage.get("command"):
+            data = f"`{display_command(stage['command'])}`"
+        wall = stage.get("wall_time_s")
+        ppl = stage.get("valid_perplexity") or {}
+        lines.append(
+            f"| {number} | {data} | {int(stage.get('words_seen') or 0):,} | "
+            + ("" if wall is None else f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s")
+            + " | "
+            + (f"{ppl['forward']:.1f} / {ppl['backward']:.1f}" if "forward" in ppl else "")
+            + " |"
+        )
+    lines += ["", f"Words seen over all stages: **{int(total or 0):,}**."]
+    return lines
 
 
 def _short(path: str) -> str:

@@ -18,12 +18,14 @@ every batch and only rank 0 writes files or prints (see :mod:`.distributed`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +46,8 @@ from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
 from .outputs import export_model, jsonable, write_checkpoint, write_metrics
 from .presets import architecture
+from .shards import CorpusBatches, PreparedCorpus
+from .stages import earlier_stages, start_stage, update_stage
 from .storage import (
     CHECKPOINT,
     LEGACY_CHECKPOINT,
@@ -98,12 +102,17 @@ class Trainer:
         self.config = config
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
-        if not self.train_sources:
+        # a prepared corpus (spacy-elmo prepare-corpus) replaces the text files, never joins them
+        self.prepared = PreparedCorpus(config.corpus) if config.corpus else None
+        if self.prepared is not None and self.train_sources:
+            raise ValueError("train either on text files (--train/--raw) or on a prepared corpus (--corpus), not both")
+        if not self.train_sources and self.prepared is None:
             raise ValueError("no training text given")
         for source in self.train_sources + self.valid_sources:
             if not source.path.is_file():
                 raise FileNotFoundError(f"text file not found: {source.path}")
-        _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
+        if self.prepared is None:
+            _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
         if self.valid_sources:
             _require_tokens(self.valid_sources, "--valid", "validate", config.max_length)
         if world.is_main:
@@ -111,6 +120,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.char_cache = CharCache()
         self.run_started = time.time()
+        self.wall_counted = False
         self.checkpoint_step: Optional[int] = None  # the step of the newest checkpoint this trainer wrote or read
         self.elapsed_s = 0.0  # wall time of this run at the end of the last step, the same on every rank
         if checkpoint is not None:
@@ -128,8 +138,7 @@ class Trainer:
 
     def _start(self) -> None:
         config = self.config
-        counts = count_words(self.train_sources, config.max_length)
-        self.corpus = {"words": int(sum(counts.values())), "distinct_words": len(counts)}
+        counts, sources = self._count_words()
         initial = load_initial_model(config.init_from) if config.init_from else None
         if initial is not None:
             options = initial.bilm.options
@@ -143,8 +152,11 @@ class Trainer:
             config.vocab_size = len(initial.vocab)
             config.cutoffs = tuple(initial.softmax.cutoffs)
             config.div_value = initial.softmax.div_value
+        elif self.prepared is not None:
+            self.vocab = self.prepared.vocabulary(config.vocab_size, config.min_count)
         else:
             self.vocab = Vocabulary.build(counts, config.vocab_size, config.min_count)
+        del counts
         self.model = self._build_model(options)
         if initial is not None:
             self.model.load_bilm_weights(initial.bilm)
@@ -155,7 +167,7 @@ class Trainer:
         self.metrics: dict[str, Any] = {
             "command": " ".join(shlex.quote(a) for a in sys.argv),
             "config": jsonable(asdict(config)),
-            "corpus": {"train": config.train, "valid": config.valid, **self.corpus},
+            "corpus": {"train": config.train, "valid": config.valid, "prepared": config.corpus, **self.corpus},
             "vocab_size": len(self.vocab),
             "parameters": {
                 "bilm": count_parameters(self.model) - count_parameters(self.model.softmax),
@@ -167,9 +179,26 @@ class Trainer:
         }
         if initial is not None:
             self.metrics["init_from"] = previous_training(initial.directory)
+        earlier = earlier_stages(initial.directory) if initial is not None else []
+        start_stage(self.metrics, earlier, sources, str(initial.directory) if initial is not None else None)
         if self.world.is_main:
             self.vocab.save(self.output_dir / VOCAB)
         self.best_valid = math.inf
+
+    def _count_words(self) -> tuple[Counter, list[dict[str, Any]]]:
+        """The counting pass: word counts of text files (a prepared corpus counted its own: empty here), sets
+        ``self.corpus``; and the training sources with their word counts (and provenance, for a prepared corpus)."""
+        if self.prepared is not None:
+            self.corpus = {"words": self.prepared.words, "distinct_words": self.prepared.distinct_words()}
+            return Counter(), self.prepared.sources()
+        counts: Counter = Counter()
+        sources = []
+        for source in self.train_sources:
+            mine = count_words([source], self.config.max_length)
+            sources.append({**source.to_json(), "words": int(sum(mine.values()))})
+            counts.update(mine)
+        self.corpus = {"words": int(sum(counts.values())), "distinct_words": len(counts)}
+        return counts, sources
 
     def _build_model(self, options: BiLMOptions) -> LanguageModel:
         config = self.config
@@ -200,8 +229,15 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------------------
 
-    def epoch_batches(self, epoch: int) -> Iterator[list[list[str]]]:
-        """The batches of one epoch: the same order for the same seed and epoch."""
+    def epoch_batches(self, epoch: int) -> Iterable[list[list[str]]]:
+        """The batches of one epoch: the same order for the same seed and epoch (of a prepared corpus: from the
+        position in ``state``, see :class:`~.shards.CorpusBatches`)."""
+        if self.prepared is not None:
+            config = self.config
+            start = self.state.get("corpus_position")
+            return self.prepared.batches(
+                config.seed, epoch, config.token_budget, config.buffer_size, config.max_length, start
+            )
         seed = self.config.seed * 1_000_003 + epoch
         sentences = mixed_sentences(self.train_sources, seed, self.config.max_length)
         return bucket_batches(sentences, self.config.token_budget, self.config.buffer_size, random.Random(seed))
@@ -228,6 +264,7 @@ class Trainer:
         """
         started = self.run_started = time.time()
         self.elapsed_s = 0.0
+        self.wall_counted = False  # metrics' wall_time_s does not hold this run's yet
         stop = False
         while self.state["epoch"] < math.ceil(self.config.epochs) and not stop:
             totals = {"nll_f": 0.0, "nll_b": 0.0, "n": 0, "words": 0, "seconds": 0.0}
@@ -239,6 +276,7 @@ class Trainer:
             self.validate(totals, partial=stop, epoch_end=not stop)
             self.save_checkpoint()
         self.metrics["wall_time_s"] = round(self.metrics.get("wall_time_s", 0.0) + time.time() - started, 1)
+        self.wall_counted = True
         self.metrics["train_seconds"] = round(self.state["train_seconds"], 1)
         self.metrics["words_seen"] = self.state["words_seen"]
         self.metrics["steps"] = self.state["step"]
@@ -258,8 +296,8 @@ class Trainer:
         epoch = self.state["epoch"]
         words_in_epoch = self.corpus["words"] * min(1.0, config.epochs - epoch)  # a fractional last epoch
         batches = self.epoch_batches(epoch)
-        for _ in range(self.state["batch_in_epoch"]):  # resume: skip what was trained already
-            next(batches, None)
+        if not isinstance(batches, CorpusBatches):  # text files: skip what was trained already
+            batches = itertools.islice(batches, self.state["batch_in_epoch"], None)
         epoch_words_done = self.state.get("epoch_words", 0)
         with tqdm(
             total=int(words_in_epoch), unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", disable=not self.progress
@@ -272,6 +310,8 @@ class Trainer:
                 batch = tensorize(mine, self.vocab, self.char_cache, self.crop_width)
                 tick = time.time()
                 nll_f, nll_b, n, words = self.train_step(batch, sentences, weight)
+                if isinstance(batches, CorpusBatches):  # where --resume continues: the batch after this one
+                    self.state["corpus_position"] = batches.position
                 self._tally(totals, nll_f, nll_b, n, words, time.time() - tick)
                 epoch_words_done = self.state["epoch_words"]
                 bar.update(words)
@@ -423,6 +463,8 @@ class Trainer:
             export_model(self.model, self.output_dir)
 
     def write_metrics(self) -> None:
+        wall = self.metrics.get("wall_time_s", 0.0) + (0.0 if self.wall_counted else time.time() - self.run_started)
+        update_stage(self.metrics, self.state, wall)
         if self.world.is_main:
             write_metrics(self.output_dir, self.metrics)
 
