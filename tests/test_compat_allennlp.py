@@ -584,3 +584,14 @@ def test_help_reaches_argparse_through_spacy_elmo(capsys):
     result = CliRunner().invoke(app, ["allennlp-elmo", "--help"])
     assert result.exit_code == 0
     assert "usage: spacy-elmo allennlp-elmo" in result.output and "--use-sentence-keys" in result.output
+
+
+def test_a_non_str_token_or_an_untokenized_sentence_is_a_type_error_naming_it(fixture_dir):
+    """docs/guarantees.md: non-string tokens raise TypeError naming the sentence and token (not AttributeError)."""
+    with pytest.raises(TypeError, match=r"sentence 1, token 0: expected str, got int \(3\)"):
+        batch_to_ids([["a"], [3, "b"]])
+    embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    with pytest.raises(TypeError, match=r"sentence 0, token 1: expected str, got int \(5\)"):
+        embedder.embed_batch([["a", 5]])
+    with pytest.raises(TypeError, match=r"sentence 0 is a str, not a sequence of token strings"):
+        embedder.embed_sentence("the cat sat")
