@@ -595,3 +595,25 @@ def test_a_non_str_token_or_an_untokenized_sentence_is_a_type_error_naming_it(fi
         embedder.embed_batch([["a", 5]])
     with pytest.raises(TypeError, match=r"sentence 0 is a str, not a sequence of token strings"):
         embedder.embed_sentence("the cat sat")
+
+
+def test_main_takes_allennlps_argv_with_the_subcommand_word(fixture_dir, tmp_path, monkeypatch):
+    """Code written for ``from allennlp.commands import main`` sets ``sys.argv = [prog, "elmo", IN, OUT, ...]``."""
+    refs = dict(np.load(REFS / "refs_fixture.npz"))
+    lines = MANIFEST["cases"]["fixture"]["lines"]
+    files = ["--options-file", str(fixture_dir / "options.json"), "--weight-file", str(fixture_dir / "lm_weights.hdf5")]
+    monkeypatch.chdir(tmp_path)
+    Path("in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["allennlp", "elmo", "in.txt", "a.hdf5", "--all", "--batch-size", "2", *files])
+    assert compat.main() is None
+    _check_file(_hdf5(tmp_path / "a.hdf5"), refs, "embed_file/all/", "fixture")
+    # options between the positional arguments, as argparse allows in AllenNLP
+    compat.main(argv=["elmo", "in.txt", "--top", "--batch-size", "2", "t.hdf5", *files])
+    _check_file(_hdf5(tmp_path / "t.hdf5"), refs, "embed_file/top/", "fixture")
+    # the short form keeps working, for an input file named "elmo" too
+    Path("elmo").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    compat.main(argv=["elmo", "b.hdf5", "--all", "--batch-size", "2", *files])
+    _check_file(_hdf5(tmp_path / "b.hdf5"), refs, "embed_file/all/", "fixture")
+    with pytest.raises(SystemExit):  # another subcommand word is an argparse error naming it
+        compat.main(argv=["train", "in.txt", "c.hdf5", "--all", *files])
+    assert not (tmp_path / "c.hdf5").exists()
