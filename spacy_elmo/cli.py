@@ -516,9 +516,14 @@ def plot_mix(
 def allennlp_elmo(ctx: typer.Context) -> None:
     """AllenNLP 0.9's `allennlp elmo INPUT OUTPUT (--all|--top|--average) ...`, the same arguments and file (--help for
     them)."""
+    from .compat.allennlp import ConfigurationError
     from .compat.allennlp.command import main as allennlp_main
 
-    allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
+    with _errors_exit_2():
+        try:
+            allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
+        except ConfigurationError as err:  # AllenNLP's error type (a blank line...): one line here, as everywhere
+            raise ValueError(err.message) from err
 
 
 def main() -> None:

@@ -617,3 +617,43 @@ def test_main_takes_allennlps_argv_with_the_subcommand_word(fixture_dir, tmp_pat
     with pytest.raises(SystemExit):  # another subcommand word is an argparse error naming it
         compat.main(argv=["train", "in.txt", "c.hdf5", "--all", *files])
     assert not (tmp_path / "c.hdf5").exists()
+
+
+def test_spacy_elmo_allennlp_elmo_errors_are_one_line_and_exit_2(fixture_dir, tmp_path):
+    """Like every other subcommand: a missing file, an offline download or a blank line is one red line, exit 2."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("a b\n\nc\n", encoding="utf-8")
+    weights = ["--weight-file", str(fixture_dir / "lm_weights.hdf5")]
+    runs = {
+        "options file not found": [
+            str(source),
+            str(tmp_path / "a.hdf5"),
+            "--all",
+            "--options-file",
+            "nope.json",
+            *weights,
+        ],
+        "SPACY_ELMO_OFFLINE": [
+            str(source),
+            str(tmp_path / "b.hdf5"),
+            "--all",
+        ],  # the default, original model: not cached
+        "empty lines at indexes [1]": [
+            *(str(blank), str(tmp_path / "c.hdf5"), "--all"),
+            *("--options-file", str(fixture_dir / "options.json"), *weights),
+        ],
+    }
+    env = {"SPACY_ELMO_OFFLINE": "1", "SPACY_ELMO_HOME": str(tmp_path / "home")}
+    for expected, args in runs.items():
+        result = CliRunner().invoke(app, ["allennlp-elmo", *args], env=env)
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert lines[0].startswith("error: ") and expected in result.output, result.output
+        assert len(" ".join(lines)) < 400 and "Traceback" not in result.output, result.output
+    assert not list(tmp_path.rglob("*.hdf5"))
