@@ -421,30 +421,15 @@ def download(
 
 @app.command()
 def models() -> None:
-    """List the published ELMo models that can be named anywhere a model is named, and whether each is cached."""
+    """List the models a name gives anywhere a model is named (the bundled `default` and the published ones), and
+    whether each is cached."""
     from .download import home, is_cached
-    from .published import PUBLISHED
+    from .model_table import model_lines
 
-    rows = [("name", "language", "architecture", "params", "size", "trained on", "source", "licence", "cached")]
-    for entry in PUBLISHED.values():
-        cached = all(is_cached(url) for url in entry.urls)
-        rows.append(
-            (
-                entry.name,
-                entry.language,
-                entry.architecture,
-                f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
-                f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
-                entry.trained_on,
-                entry.source,
-                entry.licence,
-                "yes" if cached else "no",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    typer.echo(f"\ncache: {home()} (SPACY_ELMO_HOME); SPACY_ELMO_OFFLINE=1 keeps everything off the network")
+    for line in model_lines(is_cached):
+        typer.echo(line)
+    typer.echo(f"\nspacy-elmo info NAME: one model in full; cache: {home()} (SPACY_ELMO_HOME)")
+    typer.echo("SPACY_ELMO_OFFLINE=1 keeps everything off the network")
 
 
 @app.command()
