@@ -221,7 +221,10 @@ def adapt(
     output_dir: Path = typer.Argument(..., help="Directory for the adapted model (an ELMo model directory)"),
     train_docs: Path = typer.Option(..., "--train", help="The task's training docs (.spacy); only their text is read"),
     dev_docs: Path = typer.Option(..., "--dev", help="The task's dev docs (.spacy): perplexity before and after"),
-    init_from: str = typer.Option("default", help="The biLM to adapt: 'default' or a model directory with its softmax"),
+    init_from: str = typer.Option(
+        "default",
+        help="The biLM to adapt: 'default' or a model directory with its softmax (published models ship none)",
+    ),
     epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text"),
     max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
     lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
