@@ -657,3 +657,35 @@ def test_spacy_elmo_allennlp_elmo_errors_are_one_line_and_exit_2(fixture_dir, tm
         assert lines[0].startswith("error: ") and expected in result.output, result.output
         assert len(" ".join(lines)) < 400 and "Traceback" not in result.output, result.output
     assert not list(tmp_path.rglob("*.hdf5"))
+
+
+def test_the_migration_pages_typical_script_runs_with_only_its_imports_changed(fixture_dir, tmp_path, monkeypatch):
+    """docs/migrating-from-allennlp.md's "typical script", each import replaced by the one in its comment; the
+    published original model it names (375 MB) replaced by the test biLM, the one change made for a test."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "migrating-from-allennlp.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "# Before (AllenNLP 0.9)" in b)
+    lines = []
+    for line in block.splitlines():
+        if line.startswith(("from allennlp", "import allennlp")):
+            line = line.partition("# ")[2]
+            assert line.startswith("from spacy_elmo.compat.allennlp import "), line
+        lines.append(line)
+    script = "\n".join(lines)
+    for url, local in [
+        (compat.DEFAULT_OPTIONS_FILE, fixture_dir / "options.json"),
+        (compat.DEFAULT_WEIGHT_FILE, fixture_dir / "lm_weights.hdf5"),
+    ]:
+        assert script.count(f'"{url}"') == 1
+        script = script.replace(f'"{url}"', repr(str(local)))
+    assert script.count("ElmoEmbedder()") == 1
+    script = script.replace("ElmoEmbedder()", "ElmoEmbedder(options_file, weight_file)")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sentences.txt").write_text("I ate an apple .\nThe cat sat .\n", encoding="utf-8")
+    namespace = {"__name__": "__main__"}
+    exec(compile(script, "migrating-from-allennlp.md typical script", "exec"), namespace)
+    assert namespace["layers"].shape == (3, 5, 32) and np.isfinite(namespace["layers"]).all()
+    assert torch.isfinite(namespace["loss"]) and namespace["loss"].requires_grad
+    written = _hdf5(tmp_path / "elmo.hdf5")
+    assert written["0"].shape == (5, 32) and written["1"].shape == (4, 32)  # "average": (tokens, dim)
