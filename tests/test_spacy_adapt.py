@@ -84,4 +84,8 @@ def test_adapt_refuses_a_published_model_before_downloading_it(tmp_path):
         assert result.exit_code == 2, result.output
         assert "published models cannot be adapted" in result.output and "'default'" in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
+    typo = CliRunner().invoke(
+        app, ["adapt", str(tmp_path / "out"), "--train", str(corpus), "--dev", str(corpus), "--init-from", "defualt"]
+    )
+    assert typo.exit_code == 2 and "did you mean 'default'?" in typo.output, typo.output
     assert not (tmp_path / "out").exists() and not home.exists()

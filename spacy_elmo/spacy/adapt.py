@@ -21,7 +21,7 @@ from spacy.vocab import Vocab
 
 from ..bilm.files import write_text_atomically
 from ..download import is_url
-from ..model_files import VOCAB, is_model_dir, resolve_model_files
+from ..model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..published import published_by_url, published_model
 from ..tokenize import is_whitespace
 from ..train import TrainConfig, Trainer, evaluate, make_sources
@@ -66,6 +66,7 @@ def require_adaptable(init_from: str) -> None:
     model, whose vocabulary and softmax published models do not ship (only the biLM, options and weights)."""
     if is_model_dir(Path(init_from).expanduser()):  # a local folder wins over a published name, as everywhere
         return
+    check_model_name(init_from)  # "smal": did you mean 'small'?
     entry = published_model(init_from) or (published_by_url(init_from) if is_url(init_from) else None)
     if entry is not None:
         raise ValueError(
