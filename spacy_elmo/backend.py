@@ -23,7 +23,7 @@ from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env
 from .download import cache_advice
 from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
-from .validation import positive_int
+from .validation import positive_int, validate_sentences
 from .windows import length_batches
 
 PathLike = Union[str, os.PathLike]
@@ -272,37 +272,6 @@ def is_out_of_memory(err: BaseException) -> bool:
         return True
     message = str(err)
     return "out of memory" in message or "can't allocate memory" in message
-
-
-_STR_ONLY = {str}
-
-
-def validate_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
-    """Materialise ``sentences`` as a list, raising ``TypeError`` that names the bad sentence/token."""
-    if isinstance(sentences, (str, bytes)) or not _is_iterable(sentences):
-        raise TypeError(f"sentences must be an iterable of token sequences, not {type(sentences).__name__}")
-    checked: list[Sequence[str]] = []
-    for i, sentence in enumerate(sentences):
-        if isinstance(sentence, (str, bytes)) or not _is_iterable(sentence):
-            raise TypeError(
-                f"sentence {i} is a {type(sentence).__name__}, not a sequence of token strings "
-                f"(tokenize text first, e.g. text.split())"
-            )
-        tokens = list(sentence)
-        if not set(map(type, tokens)) <= _STR_ONLY:  # fast path for plain str; subclasses checked below
-            for j, token in enumerate(tokens):
-                if not isinstance(token, str):
-                    raise TypeError(f"sentence {i}, token {j}: expected str, got {type(token).__name__} ({token!r})")
-        checked.append(tokens)
-    return checked
-
-
-def _is_iterable(value: object) -> bool:
-    try:
-        iter(value)  # type: ignore[call-overload]
-    except TypeError:
-        return False
-    return True
 
 
 # -- the process-wide cache ---------------------------------------------------------------

@@ -278,7 +278,10 @@ def adapt(
     output_dir: Path = typer.Argument(..., help="Directory for the adapted model (an ELMo model directory)"),
     train_docs: Path = typer.Option(..., "--train", help="The task's training docs (.spacy); only their text is read"),
     dev_docs: Path = typer.Option(..., "--dev", help="The task's dev docs (.spacy): perplexity before and after"),
-    init_from: str = typer.Option("default", help="The biLM to adapt: 'default' or a model directory with its softmax"),
+    init_from: str = typer.Option(
+        "default",
+        help="The biLM to adapt: 'default' or a model directory with its softmax (published models ship none)",
+    ),
     epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text"),
     max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
     lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
@@ -478,30 +481,15 @@ def download(
 
 @app.command()
 def models() -> None:
-    """List the published ELMo models that can be named anywhere a model is named, and whether each is cached."""
+    """List the models a name gives anywhere a model is named (the bundled `default` and the published ones), and
+    whether each is cached."""
     from .download import home, is_cached
-    from .published import PUBLISHED
+    from .model_table import model_lines
 
-    rows = [("name", "language", "architecture", "params", "size", "trained on", "source", "licence", "cached")]
-    for entry in PUBLISHED.values():
-        cached = all(is_cached(url) for url in entry.urls)
-        rows.append(
-            (
-                entry.name,
-                entry.language,
-                entry.architecture,
-                f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
-                f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
-                entry.trained_on,
-                entry.source,
-                entry.licence,
-                "yes" if cached else "no",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    typer.echo(f"\ncache: {home()} (SPACY_ELMO_HOME); SPACY_ELMO_OFFLINE=1 keeps everything off the network")
+    for line in model_lines(is_cached):
+        typer.echo(line)
+    typer.echo(f"\nspacy-elmo info NAME: one model in full; cache: {home()} (SPACY_ELMO_HOME)")
+    typer.echo("SPACY_ELMO_OFFLINE=1 keeps everything off the network")
 
 
 @app.command()
@@ -573,9 +561,14 @@ def plot_mix(
 def allennlp_elmo(ctx: typer.Context) -> None:
     """AllenNLP 0.9's `allennlp elmo INPUT OUTPUT (--all|--top|--average) ...`, the same arguments and file (--help for
     them)."""
+    from .compat.allennlp import ConfigurationError
     from .compat.allennlp.command import main as allennlp_main
 
-    allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
+    with _errors_exit_2():
+        try:
+            allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
+        except ConfigurationError as err:  # AllenNLP's error type (a blank line...): one line here, as everywhere
+            raise ValueError(err.message) from err
 
 
 def main() -> None:

@@ -71,7 +71,7 @@ def describe_published(entry: PublishedModel) -> str:
     size = f"about {entry.approx_mb} MB" if entry.approx_mb else "not stated"
     return "\n".join(
         [
-            f"model:        {entry.name} (published by {entry.source}; not downloaded)",
+            f"model:        {entry.name} (published by {entry.publisher}; not downloaded)",
             f"architecture: {entry.architecture}",
             f"parameters:   {params}",
             f"files:        {size}, {', '.join(entry.urls)}",

@@ -15,6 +15,7 @@ file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` a
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -95,9 +96,47 @@ def resolve_model_files(
             f"{OPTIONS} and the weights), or both files as load_bilm(options=..., weights=...)"
         )
     if not path.is_dir():
-        hint = f"; published models: {', '.join(PUBLISHED)}" if os.sep not in text and "/" not in text else ""
-        raise WeightFileError(f"ELMo model directory not found: {path}{hint}")
+        if _is_bare_name(text):
+            raise WeightFileError(_unknown_name_message(text, path.absolute()))
+        raise WeightFileError(f"ELMo model directory not found: {path}")
     return _in_directory(path)
+
+
+def check_model_name(model: Optional[PathLike]) -> None:
+    """Fail now, reading and downloading nothing, on a mistyped model name: a bare word that is neither a path
+    here nor a published name but close to one (``"orignal"``); ``WeightFileError`` says "did you mean ...?".
+
+    For front ends that load their model later (the spaCy component loads it at the first doc). Anything
+    else waits for the load: a bare word close to no name may be the relative folder a saved pipeline was
+    made from (its own copy is what it loads), and paths, archives and URLs are checked when read.
+    """
+    if model is None or is_default(model) or is_url(os.fspath(model)):
+        return
+    text = os.fspath(model)
+    if not _is_bare_name(text) or published_model(text) is not None or Path(text).expanduser().exists():
+        return
+    if _close_names(text):
+        raise WeightFileError(_unknown_name_message(text, Path(text).expanduser().resolve()))
+
+
+def _is_bare_name(text: str) -> bool:
+    """Whether ``text`` reads as a model name rather than a path: no folder separator, no archive suffix."""
+    return os.sep not in text and "/" not in text and not is_archive(text)
+
+
+def _close_names(text: str) -> list[str]:
+    """The published names (and "default") ``text`` is a likely typo of, closest first (difflib, case-insensitive)."""
+    names = {name.lower(): name for name in ("default", *PUBLISHED)}
+    return [names[found] for found in difflib.get_close_matches(text.lower(), list(names), n=3, cutoff=0.75)]
+
+
+def _unknown_name_message(text: str, path: Path) -> str:
+    close = _close_names(text)
+    suggestion = f"did you mean {' or '.join(repr(name) for name in close)}? " if close else ""
+    return (
+        f"ELMo model {text!r} not found: no published model has that name and there is no folder {path}; "
+        f"{suggestion}`spacy-elmo models` lists the published models"
+    )
 
 
 def published_files(entry: PublishedModel) -> tuple[Path, Path]:

@@ -38,6 +38,12 @@ class PublishedModel:
     archive_url: Optional[str] = None  # a .zip / .tar.gz holding the model's folder, instead of two files
     language: str = "English"
     licence: str = "not stated"
+    contributed: bool = False  # listed on AllenNLP's page, made by someone else (``source``)
+
+    @property
+    def publisher(self) -> str:
+        """Who published it, in words: ``"AllenNLP"``, ``"ExaWizards, contributed to AllenNLP's list"``."""
+        return f"{self.source}, contributed to AllenNLP's list" if self.contributed else self.source
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -76,6 +82,7 @@ def _contributed(
         trained_on=trained_on,
         source=source,
         language=language,
+        contributed=True,
     )
 
 
@@ -124,14 +131,15 @@ PUBLISHED: dict[str, PublishedModel] = {
             parameters_m=93.6,
             approx_mb=375,
             trained_on="PubMed (biomedical abstracts)",
-            source="contributed: Matthew Peters",
+            source="Matthew Peters",
+            contributed=True,
         ),
         _contributed(
             "pt-wikipedia",
             f"{_S3}/contributed/pt/wikipedia/options.json",
             f"{_S3}/contributed/pt/wikipedia/elmo_pt_weights.hdf5",
             "Portuguese Wikipedia",
-            "contributed: UFG (Brazil)",
+            "UFG (Brazil)",
             "Portuguese",
         ),
         _contributed(
@@ -139,7 +147,7 @@ PUBLISHED: dict[str, PublishedModel] = {
             f"{_S3}/contributed/pt/brwac/options.json",
             f"{_S3}/contributed/pt/brwac/elmo_pt_weights_dgx1.hdf5",
             "Portuguese brWaC web corpus",
-            "contributed: UFG (Brazil)",
+            "UFG (Brazil)",
             "Portuguese",
         ),
         _contributed(
@@ -147,7 +155,7 @@ PUBLISHED: dict[str, PublishedModel] = {
             "https://exawizardsallenlp.blob.core.windows.net/data/options.json",
             "https://exawizardsallenlp.blob.core.windows.net/data/weights.hdf5",
             "Japanese",
-            "contributed: ExaWizards",
+            "ExaWizards",
             "Japanese",
         ),
     )

@@ -584,3 +584,108 @@ def test_help_reaches_argparse_through_spacy_elmo(capsys):
     result = CliRunner().invoke(app, ["allennlp-elmo", "--help"])
     assert result.exit_code == 0
     assert "usage: spacy-elmo allennlp-elmo" in result.output and "--use-sentence-keys" in result.output
+
+
+def test_a_non_str_token_or_an_untokenized_sentence_is_a_type_error_naming_it(fixture_dir):
+    """docs/guarantees.md: non-string tokens raise TypeError naming the sentence and token (not AttributeError)."""
+    with pytest.raises(TypeError, match=r"sentence 1, token 0: expected str, got int \(3\)"):
+        batch_to_ids([["a"], [3, "b"]])
+    embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    with pytest.raises(TypeError, match=r"sentence 0, token 1: expected str, got int \(5\)"):
+        embedder.embed_batch([["a", 5]])
+    with pytest.raises(TypeError, match=r"sentence 0 is a str, not a sequence of token strings"):
+        embedder.embed_sentence("the cat sat")
+
+
+def test_main_takes_allennlps_argv_with_the_subcommand_word(fixture_dir, tmp_path, monkeypatch):
+    """Code written for ``from allennlp.commands import main`` sets ``sys.argv = [prog, "elmo", IN, OUT, ...]``."""
+    refs = dict(np.load(REFS / "refs_fixture.npz"))
+    lines = MANIFEST["cases"]["fixture"]["lines"]
+    files = ["--options-file", str(fixture_dir / "options.json"), "--weight-file", str(fixture_dir / "lm_weights.hdf5")]
+    monkeypatch.chdir(tmp_path)
+    Path("in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["allennlp", "elmo", "in.txt", "a.hdf5", "--all", "--batch-size", "2", *files])
+    assert compat.main() is None
+    _check_file(_hdf5(tmp_path / "a.hdf5"), refs, "embed_file/all/", "fixture")
+    # options between the positional arguments, as argparse allows in AllenNLP
+    compat.main(argv=["elmo", "in.txt", "--top", "--batch-size", "2", "t.hdf5", *files])
+    _check_file(_hdf5(tmp_path / "t.hdf5"), refs, "embed_file/top/", "fixture")
+    # the short form keeps working, for an input file named "elmo" too
+    Path("elmo").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    compat.main(argv=["elmo", "b.hdf5", "--all", "--batch-size", "2", *files])
+    _check_file(_hdf5(tmp_path / "b.hdf5"), refs, "embed_file/all/", "fixture")
+    with pytest.raises(SystemExit):  # another subcommand word is an argparse error naming it
+        compat.main(argv=["train", "in.txt", "c.hdf5", "--all", *files])
+    assert not (tmp_path / "c.hdf5").exists()
+
+
+def test_spacy_elmo_allennlp_elmo_errors_are_one_line_and_exit_2(fixture_dir, tmp_path):
+    """Like every other subcommand: a missing file, an offline download or a blank line is one red line, exit 2."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("a b\n\nc\n", encoding="utf-8")
+    weights = ["--weight-file", str(fixture_dir / "lm_weights.hdf5")]
+    runs = {
+        "options file not found": [
+            str(source),
+            str(tmp_path / "a.hdf5"),
+            "--all",
+            "--options-file",
+            "nope.json",
+            *weights,
+        ],
+        "SPACY_ELMO_OFFLINE": [
+            str(source),
+            str(tmp_path / "b.hdf5"),
+            "--all",
+        ],  # the default, original model: not cached
+        "empty lines at indexes [1]": [
+            *(str(blank), str(tmp_path / "c.hdf5"), "--all"),
+            *("--options-file", str(fixture_dir / "options.json"), *weights),
+        ],
+    }
+    env = {"SPACY_ELMO_OFFLINE": "1", "SPACY_ELMO_HOME": str(tmp_path / "home")}
+    for expected, args in runs.items():
+        result = CliRunner().invoke(app, ["allennlp-elmo", *args], env=env)
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert lines[0].startswith("error: ") and expected in result.output, result.output
+        assert len(" ".join(lines)) < 400 and "Traceback" not in result.output, result.output
+    assert not list(tmp_path.rglob("*.hdf5"))
+
+
+def test_the_migration_pages_typical_script_runs_with_only_its_imports_changed(fixture_dir, tmp_path, monkeypatch):
+    """docs/migrating-from-allennlp.md's "typical script", each import replaced by the one in its comment; the
+    published original model it names (375 MB) replaced by the test biLM, the one change made for a test."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "migrating-from-allennlp.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "# Before (AllenNLP 0.9)" in b)
+    lines = []
+    for line in block.splitlines():
+        if line.startswith(("from allennlp", "import allennlp")):
+            line = line.partition("# ")[2]
+            assert line.startswith("from spacy_elmo.compat.allennlp import "), line
+        lines.append(line)
+    script = "\n".join(lines)
+    for url, local in [
+        (compat.DEFAULT_OPTIONS_FILE, fixture_dir / "options.json"),
+        (compat.DEFAULT_WEIGHT_FILE, fixture_dir / "lm_weights.hdf5"),
+    ]:
+        assert script.count(f'"{url}"') == 1
+        script = script.replace(f'"{url}"', repr(str(local)))
+    assert script.count("ElmoEmbedder()") == 1
+    script = script.replace("ElmoEmbedder()", "ElmoEmbedder(options_file, weight_file)")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sentences.txt").write_text("I ate an apple .\nThe cat sat .\n", encoding="utf-8")
+    namespace = {"__name__": "__main__"}
+    exec(compile(script, "migrating-from-allennlp.md typical script", "exec"), namespace)
+    assert namespace["layers"].shape == (3, 5, 32) and np.isfinite(namespace["layers"]).all()
+    assert torch.isfinite(namespace["loss"]) and namespace["loss"].requires_grad
+    written = _hdf5(tmp_path / "elmo.hdf5")
+    assert written["0"].shape == (5, 32) and written["1"].shape == (4, 32)  # "average": (tokens, dim)

@@ -125,3 +125,61 @@ def test_what_is_refused(nlpl_zip, tmp_path):
     model.load(str(nlpl_zip))
     with pytest.raises(ValueError, match=r"layers='bottom': expected one of 'average', 'top', 'all'"):
         model.get_elmo_vectors(TEXTS, layers="bottom")
+
+
+def test_plain_strings_and_non_str_tokens_are_refused_as_the_backend_refuses_them(model):
+    """A list of untokenized strings would be split into characters; a non-str token has no characters."""
+    for method in ("get_elmo_vectors", "get_elmo_vector_average"):
+        for stateless in (False, True):
+            with pytest.raises(TypeError, match=r"sentence 0 is a str, not a sequence of token strings \(tokenize"):
+                getattr(model, method)(["the cat sat .", "they saw money ."], stateless=stateless)
+            with pytest.raises(TypeError, match=r"sentence 1, token 2: expected str, got int \(7\)"):
+                getattr(model, method)([["a"], ["b", "c", 7]], stateless=stateless)
+
+
+def _own_average(layers, choice):
+    """The stateless average, computed independently: the text's own tokens, each layer's mean, unit length."""
+    n_layers = layers.shape[0]
+    if choice == "top":
+        means = layers[-1:].mean(axis=1)
+    elif choice == "average":  # softmax of equal logits: the plain mean of the layers
+        means = (layers.sum(axis=0) / n_layers).mean(axis=0, keepdims=True)
+    else:
+        means = layers.mean(axis=1)
+    means = means.astype(np.float64) / np.linalg.norm(means.astype(np.float64), axis=1, keepdims=True)
+    return means if choice == "all" else means[0]
+
+
+@pytest.mark.parametrize("layers", ["average", "top", "all"])
+def test_stateless_averages_are_the_same_in_any_company(model, layers):
+    """Each text alone, and among texts of other lengths in one chunk, gives its own tokens' average."""
+    alone = np.stack([model.get_elmo_vector_average([text], layers=layers, stateless=True)[0] for text in TEXTS])
+    together = model.get_elmo_vector_average(TEXTS, layers=layers, stateless=True)
+    reversed_ = model.get_elmo_vector_average(TEXTS[::-1], layers=layers, stateless=True)[::-1]
+    for row, text in enumerate(TEXTS):
+        expected = _own_average(model.backend.embed([text])[0], layers)
+        # unit vectors from float32 activations: 1e-6 is float32 rounding after another batch shape
+        np.testing.assert_allclose(alone[row], expected, atol=1e-6)
+        np.testing.assert_allclose(together[row], expected, atol=1e-6)
+        np.testing.assert_allclose(reversed_[row], expected, atol=1e-6)
+    if layers == "all":
+        np.testing.assert_allclose(
+            together[:, -1], model.get_elmo_vector_average(TEXTS, layers="top", stateless=True), atol=1e-6
+        )
+
+
+@pytest.mark.parametrize("stateless", [False, True])
+@pytest.mark.parametrize("layers", ["average", "top", "all"])
+def test_an_empty_text_gives_a_zero_average_not_nan(model, layers, stateless):
+    """simple_elmo divides 0 by 0 where a text's average is zero; here that row is zeros, without warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value encountered in divide" would fail here
+        alone = model.get_elmo_vector_average([[]], layers=layers, stateless=stateless)
+        mixed = model.get_elmo_vector_average([["x", "y"], []], layers=layers, stateless=stateless)
+    assert np.isfinite(alone).all() and np.isfinite(mixed).all()
+    assert not alone.any()
+    assert np.linalg.norm(mixed[0]) > 0.5
+    if stateless:  # the empty text's own tokens: none
+        assert not mixed[1].any()

@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -381,6 +382,13 @@ def test_a_local_folder_wins_over_a_published_name(home, fixture_dir, tmp_path, 
     assert load_bilm("small").fingerprint == backend.fingerprint  # no network: the local folder
 
 
+def _cached_cell(listing: str, name: str) -> str:
+    """The "cached" cell of ``name``'s row in `spacy-elmo models` (cells are at least two spaces apart)."""
+    header = next(line for line in listing.splitlines() if line.startswith("name "))
+    row = next(line for line in listing.splitlines() if line.startswith(f"{name} "))
+    return re.split(r"\s{2,}", row)[re.split(r"\s{2,}", header).index("cached")]
+
+
 def test_cli_download_and_models(home, server, monkeypatch):
     from spacy_elmo.cli import app
 
@@ -388,12 +396,10 @@ def test_cli_download_and_models(home, server, monkeypatch):
     runner = CliRunner()
     listed = runner.invoke(app, ["models"])
     assert listed.exit_code == 0 and "original-5.5B" in listed.output
-    assert next(line for line in listed.output.splitlines() if line.startswith("loopback-test")).endswith("no")
+    assert _cached_cell(listed.output, "loopback-test") == "no"
     fetched = runner.invoke(app, ["download", "loopback-test"])
     assert fetched.exit_code == 0, fetched.output
-    assert next(
-        line for line in runner.invoke(app, ["models"]).output.splitlines() if line.startswith("loopback-test")
-    ).endswith("yes")
+    assert _cached_cell(runner.invoke(app, ["models"]).output, "loopback-test") == "yes"
     missing = runner.invoke(app, ["download", server.url("nope.hdf5")])
     assert missing.exit_code == 2 and "404" in missing.output and "Traceback" not in missing.output
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")

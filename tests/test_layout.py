@@ -17,7 +17,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "about.py": ("test_packaging.py", "test_hub.py"),
     "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
     "settings.py": ("test_front_end_bounds.py", "test_sklearn.py"),
-    "validation.py": ("test_windows.py", "test_train.py"),
+    "validation.py": ("test_windows.py", "test_train.py", "test_compat_simple_elmo.py", "test_compat_allennlp.py"),
     "info.py": ("test_weight_validation.py", "test_train.py"),
     "model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "published.py": ("test_download.py", "test_manylangs.py"),

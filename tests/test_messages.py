@@ -86,3 +86,36 @@ def test_a_missing_options_or_weights_file_is_named_by_model_files(tmp_path, fix
             resolve_model_files(options=options, weights=weights)
         with pytest.raises(WeightFileError, match=rf"{role} file not found: .*nope"):
             load_bilm(options=options, weights=weights)
+
+
+def test_a_mistyped_model_name_says_did_you_mean_at_add_pipe_and_load_bilm(tmp_path, monkeypatch):
+    """Not a wall of every published name at the first doc: the close name, when the model is named, nothing fetched."""
+    import spacy
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPACY_ELMO_HOME", str(home))
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    routes = {
+        "load_bilm": lambda name: load_bilm(name),
+        "add_pipe": lambda name: spacy.blank("en").add_pipe("elmo", config={"model": name}),
+        "ElmoBiLM.v1": lambda name: spacy.blank("en").add_pipe(
+            "elmo", config={"model": {"@misc": "spacy_elmo.ElmoBiLM.v1", "path": name}}
+        ),
+    }
+    for route, call in routes.items():
+        for typo, meant in [("orignal", "'original'"), ("Smal", "'small'"), ("defualt", "'default'")]:
+            with pytest.raises(WeightFileError, match=f"did you mean {meant}") as raised:
+                call(typo)
+            message = str(raised.value)
+            assert len(message) < 300 and "manylangs" not in message and "spacy-elmo models" in message, (
+                route,
+                message,
+            )
+    assert not home.exists() or not any(home.rglob("*"))  # nothing downloaded, nothing cached
+    # a bare word close to no name may be the folder a saved pipeline came from: loaded (and refused) at the first doc
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": "my_elmo"})
+    with pytest.raises(WeightFileError, match="ELMo model 'my_elmo' not found") as raised:
+        nlp("a b")
+    assert len(str(raised.value)) < 300 and "did you mean" not in str(raised.value)

@@ -108,3 +108,51 @@ def test_the_guide_builds_strictly(tmp_path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "spacy" / "index.html").is_file()
+
+
+def _page(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def test_the_component_config_table_has_every_setting():
+    """docs/spacy.md's config table: one row per key of the elmo factory's config (`add_pipe(config=...)`)."""
+    from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG
+
+    rows = set(re.findall(r"^\| `(\w+)` \|", _page("docs/spacy.md"), re.M))
+    missing = [key for key in DEFAULT_CONFIG["elmo"] if key not in rows]
+    assert not missing, f"docs/spacy.md's config table lacks {missing}"
+
+
+def test_the_sklearn_page_signature_is_elmo_vectorizers():
+    """docs/sklearn.md spells out ElmoVectorizer's signature: every parameter, in order, with its default."""
+    import ast
+    import inspect
+
+    from spacy_elmo import ElmoVectorizer
+
+    written = re.search(r"^`(ElmoVectorizer\(.*\))`$", _page("docs/sklearn.md"), re.M)
+    assert written, "docs/sklearn.md has no `ElmoVectorizer(...)` signature line"
+    call = ast.parse(written.group(1), mode="eval").body
+    documented = [(k.arg, ast.literal_eval(k.value)) for k in call.keywords]
+    actual = [(name, p.default) for name, p in inspect.signature(ElmoVectorizer).parameters.items()]
+    assert documented == actual
+
+
+def test_the_cli_page_table_has_every_command():
+    import typer.main
+
+    from spacy_elmo.cli import app
+
+    first_cells = re.findall(r"^\|([^|]*)\|", _page("docs/cli.md"), re.M)  # `train`, `evaluate` share a row
+    table = {name for cell in first_cells for name in re.findall(r"`([\w-]+)", cell)}
+    missing = sorted(set(typer.main.get_command(app).commands) - table)
+    assert not missing, f"docs/cli.md's command table lacks {missing}"
+
+
+def test_the_readme_and_the_index_link_every_migration_page():
+    pages = sorted(p.name for p in (ROOT / "docs").glob("migrating-from-*.md"))
+    assert len(pages) >= 3
+    readme, index = _page("README.md"), _page("docs/index.md")
+    for name in pages:
+        assert f"](docs/{name})" in readme, name
+        assert f"]({name})" in index, name

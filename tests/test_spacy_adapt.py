@@ -67,3 +67,25 @@ def test_adapt_names_a_corpus_without_text(tmp_path):
         ],
     )
     assert result.exit_code == 2 and "no docs with text" in result.output
+
+
+def test_adapt_refuses_a_published_model_before_downloading_it(tmp_path):
+    """Published models ship no vocabulary or softmax, so they cannot be adapted: say so first, fetch nothing."""
+    from spacy_elmo.published import PUBLISHED
+
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    home = tmp_path / "home"
+    for name in ("small", "manylangs-fi", PUBLISHED["original"].options_url):
+        result = CliRunner().invoke(
+            app,
+            ["adapt", str(tmp_path / "out"), "--train", str(corpus), "--dev", str(corpus), "--init-from", name],
+            env={"SPACY_ELMO_HOME": str(home), "SPACY_ELMO_OFFLINE": "1"},  # a download would fail differently
+        )
+        assert result.exit_code == 2, result.output
+        assert "published models cannot be adapted" in result.output and "'default'" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    typo = CliRunner().invoke(
+        app, ["adapt", str(tmp_path / "out"), "--train", str(corpus), "--dev", str(corpus), "--init-from", "defualt"]
+    )
+    assert typo.exit_code == 2 and "did you mean 'default'?" in typo.output, typo.output
+    assert not (tmp_path / "out").exists() and not home.exists()

@@ -149,6 +149,39 @@ def test_project_conversion_scripts(data_dir, tmp_path, monkeypatch):
         convert_textcat.main(tmp_path / "bad.txt", tmp_path / "bad.spacy", limit=0, seed=0, labels=None)
 
 
+def test_project_converters_without_data_say_how_to_get_it(tmp_path, monkeypatch):
+    """No corpus where the `data` variable points: a message naming `spacy project assets` and `data`, no traceback."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import convert_ner
+    import convert_textcat
+
+    for convert in (convert_textcat.main, convert_ner.main):
+        with pytest.raises(SystemExit) as stopped:
+            convert(tmp_path / "nowhere" / "train.txt", tmp_path / "out.spacy", limit=0, seed=0)
+        message = str(stopped.value.code)
+        assert "nowhere/train.txt: no such file" in message and "`data` variable" in message
+        assert "python -m spacy project assets . --vars.data assets" in message
+    assert not (tmp_path / "out.spacy").exists()
+
+
+@pytest.mark.slow
+def test_the_project_run_without_data_ends_in_that_message(tmp_path):
+    """`spacy project run convert` on a copy of the project whose default `data` folder does not exist."""
+    import shutil
+
+    project = tmp_path / "a" / "b" / "project"  # ../../../shared/data from here is tmp_path.parent/shared/data
+    shutil.copytree(EXAMPLES / "project", project, ignore=shutil.ignore_patterns("__pycache__"))
+    run = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", "convert", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "spacy project assets" in run.stderr and "`data` variable" in run.stderr, run.stderr
+
+
 def test_project_accuracy_is_top_category_agreement(monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPTS))
     from evaluate import accuracy

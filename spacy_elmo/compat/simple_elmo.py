@@ -20,7 +20,11 @@ give simple_elmo's numbers, because a migration must (docs/migrating-from-simple
 
 So a text's vectors depend on the texts before it and beside it. ``stateless=True`` gives this
 package's batch-invariant vectors instead (:meth:`spacy_elmo.ElmoBackend.embed`: every text starts
-from the zero state, padded positions are zero, averages cover the text's own tokens).
+from the zero state, padded positions are zero, averages cover the text's own tokens, and with
+``layers="all"`` each layer's mean has unit length). Two departures in both modes: texts must be
+token lists (a plain string or a non-``str`` token is the backend's ``TypeError``, where simple_elmo
+would split a string into characters), and an average that is the zero vector (an empty text) is a
+zero row, where simple_elmo's 0 / 0 gives NaN.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 
 from ..backend import ElmoBackend, load_bilm
 from ..bilm.lstm import BiLSTMState
-from ..validation import positive_int
+from ..validation import positive_int, validate_sentences
 
 __all__ = ["ElmoModel"]
 
@@ -112,18 +116,24 @@ class ElmoModel:
         self, texts: Sequence[Sequence[str]], warmup: bool = True, layers: str = "average", *, stateless: bool = False
     ) -> np.ndarray:
         """One L2-normalised vector per text, float64 ``(n_texts, dim)`` (``(n_texts, n_layers, dim)``
-        for ``"all"``)."""
+        for ``"all"``); a text whose average is zero (an empty text) gives a zero row, not simple_elmo's NaN."""
         backend, rows = self._ready(texts, layers)
         n_layers, dim = backend.n_layers + 1, backend.dim
         averages = np.zeros((len(rows), n_layers, dim) if layers == "all" else (len(rows), dim))
+        if stateless:
+            for row, text_layers in enumerate(self._stateless_texts(rows)):
+                if text_layers.shape[1]:  # an empty text keeps its zero row
+                    mean = _select(text_layers[None], layers)[0].mean(axis=-2, dtype=np.float64)
+                    averages[row] = _unit_rows(mean) if layers == "all" else _unit(mean)
+            return averages
         row = 0
         for _, chunk_vectors in self._chunks(rows, warmup, layers, stateless):
             if layers == "all":  # simple_elmo reshapes (n_layers, length, dim) as (length, n_layers, dim)
                 chunk_vectors = chunk_vectors.reshape(chunk_vectors.shape[0], chunk_vectors.shape[2], n_layers, dim)
             for vectors in chunk_vectors:
                 vectors = np.asarray(vectors, dtype=np.float64)
-                mean = np.divide(np.sum(vectors, axis=0), vectors.shape[0])
-                averages[row] = mean / np.linalg.norm(mean)
+                if vectors.shape[0]:  # simple_elmo's average over the chunk's positions, padding included
+                    averages[row] = _unit(np.divide(np.sum(vectors, axis=0), vectors.shape[0]))
                 row += 1
         return averages
 
@@ -134,9 +144,7 @@ class ElmoModel:
             raise RuntimeError("no model loaded: call load(PATH) first")
         if layers not in LAYER_CHOICES:
             raise ValueError(f"layers={layers!r}: expected one of {', '.join(map(repr, LAYER_CHOICES))}")
-        if isinstance(texts, str):
-            raise TypeError("texts must be a list of tokenized texts (lists of words), not a string")
-        return self.backend, [list(text) for text in texts]
+        return self.backend, [list(text) for text in validate_sentences(texts)]
 
     def _chunks(
         self, texts: list[list[str]], warmup: bool, layers: str, stateless: bool
@@ -146,13 +154,20 @@ class ElmoModel:
         chunks = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
         if stateless:
             for k, chunk in enumerate(chunks):
-                yield k * self.batch_size, _select(_stateless_layers(self.backend, chunk), layers)
+                yield k * self.batch_size, _select(_padded(self.backend, self.backend.embed(chunk)), layers)
             return
         runner = _StatefulBiLM(self.backend, self.batch_size)
         if warmup and chunks:
             runner.layers(chunks[0])
         for k, chunk in enumerate(chunks):
             yield k * self.batch_size, _select(runner.layers(chunk), layers)
+
+    def _stateless_texts(self, texts: list[list[str]]) -> Iterator[np.ndarray]:
+        """Each text's own layers ``(n_layers, len(text), dim)`` from the stateless backend, in order, ``batch_size``
+        texts per call (no padding: nothing depends on the other texts)."""
+        assert self.backend is not None and self.batch_size is not None
+        for start in range(0, len(texts), self.batch_size):
+            yield from self.backend.embed(texts[start : start + self.batch_size])
 
 
 def _select(layers: np.ndarray, choice: str) -> np.ndarray:
@@ -170,11 +185,21 @@ def _select(layers: np.ndarray, choice: str) -> np.ndarray:
     return total
 
 
-def _stateless_layers(backend: ElmoBackend, chunk: list[list[str]]) -> np.ndarray:
-    """The chunk's layers from the stateless backend, zero-padded to the chunk's longest text."""
-    arrays = backend.embed(chunk)
+def _unit(vector: np.ndarray) -> np.ndarray:
+    """``vector`` over its L2 norm; a zero vector stays zero (simple_elmo's 0 / 0 would be NaN)."""
+    norm = np.linalg.norm(vector)
+    return vector / norm if norm > 0 else np.zeros_like(vector)
+
+
+def _unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Each row of ``vectors`` ``(n, dim)`` over its own L2 norm (zero rows stay zero)."""
+    return np.stack([_unit(row) for row in vectors])
+
+
+def _padded(backend: ElmoBackend, arrays: list[np.ndarray]) -> np.ndarray:
+    """The stateless backend's layers of a chunk, zero-padded to the chunk's longest text."""
     longest = max((a.shape[1] for a in arrays), default=0)
-    out = np.zeros((len(chunk), backend.n_layers + 1, longest, backend.dim), dtype=np.float32)
+    out = np.zeros((len(arrays), backend.n_layers + 1, longest, backend.dim), dtype=np.float32)
     for row, array in enumerate(arrays):
         out[row, :, : array.shape[1]] = array
     return out

@@ -20,7 +20,9 @@ from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
 from ..bilm.files import write_text_atomically
-from ..model_files import resolve_model_files
+from ..download import is_url
+from ..model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
+from ..published import published_by_url, published_model
 from ..tokenize import is_whitespace
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 
@@ -59,6 +61,21 @@ def write_doc_text(source: PathLike, target: PathLike) -> int:
     return len(lines)
 
 
+def require_adaptable(init_from: str) -> None:
+    """Refuse a published model before anything is downloaded or written: adapting trains the biLM's language
+    model, whose vocabulary and softmax published models do not ship (only the biLM, options and weights)."""
+    if is_model_dir(Path(init_from).expanduser()):  # a local folder wins over a published name, as everywhere
+        return
+    check_model_name(init_from)  # "smal": did you mean 'small'?
+    entry = published_model(init_from) or (published_by_url(init_from) if is_url(init_from) else None)
+    if entry is not None:
+        raise ValueError(
+            f"--init-from {init_from!r}: published models cannot be adapted; they ship the biLM (options and weights) "
+            f"but not the vocabulary and softmax its language model needs. Adapt 'default', or a model written by "
+            f"`spacy-elmo train` (its folder holds {VOCAB} and the softmax beside the weights)"
+        )
+
+
 def adapt(
     output_dir: PathLike,
     train_docs: PathLike,
@@ -72,9 +89,11 @@ def adapt(
 
     output_dir: the adapted model's directory (an ELMo model: options.json + weights.hdf5 and its softmax).
     train_docs, dev_docs: ``.spacy`` files (e.g. the task's training and dev corpora); only their text is read.
-    init_from: the model to start from; it must ship its vocabulary and softmax (as "default" does), or the
-        perplexity before adaptation cannot be measured.
+    init_from: the model to start from; it must ship its vocabulary and softmax (as "default" and models
+        written by ``spacy-elmo train`` do), or the perplexity before adaptation cannot be measured; a published
+        model is refused before it is downloaded (:func:`require_adaptable`).
     """
+    require_adaptable(init_from)
     options = options or AdaptOptions()
     out = Path(output_dir)
     text_dir = out / TEXT_DIR

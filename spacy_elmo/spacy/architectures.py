@@ -24,7 +24,7 @@ from thinc.api import Model
 from thinc.types import Floats2d
 
 from ..backend import ElmoBackend, load_bilm
-from ..model_files import is_default, is_remote, resolve_model_files
+from ..model_files import check_model_name, is_default, is_remote, resolve_model_files
 from ..tokenize import is_whitespace
 from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
@@ -35,10 +35,14 @@ class ElmoModelRef:
     """Where an ELMo model lives: a directory, ``"default"`` (the bundled model), a published name, an archive or URL.
 
     Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
-    original directory (the pipeline carries its own copy, or a reference for default/published models).
+    original directory (the pipeline carries its own copy, or a reference for default/published models);
+    only a mistyped model name is refused at once (:func:`spacy_elmo.model_files.check_model_name`).
     """
 
     path: str = "default"
+
+    def __post_init__(self) -> None:
+        check_model_name(self.path)  # a mistyped name ("orignal") fails at add_pipe, not at the first doc
 
     @property
     def is_default(self) -> bool:

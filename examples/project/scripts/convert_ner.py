@@ -6,7 +6,7 @@ from pathlib import Path
 
 import spacy
 import typer
-from convert_textcat import sample
+from convert_textcat import require_data, sample
 from spacy.tokens import Doc, DocBin
 
 
@@ -36,6 +36,7 @@ def main(
     seed: int = typer.Option(0, help="seed of the subset"),
 ) -> None:
     """One doc per sentence, with the file's tokens and its IOB2 tags as ``doc.ents``."""
+    require_data(source)
     vocab = spacy.blank("en").vocab
     docs = []
     for number, (words, tags) in enumerate(sample(read_sentences(source), limit, seed)):

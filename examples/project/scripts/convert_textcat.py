@@ -11,6 +11,18 @@ import typer
 from spacy.tokens import DocBin
 
 PREFIX = "__label__"
+FETCH = "python -m spacy project assets . --vars.data assets"  # the public files, into assets/
+
+
+def require_data(path: Path) -> None:
+    """Stop with a message saying how to get the data when ``path`` (a corpus file) is missing, not a traceback."""
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path}: no such file. The project reads its corpora from the folder in its `data` variable "
+            f"(by default ../../../shared/data, the repository's offline copy). Fetch the public files with "
+            f"`{FETCH}` and run with `--vars.data assets` (e.g. `python -m spacy project run all . --vars.data "
+            f"assets`), or point `data` (or the *_train/dev/test variables) at your own copy."
+        )
 
 
 def read_lines(path: Path) -> list[tuple[str, str]]:
@@ -42,6 +54,7 @@ def main(
     labels: Optional[str] = typer.Option(None, help="comma-separated label set (default: the labels in SOURCE)"),
 ) -> None:
     """Tokenize each text with spaCy's English tokenizer and store one-hot ``doc.cats``."""
+    require_data(source)
     rows = sample(read_lines(source), limit, seed)
     label_set = labels.split(",") if labels else sorted({label for label, _ in read_lines(source)})
     nlp = spacy.blank("en")

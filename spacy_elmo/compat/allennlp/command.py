@@ -1,6 +1,8 @@
-"""AllenNLP 0.9's ``allennlp elmo`` command: ``INPUT OUTPUT (--all | --top | --average) [...]``.
+"""AllenNLP 0.9's ``allennlp elmo`` command: ``[elmo] INPUT OUTPUT (--all | --top | --average) [...]``.
 
-Reachable as ``python -m spacy_elmo.compat.allennlp ...`` and ``spacy-elmo allennlp-elmo ...``.
+Reachable as ``python -m spacy_elmo.compat.allennlp ...``, ``spacy-elmo allennlp-elmo ...`` and
+:func:`main`, which also takes AllenNLP's ``sys.argv = [prog, "elmo", INPUT, OUTPUT, ...]`` (what
+``allennlp.commands.main`` reads) as well as the short form without the subcommand word.
 The same arguments, defaults (the published "original" model, batches of 64) and HDF5 layout as
 AllenNLP (see :meth:`.embedder.ElmoEmbedder.embed_file`); its errors too (a blank line raises
 :class:`~.util.ConfigurationError`). ``--vocab-path`` and ``--file-friendly-logging`` are
@@ -20,10 +22,16 @@ import torch
 
 from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
 
+SUBCOMMAND = "elmo"  # AllenNLP's name of this command: ``allennlp elmo`` / ``main()`` with ``sys.argv[1] == "elmo"``
+
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The ``elmo`` subcommand's parser, argument for argument."""
     parser = argparse.ArgumentParser(prog=prog or "allennlp elmo", description="Create word vectors using ELMo.")
+    # AllenNLP's own ``main`` (``from allennlp.commands import main``) reads its subcommand first:
+    # ``sys.argv = [prog, "elmo", INPUT, OUTPUT, ...]``. The word is taken when three positional
+    # arguments are given, so an input file named "elmo" still works in the short form.
+    parser.add_argument("subcommand", nargs="?", choices=[SUBCOMMAND], help=argparse.SUPPRESS)
     parser.add_argument("input_file", type=argparse.FileType("r", encoding="utf-8"), help="The path to the input file.")
     parser.add_argument("output_file", type=str, help="The path to the output file.")
     group = parser.add_mutually_exclusive_group(required=True)
@@ -65,8 +73,12 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
 
 def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``) and write the HDF5 file; returns on success (argparse exits on bad
-    usage)."""
-    args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    usage).
+
+    ``argv`` is ``INPUT OUTPUT (--all | --top | --average) ...``, optionally after AllenNLP's
+    subcommand word, ``elmo ...``, as ``allennlp.commands.main`` reads ``sys.argv``.
+    """
+    args = build_parser(prog).parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     for package in args.include_package:
         importlib.import_module(package)
     output_format = "all" if args.all else "top" if args.top else "average"

@@ -17,6 +17,7 @@ import torch
 from ...bilm.chars import batch_to_char_ids
 from ...model_files import published_files, resolve_model_files
 from ...published import published_by_url
+from ...validation import validate_sentences
 
 PathOrUrl = Union[str, "os.PathLike[str]"]
 
@@ -37,8 +38,9 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
 
     UTF-8 bytes + 1 between begin- and end-of-word ids, padded with the padding char; ``<S>`` and
     ``</S>`` become the sentence markers; words are cut to 48 bytes; padding tokens are all zeros.
+    A sentence that is a plain string, or a token that is not a ``str``, is a ``TypeError`` naming it.
     """
-    return torch.from_numpy(batch_to_char_ids(batch))
+    return torch.from_numpy(batch_to_char_ids(validate_sentences(batch)))
 
 
 def add_sentence_boundary_token_ids(

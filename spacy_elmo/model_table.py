@@ -1,0 +1,113 @@
+"""What ``spacy-elmo models`` prints: every model a name gives (the bundled ``default`` and the published ones),
+as plain-text lines that fit in :data:`WIDTH` columns.
+
+One row per model, the long descriptions wrapped in the last column (``textwrap``); models that
+share everything but their language (ELMoForManyLangs' 44) are one block: what they share once,
+then their names and languages packed in columns. ``spacy-elmo info NAME`` gives one model in full.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Optional
+
+from .bilm.files import METRICS, OPTIONS
+from .bilm.weights import parameter_count, read_options
+from .model_files import DEFAULT_MODEL_DIR, find_weights
+from .published import PUBLISHED, PublishedModel
+
+WIDTH = 100
+HEADER = ("name", "language", "params", "size", "cached", "trained on; by; licence")
+GROUP_MIN = 3  # models sharing every fact but their language, shown as one block from this many on
+GAP = "  "
+
+
+def model_lines(is_cached: Callable[[str], bool], width: int = WIDTH) -> list[str]:
+    """The listing's lines (none longer than ``width``); ``is_cached(url)`` says whether a file is in the cache."""
+    singles, groups = _split(PUBLISHED.values())
+    rows = [_default_row(), *(_published_row(entry, is_cached) for entry in singles)]
+    lines = _table([HEADER, *(row for row in rows if row is not None)], width)
+    for group in groups:
+        lines += ["", *_group_lines(group, is_cached, width)]
+    return lines
+
+
+def _split(entries: Iterable[PublishedModel]) -> tuple[list[PublishedModel], list[list[PublishedModel]]]:
+    """Models shown on their own row, and blocks of models that differ only in name and language."""
+    by_facts: dict[tuple, list[PublishedModel]] = {}
+    for entry in entries:
+        facts = (entry.architecture, entry.trained_on, entry.source, entry.licence, entry.parameters_m, entry.approx_mb)
+        by_facts.setdefault(facts, []).append(entry)
+    groups = [group for group in by_facts.values() if len(group) >= GROUP_MIN]
+    grouped = {entry.name for group in groups for entry in group}
+    return [entry for entry in PUBLISHED.values() if entry.name not in grouped], groups
+
+
+def _published_row(entry: PublishedModel, is_cached: Callable[[str], bool]) -> tuple[str, ...]:
+    return (
+        entry.name,
+        entry.language,
+        f"{entry.parameters_m:g}M" if entry.parameters_m else "?",
+        f"~{entry.approx_mb} MB" if entry.approx_mb else "?",
+        "yes" if all(is_cached(url) for url in entry.urls) else "no",
+        f"{entry.trained_on}; {entry.publisher}; licence: {entry.licence}",
+    )
+
+
+def _default_row(directory: Path = DEFAULT_MODEL_DIR) -> Optional[tuple[str, ...]]:
+    """The bundled model's row, from its own files (``None`` when this installation has none)."""
+    if not (directory / OPTIONS).is_file():
+        return None
+    weights = find_weights(directory)
+    trained = "trained by spacy-elmo train"
+    if (directory / METRICS).is_file():
+        corpus = json.loads((directory / METRICS).read_text(encoding="utf-8")).get("corpus", {})
+        sources = sorted({Path(source["path"]).parent.name for source in corpus.get("train", [])})
+        if corpus.get("words"):
+            trained = f"{corpus['words'] / 1e6:.1f}M words of {', '.join(sources)}; spacy-elmo train"
+    return (
+        "default",
+        "English",
+        f"{parameter_count(read_options(directory / OPTIONS)) / 1e6:.1f}M",
+        f"{weights.stat().st_size / 1e6:.0f} MB",
+        "bundled",
+        f"{trained}; licence: see its README.md (spacy-elmo info default)",
+    )
+
+
+def _table(rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """Columns as wide as their longest cell, the last one wrapped into what is left of ``width``."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    indent = sum(widths) + len(GAP) * len(widths)
+    last = max(20, width - indent)
+    lines = []
+    for row in rows:
+        head = GAP.join(cell.ljust(w) for cell, w in zip(row, widths)) + GAP
+        wrapped = textwrap.wrap(row[-1], last) or [""]
+        lines.append((head + wrapped[0]).rstrip())
+        lines += [" " * indent + more for more in wrapped[1:]]
+    return lines
+
+
+def _group_lines(group: list[PublishedModel], is_cached: Callable[[str], bool], width: int) -> list[str]:
+    """What a block of models shares, wrapped, then ``name  language  cached`` cells packed in columns."""
+    first = group[0]
+    size = f", ~{first.approx_mb} MB each" if first.approx_mb else ""
+    shared = (
+        f"{first.publisher}: {len(group)} models, one per language{size}: {first.architecture}; trained on "
+        f"{first.trained_on}; licence: {first.licence}. Name, language, cached:"
+    )
+    cells = [
+        (entry.name, entry.language, "yes" if all(is_cached(url) for url in entry.urls) else "no") for entry in group
+    ]
+    widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
+    cell_width = sum(widths) + len(GAP) * 2
+    per_line = max(1, (width - 2 + len(GAP) * 2) // (cell_width + len(GAP) * 2))
+    texts = [GAP.join(part.ljust(w) for part, w in zip(cell, widths)) for cell in cells]
+    packed = [
+        ("  " + (GAP * 2).join(texts[start : start + per_line])).rstrip() for start in range(0, len(texts), per_line)
+    ]
+    return [*textwrap.wrap(shared, width), *packed]
