@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 import torch
 
 T = TypeVar("T")
 
 _ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+# how long a collective waits for gloo's worker thread to let go of its tensor (it does so a moment after the
+# collective completes: microseconds, milliseconds on a loaded machine), and how often it looks
+_RELEASE_TIMEOUT_S = 1.0
+_RELEASE_POLL_S = 5e-5
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class World:
         if self.size == 1:
             return [float(v) for v in values]
         tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
-        torch.distributed.all_reduce(tensor)
+        self._all_reduce(tensor)
         return [float(v) for v in tensor.tolist()]
 
     def max(self, value: float) -> float:
@@ -68,7 +73,7 @@ class World:
         if self.size == 1:
             return float(value)
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self._device())
-        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        self._all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
         return float(tensor.item())
 
     def same(self, value: int) -> bool:
@@ -102,6 +107,22 @@ class World:
 
     def _device(self) -> torch.device:
         return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+
+    def _all_reduce(self, tensor: torch.Tensor, **options: Any) -> None:
+        """``all_reduce(tensor, **options)``; with gloo, returns once gloo's worker thread has let go of ``tensor``.
+
+        gloo runs a collective on a worker thread, which wakes the caller and only then drops its
+        reference to the tensor. Dropping a C++ reference to a tensor made in Python takes the GIL.
+        A rank that stops right after its last collective (a diverged loss) may be shutting the
+        interpreter down by then: Python ends a thread that asks for the GIL during shutdown, inside
+        a C++ destructor, and the process aborts ("terminate called without an active exception",
+        SIGABRT instead of exit status 2). :func:`leave_world` cannot join those threads:
+        DistributedDataParallel (and torch modules it imports) keep the process group alive until
+        the process exits.
+        """
+        torch.distributed.all_reduce(tensor, **options)
+        if self.backend == "gloo":
+            _wait_until_released(tensor)
 
 
 SINGLE = World()
@@ -151,6 +172,16 @@ def join_world(device: torch.device = torch.device("cpu")) -> World:
     if not dist.is_initialized():
         dist.init_process_group(backend)
     return World(rank, size, local_rank, local_size, backend)
+
+
+def _wait_until_released(tensor: torch.Tensor, timeout_s: float = _RELEASE_TIMEOUT_S) -> None:
+    """Sleep (the GIL free) until nothing but its Python object holds ``tensor``, for at most ``timeout_s``."""
+    use_count = getattr(tensor, "_use_count", None)  # C++ references to the tensor, its Python object's included
+    if use_count is None:  # pragma: no cover - a torch without Tensor._use_count: nothing to watch
+        return
+    deadline = time.monotonic() + timeout_s
+    while use_count() > 1 and time.monotonic() < deadline:
+        time.sleep(_RELEASE_POLL_S)
 
 
 def leave_world(world: World) -> None:
