@@ -575,10 +575,6 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
-    main()
-
-
 @contextmanager
 def _dask_chunks(
     scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
@@ -603,3 +599,7 @@ def _dask_chunks(
         yield cluster_chunks(client, model, device, dtype, batch_size, fingerprint)
     finally:
         close()
+
+
+if __name__ == "__main__":  # last: every function above must exist when the command runs
+    main()
