@@ -7,6 +7,7 @@ fresh ``Embedder``), for small random models built and saved with its own classe
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,12 @@ def test_a_crafted_pickle_is_refused_and_never_runs(tmp_path, legacy):
     assert not marker.exists()
 
 
+def _nested(*tensors):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "nested tensors are in prototype stage"
+        return torch.nested.nested_tensor(list(tensors))
+
+
 def _edit_state(directory, name, edit):
     path = directory / name
     state = dict(torch.load(path, weights_only=True))
@@ -203,6 +210,16 @@ def _edit_state(directory, name, edit):
             "token_embedder.pkl",
             lambda s: s.update({"projection.bias": torch.zeros(16, dtype=torch.int64)}),
             r"'projection\.bias' holds torch\.int64",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(128).to_sparse()}),
+            r"'forward_layer_0\.state_linearity\.bias' is a sparse_coo tensor, expected a dense one",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_0.state_linearity.bias": _nested(torch.zeros(64), torch.zeros(64))}),
+            r"'forward_layer_0\.state_linearity\.bias' is a nested tensor, expected a dense one",
         ),
     ],
 )
@@ -252,6 +269,24 @@ def test_bad_configs_fail_naming_the_option(tmp_path, section, key, value, messa
         spacy_elmo.load_bilm(directory)
 
 
+@pytest.mark.parametrize(
+    "section, key, bound",
+    [
+        ("encoder", "n_layers", "an int from 1 to 64"),
+        ("token_embedder", "n_highway", "an int from 0 to 64"),
+        ("token_embedder", "max_characters_per_token", "an int from 3 to 256"),
+    ],
+)
+def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, section, key, bound):
+    """10**9 layers listed a layout for minutes and gigabytes; 10**9 characters a token loaded, then tried 15 GiB."""
+    directory = copy_model("word_char", tmp_path)
+    _edit_config(directory, section, key, 10**9)
+    with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}, not 1000000000"):
+        spacy_elmo.load_bilm(directory)
+    with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}"):
+        manylangs_files.read_config(directory)  # what `spacy-elmo info` reads
+
+
 def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
     """config_path as written, then its name in the directory, then the package's sample configs by name."""
     directory = copy_model("word_char", tmp_path)
@@ -281,6 +316,9 @@ def test_dictionaries_are_checked(tmp_path):
         spacy_elmo.load_bilm(directory)
     (directory / "char.dic").write_text("a\tb\n", encoding="utf-8")
     with pytest.raises(WeightFileError, match=r"char\.dic, line 1: expected 'token<TAB>id'"):
+        spacy_elmo.load_bilm(directory)
+    (directory / "char.dic").write_text("a\t\u00b2\n", encoding="utf-8")  # "²".isdigit(), but int("²") fails
+    with pytest.raises(WeightFileError, match=r"char\.dic, line 1: expected 'token<TAB>id', not 'a\\t²'"):
         spacy_elmo.load_bilm(directory)
 
 

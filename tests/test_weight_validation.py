@@ -108,12 +108,14 @@ def test_saving_non_finite_weights_is_refused(fixture_dir, tmp_path):
         ("lstm", "use_skip_connections", 1, "lstm.use_skip_connections must be true or false (a JSON boolean), not 1"),
         ("lstm", "dim", 64.0, "lstm.dim must be an int >= 1, not 64.0"),
         ("lstm", "projection_dim", True, "lstm.projection_dim must be an int >= 1, not true"),
-        ("lstm", "n_layers", 0, "lstm.n_layers must be an int >= 1, not 0"),
-        ("lstm", "n_layers", "2", 'lstm.n_layers must be an int >= 1, not "2"'),
+        ("lstm", "n_layers", 0, "lstm.n_layers must be an int from 1 to 64, not 0"),
+        ("lstm", "n_layers", "2", 'lstm.n_layers must be an int from 1 to 64, not "2"'),
         ("lstm", "cell_clip", "3", 'lstm.cell_clip must be a finite number >= 0, or null, not "3"'),
         ("lstm", "proj_clip", -1, "lstm.proj_clip must be a finite number >= 0, or null, not -1"),
-        ("char_cnn", "n_highway", -1, "char_cnn.n_highway must be an int >= 0, not -1"),
-        ("char_cnn", "n_highway", 2.0, "char_cnn.n_highway must be an int >= 0, not 2.0"),
+        ("char_cnn", "n_highway", -1, "char_cnn.n_highway must be an int from 0 to 64, not -1"),
+        ("char_cnn", "n_highway", 2.0, "char_cnn.n_highway must be an int from 0 to 64, not 2.0"),
+        ("lstm", "n_layers", 10**9, "lstm.n_layers must be an int from 1 to 64, not 1000000000"),
+        ("char_cnn", "n_highway", 10**9, "char_cnn.n_highway must be an int from 0 to 64, not 1000000000"),
         ("char_cnn", "n_characters", 100, "char_cnn.n_characters must be an int >= 261, not 100"),
         ("char_cnn", "max_characters_per_token", 49, "char_cnn.max_characters_per_token must be 50, not 49"),
         ("char_cnn", "activation", "gelu", 'char_cnn.activation must be "relu" or "tanh", not "gelu"'),
@@ -264,16 +266,16 @@ def no_model_building(monkeypatch):
         (
             "lstm",
             "n_layers",
-            10**6,
+            64,  # the most the schema takes (more: test_options_are_checked_by_the_schema)
             f"missing dataset '{LSTM.format(2)}/W_0': "
-            "lstm.n_layers is 1000000 in the options, but the file has 2 LSTM layers",
+            "lstm.n_layers is 64 in the options, but the file has 2 LSTM layers",
         ),
         (
             "char_cnn",
             "n_highway",
-            10**6,
+            64,
             "missing dataset 'CNN_high_2/W_transform': "
-            "char_cnn.n_highway is 1000000 in the options, but the file has 2 highway layers",
+            "char_cnn.n_highway is 64 in the options, but the file has 2 highway layers",
         ),
         (
             "lstm",

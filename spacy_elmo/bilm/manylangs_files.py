@@ -47,8 +47,11 @@ from .manylangs import (
 from .weights import (
     _ACTIVATION,
     _CLIP,
+    HIGHWAY_LAYERS,
+    LSTM_LAYERS,
     WeightFileError,
     _int_at_least,
+    _int_between,
     _is_int,
     _json,
     _Option,
@@ -65,6 +68,9 @@ WORD_DIC = "word.dic"
 TOKEN_EMBEDDER = "token_embedder.pkl"
 ENCODER = "encoder.pkl"
 STATE_FILES = (TOKEN_EMBEDDER, ENCODER)
+# The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
+# each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
+MAX_CHARACTERS_PER_TOKEN = 256
 
 _SAMPLE = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
@@ -149,12 +155,12 @@ _SCHEMA: tuple[_Option, ...] = (
         _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)"),
     ),
     _Option("token_embedder.word_dim", "word_dim", _int_at_least(0)),
-    _Option("token_embedder.n_highway", "n_highway", _int_at_least(0)),
+    _Option("token_embedder.n_highway", "n_highway", HIGHWAY_LAYERS),
     _Option("token_embedder.activation", "activation", _ACTIVATION),
-    _Option("token_embedder.max_characters_per_token", "max_chars", _int_at_least(3)),
+    _Option("token_embedder.max_characters_per_token", "max_chars", _int_between(3, MAX_CHARACTERS_PER_TOKEN)),
     _Option("encoder.projection_dim", "projection_dim", _int_at_least(1)),
     _Option("encoder.dim", "cell_dim", _int_at_least(1)),
-    _Option("encoder.n_layers", "n_layers", _int_at_least(1)),
+    _Option("encoder.n_layers", "n_layers", LSTM_LAYERS),
     _Option("encoder.cell_clip", "cell_clip", _CLIP),
     _Option("encoder.proj_clip", "proj_clip", _CLIP),
 )
@@ -212,7 +218,7 @@ def read_lexicon(path: Path, required: tuple[str, ...]) -> dict[str, int]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")  # its writer's "\u3000<TAB>id", stripped of the ideographic space
-        if len(fields) != 2 or not fields[1].isdigit():
+        if len(fields) != 2 or not fields[1].isdecimal():  # isdigit() takes "²", which int() refuses
             raise WeightFileError(f"dictionary {path}, line {number}: expected 'token<TAB>id', not {line!r}")
         lexicon[fields[0]] = int(fields[1])
     for name in required:
@@ -296,6 +302,11 @@ def check_state(state: dict[str, torch.Tensor], expected: Expected, path: Path) 
         if name not in state:
             raise WeightFileError(f"state file {path}: missing tensor {name!r} (expected shape {shape})")
         tensor = state[name]
+        if tensor.layout != torch.strided or tensor.is_nested:  # sparse, nested: no shape or values to check
+            kind = "nested" if tensor.is_nested else str(tensor.layout).replace("torch.", "")
+            raise WeightFileError(
+                f"state file {path}: tensor {name!r} is a {kind} tensor, expected a dense one (torch.strided)"
+            )
         if not tensor.is_floating_point():
             raise WeightFileError(
                 f"state file {path}: tensor {name!r} holds {tensor.dtype}, expected floating-point numbers"

@@ -104,6 +104,20 @@ def _int_at_least(minimum: int) -> _Rule:
     return _Rule(lambda value: _is_int(value) and value >= minimum, f"an int >= {minimum}")
 
 
+def _int_between(minimum: int, maximum: int) -> _Rule:
+    """An int from ``minimum`` to ``maximum``."""
+    return _Rule(lambda value: _is_int(value) and minimum <= value <= maximum, f"an int from {minimum} to {maximum}")
+
+
+# The most layers an architecture may ask for (options.json and ELMoForManyLangs' files alike), far above any
+# published ELMo (2 or 3 LSTM layers, 1 or 2 highway layers). Checked with the options, before the layout is
+# listed or anything built: a value such as 10**9 would otherwise cost minutes and gigabytes before failing.
+MAX_LSTM_LAYERS = 64
+MAX_HIGHWAY_LAYERS = 64
+LSTM_LAYERS = _int_between(1, MAX_LSTM_LAYERS)
+HIGHWAY_LAYERS = _int_between(0, MAX_HIGHWAY_LAYERS)
+
+
 def _is_filter(value: Any) -> bool:
     """A ``[width, count]`` pair of positive ints whose width fits in a token's characters."""
     return (
@@ -135,11 +149,11 @@ _SCHEMA: tuple[_Option, ...] = (
     _Option("char_cnn.embedding.dim", "char_embed_dim", _int_at_least(1)),
     _Option("char_cnn.n_characters", "n_characters", _int_at_least(PADDING_CHAR), 262),  # char ids go up to 261
     _Option("char_cnn.max_characters_per_token", "max_chars", _MAX_CHARS, MAX_CHARS_PER_TOKEN),
-    _Option("char_cnn.n_highway", "n_highway", _int_at_least(0), 0),
+    _Option("char_cnn.n_highway", "n_highway", HIGHWAY_LAYERS, 0),
     _Option("char_cnn.activation", "activation", _ACTIVATION, "relu"),
     _Option("lstm.dim", "cell_dim", _int_at_least(1)),
     _Option("lstm.projection_dim", "projection_dim", _int_at_least(1)),
-    _Option("lstm.n_layers", "n_layers", _int_at_least(1)),
+    _Option("lstm.n_layers", "n_layers", LSTM_LAYERS),
     _Option("lstm.cell_clip", "cell_clip", _CLIP, None),
     _Option("lstm.proj_clip", "proj_clip", _CLIP, None),
     _Option("lstm.use_skip_connections", "use_skip_connections", _BOOLEAN, False),
