@@ -7,7 +7,8 @@ the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_t
 array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
 tokens at a time, flat memory), and the output appears only once it is complete: until then it
 is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
-the next run if its process was killed outright. A failed write (no space left, a file-size
+the next run if its process was killed outright. A line longer than :data:`MAX_LINE_BYTES` is an
+error naming it (an endless line would be read until memory ran out). A failed write (no space left, a file-size
 limit) stops the run at once with a :class:`~spacy_elmo.write_guard.WriteFailedError` naming the
 output (:mod:`.write_guard`: HDF5 never sees the error, so it cannot crash on it).
 """
@@ -49,6 +50,10 @@ OUTPUT_FORMATS = ("all", "top", "average")
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask cluster) at a time
+# The longest line read, in bytes (its line break not counted): an input with an endless line (/dev/zero, a
+# binary file) is an error naming the line instead of reading until memory runs out. A line is one dataset,
+# so 1 MiB of text (~200,000 tokens, several GB of vectors) is far beyond a sentence already.
+MAX_LINE_BYTES = 1 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 Line = tuple[int, str]  # (0-based line number, text)
@@ -293,8 +298,14 @@ def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
 
 
 def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
-    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
-    for number, raw in enumerate(handle):
+    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error,
+    and so is a line longer than :data:`MAX_LINE_BYTES` (read no further than that)."""
+    for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 2), b"")):
+        if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+            raise ValueError(
+                f"{source}, line {number + 1}: longer than {MAX_LINE_BYTES:,} bytes, the most a line may hold "
+                "(one sentence per line is expected)"
+            )
         try:
             yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
         except UnicodeDecodeError as err:
