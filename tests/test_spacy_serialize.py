@@ -15,7 +15,7 @@ from numerics import assert_recomputed_close
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_config, load_model_from_config
 
-from spacy_elmo.spacy import set_hooks
+from spacy_elmo.spacy import NoElmoLayersWarning, set_hooks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TEXTS = ["The bank will approve your loan.", "They sat on the bank of the river. It was cold.", "", "  "]
@@ -60,7 +60,9 @@ def test_docbin_round_trip(nlp):
     for doc, expected in zip(restored, docs):
         assert_same_vectors(doc, expected)  # the stored mix (list weights + gamma) is applied, not the default
         assert doc._.elmo_layers.dtype == np.float32
-    set_hooks(restored)  # a DocBin keeps neither hooks nor doc.tensor: the stored layers give both back
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoElmoLayersWarning)  # every doc has its layers: no warning
+        set_hooks(restored)  # a DocBin keeps neither hooks nor doc.tensor: the stored layers give both back
     for doc, expected in zip(restored, docs):
         assert_vectors_survived(doc, expected)
     assert restored[0][1].similarity(restored[1][4]) == pytest.approx(docs[0][1].similarity(docs[1][4]), abs=1e-6)
@@ -74,7 +76,8 @@ def test_docbin_without_user_data_keeps_no_elmo_data(nlp):
         assert doc._.elmo_layers is None and doc._.elmo is None
         assert doc.tensor.size == 0
         assert not doc.has_vector and not doc[0].has_vector and doc[0].vector.shape == (0,)
-    set_hooks(restored)  # nothing to restore: the hooks must not pretend
+    with pytest.warns(NoElmoLayersWarning, match=r"set_hooks: 2 of 2 docs have no ELMo layers.*store_user_data=True"):
+        set_hooks(restored)  # nothing to restore: the hooks must not pretend, and the call says so
     assert not restored[0].has_vector and not restored[0][1:3].has_vector and not restored[0][0].has_vector
     assert restored[0][0].vector.shape == (0,) and restored[0].vector.shape == (0,)
 
