@@ -231,6 +231,18 @@ def test_bad_state_files_fail_naming_the_file_and_tensor(tmp_path, file, edit, m
     assert str(path) in str(err.value)
 
 
+def test_info_refuses_a_directory_that_would_not_load(tmp_path):
+    from spacy_elmo.cli import app
+
+    directory = copy_model("word_char", tmp_path)
+    _edit_state(directory, "encoder.pkl", lambda s: s["forward_layer_1.state_linearity.bias"].__setitem__(0, np.inf))
+    with pytest.raises(WeightFileError) as loading:
+        spacy_elmo.load_bilm(directory)
+    result = CliRunner().invoke(app, ["info", str(directory)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {loading.value}"]
+
+
 def test_a_truncated_state_file_is_an_error(tmp_path):
     directory = copy_model("word_char", tmp_path)
     data = (directory / "token_embedder.pkl").read_bytes()

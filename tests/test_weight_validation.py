@@ -434,6 +434,46 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
     assert parameter_count(path) == base + (10**9 - 262) * options["char_cnn"]["embedding"]["dim"]
 
 
+def _random_bytes(options, weights):
+    weights.write_bytes(np.random.default_rng(0).bytes(weights.stat().st_size))
+
+
+def _wrong_shape(options, weights):
+    with h5py.File(weights, "a") as f:
+        del f["CNN_proj/W_proj"]
+        f["CNN_proj/W_proj"] = np.zeros((3, 3), dtype=np.float32)
+
+
+def _nan(options, weights):
+    with h5py.File(weights, "a") as f:
+        f["CNN_proj/W_proj"][0, 0] = np.nan
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (_random_bytes, "is not a readable HDF5 file"),
+        (_wrong_shape, "dataset 'CNN_proj/W_proj' has shape (3, 3), expected (124, 16)"),
+        (_nan, "dataset 'CNN_proj/W_proj' holds 1 non-finite value(s)"),
+    ],
+)
+def test_info_refuses_what_loading_refuses(model_copy, damage, message):
+    """`spacy-elmo info` printed the architecture of these files and exited 0, while loading them failed."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    options, weights = model_copy
+    assert CliRunner().invoke(app, ["info", str(options.parent)]).exit_code == 0
+    damage(options, weights)
+    with pytest.raises(WeightFileError) as loading:
+        load(options, weights)
+    assert message in str(loading.value)
+    result = CliRunner().invoke(app, ["info", str(options.parent)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {loading.value}"]
+
+
 # -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
@@ -340,11 +341,19 @@ def model_files(directory: PathLike) -> dict[str, Path]:
     return files
 
 
-def load_model(directory: PathLike) -> ManyLangsBiLM:
-    """Build a :class:`ManyLangsBiLM` from an ELMoForManyLangs model directory, in eval mode.
+@dataclass(frozen=True)
+class CheckedFiles:
+    """An ELMoForManyLangs model directory's contents, every check of :func:`load_model` passed."""
 
-    The architecture, dictionaries and both state files are checked before anything is built.
-    """
+    config: ManyLangsConfig
+    chars: dict[str, int]
+    words: Optional[dict[str, int]]
+    embedder: dict[str, torch.Tensor]
+    encoder: dict[str, torch.Tensor]
+
+
+def check_model_files(directory: PathLike) -> CheckedFiles:
+    """Read and check the architecture, the dictionaries and both state files (nothing built); what loading checks."""
     directory = Path(directory)
     config = read_config(directory)
     chars = read_lexicon(directory / CHAR_DIC, (BOS, EOS, OOV, PAD, BOW, EOW))
@@ -353,7 +362,18 @@ def load_model(directory: PathLike) -> ManyLangsBiLM:
     check_state(embedder, token_embedder_layout(config, len(words or ()), len(chars)), directory / TOKEN_EMBEDDER)
     encoder = read_state(directory / ENCODER)
     check_state(encoder, encoder_layout(config), directory / ENCODER)
-    model = ManyLangsBiLM(config, words, chars)
+    return CheckedFiles(config, chars, words, embedder, encoder)
+
+
+def load_model(directory: PathLike) -> ManyLangsBiLM:
+    """Build a :class:`ManyLangsBiLM` from an ELMoForManyLangs model directory, in eval mode.
+
+    The architecture, dictionaries and both state files are checked before anything is built
+    (:func:`check_model_files`).
+    """
+    checked = check_model_files(directory)
+    embedder, encoder = checked.embedder, checked.encoder
+    model = ManyLangsBiLM(checked.config, checked.words, checked.chars)
     with torch.no_grad():
         _fill_token_encoder(model, embedder)
         _fill_lstm(model, encoder)

@@ -650,6 +650,19 @@ def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
     return model.eval()
 
 
+def check_model_files(options_path: PathLike, weights_path: PathLike) -> BiLMOptions:
+    """Every check :func:`load_model` makes (the schema, the file against the options, finite values), nothing built.
+
+    Reads one dataset at a time (memory: the largest one); raises :class:`WeightFileError` as loading would.
+    """
+    options = read_options(options_path)
+    path = Path(weights_path)
+    with _checked_file(path, options) as datasets:
+        for name, _, _ in _expected(options):
+            _read_finite(datasets[name], name, path)
+    return options
+
+
 def save_model(model: BiLM, directory: PathLike, weights_name: str = WEIGHTS) -> Path:
     """Write ``options.json`` and the HDF5 weights into ``directory``; returns the directory."""
     directory = Path(directory)
