@@ -15,6 +15,7 @@ from numerics import assert_recomputed_close
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_config, load_model_from_config
 
+from spacy_elmo import WeightFileError
 from spacy_elmo.spacy import NoElmoLayersWarning, set_hooks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -150,6 +151,27 @@ def test_saved_weights_are_checked(fixture_dir, tmp_path):
         f["CNN_proj/b_proj"][0] += 1.0
     with pytest.raises(Exception, match="fingerprint"):
         spacy.load(path)
+
+
+def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_dir, tmp_path):
+    """to_bytes said "ELMo model directory not found", as if the loaded model had never existed."""
+    import shutil
+
+    folder = tmp_path / "my-elmo"
+    shutil.copytree(fixture_dir, folder)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(folder)})
+    before = nlp("The bank").tensor
+    shutil.rmtree(folder)
+    message = (
+        rf"component 'elmo': cannot save the model: it was loaded from {folder}, whose files are gone since "
+        r"\(ELMo model directory not found: .*\)\. The loaded model still embeds, but a saved pipeline holds a copy"
+    )
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_bytes()
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_disk(tmp_path / "pipeline")
+    np.testing.assert_array_equal(nlp("The bank").tensor, before)  # the loaded model still embeds
 
 
 def test_default_model_is_saved_as_a_reference(tmp_path):
