@@ -12,20 +12,16 @@ alike) after closing, then deletes the (incomplete) file.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .bilm.files import WriteFailedError, write_failed
+
 if TYPE_CHECKING:  # pragma: no cover
     import h5py
 
-
-class WriteFailedError(OSError):
-    """An output file could not be written (no space left on the device, file too large, an I/O error)."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)  # the message names path and reason already; no "[Errno 28]" in front
+__all__ = ["GuardedFile", "GuardedHDF5", "WriteFailedError"]
 
 
 class GuardedFile:
@@ -49,13 +45,8 @@ class GuardedFile:
 
     def check(self) -> None:
         """Raise :class:`WriteFailedError` if a write has failed (its reason and the path in the message)."""
-        if self._error is None:
-            return
-        reason = self._error.strerror or str(self._error)
-        number = self._error.errno or errno.EIO
-        raise WriteFailedError(
-            number, f"cannot write {self.shown_as}: {reason.lower()} (errno {errno.errorcode.get(number, number)})"
-        )
+        if self._error is not None:
+            raise write_failed(self._error, self.shown_as)
 
     # -- what h5py's fileobj driver needs ---------------------------------------------------------
 
