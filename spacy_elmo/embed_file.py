@@ -28,7 +28,9 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import (
+    IO,
     TYPE_CHECKING,
+    AnyStr,
     BinaryIO,
     Callable,
     Optional,
@@ -314,15 +316,25 @@ def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
     return total
 
 
-def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
-    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error,
-    and so is a line longer than :data:`MAX_LINE_BYTES` (read no further than that)."""
-    for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 2), b"")):
-        if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+def bounded_lines(handle: IO[AnyStr], source: str) -> Iterator[AnyStr]:
+    """The lines of a binary or text file, as iterating it gives them, each read no further than
+    :data:`MAX_LINE_BYTES` (+ its line break): a longer one (in UTF-8 bytes) is a ``ValueError`` naming it."""
+    for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 2), handle.read(0))):
+        text = line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n")
+        if len(text) > MAX_LINE_BYTES or (
+            isinstance(text, str) and len(text.encode("utf-8", "replace")) > MAX_LINE_BYTES
+        ):
             raise ValueError(
                 f"{source}, line {number + 1}: longer than {MAX_LINE_BYTES:,} bytes, the most a line may hold "
                 "(one sentence per line is expected)"
             )
+        yield line
+
+
+def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
+    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error,
+    and so is a line longer than :data:`MAX_LINE_BYTES` (read no further than that)."""
+    for number, raw in enumerate(bounded_lines(handle, source)):
         try:
             yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
         except UnicodeDecodeError as err:

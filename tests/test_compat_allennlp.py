@@ -775,3 +775,22 @@ def test_embed_file_stops_at_the_first_failed_write(fixture_dir, tmp_path, monke
         embedder.embed_file(str(source), str(out), batch_size=2)
     assert list(tmp_path.iterdir()) == [source]
     assert 0 < len(embedded) < 60  # stopped at the first failed write, not after embedding every line
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_embed_file_refuses_an_endless_line(fixture_dir, tmp_path, monkeypatch):
+    """The whole input was read into memory: /dev/zero ran until a MemoryError. Lines are bounded as in `embed`."""
+    from spacy_elmo import embed_file as embed_file_module
+
+    embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(ValueError, match=r"^/dev/zero, line 1: longer than 1,048,576 bytes"):
+        embedder.embed_file("/dev/zero", str(out))
+    monkeypatch.setattr(embed_file_module, "MAX_LINE_BYTES", 6)
+    source = tmp_path / "in.txt"
+    source.write_text("the é\nriver\n", encoding="utf-8")  # 6 bytes of UTF-8, then 5
+    embedder.embed_file(str(source), str(out))
+    source.write_text("the éé\n", encoding="utf-8")  # 6 characters, 8 bytes
+    with open(source, encoding="utf-8") as handle, pytest.raises(ValueError, match=r"in\.txt, line 1: longer than 6"):
+        embedder.embed_file(handle, str(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]

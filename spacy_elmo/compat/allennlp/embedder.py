@@ -19,7 +19,7 @@ from typing import IO, Union
 import numpy as np
 import torch
 
-from ...embed_file import OUTPUT_FORMATS, hdf5_output, select_layers
+from ...embed_file import OUTPUT_FORMATS, bounded_lines, hdf5_output, select_layers
 from ...settings import DEFAULT_BATCH_SIZE
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
@@ -117,8 +117,8 @@ class ElmoEmbedder:
             raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
         # a path is opened here, a handle is taken as passed in: the `with` below closes either
         handle = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file  # noqa: SIM115
-        with handle:
-            sentences = [line.strip() for line in handle]
+        with handle:  # a line past embed_file.MAX_LINE_BYTES (an endless one: /dev/zero) is an error naming it
+            sentences = [line.strip() for line in bounded_lines(handle, getattr(handle, "name", str(input_file)))]
         blank_lines = [i for (i, line) in enumerate(sentences) if line == ""]
         if blank_lines:
             raise ConfigurationError(
