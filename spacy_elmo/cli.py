@@ -143,6 +143,9 @@ def train(
         None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
+    ),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
@@ -190,7 +193,7 @@ def train(
                 lstm_impl=lstm_impl,
                 init_from=str(init_from) if init_from else None,
             )
-            trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world)
+            trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite)
             threads = trainer.config.threads or (max(1, _cores() // world.local_size) if world.size > 1 else None)
             _set_threads(threads)
             if world.size > 1 and world.is_main:
@@ -288,6 +291,9 @@ def adapt(
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
+    ),
 ) -> None:
     """Domain adaptation: fine-tune a biLM's LM on the text of a task's .spacy docs, for the elmo component.
 
@@ -300,7 +306,7 @@ def adapt(
     with _errors_exit_2():
         _set_threads(threads)
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
-        result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options)
+        result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite)
     before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
     typer.echo(
         f"saved to {output_dir}; dev perplexity (mean of both directions) {before['mean']:.2f} -> {after['mean']:.2f}"
@@ -575,10 +581,6 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
-    main()
-
-
 @contextmanager
 def _dask_chunks(
     scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
@@ -603,3 +605,7 @@ def _dask_chunks(
         yield cluster_chunks(client, model, device, dtype, batch_size, fingerprint)
     finally:
         close()
+
+
+if __name__ == "__main__":  # last: every function above must exist when the command runs
+    main()

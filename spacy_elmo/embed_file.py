@@ -7,7 +7,8 @@ the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_t
 array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
 tokens at a time, flat memory), and the output appears only once it is complete: until then it
 is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
-the next run if its process was killed outright. A failed write (no space left, a file-size
+the next run if its process was killed outright. A line longer than :data:`MAX_LINE_BYTES` is an
+error naming it (an endless line would be read until memory ran out). A failed write (no space left, a file-size
 limit) stops the run at once with a :class:`~spacy_elmo.write_guard.WriteFailedError` naming the
 output (:mod:`.write_guard`: HDF5 never sees the error, so it cannot crash on it).
 """
@@ -27,7 +28,9 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import (
+    IO,
     TYPE_CHECKING,
+    AnyStr,
     BinaryIO,
     Callable,
     Optional,
@@ -40,7 +43,7 @@ import numpy as np
 from .settings import DEFAULT_BATCH_SIZE
 from .tokenize import resolve_tokenizer
 from .windows import embed_segments
-from .write_guard import GuardedFile
+from .write_guard import GuardedFile, GuardedHDF5
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import ElmoBackend
@@ -49,6 +52,10 @@ OUTPUT_FORMATS = ("all", "top", "average")
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask cluster) at a time
+# The longest line read, in bytes (its line break not counted): an input with an endless line (/dev/zero, a
+# binary file) is an error naming the line instead of reading until memory runs out. A line is one dataset,
+# so 1 MiB of text (~200,000 tokens, several GB of vectors) is far beyond a sentence already.
+MAX_LINE_BYTES = 1 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 Line = tuple[int, str]  # (0-based line number, text)
@@ -91,13 +98,9 @@ def embed_file(
     sentence_to_index: dict[str, str] = {}
     sentence_lines: dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
-    with (
-        _open_input(input_path, output_path) as handle,
-        _written_atomically(output_path) as temporary,
-        _guarded(temporary, output_path) as guarded,
-    ):
+    with _open_input(input_path, output_path) as handle:
         total = _count_lines(handle, source) if progress else None  # the bar's length
-        with h5py.File(guarded, "w") as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
+        with hdf5_output(output_path) as out, tqdm(total=total, unit="sent", disable=not progress) as bar:
             out.attrs.update(
                 model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1
             )
@@ -115,8 +118,7 @@ def embed_file(
                             "drop --use-sentence-keys to key the vectors by line number"
                         )
                     sentence_lines[key] = number
-                _write(out, key, _select(layers, output_format), source, number)
-                guarded.check()  # a full disk stops the run at the first failed write
+                _write(out, key, select_layers(layers, output_format), source, number)  # stops on a full disk
                 if not forget_sentences and not use_sentence_keys:
                     sentence_to_index[text] = key
                 n_tokens += layers.shape[1]
@@ -125,6 +127,28 @@ def embed_file(
                 index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+@contextlib.contextmanager
+def hdf5_output(output_path: PathLike) -> Iterator[GuardedHDF5]:
+    """The one writer of embedding files (``spacy-elmo embed``, AllenNLP's ``embed_file``): an HDF5 file that appears
+    at ``output_path`` only once the block succeeds, and never hands a write error to HDF5.
+
+    It is written as a hidden ``.NAME.PID.partial`` file beside ``output_path`` (removed on any error, Ctrl-C and
+    SIGTERM; a dead run's is removed by the next) through a :class:`~.write_guard.GuardedFile`: a full disk or a
+    file-size limit raises :class:`~.write_guard.WriteFailedError` naming ``output_path`` at the first dataset
+    that failed (or when the file closes), never an HDF5 crash.
+    """
+    import h5py
+
+    output_path = Path(output_path)
+    _check_output(output_path)
+    with (
+        _written_atomically(output_path) as temporary,
+        _guarded(temporary, output_path) as guarded,
+        h5py.File(guarded, "w") as handle,  # closed first: HDF5's last writes are then checked, then renamed
+    ):
+        yield GuardedHDF5(handle, guarded)
 
 
 @contextlib.contextmanager
@@ -292,9 +316,25 @@ def _count_lines(handle: BinaryIO, source: str) -> Optional[int]:
     return total
 
 
+def bounded_lines(handle: IO[AnyStr], source: str) -> Iterator[AnyStr]:
+    """The lines of a binary or text file, as iterating it gives them, each read no further than
+    :data:`MAX_LINE_BYTES` (+ its line break): a longer one (in UTF-8 bytes) is a ``ValueError`` naming it."""
+    for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 2), handle.read(0))):
+        text = line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n")
+        if len(text) > MAX_LINE_BYTES or (
+            isinstance(text, str) and len(text.encode("utf-8", "replace")) > MAX_LINE_BYTES
+        ):
+            raise ValueError(
+                f"{source}, line {number + 1}: longer than {MAX_LINE_BYTES:,} bytes, the most a line may hold "
+                "(one sentence per line is expected)"
+            )
+        yield line
+
+
 def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
-    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error."""
-    for number, raw in enumerate(handle):
+    """(0-based line number, stripped text); a leading BOM is dropped (utf-8-sig), undecodable bytes are an error,
+    and so is a line longer than :data:`MAX_LINE_BYTES` (read no further than that)."""
+    for number, raw in enumerate(bounded_lines(handle, source)):
         try:
             yield number, raw.decode("utf-8-sig" if number == 0 else "utf-8").strip()
         except UnicodeDecodeError as err:
@@ -312,15 +352,20 @@ def _chunks(items: Iterator[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def _select(layers: np.ndarray, output_format: str) -> np.ndarray:
+def select_layers(layers: np.ndarray, output_format: str) -> np.ndarray:
+    """What an embedding file stores of a sentence's ``(n_layers + 1, n_tokens, dim)`` layers for ``output_format``
+    (one of :data:`OUTPUT_FORMATS`): all of them, the top one, or their mean (summed in float64, as AllenNLP's
+    ``np.average``), as float32."""
     if output_format == "top":
-        return layers[-1]
-    if output_format == "average":
-        return layers.mean(axis=0, dtype=np.float32)
-    return layers
+        chosen = layers[-1]
+    elif output_format == "average":
+        chosen = layers.mean(axis=0, dtype=np.float64)
+    else:
+        chosen = layers
+    return np.asarray(chosen, dtype=np.float32)
 
 
-def _write(out, key: str, array: np.ndarray, source: str, number: int) -> None:
+def _write(out: GuardedHDF5, key: str, array: np.ndarray, source: str, number: int) -> None:
     """One dataset; a key HDF5 cannot name (a NUL would silently cut it short) is an error naming the line."""
     if key in ("", ".") or key == "sentence_to_index" or "/" in key or "\0" in key:
         raise ValueError(

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from .bilm import cpu_support, manylangs_files
+from .bilm.weights import check_model_files, read_options
 from .bilm.weights import parameter_count as _layout_parameter_count
-from .bilm.weights import read_options
 from .model_files import METRICS, is_manylangs
 from .published import PublishedModel
+
+CHECKED = "checked:      every check loading makes passed (options, each dataset's shape and dtype, finite values)"
 
 
 def parameter_count(options_path: Path) -> int:
@@ -19,10 +21,14 @@ def parameter_count(options_path: Path) -> int:
 
 
 def describe(options_path: Path, weights_path: Path) -> str:
-    """Lines of text describing the model whose files these are (either format)."""
+    """Lines of text describing the model whose files these are (either format).
+
+    The files first pass every check loading makes (nothing is built): a model that would not load raises
+    :class:`~spacy_elmo.WeightFileError` here, as loading would, instead of being described.
+    """
     if is_manylangs(options_path, weights_path):
         return _describe_manylangs(weights_path.parent)
-    options = read_options(options_path)
+    options = check_model_files(options_path, weights_path)
     directory = options_path.parent
     lines: list[str] = [
         f"model:        {directory}",
@@ -32,7 +38,8 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"{options.projection_dim}, skip connections {'on' if options.use_skip_connections else 'off'}, "
         f"clipping cell={options.cell_clip} proj={options.proj_clip}",
         f"output:       {options.n_layers + 1} layers x {options.output_dim} dims",
-        f"parameters:   {parameter_count(options_path):,} (biLM, without the softmax)",
+        f"parameters:   {_layout_parameter_count(options):,} (biLM, without the softmax)",
+        CHECKED,
     ]
     support = cpu_support.summary()
     lines.append(
@@ -49,7 +56,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
 
 def _describe_manylangs(directory: Path) -> str:
     """The lines of :func:`describe` for an ELMoForManyLangs model (its architecture file; nothing is built)."""
-    config = manylangs_files.read_config(directory)
+    config = manylangs_files.check_model_files(directory).config
     words = f"word embedding {config.word_dim} + " if config.word_dim else "no word embedding, "
     sizes = sum(p.stat().st_size for p in manylangs_files.source_files(directory)) / 1e6
     return "\n".join(
@@ -59,6 +66,8 @@ def _describe_manylangs(directory: Path) -> str:
             f"{config.n_highway} highway) -> {config.n_layers} x biLSTM {config.cell_dim} cells, projection "
             f"{config.projection_dim}, residual, clipping cell={config.cell_clip} proj={config.proj_clip}",
             f"output:       {config.n_layers + 1} layers x {2 * config.projection_dim} dims",
+            "checked:      every check loading makes passed (architecture, dictionaries, each tensor's name, shape, "
+            "dtype, finite values)",
         ]
     )
 

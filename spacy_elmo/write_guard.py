@@ -5,23 +5,23 @@ happened to be flushed: mostly from ``__dealloc__`` of some object, where h5py c
 "Exception ignored", and the process later dies with SIGSEGV when the file is closed. Through
 :class:`GuardedFile` (h5py's ``fileobj`` driver) HDF5 never sees the error: the first failed
 write is remembered, it and every later write are dropped, and :meth:`GuardedFile.check` raises
-:class:`WriteFailedError` naming the path. The writer calls ``check`` after each dataset and
-after closing, then deletes the (incomplete) file.
+:class:`WriteFailedError` naming the path. :class:`GuardedHDF5` checks after each dataset it creates,
+and its writer (``embed_file.hdf5_output``, for ``spacy-elmo embed`` and AllenNLP's ``embed_file``
+alike) after closing, then deletes the (incomplete) file.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .bilm.files import WriteFailedError, write_failed
 
-class WriteFailedError(OSError):
-    """An output file could not be written (no space left on the device, file too large, an I/O error)."""
+if TYPE_CHECKING:  # pragma: no cover
+    import h5py
 
-    def __str__(self) -> str:
-        return str(self.strerror)  # the message names path and reason already; no "[Errno 28]" in front
+__all__ = ["GuardedFile", "GuardedHDF5", "WriteFailedError"]
 
 
 class GuardedFile:
@@ -45,13 +45,8 @@ class GuardedFile:
 
     def check(self) -> None:
         """Raise :class:`WriteFailedError` if a write has failed (its reason and the path in the message)."""
-        if self._error is None:
-            return
-        reason = self._error.strerror or str(self._error)
-        number = self._error.errno or errno.EIO
-        raise WriteFailedError(
-            number, f"cannot write {self.shown_as}: {reason.lower()} (errno {errno.errorcode.get(number, number)})"
-        )
+        if self._error is not None:
+            raise write_failed(self._error, self.shown_as)
 
     # -- what h5py's fileobj driver needs ---------------------------------------------------------
 
@@ -98,3 +93,26 @@ class GuardedFile:
 
     def close(self) -> None:
         self._file.close()
+
+
+class GuardedHDF5:
+    """An HDF5 file open for writing on a :class:`GuardedFile`: a dataset whose write failed raises
+    :class:`WriteFailedError` at once, so a run stops at the first failed write instead of computing the rest."""
+
+    def __init__(self, file: h5py.File, guard: GuardedFile) -> None:
+        self.file = file
+        self.guard = guard
+
+    @property
+    def attrs(self) -> Any:
+        """The file's attributes (written when it closes, checked then)."""
+        return self.file.attrs
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.file
+
+    def create_dataset(self, name: str, *args: Any, **kwargs: Any) -> h5py.Dataset:
+        """``h5py.File.create_dataset``, then :meth:`GuardedFile.check`."""
+        dataset = self.file.create_dataset(name, *args, **kwargs)
+        self.guard.check()
+        return dataset

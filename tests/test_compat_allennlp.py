@@ -9,6 +9,7 @@ compared relative to the activation scale, tests/numerics.py).
 
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -689,3 +690,108 @@ def test_the_migration_pages_typical_script_runs_with_only_its_imports_changed(f
     assert torch.isfinite(namespace["loss"]) and namespace["loss"].requires_grad
     written = _hdf5(tmp_path / "elmo.hdf5")
     assert written["0"].shape == (5, 32) and written["1"].shape == (4, 32)  # "average": (tokens, dim)
+
+
+_DISK_FULL = """
+import resource, runpy, signal, sys
+# a write past the limit fails with EFBIG, as one on a full disk with ENOSPC
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.argv = [sys.argv[2], *sys.argv[3:]]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs POSIX file-size limits")
+@pytest.mark.parametrize("module", ["spacy_elmo.compat.allennlp", "spacy_elmo"])
+def test_a_full_disk_stops_the_command_with_one_error_and_no_file(fixture_dir, tmp_path, module):
+    """ElmoEmbedder.embed_file wrote through plain h5py: hundreds of "Exception ignored" blocks, then SIGSEGV, and a
+    partial file left behind. It now writes through `spacy-elmo embed`'s guarded writer."""
+    words = ["the", "bank", "river", "money", "a", "of", "went"]
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(" ".join(words[(i * 7 + j) % 7] for j in range(30)) for i in range(400)) + "\n")
+    out = tmp_path / "out" / "vectors.hdf5"
+    out.parent.mkdir()
+    files = ["--options-file", str(fixture_dir / "options.json"), "--weight-file", str(fixture_dir / "lm_weights.hdf5")]
+    args = [str(text), str(out), "--all", *files]
+    if module == "spacy_elmo":
+        args = ["allennlp-elmo", *args]
+    done = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(200_000), module, *args], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode > 0, (done.returncode, done.stderr[-2000:])  # an error exit, not a signal (SIGSEGV)
+    assert "Exception ignored" not in done.stderr, done.stderr[-2000:]
+    message = f"cannot write {out}: file too large (errno EFBIG)"
+    if module == "spacy_elmo":  # `spacy-elmo allennlp-elmo`: one red line and exit 2, as every subcommand
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"error: {message}"], done.stderr
+    else:  # AllenNLP's own command raises (a traceback, as AllenNLP's does) whose last line names the output
+        assert done.stderr.strip().splitlines()[-1].endswith(message), done.stderr[-2000:]
+    assert list(out.parent.iterdir()) == []  # neither the output nor a partial file is left
+
+
+class _FillingDisk:
+    """A file whose disk is full after ``room`` bytes: a write past them fails with ENOSPC."""
+
+    def __init__(self, file, room):
+        self._file, self._room = file, room
+
+    def write(self, data):
+        import errno
+
+        if self._file.tell() + len(memoryview(data).cast("B")) > self._room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self._file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+
+def test_embed_file_stops_at_the_first_failed_write(fixture_dir, tmp_path, monkeypatch):
+    """ENOSPC reaches HDF5 only through the guard: embed_file stops at the first failed dataset, names the output
+    and leaves no file."""
+    from spacy_elmo.write_guard import GuardedFile, WriteFailedError
+
+    opened = GuardedFile.__init__
+
+    def on_a_small_disk(self, *args, **kwargs):
+        opened(self, *args, **kwargs)
+        self._file = _FillingDisk(self._file, room=30_000)
+
+    monkeypatch.setattr(GuardedFile, "__init__", on_a_small_disk)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(["the bank of the river went"] * 60) + "\n")
+    embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    embedded = []
+    embed_batch = embedder.embed_batch
+
+    def counted(batch):
+        embedded.extend(batch)
+        return embed_batch(batch)
+
+    monkeypatch.setattr(embedder, "embed_batch", counted)
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(WriteFailedError, match=rf"cannot write {out}: no space left on device \(errno ENOSPC\)"):
+        embedder.embed_file(str(source), str(out), batch_size=2)
+    assert list(tmp_path.iterdir()) == [source]
+    assert 0 < len(embedded) < 60  # stopped at the first failed write, not after embedding every line
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_embed_file_refuses_an_endless_line(fixture_dir, tmp_path, monkeypatch):
+    """The whole input was read into memory: /dev/zero ran until a MemoryError. Lines are bounded as in `embed`."""
+    from spacy_elmo import embed_file as embed_file_module
+
+    embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(ValueError, match=r"^/dev/zero, line 1: longer than 1,048,576 bytes"):
+        embedder.embed_file("/dev/zero", str(out))
+    monkeypatch.setattr(embed_file_module, "MAX_LINE_BYTES", 6)
+    source = tmp_path / "in.txt"
+    source.write_text("the é\nriver\n", encoding="utf-8")  # 6 bytes of UTF-8, then 5
+    embedder.embed_file(str(source), str(out))
+    source.write_text("the éé\n", encoding="utf-8")  # 6 characters, 8 bytes
+    with open(source, encoding="utf-8") as handle, pytest.raises(ValueError, match=r"in\.txt, line 1: longer than 6"):
+        embedder.embed_file(handle, str(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]

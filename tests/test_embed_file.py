@@ -16,6 +16,7 @@ import pytest
 from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
+from spacy_elmo import embed_file as embed_file_module
 from spacy_elmo.backend import ElmoBackend
 from spacy_elmo.cli import app
 from spacy_elmo.embed_file import embed_file
@@ -190,6 +191,32 @@ def test_standard_input(backend, fixture_dir, text_file, tmp_path, monkeypatch):
     assert_same_vectors(cli, reference)
     result = run_cli(fixture_dir, "-", cli, input=b"fine\ncaf\xe9\n")
     assert result.exit_code == 2 and "error: <stdin>, line 2: not valid UTF-8" in result.output, result.output
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_an_endless_line_is_one_line_of_error(fixture_dir, tmp_path):
+    """`embed /dev/zero` read one endless line until a MemoryError (a 66-line traceback)."""
+    out = tmp_path / "out.hdf5"
+    for progress in ("--progress", "--no-progress"):  # the bar counts the lines first: bounded too
+        result = CliRunner().invoke(
+            app, ["embed", "/dev/zero", str(out), "--model", str(fixture_dir), progress], catch_exceptions=False
+        )
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"error: /dev/zero, line 1: longer than {embed_file_module.MAX_LINE_BYTES:,} bytes, the most a line may "
+            "hold (one sentence per line is expected)"
+        ]
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_line_bound_counts_the_text_not_the_line_break(backend, tmp_path, monkeypatch):
+    monkeypatch.setattr(embed_file_module, "MAX_LINE_BYTES", 12)
+    path, out = tmp_path / "in.txt", tmp_path / "out.hdf5"
+    path.write_bytes(b"the bank \xc3\xa9\r\nof the river\n")  # 12 bytes of text each, then \r\n or \n
+    assert embed_file(backend, path, out, progress=True)["sentences"] == 2
+    path.write_bytes(b"the bank\nof the rivers\n")
+    with pytest.raises(ValueError, match=r"in\.txt, line 2: longer than 12 bytes"):
+        embed_file(backend, path, out)
 
 
 @pytest.mark.skipif(not Path("/dev/stdin").exists(), reason="no /dev/stdin here")

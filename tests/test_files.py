@@ -2,6 +2,7 @@
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,24 @@ def test_concurrent_writers_of_one_file_never_share_a_temporary(tmp_path):
         thread.join()
     assert target.read_text() in texts  # one writer's whole text, not a mix
     assert [p.name for p in tmp_path.iterdir()] == ["shared.txt"]
+
+
+def test_a_full_disk_names_the_file_being_written_not_its_temporary(tmp_path, monkeypatch):
+    import errno
+
+    from spacy_elmo.bilm.files import WriteFailedError, atomic_path, atomic_paths, reported_as
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    target, other = tmp_path / "weights.hdf5", tmp_path / "options.json"
+    target.write_text("old weights")
+    other.write_text("old options")
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(WriteFailedError) as err, atomic_paths(target, other) as (weights, options):
+        options.write_text("new options")
+        with reported_as(target), atomic_path(weights) as inner:  # a writer that writes atomically itself
+            inner.write_bytes(b"new weights")
+    assert str(err.value) == f"cannot write {target}: no space left on device (errno ENOSPC)"
+    assert target.read_text() == "old weights" and other.read_text() == "old options"  # neither replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["options.json", "weights.hdf5"]

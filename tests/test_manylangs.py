@@ -7,6 +7,7 @@ fresh ``Embedder``), for small random models built and saved with its own classe
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,12 @@ def test_a_crafted_pickle_is_refused_and_never_runs(tmp_path, legacy):
     assert not marker.exists()
 
 
+def _nested(*tensors):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "nested tensors are in prototype stage"
+        return torch.nested.nested_tensor(list(tensors))
+
+
 def _edit_state(directory, name, edit):
     path = directory / name
     state = dict(torch.load(path, weights_only=True))
@@ -204,6 +211,16 @@ def _edit_state(directory, name, edit):
             lambda s: s.update({"projection.bias": torch.zeros(16, dtype=torch.int64)}),
             r"'projection\.bias' holds torch\.int64",
         ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(128).to_sparse()}),
+            r"'forward_layer_0\.state_linearity\.bias' is a sparse_coo tensor, expected a dense one",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_0.state_linearity.bias": _nested(torch.zeros(64), torch.zeros(64))}),
+            r"'forward_layer_0\.state_linearity\.bias' is a nested tensor, expected a dense one",
+        ),
     ],
 )
 def test_bad_state_files_fail_naming_the_file_and_tensor(tmp_path, file, edit, message):
@@ -212,6 +229,18 @@ def test_bad_state_files_fail_naming_the_file_and_tensor(tmp_path, file, edit, m
     with pytest.raises(WeightFileError, match=message) as err:
         spacy_elmo.load_bilm(directory)
     assert str(path) in str(err.value)
+
+
+def test_info_refuses_a_directory_that_would_not_load(tmp_path):
+    from spacy_elmo.cli import app
+
+    directory = copy_model("word_char", tmp_path)
+    _edit_state(directory, "encoder.pkl", lambda s: s["forward_layer_1.state_linearity.bias"].__setitem__(0, np.inf))
+    with pytest.raises(WeightFileError) as loading:
+        spacy_elmo.load_bilm(directory)
+    result = CliRunner().invoke(app, ["info", str(directory)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {loading.value}"]
 
 
 def test_a_truncated_state_file_is_an_error(tmp_path):
@@ -252,6 +281,24 @@ def test_bad_configs_fail_naming_the_option(tmp_path, section, key, value, messa
         spacy_elmo.load_bilm(directory)
 
 
+@pytest.mark.parametrize(
+    "section, key, bound",
+    [
+        ("encoder", "n_layers", "an int from 1 to 64"),
+        ("token_embedder", "n_highway", "an int from 0 to 64"),
+        ("token_embedder", "max_characters_per_token", "an int from 3 to 256"),
+    ],
+)
+def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, section, key, bound):
+    """10**9 layers listed a layout for minutes and gigabytes; 10**9 characters a token loaded, then tried 15 GiB."""
+    directory = copy_model("word_char", tmp_path)
+    _edit_config(directory, section, key, 10**9)
+    with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}, not 1000000000"):
+        spacy_elmo.load_bilm(directory)
+    with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}"):
+        manylangs_files.read_config(directory)  # what `spacy-elmo info` reads
+
+
 def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
     """config_path as written, then its name in the directory, then the package's sample configs by name."""
     directory = copy_model("word_char", tmp_path)
@@ -281,6 +328,9 @@ def test_dictionaries_are_checked(tmp_path):
         spacy_elmo.load_bilm(directory)
     (directory / "char.dic").write_text("a\tb\n", encoding="utf-8")
     with pytest.raises(WeightFileError, match=r"char\.dic, line 1: expected 'token<TAB>id'"):
+        spacy_elmo.load_bilm(directory)
+    (directory / "char.dic").write_text("a\t\u00b2\n", encoding="utf-8")  # "²".isdigit(), but int("²") fails
+    with pytest.raises(WeightFileError, match=r"char\.dic, line 1: expected 'token<TAB>id', not 'a\\t²'"):
         spacy_elmo.load_bilm(directory)
 
 

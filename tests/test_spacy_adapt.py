@@ -1,8 +1,12 @@
 """`spacy-elmo adapt`: domain adaptation of the biLM's LM on a .spacy corpus's text, usable by the elmo component."""
 
 import json
+import signal
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import spacy
 from test_spacy_training import TEXTS, write_corpus
 from typer.testing import CliRunner
@@ -89,3 +93,72 @@ def test_adapt_refuses_a_published_model_before_downloading_it(tmp_path):
     )
     assert typo.exit_code == 2 and "did you mean 'default'?" in typo.output, typo.output
     assert not (tmp_path / "out").exists() and not home.exists()
+
+
+def _adapt_args(out, corpus, *extra):
+    return ["adapt", str(out), "--train", str(corpus), "--dev", str(corpus), "--max-steps", "2", *extra]
+
+
+def _another_model(folder, fixture_dir):
+    """A folder holding another model (the AllenNLP fixture, its weights under their own name); its files' bytes."""
+    import shutil
+
+    shutil.copytree(fixture_dir, folder)
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_adapt_refuses_a_folder_holding_another_model(tmp_path, fixture_dir):
+    """adapt replaced options.json and README of the folder's model and left its weights beside the new ones."""
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    out = tmp_path / "model"
+    before = _another_model(out, fixture_dir)
+    result = CliRunner().invoke(app, _adapt_args(out, corpus))
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {out} already holds a model (") and "pass --overwrite" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written, nothing removed
+
+
+@pytest.mark.slow
+def test_adapt_overwrite_replaces_the_whole_model(tmp_path, fixture_dir):
+    from spacy_elmo import load_bilm
+
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    out = tmp_path / "model"
+    _another_model(out, fixture_dir)
+    result = CliRunner().invoke(app, _adapt_args(out, corpus, "--overwrite"))
+    assert result.exit_code == 0, result.output
+    assert not (out / "lm_weights.hdf5").exists()  # the replaced model's weights are gone, not left beside
+    assert load_bilm(out).dim == load_bilm("default").dim != load_bilm(fixture_dir).dim
+
+
+_DISK_FULL = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from spacy_elmo.cli import app
+app(sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs POSIX file-size limits")
+def test_a_full_disk_while_adapting_leaves_the_previous_model_whole(tmp_path, fixture_dir):
+    """A 175-line traceback, and the folder's previous model no longer loaded (its options were replaced first)."""
+    from spacy_elmo import load_bilm
+
+    corpus = write_corpus(tmp_path / "data.spacy", "textcat")
+    out = tmp_path / "model"
+    before = _another_model(out, fixture_dir)
+    args = _adapt_args(out, corpus, "--overwrite")
+    done = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(4_000_000), *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: cannot write {out}/") and line.endswith("file too large (errno EFBIG)"), line
+    kept = {name: (out / name).read_bytes() for name in before}
+    assert kept == before  # the previous model's files, byte for byte
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary file left
+    assert load_bilm(out).dim == load_bilm(fixture_dir).dim

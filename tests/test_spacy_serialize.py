@@ -15,7 +15,8 @@ from numerics import assert_recomputed_close
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_config, load_model_from_config
 
-from spacy_elmo.spacy import set_hooks
+from spacy_elmo import WeightFileError
+from spacy_elmo.spacy import NoElmoLayersWarning, set_hooks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TEXTS = ["The bank will approve your loan.", "They sat on the bank of the river. It was cold.", "", "  "]
@@ -60,7 +61,9 @@ def test_docbin_round_trip(nlp):
     for doc, expected in zip(restored, docs):
         assert_same_vectors(doc, expected)  # the stored mix (list weights + gamma) is applied, not the default
         assert doc._.elmo_layers.dtype == np.float32
-    set_hooks(restored)  # a DocBin keeps neither hooks nor doc.tensor: the stored layers give both back
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoElmoLayersWarning)  # every doc has its layers: no warning
+        set_hooks(restored)  # a DocBin keeps neither hooks nor doc.tensor: the stored layers give both back
     for doc, expected in zip(restored, docs):
         assert_vectors_survived(doc, expected)
     assert restored[0][1].similarity(restored[1][4]) == pytest.approx(docs[0][1].similarity(docs[1][4]), abs=1e-6)
@@ -74,7 +77,8 @@ def test_docbin_without_user_data_keeps_no_elmo_data(nlp):
         assert doc._.elmo_layers is None and doc._.elmo is None
         assert doc.tensor.size == 0
         assert not doc.has_vector and not doc[0].has_vector and doc[0].vector.shape == (0,)
-    set_hooks(restored)  # nothing to restore: the hooks must not pretend
+    with pytest.warns(NoElmoLayersWarning, match=r"set_hooks: 2 of 2 docs have no ELMo layers.*store_user_data=True"):
+        set_hooks(restored)  # nothing to restore: the hooks must not pretend, and the call says so
     assert not restored[0].has_vector and not restored[0][1:3].has_vector and not restored[0][0].has_vector
     assert restored[0][0].vector.shape == (0,) and restored[0].vector.shape == (0,)
 
@@ -147,6 +151,27 @@ def test_saved_weights_are_checked(fixture_dir, tmp_path):
         f["CNN_proj/b_proj"][0] += 1.0
     with pytest.raises(Exception, match="fingerprint"):
         spacy.load(path)
+
+
+def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_dir, tmp_path):
+    """to_bytes said "ELMo model directory not found", as if the loaded model had never existed."""
+    import shutil
+
+    folder = tmp_path / "my-elmo"
+    shutil.copytree(fixture_dir, folder)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(folder)})
+    before = nlp("The bank").tensor
+    shutil.rmtree(folder)
+    message = (
+        rf"component 'elmo': cannot save the model: it was loaded from {folder}, whose files are gone since "
+        r"\(ELMo model directory not found: .*\)\. The loaded model still embeds, but a saved pipeline holds a copy"
+    )
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_bytes()
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_disk(tmp_path / "pipeline")
+    np.testing.assert_array_equal(nlp("The bank").tensor, before)  # the loaded model still embeds
 
 
 def test_default_model_is_saved_as_a_reference(tmp_path):

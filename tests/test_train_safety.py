@@ -373,11 +373,54 @@ def test_metrics_and_model_card_survive_a_write_that_fails_halfway(trained, tmp_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(PathType, "write_text", half_then_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match=r"cannot write .*metrics\.json: no space left on device \(errno ENOSPC\)"):
         record_result(model, "test", {"forward": 1.0, "backward": 2.0, "mean": 1.5})
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match=r"cannot write .*README\.md: no space left on device \(errno ENOSPC\)"):
         write_model_card(model)
     monkeypatch.undo()
     after = {name: (model / name).read_text(encoding="utf-8") for name in before}
     assert after == before
     json.loads(after["metrics.json"])
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_a_new_run_refuses_a_folder_holding_another_model(texts, trained, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    before = _files(model)
+    result = cli_train(model, "--train", str(texts / "train.txt"), "--max-steps", "1")
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert message.startswith(f"error: {model} already holds a model (")
+    assert "continue its run with --resume, or pass --overwrite" in message
+    with pytest.raises(ValueError, match="already holds a model"):
+        Trainer(config(texts, max_steps=1), model, progress=False)
+    assert _files(model) == before
+
+
+def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tmp_path, monkeypatch):
+    """Options were written before the weights and the softmax: a full disk between them left a folder whose model
+    no longer loaded. The model's files are now replaced together, once all of them are written."""
+    import errno
+    import shutil
+
+    from spacy_elmo.train import outputs
+    from spacy_elmo.write_guard import WriteFailedError
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    kept = {name: data for name, data in _files(model).items() if name != "checkpoint.safetensors"}
+
+    def full_disk(softmax, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outputs, "save_softmax", full_disk)
+    with pytest.raises(WriteFailedError, match=r"cannot write .*softmax\.safetensors: no space left on device"):
+        train(config(texts, max_steps=1), model, progress=False, overwrite=True)
+    assert {name: data for name, data in _files(model).items() if name in kept} == kept
+    assert not [name for name in _files(model) if name.endswith(".tmp")]

@@ -108,12 +108,14 @@ def test_saving_non_finite_weights_is_refused(fixture_dir, tmp_path):
         ("lstm", "use_skip_connections", 1, "lstm.use_skip_connections must be true or false (a JSON boolean), not 1"),
         ("lstm", "dim", 64.0, "lstm.dim must be an int >= 1, not 64.0"),
         ("lstm", "projection_dim", True, "lstm.projection_dim must be an int >= 1, not true"),
-        ("lstm", "n_layers", 0, "lstm.n_layers must be an int >= 1, not 0"),
-        ("lstm", "n_layers", "2", 'lstm.n_layers must be an int >= 1, not "2"'),
+        ("lstm", "n_layers", 0, "lstm.n_layers must be an int from 1 to 64, not 0"),
+        ("lstm", "n_layers", "2", 'lstm.n_layers must be an int from 1 to 64, not "2"'),
         ("lstm", "cell_clip", "3", 'lstm.cell_clip must be a finite number >= 0, or null, not "3"'),
         ("lstm", "proj_clip", -1, "lstm.proj_clip must be a finite number >= 0, or null, not -1"),
-        ("char_cnn", "n_highway", -1, "char_cnn.n_highway must be an int >= 0, not -1"),
-        ("char_cnn", "n_highway", 2.0, "char_cnn.n_highway must be an int >= 0, not 2.0"),
+        ("char_cnn", "n_highway", -1, "char_cnn.n_highway must be an int from 0 to 64, not -1"),
+        ("char_cnn", "n_highway", 2.0, "char_cnn.n_highway must be an int from 0 to 64, not 2.0"),
+        ("lstm", "n_layers", 10**9, "lstm.n_layers must be an int from 1 to 64, not 1000000000"),
+        ("char_cnn", "n_highway", 10**9, "char_cnn.n_highway must be an int from 0 to 64, not 1000000000"),
         ("char_cnn", "n_characters", 100, "char_cnn.n_characters must be an int >= 261, not 100"),
         ("char_cnn", "max_characters_per_token", 49, "char_cnn.max_characters_per_token must be 50, not 49"),
         ("char_cnn", "activation", "gelu", 'char_cnn.activation must be "relu" or "tanh", not "gelu"'),
@@ -264,16 +266,16 @@ def no_model_building(monkeypatch):
         (
             "lstm",
             "n_layers",
-            10**6,
+            64,  # the most the schema takes (more: test_options_are_checked_by_the_schema)
             f"missing dataset '{LSTM.format(2)}/W_0': "
-            "lstm.n_layers is 1000000 in the options, but the file has 2 LSTM layers",
+            "lstm.n_layers is 64 in the options, but the file has 2 LSTM layers",
         ),
         (
             "char_cnn",
             "n_highway",
-            10**6,
+            64,
             "missing dataset 'CNN_high_2/W_transform': "
-            "char_cnn.n_highway is 1000000 in the options, but the file has 2 highway layers",
+            "char_cnn.n_highway is 64 in the options, but the file has 2 highway layers",
         ),
         (
             "lstm",
@@ -430,6 +432,46 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
     monkeypatch.setattr(spacy_elmo.bilm.model, "BiLM", lambda *a, **k: pytest.fail("built the model"))
     base = parameter_count(fixture_dir / "options.json")
     assert parameter_count(path) == base + (10**9 - 262) * options["char_cnn"]["embedding"]["dim"]
+
+
+def _random_bytes(options, weights):
+    weights.write_bytes(np.random.default_rng(0).bytes(weights.stat().st_size))
+
+
+def _wrong_shape(options, weights):
+    with h5py.File(weights, "a") as f:
+        del f["CNN_proj/W_proj"]
+        f["CNN_proj/W_proj"] = np.zeros((3, 3), dtype=np.float32)
+
+
+def _nan(options, weights):
+    with h5py.File(weights, "a") as f:
+        f["CNN_proj/W_proj"][0, 0] = np.nan
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (_random_bytes, "is not a readable HDF5 file"),
+        (_wrong_shape, "dataset 'CNN_proj/W_proj' has shape (3, 3), expected (124, 16)"),
+        (_nan, "dataset 'CNN_proj/W_proj' holds 1 non-finite value(s)"),
+    ],
+)
+def test_info_refuses_what_loading_refuses(model_copy, damage, message):
+    """`spacy-elmo info` printed the architecture of these files and exited 0, while loading them failed."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    options, weights = model_copy
+    assert CliRunner().invoke(app, ["info", str(options.parent)]).exit_code == 0
+    damage(options, weights)
+    with pytest.raises(WeightFileError) as loading:
+        load(options, weights)
+    assert message in str(loading.value)
+    result = CliRunner().invoke(app, ["info", str(options.parent)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {loading.value}"]
 
 
 # -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------

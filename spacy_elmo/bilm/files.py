@@ -10,12 +10,13 @@ Lives in ``bilm/`` because the weight files are written here; everything else im
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Union
 
@@ -35,20 +36,68 @@ CHECKPOINT = "checkpoint.safetensors"
 SOFTMAX = "softmax.safetensors"
 
 
+# the errors of a write that the disk refused: no space, a file-size limit, a quota
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+class WriteFailedError(OSError):
+    """An output file could not be written (no space left on the device, file too large, an I/O error)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message names path and reason already; no "[Errno 28]" in front
+
+
+def write_failed(err: OSError, path: PathLike) -> WriteFailedError:
+    """``err`` as a :class:`WriteFailedError` whose one-line message names ``path`` and the reason."""
+    reason = err.strerror or str(err)
+    number = err.errno or errno.EIO
+    return WriteFailedError(
+        number, f"cannot write {path}: {reason.lower()} (errno {errno.errorcode.get(number, number)})"
+    )
+
+
 @contextmanager
-def atomic_path(path: PathLike) -> Iterator[Path]:
+def reported_as(path: PathLike) -> Iterator[None]:
+    """A full disk (or a file-size limit, a quota) while the block writes ``path`` raises :class:`WriteFailedError`
+    naming ``path``, one line for the CLI, not an ``OSError`` naming a temporary file."""
+    try:
+        yield
+    except OSError as err:
+        cause = err.__cause__ if isinstance(err, WriteFailedError) else err  # the outermost name wins (a temporary's
+        if not isinstance(cause, OSError) or cause.errno not in _DISK_FULL:  # writer inside names the temporary)
+            raise
+        raise write_failed(cause, path) from cause
+
+
+@contextmanager
+def atomic_path(path: PathLike, *, report: bool = True) -> Iterator[Path]:
     """A temporary path to write ``path``'s new content to (a file or a folder); it becomes ``path`` when the block
-    ends without an error, and is removed otherwise."""
+    ends without an error, and is removed otherwise (a full disk: :class:`WriteFailedError` naming ``path``, unless
+    not ``report``: the caller names the file that failed)."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        yield tmp
+        with reported_as(target) if report else nullcontext():
+            yield tmp
         os.replace(tmp, target)
     finally:
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_paths(*paths: PathLike) -> Iterator[list[Path]]:
+    """Temporary paths for several files that belong together (a model's options and weights): none of them
+    replaces its target unless every one was written, so a full disk or an error leaves the old set whole.
+
+    The renames follow each other once all the bytes are on disk (a rename needs no space); only a crash in
+    those microseconds could leave a mixed set. Write each file inside :func:`reported_as` its target, so an
+    error names the file that failed.
+    """
+    with ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path, report=False)) for path in paths]
 
 
 def write_text_atomically(path: PathLike, text: str) -> None:

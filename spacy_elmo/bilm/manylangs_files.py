@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
@@ -47,8 +48,11 @@ from .manylangs import (
 from .weights import (
     _ACTIVATION,
     _CLIP,
+    HIGHWAY_LAYERS,
+    LSTM_LAYERS,
     WeightFileError,
     _int_at_least,
+    _int_between,
     _is_int,
     _json,
     _Option,
@@ -65,6 +69,9 @@ WORD_DIC = "word.dic"
 TOKEN_EMBEDDER = "token_embedder.pkl"
 ENCODER = "encoder.pkl"
 STATE_FILES = (TOKEN_EMBEDDER, ENCODER)
+# The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
+# each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
+MAX_CHARACTERS_PER_TOKEN = 256
 
 _SAMPLE = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
@@ -149,12 +156,12 @@ _SCHEMA: tuple[_Option, ...] = (
         _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)"),
     ),
     _Option("token_embedder.word_dim", "word_dim", _int_at_least(0)),
-    _Option("token_embedder.n_highway", "n_highway", _int_at_least(0)),
+    _Option("token_embedder.n_highway", "n_highway", HIGHWAY_LAYERS),
     _Option("token_embedder.activation", "activation", _ACTIVATION),
-    _Option("token_embedder.max_characters_per_token", "max_chars", _int_at_least(3)),
+    _Option("token_embedder.max_characters_per_token", "max_chars", _int_between(3, MAX_CHARACTERS_PER_TOKEN)),
     _Option("encoder.projection_dim", "projection_dim", _int_at_least(1)),
     _Option("encoder.dim", "cell_dim", _int_at_least(1)),
-    _Option("encoder.n_layers", "n_layers", _int_at_least(1)),
+    _Option("encoder.n_layers", "n_layers", LSTM_LAYERS),
     _Option("encoder.cell_clip", "cell_clip", _CLIP),
     _Option("encoder.proj_clip", "proj_clip", _CLIP),
 )
@@ -212,7 +219,7 @@ def read_lexicon(path: Path, required: tuple[str, ...]) -> dict[str, int]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")  # its writer's "\u3000<TAB>id", stripped of the ideographic space
-        if len(fields) != 2 or not fields[1].isdigit():
+        if len(fields) != 2 or not fields[1].isdecimal():  # isdigit() takes "²", which int() refuses
             raise WeightFileError(f"dictionary {path}, line {number}: expected 'token<TAB>id', not {line!r}")
         lexicon[fields[0]] = int(fields[1])
     for name in required:
@@ -296,6 +303,11 @@ def check_state(state: dict[str, torch.Tensor], expected: Expected, path: Path) 
         if name not in state:
             raise WeightFileError(f"state file {path}: missing tensor {name!r} (expected shape {shape})")
         tensor = state[name]
+        if tensor.layout != torch.strided or tensor.is_nested:  # sparse, nested: no shape or values to check
+            kind = "nested" if tensor.is_nested else str(tensor.layout).replace("torch.", "")
+            raise WeightFileError(
+                f"state file {path}: tensor {name!r} is a {kind} tensor, expected a dense one (torch.strided)"
+            )
         if not tensor.is_floating_point():
             raise WeightFileError(
                 f"state file {path}: tensor {name!r} holds {tensor.dtype}, expected floating-point numbers"
@@ -329,11 +341,19 @@ def model_files(directory: PathLike) -> dict[str, Path]:
     return files
 
 
-def load_model(directory: PathLike) -> ManyLangsBiLM:
-    """Build a :class:`ManyLangsBiLM` from an ELMoForManyLangs model directory, in eval mode.
+@dataclass(frozen=True)
+class CheckedFiles:
+    """An ELMoForManyLangs model directory's contents, every check of :func:`load_model` passed."""
 
-    The architecture, dictionaries and both state files are checked before anything is built.
-    """
+    config: ManyLangsConfig
+    chars: dict[str, int]
+    words: Optional[dict[str, int]]
+    embedder: dict[str, torch.Tensor]
+    encoder: dict[str, torch.Tensor]
+
+
+def check_model_files(directory: PathLike) -> CheckedFiles:
+    """Read and check the architecture, the dictionaries and both state files (nothing built); what loading checks."""
     directory = Path(directory)
     config = read_config(directory)
     chars = read_lexicon(directory / CHAR_DIC, (BOS, EOS, OOV, PAD, BOW, EOW))
@@ -342,7 +362,18 @@ def load_model(directory: PathLike) -> ManyLangsBiLM:
     check_state(embedder, token_embedder_layout(config, len(words or ()), len(chars)), directory / TOKEN_EMBEDDER)
     encoder = read_state(directory / ENCODER)
     check_state(encoder, encoder_layout(config), directory / ENCODER)
-    model = ManyLangsBiLM(config, words, chars)
+    return CheckedFiles(config, chars, words, embedder, encoder)
+
+
+def load_model(directory: PathLike) -> ManyLangsBiLM:
+    """Build a :class:`ManyLangsBiLM` from an ELMoForManyLangs model directory, in eval mode.
+
+    The architecture, dictionaries and both state files are checked before anything is built
+    (:func:`check_model_files`).
+    """
+    checked = check_model_files(directory)
+    embedder, encoder = checked.embedder, checked.encoder
+    model = ManyLangsBiLM(checked.config, checked.words, checked.chars)
     with torch.no_grad():
         _fill_token_encoder(model, embedder)
         _fill_lstm(model, encoder)

@@ -21,6 +21,7 @@ option or dataset.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .files import OPTIONS, WEIGHTS, atomic_path, write_json_atomically
+from .files import OPTIONS, WEIGHTS, atomic_path, atomic_paths, reported_as, write_json_atomically
 from .model import BiLM, BiLMOptions
 
 PathLike = Union[str, os.PathLike]
@@ -104,6 +105,20 @@ def _int_at_least(minimum: int) -> _Rule:
     return _Rule(lambda value: _is_int(value) and value >= minimum, f"an int >= {minimum}")
 
 
+def _int_between(minimum: int, maximum: int) -> _Rule:
+    """An int from ``minimum`` to ``maximum``."""
+    return _Rule(lambda value: _is_int(value) and minimum <= value <= maximum, f"an int from {minimum} to {maximum}")
+
+
+# The most layers an architecture may ask for (options.json and ELMoForManyLangs' files alike), far above any
+# published ELMo (2 or 3 LSTM layers, 1 or 2 highway layers). Checked with the options, before the layout is
+# listed or anything built: a value such as 10**9 would otherwise cost minutes and gigabytes before failing.
+MAX_LSTM_LAYERS = 64
+MAX_HIGHWAY_LAYERS = 64
+LSTM_LAYERS = _int_between(1, MAX_LSTM_LAYERS)
+HIGHWAY_LAYERS = _int_between(0, MAX_HIGHWAY_LAYERS)
+
+
 def _is_filter(value: Any) -> bool:
     """A ``[width, count]`` pair of positive ints whose width fits in a token's characters."""
     return (
@@ -135,11 +150,11 @@ _SCHEMA: tuple[_Option, ...] = (
     _Option("char_cnn.embedding.dim", "char_embed_dim", _int_at_least(1)),
     _Option("char_cnn.n_characters", "n_characters", _int_at_least(PADDING_CHAR), 262),  # char ids go up to 261
     _Option("char_cnn.max_characters_per_token", "max_chars", _MAX_CHARS, MAX_CHARS_PER_TOKEN),
-    _Option("char_cnn.n_highway", "n_highway", _int_at_least(0), 0),
+    _Option("char_cnn.n_highway", "n_highway", HIGHWAY_LAYERS, 0),
     _Option("char_cnn.activation", "activation", _ACTIVATION, "relu"),
     _Option("lstm.dim", "cell_dim", _int_at_least(1)),
     _Option("lstm.projection_dim", "projection_dim", _int_at_least(1)),
-    _Option("lstm.n_layers", "n_layers", _int_at_least(1)),
+    _Option("lstm.n_layers", "n_layers", LSTM_LAYERS),
     _Option("lstm.cell_clip", "cell_clip", _CLIP, None),
     _Option("lstm.proj_clip", "proj_clip", _CLIP, None),
     _Option("lstm.use_skip_connections", "use_skip_connections", _BOOLEAN, False),
@@ -609,17 +624,36 @@ def save_weights(model: BiLM, weights_path: PathLike) -> None:
 
     NaN/Inf parameters (a diverged model) are refused, since the file would not load.
     """
+    path = Path(weights_path)
+    with atomic_path(path) as tmp:
+        write_weights_file(model, tmp, shown_as=path)
+
+
+def write_weights_file(model: BiLM, target: PathLike, shown_as: PathLike) -> None:
+    """Write ``model``'s weight file at ``target`` (a temporary path; ``shown_as`` is the file it becomes).
+
+    HDF5 builds the file in memory and Python writes its bytes: HDF5 never meets a failed write, which it
+    reports only from object destructors ("Exception ignored", then a crash); a full disk is one
+    :class:`~.files.WriteFailedError` naming ``shown_as``.
+    """
     import h5py
 
-    path = Path(weights_path)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+    image = io.BytesIO()
+    with h5py.File(image, "w") as handle:
         for name, entry, i in _expected(model.options):
-            handle.create_dataset(name, data=_exported(model, name, entry, i, path))
+            handle.create_dataset(name, data=_exported(model, name, entry, i, Path(shown_as)))
+    with reported_as(shown_as):
+        Path(target).write_bytes(image.getbuffer())
 
 
 def save_options(options: BiLMOptions, path: PathLike) -> None:
     """Write ``options`` as ``options.json`` (atomically)."""
     write_json_atomically(path, options.to_json())
+
+
+def options_text(options: BiLMOptions) -> str:
+    """``options.json``'s text, as :func:`save_options` writes it."""
+    return json.dumps(options.to_json(), indent=2) + "\n"
 
 
 def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
@@ -636,10 +670,31 @@ def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
     return model.eval()
 
 
+def check_model_files(options_path: PathLike, weights_path: PathLike) -> BiLMOptions:
+    """Every check :func:`load_model` makes (the schema, the file against the options, finite values), nothing built.
+
+    Reads one dataset at a time (memory: the largest one); raises :class:`WeightFileError` as loading would.
+    """
+    options = read_options(options_path)
+    path = Path(weights_path)
+    with _checked_file(path, options) as datasets:
+        for name, _, _ in _expected(options):
+            _read_finite(datasets[name], name, path)
+    return options
+
+
 def save_model(model: BiLM, directory: PathLike, weights_name: str = WEIGHTS) -> Path:
-    """Write ``options.json`` and the HDF5 weights into ``directory``; returns the directory."""
+    """Write ``options.json`` and the HDF5 weights into ``directory`` as one set (:func:`~.files.atomic_paths`: a
+    failure leaves the folder's previous pair whole); returns the directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_options(model.options, directory / OPTIONS)
-    save_weights(model, directory / weights_name)
+    with atomic_paths(directory / weights_name, directory / OPTIONS) as (weights, options):
+        write_model_files(model, options, weights, directory / weights_name)
     return directory
+
+
+def write_model_files(model: BiLM, options_tmp: Path, weights_tmp: Path, weights_path: Path) -> None:
+    """The weight file and options.json of ``model`` at two temporary paths (of :func:`~.files.atomic_paths`)."""
+    write_weights_file(model, weights_tmp, shown_as=weights_path)
+    with reported_as(weights_path.with_name(OPTIONS)):
+        options_tmp.write_text(options_text(model.options), encoding="utf-8")

@@ -10,7 +10,7 @@ from .architectures import (
     sentence_positions,
 )
 from .extensions import StaleLayersError, install_extensions, stored_layers
-from .hooks import set_hooks
+from .hooks import NoElmoLayersWarning, set_hooks
 from .layers import LearnedMix, learned_mix
 from .pipeline_component import DEFAULT_CONFIG_STR, ElmoComponent, make_elmo
 
@@ -19,6 +19,7 @@ __all__ = [
     "ElmoComponent",
     "ElmoModelRef",
     "LearnedMix",
+    "NoElmoLayersWarning",
     "StaleLayersError",
     "elmo_bilm_v1",
     "elmo_fine_tune_v1",

@@ -25,6 +25,7 @@ from ..model_files import VOCAB, check_model_name, is_model_dir, resolve_model_f
 from ..published import published_by_url, published_model
 from ..tokenize import is_whitespace
 from ..train import TrainConfig, Trainer, evaluate, make_sources
+from ..train.outputs import refuse_another_model
 
 PathLike = Union[str, Path]
 TEXT_DIR = "task_text"  # under the output directory: the docs' text, one doc per line
@@ -84,6 +85,7 @@ def adapt(
     init_from: str = "default",
     options: Optional[AdaptOptions] = None,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``init_from``'s LM on the text of ``train_docs``; returns (and saves) the dev perplexity before/after.
 
@@ -92,10 +94,13 @@ def adapt(
     init_from: the model to start from; it must ship its vocabulary and softmax (as "default" and models
         written by ``spacy-elmo train`` do), or the perplexity before adaptation cannot be measured; a published
         model is refused before it is downloaded (:func:`require_adaptable`).
+    overwrite: replace the model ``output_dir`` already holds (refused otherwise, before anything is written);
+        the previous model stays whole until the adapted one is written in full.
     """
     require_adaptable(init_from)
     options = options or AdaptOptions()
     out = Path(output_dir)
+    refuse_another_model(out, overwrite, resume_hint=False)
     text_dir = out / TEXT_DIR
     n_train = write_doc_text(train_docs, text_dir / "train.txt")
     n_dev = write_doc_text(dev_docs, text_dir / "dev.txt")
@@ -112,7 +117,7 @@ def adapt(
         init_from=init_from,
         **options.extra,
     )
-    metrics = Trainer(config, out, progress=progress).run()
+    metrics = Trainer(config, out, progress=progress, overwrite=overwrite).run()
     after = evaluate(out, [text_dir / "dev.txt"])
     result = {
         "init_from": init_from,

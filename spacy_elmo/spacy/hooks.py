@@ -10,11 +10,13 @@ vectors (whitespace rows zero). ``Doc.to_bytes`` keeps the tensor, so after ``Do
 ``token.vector`` as before, ``has_vector`` True and span and doc vectors the mean of the tensor rows
 (whitespace rows included). A ``DocBin`` keeps neither hooks nor tensor: with
 ``store_user_data=True`` the ``._.elmo*`` data comes back and ``set_hooks(docs)`` restores both;
-without it nothing of ELMo comes back and ``has_vector`` is False.
+without it nothing of ELMo comes back, ``has_vector`` is False and ``set_hooks`` warns
+(:class:`NoElmoLayersWarning`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any, Union
 
@@ -26,18 +28,36 @@ from ..tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
 
+class NoElmoLayersWarning(UserWarning):
+    """:func:`set_hooks` was given docs without ELMo layers (a ``DocBin`` saved without ``store_user_data=True``,
+    docs the ``elmo`` component never ran on): their vectors stay empty."""
+
+
 def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
     """Make ``.vector`` & co of ``docs`` (a Doc or an iterable of Docs) use ELMo: hooks, and ``doc.tensor``.
 
-    A doc without ELMo layers gets the hooks only (its tensor is left alone; ``has_vector`` is False).
+    A doc without ELMo layers gets the hooks only (its tensor is left alone; ``has_vector`` is False), and one
+    :class:`NoElmoLayersWarning` per call says how many docs had none.
     """
+    total = without_layers = 0
     for doc in [docs] if isinstance(docs, Doc) else docs:
+        total += 1
         vectors = mixed(doc, 0, len(doc))
         if vectors is not None:
             doc.tensor = vectors
+        else:
+            without_layers += 1
         doc.user_hooks.update(vector=doc_vector, has_vector=doc_has_vector, similarity=similarity)
         doc.user_span_hooks.update(vector=span_vector, has_vector=span_has_vector, similarity=similarity)
         doc.user_token_hooks.update(vector=token_vector, has_vector=token_has_vector, similarity=similarity)
+    if without_layers:
+        warnings.warn(
+            f"spacy_elmo: set_hooks: {without_layers} of {total} docs have no ELMo layers, so their vectors stay "
+            "empty; a DocBin keeps them only when saved with DocBin(store_user_data=True), else run the pipeline "
+            "on the texts again",
+            NoElmoLayersWarning,
+            stacklevel=2,
+        )
 
 
 def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:

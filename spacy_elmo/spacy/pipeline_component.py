@@ -340,7 +340,7 @@ class ElmoComponent(Pipe):
         identity = {"fingerprint": self.backend.fingerprint, "files_fingerprint": self.backend.files_fingerprint}
         if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
             return {"source": "remote", "model": self.model_ref.path, **identity}
-        files = model_file_map(*self.model_ref.files())
+        files = self._loaded_files()
         payload: dict[str, Any] = {"source": "files", **identity}
         if with_files and set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
             payload["options"] = files[OPTIONS].read_bytes()
@@ -353,9 +353,25 @@ class ElmoComponent(Pipe):
         directory.mkdir(parents=True, exist_ok=True)
         payload = self._model_payload(with_files=False)
         if payload["source"] == "files":
-            for name, path in model_file_map(*self.model_ref.files()).items():
+            for name, path in self._loaded_files().items():
                 _copy(path, directory / name)
         srsly.write_json(directory / MODEL_META, payload)
+
+    def _loaded_files(self) -> dict[str, Path]:
+        """The files of the loaded model, which a saved pipeline copies; gone since loading: an error saying so.
+
+        The backend holds the model's parameters, not its files (an int8 backend no longer even holds the
+        float32 weights), so a pipeline cannot be saved from memory once its model folder is deleted or moved.
+        """
+        try:
+            return model_file_map(*self.model_ref.files())
+        except WeightFileError as err:
+            raise WeightFileError(
+                f"component {self.name!r}: cannot save the model: it was loaded from {self.model_ref.path}, whose "
+                f"files are gone since ({err}). The loaded model still embeds, but a saved pipeline holds a copy of "
+                "its files: put them back there, or save a pipeline whose elmo model is a folder that exists, "
+                '"default" or a published name'
+            ) from err
 
     def _load_model_dir(self, directory: Path) -> None:
         meta_path = directory / MODEL_META

@@ -15,20 +15,78 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..bilm.files import write_text_atomically
-from ..bilm.weights import save_model
+from ..bilm import manylangs_files
+from ..bilm.files import OPTIONS, VOCAB, WEIGHTS, atomic_paths, reported_as, write_text_atomically
+from ..bilm.weights import write_model_files
 from ..model_files import METRICS
 from .config import TrainConfig
-from .storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
+from .storage import CHECKPOINT, LEGACY_CHECKPOINT, LEGACY_SOFTMAX, SOFTMAX, save_checkpoint, save_softmax
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .batching import Vocabulary
     from .network import LanguageModel
 
+# what makes a folder hold a model (or a run's model), besides its weight files (*.hdf5)
+_MODEL_FILES = (
+    OPTIONS,
+    VOCAB,
+    SOFTMAX,
+    LEGACY_SOFTMAX,
+    CHECKPOINT,
+    LEGACY_CHECKPOINT,
+    manylangs_files.CONFIG,
+    *manylangs_files.STATE_FILES,
+)
 
-def export_model(model: LanguageModel, directory: Path) -> None:
-    """Write options.json, weights.hdf5 and softmax.safetensors for ``model``."""
-    save_model(model.to_bilm(), directory)
-    save_softmax(model.softmax, directory / SOFTMAX)
+
+def model_files_in(directory: Path) -> list[str]:
+    """The names of the model files ``directory`` holds (options, weights, softmax, checkpoint, either format)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.name in _MODEL_FILES or p.suffix == ".hdf5")
+
+
+def refuse_another_model(directory: Path, overwrite: bool, resume_hint: bool = True) -> None:
+    """Refuse, before anything is written, a folder that already holds a model, unless ``overwrite``.
+
+    A new model written there would replace some of its files and leave others beside them (old weights
+    under another name, its softmax, its checkpoint): a folder that loads neither model.
+    """
+    found = model_files_in(directory)
+    if found and not overwrite:
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        resume = ", continue its run with --resume" if resume_hint and CHECKPOINT in found else ""
+        raise ValueError(
+            f"{directory} already holds a model ({', '.join(found[:3])}{more}); write into a new folder{resume}, "
+            "or pass --overwrite (Python: overwrite=True) to replace it"
+        )
+
+
+def remove_replaced_run(directory: Path) -> None:
+    """With ``overwrite``, before training: the replaced run's checkpoint, which --resume would otherwise continue."""
+    for name in (CHECKPOINT, LEGACY_CHECKPOINT):
+        (directory / name).unlink(missing_ok=True)
+
+
+def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> None:
+    """Write options.json, weights.hdf5, softmax.safetensors and vocab.txt for ``model``, as one set.
+
+    Every file is written beside its target first; only when all are written do they replace the
+    folder's previous ones (:func:`~spacy_elmo.bilm.files.atomic_paths`), so a full disk or an error
+    leaves the previous model whole. Weight files of a replaced model under other names are removed
+    afterwards, so the folder holds one model.
+    """
+    targets = [directory / name for name in (WEIGHTS, OPTIONS, SOFTMAX, VOCAB)]
+    with atomic_paths(*targets) as (weights, options, softmax, words):
+        write_model_files(model.to_bilm(), options, weights, directory / WEIGHTS)
+        with reported_as(directory / SOFTMAX):
+            save_softmax(model.softmax, softmax)
+        with reported_as(directory / VOCAB):
+            vocab.save(words)
+    stale = [p for p in directory.glob("*.hdf5") if p.name != WEIGHTS]
+    stale += [directory / name for name in (manylangs_files.CONFIG, *manylangs_files.STATE_FILES)]
+    for path in stale:
+        path.unlink(missing_ok=True)
 
 
 def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
@@ -68,4 +126,12 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["export_model", "jsonable", "write_checkpoint", "write_metrics"]
+__all__ = [
+    "export_model",
+    "jsonable",
+    "model_files_in",
+    "refuse_another_model",
+    "remove_replaced_run",
+    "write_checkpoint",
+    "write_metrics",
+]

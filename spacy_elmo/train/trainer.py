@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
-from ..model_files import VOCAB, WEIGHTS
+from ..model_files import WEIGHTS
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
@@ -44,7 +44,14 @@ from .evaluate import nll_sums, perplexities, perplexity
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
-from .outputs import export_model, jsonable, write_checkpoint, write_metrics
+from .outputs import (
+    export_model,
+    jsonable,
+    refuse_another_model,
+    remove_replaced_run,
+    write_checkpoint,
+    write_metrics,
+)
 from .presets import architecture
 from .shards import CorpusBatches, PreparedCorpus
 from .stages import earlier_stages, start_stage, update_stage
@@ -89,6 +96,7 @@ class Trainer:
         resume: bool = False,
         progress: bool = True,
         world: World = SINGLE,
+        overwrite: bool = False,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.world = world
@@ -115,7 +123,11 @@ class Trainer:
             _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
         if self.valid_sources:
             _require_tokens(self.valid_sources, "--valid", "validate", config.max_length)
+        if not resume:  # a new run: never into another model's folder unless asked to replace it (every rank)
+            refuse_another_model(self.output_dir, overwrite)
         if world.is_main:
+            if not resume:
+                remove_replaced_run(self.output_dir)
             self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
         self.char_cache = CharCache()
@@ -181,9 +193,7 @@ class Trainer:
             self.metrics["init_from"] = previous_training(initial.directory)
         earlier = earlier_stages(initial.directory) if initial is not None else []
         start_stage(self.metrics, earlier, sources, str(initial.directory) if initial is not None else None)
-        if self.world.is_main:
-            self.vocab.save(self.output_dir / VOCAB)
-        self.best_valid = math.inf
+        self.best_valid = math.inf  # (the vocabulary is written with the model: export_model)
 
     def _count_words(self) -> tuple[Counter, list[dict[str, Any]]]:
         """The counting pass: word counts of text files (a prepared corpus counted its own: empty here), sets
@@ -460,7 +470,7 @@ class Trainer:
         0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
         if self.world.is_main:
-            export_model(self.model, self.output_dir)
+            export_model(self.model, self.output_dir, self.vocab)
 
     def write_metrics(self) -> None:
         wall = self.metrics.get("wall_time_s", 0.0) + (0.0 if self.wall_counted else time.time() - self.run_started)
@@ -521,7 +531,16 @@ def _number(value: float, decimals: int) -> str:
 
 
 def train(
-    config: TrainConfig, output_dir: PathLike, *, resume: bool = False, progress: bool = True, world: World = SINGLE
+    config: TrainConfig,
+    output_dir: PathLike,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    world: World = SINGLE,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Train a biLM as ``config`` says and write it to ``output_dir``; returns the metrics."""
-    return Trainer(config, output_dir, resume=resume, progress=progress, world=world).run()
+    """Train a biLM as ``config`` says and write it to ``output_dir``; returns the metrics.
+
+    A new run (not ``resume``) refuses a folder that already holds a model unless ``overwrite``.
+    """
+    return Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite).run()

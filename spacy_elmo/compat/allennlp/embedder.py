@@ -19,7 +19,7 @@ from typing import IO, Union
 import numpy as np
 import torch
 
-from ...embed_file import _written_atomically
+from ...embed_file import OUTPUT_FORMATS, bounded_lines, hdf5_output, select_layers
 from ...settings import DEFAULT_BATCH_SIZE
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
 DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
-OUTPUT_FORMATS = ("all", "top", "average")
 
 
 class ElmoEmbedder:
@@ -108,7 +107,9 @@ class ElmoEmbedder:
         ``forget_sentences`` or ``use_sentence_keys`` a ``sentence_to_index`` dataset: one string,
         the JSON object from each sentence to its key (the last line for a repeated sentence).
         A blank line raises :class:`ConfigurationError` before anything runs, as does a repeated
-        sentence with ``use_sentence_keys``. The file appears whole (written beside, then renamed).
+        sentence with ``use_sentence_keys``. The file appears whole, through ``spacy-elmo embed``'s writer
+        (:func:`spacy_elmo.embed_file.hdf5_output`): a full disk raises
+        :class:`~spacy_elmo.write_guard.WriteFailedError` naming the output and leaves no file.
         """
         import h5py
 
@@ -116,8 +117,8 @@ class ElmoEmbedder:
             raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
         # a path is opened here, a handle is taken as passed in: the `with` below closes either
         handle = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file  # noqa: SIM115
-        with handle:
-            sentences = [line.strip() for line in handle]
+        with handle:  # a line past embed_file.MAX_LINE_BYTES (an endless one: /dev/zero) is an error naming it
+            sentences = [line.strip() for line in bounded_lines(handle, getattr(handle, "name", str(input_file)))]
         blank_lines = [i for (i, line) in enumerate(sentences) if line == ""]
         if blank_lines:
             raise ConfigurationError(
@@ -131,7 +132,7 @@ class ElmoEmbedder:
             )
         output_path = Path(output_file_path)
         sentence_to_index = {}
-        with _written_atomically(output_path) as temporary, h5py.File(temporary, "w") as fout:
+        with hdf5_output(output_path) as fout:
             for key, sentence, embeddings in zip(keys, sentences, embedded):
                 if use_sentence_keys and key in fout:
                     raise ConfigurationError(
@@ -140,20 +141,10 @@ class ElmoEmbedder:
                     )
                 if not forget_sentences and not use_sentence_keys:
                     sentence_to_index[sentence] = key
-                output = _select(embeddings, output_format)
-                fout.create_dataset(str(key), output.shape, dtype="float32", data=output)
+                fout.create_dataset(str(key), data=select_layers(embeddings, output_format))
             if not forget_sentences and not use_sentence_keys:
                 index = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
                 index[0] = json.dumps(sentence_to_index)
-
-
-def _select(embeddings: np.ndarray, output_format: str) -> np.ndarray:
-    """What ``embed_file`` stores of a sentence's layers for ``output_format``."""
-    if output_format == "all":
-        return embeddings
-    if output_format == "top":
-        return embeddings[-1]
-    return np.average(embeddings, axis=0)
 
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "ElmoEmbedder"]
