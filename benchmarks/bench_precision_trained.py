@@ -8,8 +8,8 @@ The other precision figures (``bench_precision_errors.py``) are measured on the 
 weights; this one measures what a default user gets: ``spacy_elmo/models/default`` (trained, no cell clip), whose
 recurrence carries a small error along a run of repeated tokens instead of forgetting it.
 
-For every dtype ``load_bilm`` takes here (``float32`` = the inference path with its MKL packs, ``bfloat16``,
-``int8``, and what ``"auto"`` resolves to) against the float32 *reference* path (the autograd path,
+For every dtype asked for (``float32`` = the inference path with its MKL packs, ``bfloat16``, ``int8``, ``auto``:
+what it resolves to) against the float32 *reference* path (the autograd path,
 ``BiLM.forward`` with gradients on): the worst layer's max |difference| over that layer's activation scale (its
 largest |float32 reference| value in the same input), per input:
 
@@ -95,6 +95,11 @@ def reference_layers(model: torch.nn.Module, sentences: list[list[str]], batch: 
     return out
 
 
+def sig(value: float) -> float:
+    """``value`` to 3 significant digits (float32's errors are ~1e-6, low precision's ~1e-2)."""
+    return float(f"{value:.3g}")
+
+
 def worst_layer_error(low: np.ndarray, exact: np.ndarray) -> float:
     """The worst layer's max |low - exact| over that layer's max |exact|."""
     diff = np.abs(low - exact).max(axis=(1, 2))
@@ -132,22 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     report["reference seconds"] = round(time.perf_counter() - start, 1)
     for dtype in dtypes:
         backend = load_bilm(args.model, dtype=dtype, cache_mb=0)
-        row: dict[str, object] = {}
+        precision = str(backend.dtype).replace("torch.", "")  # what "auto" resolved to
+        row: dict[str, object] = {"runs": precision}
         for (name, tokens), exact in zip(degenerate.items(), exact_degenerate):
             backend.clear_cache()
-            row[name] = round(worst_layer_error(backend.embed([tokens])[0], exact), 5)
+            row[name] = sig(worst_layer_error(backend.embed([tokens])[0], exact))
         if corpus:
             backend.clear_cache()
             errors = np.array([worst_layer_error(a, b) for a, b in zip(backend.embed(corpus), exact_corpus)])
             lengths = np.array([len(s) for s in corpus])
             row["wikitext"] = {
                 "sentences": len(corpus),
-                "median": round(float(np.median(errors)), 5),
-                "p99": round(float(np.quantile(errors, 0.99)), 5),
-                "max": round(float(errors.max()), 5),
-                "share over bound": round(float((errors > BOUND[dtype]).mean()), 4),
-                "share over bound, 3-20 tokens": round(float((errors[lengths <= 20] > BOUND[dtype]).mean()), 4),
-                "share over bound, 80-128 tokens": round(float((errors[lengths >= 80] > BOUND[dtype]).mean()), 4)
+                "median": sig(float(np.median(errors))),
+                "p99": sig(float(np.quantile(errors, 0.99))),
+                "max": sig(float(errors.max())),
+                "share over bound": round(float((errors > BOUND[precision]).mean()), 4),
+                "share over bound, 3-20 tokens": round(float((errors[lengths <= 20] > BOUND[precision]).mean()), 4),
+                "share over bound, 80-128 tokens": round(float((errors[lengths >= 80] > BOUND[precision]).mean()), 4)
                 if (lengths >= 80).any()
                 else None,
             }

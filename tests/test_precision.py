@@ -42,9 +42,10 @@ from spacy_elmo.model_files import resolve_model_files
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 # On the bundled TRAINED model (no cell clip: its recurrence carries rounding along a sentence instead of forgetting
 # it), ordinary sentences of up to 128 tokens, each sentence's worst layer over that layer's scale in the sentence:
-# what docs/precision.md states (benchmarks/bench_precision_trained.py measured the maxima: RESULTS.md). Repetitive
+# what docs/precision.md states. Measured maxima over 1,500 WikiText-2 sentences (bench_precision_trained.py, AMD Zen
+# 5): bfloat16 0.012, int8 0.072, int8 with 7-bit activations (capped to AVX2) 0.16. Repetitive
 # input has no bound in low precision (tests/test_engines.py), which is why dtype="auto" is float32.
-TRAINED_TEXT_TOLERANCE = {"bfloat16": 4e-2, "int8": 0.1}
+TRAINED_TEXT_TOLERANCE = {"bfloat16": 2.5e-2, "int8": 0.1, "int8 7-bit": 0.2}
 # float32 engines vs the reference path on the trained model: the sums' other order (1e-7) carried along the steps
 TRAINED_FLOAT32_BOUND = 1e-4
 # ordinary sentences of the kinds users embed, committed so that a plain clone measures the trained model too
@@ -179,6 +180,15 @@ def wikitext_sentences(path, count, longest=128):
     return sentences
 
 
+def trained_text_bound(dtype):
+    """What docs/precision.md states for ``dtype`` on the trained model's ordinary sentences, on this CPU's kernels."""
+    if dtype == "float32":
+        return TRAINED_FLOAT32_BOUND
+    kernels = cpu_support.int8_kernels()
+    seven_bit = kernels is not None and (kernels.many_rows.reduce_range or kernels.few_rows.reduce_range)
+    return TRAINED_TEXT_TOLERANCE["int8 7-bit" if dtype == "int8" and seven_bit else dtype]
+
+
 def assert_trained_within_documented_bounds(dtype, sentences, reference):
     """``dtype`` on the bundled trained model within what docs/precision.md states for ordinary sentences; the
     precision ``dtype="auto"`` picks within its own bound."""
@@ -186,7 +196,7 @@ def assert_trained_within_documented_bounds(dtype, sentences, reference):
     errors = sentence_errors(backend.embed(sentences), reference(sentences))
     print(dtype, f"median {np.median(errors):.4f} max {errors.max():.4f}")
     assert (errors > 0).all() or dtype == "float32"
-    assert errors.max() < TRAINED_TEXT_TOLERANCE.get(dtype, TRAINED_FLOAT32_BOUND)
+    assert errors.max() < trained_text_bound(dtype)
     if resolve_dtype("auto") is resolve_dtype(dtype):
         assert errors.max() < (TRAINED_FLOAT32_BOUND if dtype == "float32" else TOLERANCE[dtype])
 

@@ -44,7 +44,7 @@ logger = logging.getLogger("spacy_elmo")
 # measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
 INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
 INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds 2 int8 copies)
-INT8_FEW_ROWS_ENGINE = "fbgemm"  # faster than oneDNN for products of 1-4 rows (batch 1's steps)
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products: faster than oneDNN for 1-4 rows (batch 1), one int8 copy
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 
 
@@ -63,7 +63,8 @@ class Int8Kernel:
 
 @dataclass(frozen=True)
 class Int8Kernels:
-    """The int8 kernels chosen for this process: products of many rows, and of at most a few rows (batch 1's steps)."""
+    """The int8 kernels chosen for this process: products of many rows (input projections, token layers), and the
+    LSTM's step products (``few_rows``: one row at batch 1, at most a batch), each weight packed by its role's alone."""
 
     many_rows: Int8Kernel
     few_rows: Int8Kernel
@@ -163,7 +164,8 @@ def int8_kernels() -> Optional[Int8Kernels]:
     """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
 
     Many rows: fbgemm (one int8 copy per weight; faster than oneDNN on AVX2), oneDNN where AMX tiles serve
-    int8 (faster there, at the cost of a second int8 copy inside its pack). Few rows: fbgemm. Each role keeps
+    int8 (faster there, at the cost of a second int8 copy inside its pack). The LSTM's step products: fbgemm
+    (fastest at batch 1's single rows; one copy). Each role keeps
     its engine and turns ``reduce_range`` on only where that engine's full-range product fails the saturation
     probe; the other engine is used if it is exact at full range and the preferred one is not.
     """
