@@ -8,7 +8,8 @@ For each weight set (random "small" and "original" architectures written at benc
 pack and buffer exists, drops the caches, and notes VmRSS again and the peak (VmHWM). Each figure is
 the growth over the resident set before loading: what a server worker pays per model, without and with
 the working memory of batch-32 embedding (which the allocator keeps for the next call). The weights' own size (4 bytes
-per float32 parameter) is printed beside it.
+per float32 parameter) is printed beside it. ``--amx-packs`` makes the int8 packs a CPU with AMX makes (oneDNN's
+for many rows) on any CPU, for their memory: ``--dtypes float32,int8 --sets original --amx-packs``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def status(field):
             return int(line.split()[1]) / 1024  # MiB
 import torch
 torch.set_num_threads(int(sys.argv[4]))
+if sys.argv[5] == "amx":  # the packs an AMX CPU makes (oneDNN for many rows), on any CPU: memory only
+    from spacy_elmo.bilm import cpu_support
+    cpu_support.amx_int8 = lambda: True
 from spacy_elmo import load_bilm
 sentences = json.loads(sys.argv[3])
 before = status("VmRSS")
@@ -47,9 +51,18 @@ print(json.dumps({"before": before, "loaded": loaded, "after": after, "peak": pe
 """
 
 
-def measure(directory: Path, dtype: str, sentences, threads: int) -> dict[str, float]:
+def measure(directory: Path, dtype: str, sentences, threads: int, amx: bool = False) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(directory), dtype, json.dumps(sentences), str(threads)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(directory),
+            dtype,
+            json.dumps(sentences),
+            str(threads),
+            "amx" if amx else "-",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -63,10 +76,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float32,int8,bfloat16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--amx-packs",
+        action="store_true",
+        help="int8 packs as on a CPU with AMX (oneDNN for many rows) whatever this CPU has: their memory, not speed",
+    )
     args = parser.parse_args(argv)
     sentences = bench.read_sentences(64, max_len=40)
     lines = [
-        f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads)",
+        f"# Resident memory per precision ({bench.cpu_description()}; {args.threads} threads"
+        f"{'; int8 packed as with AMX' if args.amx_packs else ''})",
         "",
         "| weights | dtype | float32 weights (MiB) | loaded (MiB) | x float32 | loaded + embedding (MiB) | x float32 "
         "| peak (MiB) |",
@@ -75,7 +94,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sets = bench.write_weight_sets(Path(tmp))
         for name in args.sets.split(","):
-            results = {d: measure(sets[name], d, sentences, args.threads) for d in args.dtypes.split(",")}
+            results = {
+                d: measure(sets[name], d, sentences, args.threads, args.amx_packs) for d in args.dtypes.split(",")
+            }
             f32 = results.get("float32")
             for dtype, r in results.items():
                 cells = []

@@ -33,7 +33,7 @@ DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 # "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
-AUTO = "auto"  # the fastest precision on the device within its documented bound (bilm/cpu_support.auto_dtype)
+AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
 DTYPE_NAMES = [*sorted(DTYPES), AUTO]
 
 
@@ -299,7 +299,8 @@ def resolve_device(device: Union[str, torch.device, None] = None) -> torch.devic
 
 def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
     """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md);
-    "auto" is the fastest of them on ``device`` (default CPU) that stays within its documented bound.
+    "auto" is the fastest of them on ``device`` (default CPU) that holds its documented bound on every input
+    (float32: no low precision does on a trained model).
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
     """
@@ -344,8 +345,9 @@ def load_bilm(
     named by ``SPACY_ELMO_CACHE_DIR``).
 
     ``dtype``: ``None``/"float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest of them
-    on this device within its documented error bound: int8 on x86 CPUs, bfloat16 or float16 on CUDA,
-    else float32); ``backend.dtype`` says which was chosen, and it is part of ``backend.fingerprint``.
+    that holds its documented error bound on every input: float32, since int8, bfloat16 and float16 do not
+    on a trained model's repetitive input; docs/precision.md); ``backend.dtype`` says which was chosen, and
+    it is part of ``backend.fingerprint``.
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
     options_path, weights_path = resolve_model_files(model, options, weights)

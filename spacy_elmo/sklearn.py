@@ -59,7 +59,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     dtype : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
         "bfloat16", "float16", "int8" (faster on CPU, approximate; docs/precision.md), or "auto"
-        (the fastest within its error bound on this machine; ``model_fingerprint_`` names the choice).
+        (the fastest that holds its error bound on every input: float32; ``model_fingerprint_`` names the choice).
 
     Notes
     -----

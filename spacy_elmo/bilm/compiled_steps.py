@@ -80,29 +80,23 @@ def retire_ended_rows(c: torch.Tensor, last_c: torch.Tensor, n: int) -> torch.Te
 class StepWeight(NamedTuple):
     """One step product's weight in every form an engine may hold it; the loop uses the first one present.
 
-    int8 (``int8_many``): packed params, ``int8_few`` for products of at most ``few_rows`` rows, each with
-    whether it quantizes activations to 7 bits (:mod:`.cpu_support`). Else a oneDNN pack (``onednn``) for at most
-    ``onednn_max_rows`` rows, and the plain ``dense`` ``(in, out)`` matrix for every other product.
+    int8 (``int8``): packed params (the weight's one int8 copy), with whether it quantizes activations to 7 bits
+    (``int8_reduce_range``, :mod:`.cpu_support`). Else a oneDNN pack (``onednn``) for at most ``onednn_max_rows``
+    rows, and the plain ``dense`` ``(in, out)`` matrix for every other product.
     """
 
     dense: Optional[torch.Tensor]
     onednn: Optional[torch.Tensor]
     onednn_max_rows: int
-    int8_few: Optional[LinearPacked]
-    int8_many: Optional[LinearPacked]
-    few_rows: int
-    few_reduce_range: bool
-    many_reduce_range: bool
+    int8: Optional[LinearPacked]
+    int8_reduce_range: bool
 
 
 def _product(rows: torch.Tensor, weight: StepWeight) -> Optional[torch.Tensor]:
     """``rows @ weight`` through its int8 or oneDNN pack, as a new tensor; None where the dense matrix serves."""
-    many = weight.int8_many
-    if many is not None:
-        few = weight.int8_few
-        if rows.shape[0] <= weight.few_rows and few is not None:
-            return torch.ops.quantized.linear_dynamic(rows.contiguous(), few, weight.few_reduce_range)
-        return torch.ops.quantized.linear_dynamic(rows.contiguous(), many, weight.many_reduce_range)
+    int8 = weight.int8
+    if int8 is not None:
+        return torch.ops.quantized.linear_dynamic(rows.contiguous(), int8, weight.int8_reduce_range)
     packed = weight.onednn
     if packed is not None and rows.shape[0] <= weight.onednn_max_rows:
         no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]

@@ -11,9 +11,12 @@ the token projection multiply int8 weights, symmetric per output channel (scale 
 each row), by activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or
 7-bit where :func:`.cpu_support.int8_kernels` found that this CPU's kernels saturate at full range;
 per tensor, its own range); the products come back float32, and the rest (gates, cell, clipping,
-char CNN) stays float32. Each weight is packed by the engine :mod:`.cpu_support` chose for its role
-(fbgemm, or oneDNN for many rows where AMX serves int8); only the LSTM's step weights get a second,
-few-rows pack, and only where the two roles take different kernels.
+char CNN) stays float32. Each weight is packed once, by the engine :mod:`.cpu_support` chose for its role:
+the LSTM's step weights (state and projection: a few rows per product, one at batch 1) by the step
+kernel (fbgemm), every other weight (input projections, token layers: whole chunks of rows) by the
+many-rows kernel (fbgemm, or oneDNN where AMX serves int8). One int8 copy per weight: a second pack of
+the step weights for the AMX kernel would add a third of the int8 model again (oneDNN's pack holds two
+int8 copies) for products of at most a batch of rows.
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
 parameters become meta tensors of the same shape), so an int8 model holds int8 weights, not a
 float32 copy beside them; such a model cannot take gradients or change its weights (a clear error
@@ -52,7 +55,6 @@ from . import cpu_support
 from .int8_ops import prepack, quantize_weight
 from .lstm import ProjectedLSTMCell
 
-INT8_FEW_ROWS = 4  # products of at most this many rows take the few-rows kernel (cpu_support.Int8Kernels)
 BF16_MIN_ELEMENTS = 1 << 18  # smaller bf16 weights gain nothing from a pack
 BF16_MAX_ROWS = 256  # measured: from a few hundred rows up plain bf16 GEMM is as fast (faster at 2048 rows)
 # the parameters each marked module multiplies, as (name, whether its (out, in) view is the transpose)
@@ -60,9 +62,9 @@ _INT8_WEIGHTS = {
     ProjectedLSTMCell: (("input_weight", True), ("state_weight", True), ("projection", True)),
     nn.Linear: (("weight", False),),
 }
-# the weights whose products can have a few rows (the LSTM steps at batch 1) and so get the few-rows kernel's pack
-# too; input projections and token-encoder layers multiply whole chunks of rows: one pack (less memory)
-FEW_ROWS_WEIGHTS = ("state_weight", "projection")
+# the LSTM's step weights: their products have a few rows (one at batch 1, at most a batch), so the step kernel
+# (cpu_support.Int8Kernels.few_rows) packs them; input projections and token layers multiply whole chunks of rows
+STEP_WEIGHTS = ("state_weight", "projection")
 
 
 @dataclass(frozen=True)
@@ -79,22 +81,14 @@ class Pack:
 
 @dataclass(frozen=True)
 class Int8Pack(Pack):
-    """int8 packed params: ``packed`` serves products of many rows, ``few_rows`` those of at most
-    :data:`INT8_FEW_ROWS` (the same object where both roles take one kernel); ``reduce_range`` /
-    ``few_reduce_range``: whether each quantizes activations to 7 bits (:class:`.cpu_support.Int8Kernel`).
-    float32 out."""
+    """int8 packed params of one quantized engine (the weight's only int8 copy); ``reduce_range``: whether its
+    products quantize activations to 7 bits (:class:`.cpu_support.Int8Kernel`). float32 out."""
 
     kind: ClassVar[str] = "int8"
-    few_rows: object = None
     reduce_range: bool = False
-    few_reduce_range: bool = False
 
     def multiply(self, rows: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        if rows.shape[0] <= INT8_FEW_ROWS:
-            packed, reduce_range = self.few_rows, self.few_reduce_range
-        else:
-            packed, reduce_range = self.packed, self.reduce_range
-        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, reduce_range)
+        out = torch.ops.quantized.linear_dynamic(rows.contiguous(), self.packed, self.reduce_range)
         return out if bias is None else out.add_(bias)
 
 
@@ -136,8 +130,7 @@ def quantize(model: M, keep_float32: bool = False) -> M:
         return model
     for module in marked:  # one weight at a time: its float32 pages are reused by the next one (a lower peak)
         for name, out_in in _int8_weights(module):
-            few_rows = isinstance(module, ProjectedLSTMCell) and name in FEW_ROWS_WEIGHTS
-            pack = _pack(out_in.detach(), "int8", few_rows=few_rows)
+            pack = _pack(out_in.detach(), "int8", step=is_step_weight(module, name))
             if pack is None:  # never a half-released model that computes anything
                 raise RuntimeError(
                     f"int8: torch's quantized kernels could not pack {type(module).__name__}.{name} "
@@ -192,14 +185,20 @@ def linear(rows: torch.Tensor, pack: Pack, bias: Optional[torch.Tensor] = None) 
     return pack.multiply(rows, bias)
 
 
-def make_pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pack]:
-    """``out_in`` (an ``(out, in)`` weight) packed for ``kind`` ("int8" | "bfloat16"); None where the kernels cannot."""
-    return _pack(out_in, kind, few_rows)
+def is_step_weight(module: nn.Module, name: str) -> bool:
+    """Whether ``module.<name>`` is an LSTM step weight (:data:`STEP_WEIGHTS`), packed by the step kernel."""
+    return isinstance(module, ProjectedLSTMCell) and name in STEP_WEIGHTS
 
 
-def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pack]:
-    """``out_in`` packed for ``kind``; int8 with ``few_rows=False`` makes the many-rows pack alone (it then serves
-    every row count)."""
+def make_pack(out_in: torch.Tensor, kind: str, step: bool = False) -> Optional[Pack]:
+    """``out_in`` (an ``(out, in)`` weight) packed for ``kind`` ("int8" | "bfloat16"); None where the kernels cannot.
+    int8: ``step`` (an LSTM step weight) takes the step kernel, any other weight the many-rows kernel."""
+    return _pack(out_in, kind, step)
+
+
+def _pack(out_in: torch.Tensor, kind: str, step: bool = False) -> Optional[Pack]:
+    """``out_in`` packed for ``kind``; int8: one pack, by the kernel of its role (the other role's where that engine
+    is missing)."""
     try:
         if kind == "bfloat16":
             return Bf16Pack(torch.ops.mkldnn._reorder_linear_weight(out_in.contiguous(), 32))
@@ -207,14 +206,11 @@ def _pack(out_in: torch.Tensor, kind: str, few_rows: bool = True) -> Optional[Pa
         if kernels is None:
             return None
         q, scale = quantize_weight(out_in)
-        many = prepack(q, scale, kernels.many_rows.engine)
-        if many is None:
-            return None
-        same = kernels.few_rows.engine == kernels.many_rows.engine or not few_rows
-        few = many if same else prepack(q, scale, kernels.few_rows.engine)
-        few_reduce = kernels.few_rows.reduce_range
-        if few is None or few is many:  # the few-rows engine is missing: the many-rows pack serves every product
-            few, few_reduce = many, kernels.many_rows.reduce_range
-        return Int8Pack(many, few, kernels.many_rows.reduce_range, few_reduce)
+        roles = (kernels.few_rows, kernels.many_rows) if step else (kernels.many_rows, kernels.few_rows)
+        for kernel in roles:
+            packed = prepack(q, scale, kernel.engine)
+            if packed is not None:
+                return Int8Pack(packed, kernel.reduce_range)
+        return None
     except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
         return None

@@ -115,7 +115,8 @@ class ElmoComponent(Pipe):
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
     dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest
-        within its error bound on the machine that runs the pipeline; docs/precision.md).
+        that holds its error bound on every input, on the machine that runs the pipeline: float32 today;
+        docs/precision.md).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.

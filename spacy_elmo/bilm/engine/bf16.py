@@ -93,4 +93,4 @@ class Bf16Engine(PlainEngine):
 def _step_weight(dense: torch.Tensor, pack: Optional[Pack]) -> StepWeight:
     """A bf16 weight as the step loop takes it: its oneDNN pack for at most BF16_MAX_ROWS rows, else the matrix."""
     onednn = None if pack is None else cast(torch.Tensor, pack.packed)
-    return StepWeight(dense, onednn, BF16_MAX_ROWS, None, None, 0, False, False)
+    return StepWeight(dense, onednn, BF16_MAX_ROWS, None, False)

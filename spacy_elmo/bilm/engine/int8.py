@@ -40,6 +40,7 @@ class Int8Engine(PlainEngine):
     def __init__(self, target: Target) -> None:
         super().__init__(target)
         self.packs: WeightPacks[Pack] = WeightPacks(lambda out_in: low_precision.make_pack(out_in, "int8"))
+        self.step_packs: WeightPacks[Pack] = WeightPacks(lambda out_in: low_precision.make_pack(out_in, "int8", True))
 
     @classmethod
     def serves(cls, target: Target) -> bool:
@@ -51,7 +52,10 @@ class Int8Engine(PlainEngine):
     def pack(self, owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[Pack]:
         """The int8 pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view); None where it has none."""
         released = low_precision.released_packs(owner).get(name)
-        return released if released is not None else self.packs.get(owner, name, out_in)
+        if released is not None:
+            return released
+        packs = self.step_packs if low_precision.is_step_weight(owner, name) else self.packs
+        return packs.get(owner, name, out_in)
 
     def linear(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         pack = self.pack(layer, "weight", layer.weight)
@@ -86,8 +90,6 @@ class Int8Engine(PlainEngine):
 
 
 def _step_weight(pack: Pack) -> StepWeight:
-    """An int8 pack as the step loop takes it: the few-rows and many-rows packed params, each with its range."""
+    """An int8 pack as the step loop takes it: its packed params and activation range."""
     pack = cast(Int8Pack, pack)
-    return StepWeight(
-        None, None, 0, pack.few_rows, pack.packed, low_precision.INT8_FEW_ROWS, pack.few_reduce_range, pack.reduce_range
-    )
+    return StepWeight(None, None, 0, pack.packed, pack.reduce_range)
