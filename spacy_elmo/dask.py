@@ -215,52 +215,79 @@ def cluster_chunks(
     from distributed import as_completed
 
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-    ahead = 2 * n_workers  # tasks in flight
+
+    def submit(part: list[list[str]]) -> Any:
+        return client.submit(_sentence_chunk, part, model, device, dtype, batch_size, fingerprint, pure=False)
 
     def run(
         token_chunks: Iterator[list[list[str]]], on_progress: Callable[[int], object]
     ) -> Iterator[list[np.ndarray]]:
-        finished = as_completed()
-        counted: dict[str, int] = {}
-        sizes: dict[str, int] = {}
-        queue: deque[tuple[int, list[Any]]] = deque()  # per chunk: its futures in order
-        in_flight = 0
-
-        def wait_for(future: Any) -> None:
-            while future.key not in counted:
-                done = next(finished)
-                counted[done.key] = 1
-                on_progress(sizes[done.key])
-
-        def head() -> list[np.ndarray]:
-            nonlocal in_flight
-            _, futures = queue.popleft()
-            out: list[np.ndarray] = []
-            for future in futures:
-                wait_for(future)
-                out.extend(future.result())
-                counted.pop(future.key)
-                sizes.pop(future.key)
-                in_flight -= 1
-            return out
-
-        for index, tokens in enumerate(token_chunks):
-            futures = []
-            step = max(1, min(EMBED_FILE_TASK_LINES, -(-len(tokens) // n_workers)))
-            for start in range(0, len(tokens), step):
-                part = tokens[start : start + step]
-                future = client.submit(_sentence_chunk, part, model, device, dtype, batch_size, fingerprint, pure=False)
-                sizes[future.key] = len(part)
-                finished.add(future)
-                futures.append(future)
-                in_flight += 1
-            queue.append((index, futures))
-            while in_flight > ahead and len(queue) > 1:
-                yield head()
-        while queue:
-            yield head()
+        tasks = _TasksInOrder(as_completed(), on_progress)
+        for tokens in token_chunks:
+            tasks.submit_chunk(submit, _task_parts(tokens, n_workers))
+            while tasks.in_flight > 2 * n_workers and tasks.chunks_waiting > 1:  # a few tasks per worker ahead
+                yield tasks.next_chunk()
+        while tasks.chunks_waiting:
+            yield tasks.next_chunk()
 
     return run
+
+
+def _task_parts(tokens: list[list[str]], n_workers: int) -> list[list[list[str]]]:
+    """A chunk's lines cut into tasks: about one per worker, each at most ``EMBED_FILE_TASK_LINES`` lines (so a
+    worker's results stay small and progress moves often)."""
+    step = max(1, min(EMBED_FILE_TASK_LINES, -(-len(tokens) // n_workers)))
+    return [tokens[start : start + step] for start in range(0, len(tokens), step)]
+
+
+class _TasksInOrder:
+    """The cluster tasks of ``embed_file``'s chunks: results handed back chunk by chunk in the order the chunks came,
+    progress counted as each task finishes, in whatever order the cluster finishes them."""
+
+    def __init__(self, finished: Any, on_progress: Callable[[int], object]):
+        self._finished = finished  # a distributed.as_completed, given every task
+        self._on_progress = on_progress
+        self._lines: dict[str, int] = {}  # lines of each task whose result is not taken yet
+        self._counted: set[str] = set()  # tasks finished (progress counted) whose result is not taken yet
+        self._chunks: deque[list[Any]] = deque()  # per chunk: its futures in order
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks submitted whose results are not taken yet (they hold memory on the cluster or here)."""
+        return len(self._lines)
+
+    @property
+    def chunks_waiting(self) -> int:
+        """Chunks submitted and not handed back yet."""
+        return len(self._chunks)
+
+    def submit_chunk(self, submit: Callable[[list[list[str]]], Any], parts: list[list[list[str]]]) -> None:
+        """Submit one chunk's tasks, one per part, and queue the chunk behind those before it."""
+        futures = []
+        for part in parts:
+            future = submit(part)
+            self._lines[future.key] = len(part)
+            self._finished.add(future)
+            futures.append(future)
+        self._chunks.append(futures)
+
+    def next_chunk(self) -> list[np.ndarray]:
+        """The oldest chunk's results, its lines in order: waits for each of its tasks (counting any others that
+        finish meanwhile)."""
+        out: list[np.ndarray] = []
+        for future in self._chunks.popleft():
+            self._wait_for(future)
+            out.extend(future.result())
+            self._counted.remove(future.key)
+            del self._lines[future.key]
+        return out
+
+    def _wait_for(self, future: Any) -> None:
+        """Count finished tasks, in the order they finish, until ``future`` is among them."""
+        while future.key not in self._counted:
+            done = next(self._finished)
+            self._counted.add(done.key)
+            self._on_progress(self._lines[done.key])
 
 
 def _vectorizer_params(

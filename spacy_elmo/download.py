@@ -226,7 +226,7 @@ def _download(
     """Fetch ``url`` into ``target`` under the caller's lock: ``.part`` file, resume, checks, rename."""
     part, version = _part_paths(target)
     size, digest = _fetch_to(url, part, what, progress)
-    shown = what if url in what else f"{what} ({url})" if what else url
+    shown = _shown(url, what)
     problem = content_problem(part, target.name)
     if problem is not None:
         part.unlink(missing_ok=True)
@@ -258,107 +258,163 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tupl
     reply that is not exactly that rest of that version (a 206 from another offset or of another
     version) throws the ``.part`` away and starts again from zero. ``Accept-Encoding: identity``
     keeps servers from compressing; a server that compresses anyway is decoded, its length checked
-    on the wire, and never resumed (ranges would count compressed bytes).
+    on the wire, and never resumed (ranges would count compressed bytes). Up to ``_ATTEMPTS``
+    requests; each failure becomes a :class:`DownloadError` naming the download.
     """
     import requests
-    from tqdm import tqdm
 
-    name = what if url in what else f"{what} ({url})" if what else url
-    version_path = part.with_name(part.name + ".json")
-    session = requests.Session()
-    bar = None
-    resumable = False  # whether the last reply can be resumed (Accept-Ranges: bytes and a version to ask for)
-    mismatch = ""
+    name = _shown(url, what)
+    transfer = _Transfer(url, part, progress)
     try:
         for attempt in range(_ATTEMPTS):
-            have, version = _resume_point(part, version_path, url)
-            headers = {"Accept-Encoding": "identity"}
-            if have:
-                headers.update({"Range": f"bytes={have}-", "If-Range": version})
             try:
-                with session.get(
-                    url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)
-                ) as response:
-                    if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
-                        _discard(part, version_path)
-                        continue
-                    response.raise_for_status()
-                    encoded = response.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
-                    if response.status_code == 206:
-                        problem = _range_problem(response, have, version, encoded)
-                        if problem is not None:
-                            mismatch = problem
-                            _discard(part, version_path)
-                            continue
-                    resumed = response.status_code == 206
-                    start = have if resumed else 0
-                    served = None if encoded else _version_of(response)
-                    resumable = served is not None and response.headers.get("Accept-Ranges", "").lower() == "bytes"
-                    if not resumed:
-                        _discard(part, version_path)
-                        if resumable:
-                            write_json_atomically(version_path, {"url": url, "version": served})
-                    length = response.headers.get("Content-Length")
-                    wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
-                    total = start + wire if wire is not None and not encoded else None
-                    if bar is None:
-                        bar = tqdm(
-                            total=total,
-                            initial=start,
-                            unit="B",
-                            unit_scale=True,
-                            unit_divisor=1024,
-                            desc=PurePosixPath(urlparse(url).path).name,
-                            disable=_bar_disabled(progress),
-                            leave=False,
-                        )
-                    else:
-                        bar.reset(total=total)
-                        bar.update(start)
-                    with open(part, "ab" if resumed else "wb") as handle:
-                        for chunk in response.iter_content(1 << 16):  # small reads: a cut-off keeps most of what came
-                            handle.write(chunk)
-                            bar.update(len(chunk))
-                    got = part.stat().st_size
-                    received = response.raw.tell() if encoded else got - start
-                    if wire is not None and received != wire:
-                        raise _CutOff(f"got {received:,} of {wire:,} bytes")
-                    return got, _sha256_of(part)
+                fetched = transfer.attempt()
             except (
                 requests.exceptions.ChunkedEncodingError,
                 requests.exceptions.ConnectionError,
                 requests.exceptions.Timeout,
                 _CutOff,
             ) as err:
-                got = part.stat().st_size if part.is_file() else 0
-                can_resume = got > 0 and resumable
-                if not can_resume:
-                    _discard(part, version_path)
-                if attempt + 1 == _ATTEMPTS or not can_resume:
-                    reason = (
-                        "could not connect"
-                        if got == 0 and isinstance(err, requests.exceptions.ConnectionError)
-                        else "the transfer was cut off"
-                    )
-                    kept = (
-                        f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
-                    )
-                    raise DownloadError(
-                        f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the "
-                        f"cache{kept}"
-                    ) from None
+                transfer.broke_off(err, name, last=attempt + 1 == _ATTEMPTS)
+                continue
             except requests.exceptions.HTTPError as err:
-                _discard(part, version_path)
+                transfer.discard()
                 raise DownloadError(f"downloading {name} failed: the server answered {_short(err)}") from None
             except requests.exceptions.RequestException as err:
-                _discard(part, version_path)
+                transfer.discard()
                 raise DownloadError(f"downloading {name} failed: {_short(err)}") from None
-        why = f": {mismatch}" if mismatch else ""
+            if fetched is not None:
+                return fetched
+        why = f": {transfer.mismatch}" if transfer.mismatch else ""
         raise DownloadError(f"downloading {name} failed after {_ATTEMPTS} attempts{why}; nothing was put in the cache")
     finally:
-        if bar is not None:
-            bar.close()
-        session.close()
+        transfer.close()
+
+
+def _shown(url: str, what: str) -> str:
+    """How messages name a download: ``what`` (e.g. ``model 'original'``) with the URL, unless it already has it."""
+    return what if url in what else f"{what} ({url})" if what else url
+
+
+class _Transfer:
+    """One file's transfer into its ``.part`` over one HTTP session, across attempts: what a resume needs (the
+    ``.part`` and the version beside it), whether the last reply can be resumed, the progress bar."""
+
+    def __init__(self, url: str, part: Path, progress: Optional[bool]):
+        import requests
+
+        self.url = url
+        self.part = part
+        self.version_path = part.with_name(part.name + ".json")
+        self.progress = progress
+        self.session = requests.Session()
+        self.bar: Any = None  # one tqdm bar for all attempts, made at the first reply
+        self.resumable = False  # whether the last reply can be resumed (Accept-Ranges: bytes and a version to ask for)
+        self.mismatch = ""  # why the last partial reply was refused, for the message if no attempt succeeds
+
+    def attempt(self) -> Optional[tuple[int, str]]:
+        """One request: the rest of the ``.part``'s version if it has one, else the whole file. Returns (size,
+        sha256) of the whole file once written; None when the reply cannot be used, the ``.part`` is dropped and the
+        next attempt starts again from zero. Raises ``_CutOff`` or requests' errors when the transfer fails."""
+        have, version = _resume_point(self.part, self.version_path, self.url)
+        headers = {"Accept-Encoding": "identity"}
+        if have:
+            headers.update({"Range": f"bytes={have}-", "If-Range": version})
+        with self.session.get(
+            self.url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)
+        ) as response:
+            if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
+                self.discard()
+                return None
+            response.raise_for_status()
+            encoded = response.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
+            resumed = response.status_code == 206
+            if resumed:
+                problem = _range_problem(response, have, version, encoded)
+                if problem is not None:
+                    self.mismatch = problem
+                    self.discard()
+                    return None
+            start = have if resumed else 0
+            self._note_version(response, encoded, resumed)
+            length = response.headers.get("Content-Length")
+            wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
+            bar = self._show(total=start + wire if wire is not None and not encoded else None, start=start)
+            self._write(response, append=resumed, bar=bar)
+            got = self.part.stat().st_size
+            received = response.raw.tell() if encoded else got - start
+            if wire is not None and received != wire:
+                raise _CutOff(f"got {received:,} of {wire:,} bytes")
+            return got, _sha256_of(self.part)
+
+    def _note_version(self, response: Any, encoded: bool, resumed: bool) -> None:
+        """Whether a cut-off of this reply could be resumed (not compressed, ``Accept-Ranges: bytes``, a version for
+        ``If-Range``); a reply of the whole file replaces the ``.part``, with that version recorded beside it."""
+        served = None if encoded else _version_of(response)
+        self.resumable = served is not None and response.headers.get("Accept-Ranges", "").lower() == "bytes"
+        if not resumed:
+            self.discard()
+            if self.resumable:
+                write_json_atomically(self.version_path, {"url": self.url, "version": served})
+
+    def _show(self, total: Optional[int], start: int) -> Any:
+        """The progress bar, made at the first reply and set back to ``start`` of ``total`` bytes at a later one."""
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=total,
+                initial=start,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=PurePosixPath(urlparse(self.url).path).name,
+                disable=_bar_disabled(self.progress),
+                leave=False,
+            )
+        else:
+            self.bar.reset(total=total)
+            self.bar.update(start)
+        return self.bar
+
+    def _write(self, response: Any, append: bool, bar: Any) -> None:
+        """The reply's body into the ``.part`` (after what it holds when ``append``), in small reads so that a
+        cut-off keeps most of what came."""
+        with open(self.part, "ab" if append else "wb") as handle:
+            for chunk in response.iter_content(1 << 16):
+                handle.write(chunk)
+                bar.update(len(chunk))
+
+    def broke_off(self, err: BaseException, name: str, last: bool) -> None:
+        """After a transfer failed mid-way: keep the ``.part`` for the next attempt (or the next call) when the reply
+        can be resumed and bytes came, else drop it; raise a :class:`DownloadError` when this was the ``last`` attempt
+        or there is nothing to resume."""
+        import requests
+
+        got = self.part.stat().st_size if self.part.is_file() else 0
+        can_resume = got > 0 and self.resumable
+        if not can_resume:
+            self.discard()
+        if last or not can_resume:
+            reason = (
+                "could not connect"
+                if got == 0 and isinstance(err, requests.exceptions.ConnectionError)
+                else "the transfer was cut off"
+            )
+            kept = f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
+            raise DownloadError(
+                f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
+            ) from None
+
+    def discard(self) -> None:
+        """Drop the ``.part`` and its recorded version."""
+        _discard(self.part, self.version_path)
+
+    def close(self) -> None:
+        """Close the progress bar and the HTTP session."""
+        if self.bar is not None:
+            self.bar.close()
+        self.session.close()
 
 
 def _resume_point(part: Path, version_path: Path, url: str) -> tuple[int, str]:

@@ -248,3 +248,72 @@ def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir
         embed_texts(bag, model=fixture_dir, layers=5, lengths=False)
     with pytest.raises(ValueError, match="dtype"):
         embed_tokens(bag, model=fixture_dir, dtype="float8")
+
+
+class _FakeCluster:
+    """A stand-in ``distributed.Client`` for ``cluster_chunks``: ``submit`` runs the task at once (its result: each
+    sentence's tokens as an array) and remembers which tasks are in flight (submitted, result not yet taken)."""
+
+    def __init__(self, n_workers: int):
+        self.n_workers = n_workers
+        self.parts: list[list[list[str]]] = []
+        self.in_flight: set[str] = set()
+        self.most_in_flight = 0
+
+    def scheduler_info(self):
+        return {"workers": {f"tcp://worker-{i}": {} for i in range(self.n_workers)}}
+
+    def submit(self, function, part, *args, pure):
+        import spacy_elmo.dask as elmo_dask
+
+        assert function is elmo_dask._sentence_chunk and args == ("m", "cpu", "float32", 8, "fp") and pure is False
+        cluster, key = self, f"task-{len(self.parts)}"
+
+        class Future:
+            def result(self):
+                cluster.in_flight.discard(key)
+                return [np.asarray(sentence) for sentence in part]
+
+        future = Future()
+        future.key = key
+        self.parts.append(part)
+        self.in_flight.add(key)
+        self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
+        return future
+
+
+class _NewestFirst:
+    """``distributed.as_completed`` as a cluster may answer: the tasks finish in another order than submitted."""
+
+    def __init__(self):
+        self.pending = []
+
+    def add(self, future):
+        self.pending.append(future)
+
+    def __next__(self):
+        return self.pending.pop()
+
+
+def test_cluster_chunks_keeps_the_order_bounds_the_tasks_in_flight_and_counts_progress(monkeypatch):
+    import distributed
+
+    from spacy_elmo.dask import EMBED_FILE_TASK_LINES, cluster_chunks
+
+    monkeypatch.setattr(distributed, "as_completed", _NewestFirst)
+    cluster = _FakeCluster(n_workers=2)
+    sizes = [2 * EMBED_FILE_TASK_LINES + 100, 3, 0, 1, *[10] * 20]
+    chunks = [[[f"c{c}s{s}", "x"] for s in range(n)] for c, n in enumerate(sizes)]
+    progress: list[int] = []
+    run = cluster_chunks(cluster, "m", "cpu", "float32", 8, "fp")
+    out = []
+    for i, embedded in enumerate(run(iter(chunks), progress.append)):
+        assert [list(a) for a in embedded] == chunks[i]  # chunk i, its sentences in order
+        assert sum(progress) >= sum(sizes[: i + 1])  # its tasks were counted as they finished
+        out.append(embedded)
+    assert len(out) == len(chunks) and sum(progress) == sum(sizes) and not cluster.in_flight
+    # each chunk is split into tasks of at most EMBED_FILE_TASK_LINES lines, about one per worker
+    assert [len(p) for p in cluster.parts[:6]] == [EMBED_FILE_TASK_LINES, EMBED_FILE_TASK_LINES, 100, 2, 1, 1]
+    assert all(len(p) == 5 for p in cluster.parts[6:])
+    # at most 2 tasks per worker ahead, plus the chunk being submitted (the largest: 3 tasks); not all 46 at once
+    assert cluster.most_in_flight <= 2 * 2 + 3

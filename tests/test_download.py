@@ -37,7 +37,8 @@ class LoopbackServer:
     (then the whole file, 200), as HTTP wants. The misbehaviours a test can switch on: ``error_pages``
     (path -> how many GETs get a 200 HTML page instead), ``ignore_if_range`` (206 of the new version
     whatever If-Range says), ``range_shift`` (a 206 whose range starts that many bytes early),
-    ``gzip`` ("negotiated": when the client accepts it; "always": whatever it asked).
+    ``gzip`` ("negotiated": when the client accepts it; "always": whatever it asked), ``unsatisfiable``
+    (416 to every Range request).
     """
 
     def __init__(self, files, ranges=True, delay=0.0, validators=("etag", "last-modified")):
@@ -53,6 +54,7 @@ class LoopbackServer:
         self.ignore_if_range = False
         self.range_shift = 0
         self.gzip = None
+        self.unsatisfiable = False
         self.on_cut = (
             None  # called when a transfer is cut off, before the client sees it (e.g. to publish a new version)
         )
@@ -111,6 +113,9 @@ class LoopbackServer:
             condition = handler.headers.get("If-Range")
             if condition is not None and condition not in (etag, modified) and not self.ignore_if_range:
                 wanted = None  # another version: the whole file
+        if wanted and wanted.startswith("bytes=") and self.unsatisfiable:
+            handler.send_error(416, "Range Not Satisfiable")
+            return
         gzipped = self.gzip == "always" or (
             self.gzip == "negotiated" and "gzip" in handler.headers.get("Accept-Encoding", "")
         )
@@ -225,6 +230,29 @@ def test_transfer_cut_off_is_resumed_with_a_range_request(home, server, monkeypa
     elmo = load_bilm("loopback-test")
     assert server.range_requests["m/weights.hdf5"] == 1 and server.hits["m/weights.hdf5"] == 2
     assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"]
+
+
+def test_a_transfer_cut_off_at_every_attempt_keeps_its_bytes_for_the_next_call(home, server, monkeypatch, model_bytes):
+    _publish(monkeypatch, server)
+    server.cut_next["m/weights.hdf5"] = 3  # every attempt of one call
+    with pytest.raises(DownloadError, match=r"cut off .*no incomplete file was put in the cache; the [\d,]+ bytes"):
+        load_bilm("loopback-test")
+    assert server.hits["m/weights.hdf5"] == 3 and server.range_requests["m/weights.hdf5"] == 2
+    assert _cached_weights(home) == ["weights.hdf5.part", "weights.hdf5.part.json"]
+    elmo = load_bilm("loopback-test")  # the next call resumes what the last one kept
+    assert server.hits["m/weights.hdf5"] == 4 and server.range_requests["m/weights.hdf5"] == 3
+    assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"]
+
+
+def test_a_416_to_a_resume_starts_again_from_zero(home, server, monkeypatch, model_bytes):
+    _publish(monkeypatch, server)
+    server.cut_next["m/weights.hdf5"] = 1
+    server.unsatisfiable = True
+    elmo = load_bilm("loopback-test")
+    assert server.hits["m/weights.hdf5"] == 3 and server.range_requests["m/weights.hdf5"] == 0  # cut, 416, whole
+    assert len(server.if_range) == 1
+    assert elmo.weights_path.read_bytes() == model_bytes["m/weights.hdf5"]
+    assert _cached_weights(home) == ["weights.hdf5", "weights.hdf5.json"]
 
 
 def test_wrong_sha256_is_refused(home, server, monkeypatch):

@@ -74,7 +74,6 @@ SHARED: dict[str, tuple[str, ...]] = {
     "train/trainer.py": ("test_train.py", "test_train_safety.py"),
     "train/evaluate.py": ("test_train.py", "test_train_safety.py"),
     "train/init_from.py": ("test_train.py", "test_train_safety.py"),
-    "train/model_card.py": ("test_train.py",),
     "train/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
     "train/storage.py": ("test_train_safety.py", "test_train.py"),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..bilm.files import write_text_atomically
 from ..info import parameter_count
@@ -30,20 +30,41 @@ def _ppl(record: dict[str, Any], prefix: str) -> str:
 
 
 def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> str:
-    """The Markdown text of the card for the model in ``directory``."""
+    """The Markdown text of the card for the model in ``directory``: one section after the other, each from its own
+    function below, so a section can be read (and changed) without the others."""
     directory = Path(directory)
     options = json.loads((directory / OPTIONS).read_text(encoding="utf-8"))
     metrics = json.loads((directory / METRICS).read_text(encoding="utf-8"))
-    config = metrics.get("config", {})
-    lstm, cnn = options["lstm"], options["char_cnn"]
-    corpus = metrics.get("corpus", {})
-    best = metrics.get("best") or {}
-    size = sum((directory / n).stat().st_size for n in (OPTIONS, WEIGHTS) if (directory / n).is_file())
-    lines: list[str] = [
+    stages = metrics.get("stages") or []
+    lines = [
+        *_introduction(title),
+        *_architecture(directory, options, metrics),
+        *_training_data(metrics, stages),
+        *_how_it_was_trained(metrics),
+        *_stage_lines(stages, metrics.get("total_words_seen")),
+        *_perplexity(metrics),
+        *_notes(notes),
+        *_continue_training(),
+    ]
+    return "\n".join(lines)
+
+
+def _introduction(title: str) -> list[str]:
+    """The title and what kind of files the model is."""
+    return [
         f"# {title}",
         "",
         "An ELMo bidirectional language model in the standard bilm-tf / AllenNLP layout (`options.json` + "
         "`weights.hdf5`, float32), trained from scratch with `spacy-elmo train`.",
+    ]
+
+
+def _architecture(directory: Path, options: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+    """The "Architecture" section: the network's shape, its parameter counts and file size, the output vocabulary."""
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    config = metrics.get("config", {})
+    size = sum((directory / n).stat().st_size for n in (OPTIONS, WEIGHTS) if (directory / n).is_file())
+    return [
         "",
         "## Architecture",
         "",
@@ -61,19 +82,22 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         f"+ the words seen at least {config.get('min_count', 1)} times (at most {config.get('vocab_size')}); "
         "adaptive softmax cutoffs "
         f"{config.get('cutoffs')}, div_value {config.get('div_value')}, shared by both directions",
-        "",
-        "## Training data",
-        "",
-        "| file | format | tokenizer |",
-        "|---|---|---|",
     ]
+
+
+def _training_data(metrics: dict[str, Any], stages: list[dict[str, Any]]) -> list[str]:
+    """The "Training data" section: a table of the training files (or, for a prepared corpus, the sources of the
+    last stage, with their provenance), the corpus size, how text became sentences, the validation files."""
+    config = metrics.get("config", {})
+    corpus = metrics.get("corpus", {})
+    lines = ["", "## Training data", "", "| file | format | tokenizer |", "|---|---|---|"]
     for source in corpus.get("train", []):
         lines.append(f"| `{_short(source['path'])}` | {source['format']} | {source['tokenizer']} |")
-    stages = metrics.get("stages") or []
-    if corpus.get("prepared") and stages:  # a prepared corpus: its sources, with their provenance
+    if corpus.get("prepared") and stages:
         for source in stages[-1].get("sources", []):
             lines.append(f"| {describe_source(source)} | {source.get('layout')} | {source.get('tokenizer')} |")
-    lines += [
+    return [
+        *lines,
         "",
         f"{corpus.get('words', 0):,} words ({corpus.get('distinct_words', 0):,} distinct). Lines (`lines`) and "
         "paragraphs "
@@ -82,6 +106,16 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "`<unk>` tokens included) is kept as text. Validation: "
         + ", ".join(f"`{_short(s['path'])}`" for s in corpus.get("valid", []))
         + ".",
+    ]
+
+
+def _how_it_was_trained(metrics: dict[str, Any]) -> list[str]:
+    """The "How it was trained" section: the command as typed, the optimiser settings, how long it ran, which
+    checkpoint was exported, then the runs it was initialised from."""
+    config = metrics.get("config", {})
+    corpus = metrics.get("corpus", {})
+    best = metrics.get("best") or {}
+    return [
         "",
         "## How it was trained",
         "",
@@ -98,30 +132,41 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         f"{metrics.get('wall_time_s', 0) / 60:.0f} min (of which {metrics.get('train_seconds', 0) / 60:.0f} min "
         f"in training steps), {config.get('threads') or 'default'} CPU thread(s)",
         f"- the exported files are the checkpoint with the best validation perplexity (step {best.get('step')})",
+        *_init_from_lines(metrics.get("init_from")),
     ]
-    previous = metrics.get("init_from")
+
+
+def _init_from_lines(previous: Optional[dict[str, Any]]) -> list[str]:
+    """The chain of models this one continued (``--init-from``), newest first: each one's command and run, where
+    recorded."""
+    lines: list[str] = []
     while previous:
-        lines += [
-            "",
-            f"Initialised from `{previous['model']}`" + (", trained with:" if previous.get("command") else "."),
-            "",
-        ]
-        if previous.get("command"):
-            prev_best = previous.get("best") or {}
-            wall = previous.get("wall_time_s")
-            lines += ["```bash", display_command(previous["command"]), "```", ""]
-            lines.append(
-                f"- {previous.get('steps') or 0:,} steps, {previous.get('words_seen') or 0:,} words seen"
-                + (f", wall time {wall / 60:.0f} min" if wall else "")
-                + (
-                    f", validation perplexity {_ppl(prev_best, 'valid_ppl')}"
-                    if "valid_ppl_forward" in prev_best
-                    else ""
-                )
-            )
+        command = previous.get("command")
+        lines += ["", f"Initialised from `{previous['model']}`" + (", trained with:" if command else "."), ""]
+        if command:
+            lines += ["```bash", display_command(command), "```", "", _earlier_run(previous)]
         previous = previous.get("init_from")
-    lines += _stage_lines(stages, metrics.get("total_words_seen"))
-    lines += [
+    return lines
+
+
+def _earlier_run(previous: dict[str, Any]) -> str:
+    """One line on a run this model was initialised from: steps, words seen, and its wall time and validation
+    perplexity where recorded."""
+    best = previous.get("best") or {}
+    wall = previous.get("wall_time_s")
+    return (
+        f"- {previous.get('steps') or 0:,} steps, {previous.get('words_seen') or 0:,} words seen"
+        + (f", wall time {wall / 60:.0f} min" if wall else "")
+        + (f", validation perplexity {_ppl(best, 'valid_ppl')}" if "valid_ppl_forward" in best else "")
+    )
+
+
+def _perplexity(metrics: dict[str, Any]) -> list[str]:
+    """The "Perplexity" section: the exported checkpoint's validation perplexity, each test set's, and the
+    validation history."""
+    corpus = metrics.get("corpus", {})
+    best = metrics.get("best") or {}
+    lines = [
         "",
         "## Perplexity",
         "",
@@ -138,25 +183,38 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         )
     for name, result in (metrics.get("test") or {}).items():
         lines.append(f"| {name} | {result['forward']:.1f} / {result['backward']:.1f} |")
-    history = metrics.get("evaluations", []) + metrics.get("epochs", [])
-    history = sorted((h for h in history if "valid_ppl_forward" in h), key=lambda h: h["step"])
-    if history:
-        lines += [
-            "",
-            "Validation during training:",
-            "",
-            "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |",
-            "|---|---|---|---|---|",
-        ]
-        for h in history:
-            train = f"{h['train_ppl_forward']:.1f} / {h['train_ppl_backward']:.1f}" if "train_ppl_forward" in h else ""
-            lines.append(
-                f"| {h['step']} | {float(h['epoch']):.2f} | {train} | {_ppl(h, 'valid_ppl')} | "
-                f"{h.get('tokens_per_s', '')} |"
-            )
-    if notes:
-        lines += ["", "## Notes", "", notes.strip()]
-    lines += [
+    return lines + _validation_history(metrics.get("evaluations", []) + metrics.get("epochs", []))
+
+
+def _validation_history(records: list[dict[str, Any]]) -> list[str]:
+    """The table of validations during training, by step; records without a validation perplexity are left out."""
+    history = sorted((h for h in records if "valid_ppl_forward" in h), key=lambda h: h["step"])
+    if not history:
+        return []
+    lines = [
+        "",
+        "Validation during training:",
+        "",
+        "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |",
+        "|---|---|---|---|---|",
+    ]
+    for h in history:
+        train = f"{h['train_ppl_forward']:.1f} / {h['train_ppl_backward']:.1f}" if "train_ppl_forward" in h else ""
+        lines.append(
+            f"| {h['step']} | {float(h['epoch']):.2f} | {train} | {_ppl(h, 'valid_ppl')} | "
+            f"{h.get('tokens_per_s', '')} |"
+        )
+    return lines
+
+
+def _notes(notes: str) -> list[str]:
+    """The optional "Notes" section, the caller's text as given (stripped)."""
+    return ["", "## Notes", "", notes.strip()] if notes else []
+
+
+def _continue_training() -> list[str]:
+    """The closing "Continue training" section: the files that ship for it and the command."""
+    return [
         "",
         "## Continue training",
         "",
@@ -167,7 +225,6 @@ def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes
         "```",
         "",
     ]
-    return "\n".join(lines)
 
 
 def _stage_lines(stages: list[dict[str, Any]], total: Any) -> list[str]:

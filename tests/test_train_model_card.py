@@ -1,0 +1,199 @@
+"""The model card of a trained biLM: every section, from a hand-written options.json and metrics.json.
+
+The numbers below are the inputs' own, formatted as the card promises (one decimal for perplexities,
+thousands separators for counts, minutes or seconds for wall times); each expectation is written out
+from the inputs, not from a previous rendering."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spacy_elmo.info import parameter_count
+from spacy_elmo.train.model_card import render_model_card
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
+
+METRICS = {
+    "command": "/venv/bin/spacy-elmo train OUT/c --init-from OUT/b --corpus DATA/prepared",
+    "config": {
+        "seed": 7,
+        "lr": 0.001,
+        "lr_schedule": "cosine",
+        "min_lr_ratio": 0.1,
+        "warmup_steps": 20,
+        "clip_norm": 1.0,
+        "dropout": 0.1,
+        "token_budget": 4096,
+        "threads": 2,
+        "min_count": 3,
+        "vocab_size": 5000,
+        "cutoffs": [100, 1000],
+        "div_value": 4.0,
+        "max_length": 50,
+    },
+    "parameters": {"softmax": 123456},
+    "vocab_size": 4321,
+    "corpus": {
+        "train": [{"path": "/x/shared/data/wiki/train.txt", "format": "lines", "tokenizer": "whitespace"}],
+        "valid": [{"path": "/x/shared/data/wiki/valid.txt"}, {"path": "/elsewhere/dev.txt"}],
+        "prepared": True,
+        "words": 20000,
+        "distinct_words": 3000,
+    },
+    "steps": 1500,
+    "words_seen": 50000,
+    "wall_time_s": 600.0,
+    "train_seconds": 480.0,
+    "best": {"step": 1200, "valid_ppl_forward": 55.55, "valid_ppl_backward": 66.64},
+    "test": {"wiki/test.txt": {"forward": 77.77, "backward": 88.81}},
+    "evaluations": [
+        {"step": 1000, "epoch": 0.5, "valid_ppl_forward": 60.0, "valid_ppl_backward": 61.0, "tokens_per_s": 900},
+        {"step": 10, "epoch": 0.004, "train_ppl_forward": 1000.04, "train_ppl_backward": 999.96},
+    ],
+    "epochs": [
+        {
+            "step": 400,
+            "epoch": 1,
+            "train_ppl_forward": 90.0,
+            "train_ppl_backward": 91.0,
+            "valid_ppl_forward": 95.0,
+            "valid_ppl_backward": 96.0,
+        }
+    ],
+    "init_from": {
+        "model": "OUT/b",
+        "command": "/x/spacy_elmo/__main__.py train OUT/b --init-from OUT/a",
+        "steps": 5,
+        "words_seen": 1000,
+        "wall_time_s": 90.0,
+        "best": {"valid_ppl_forward": 20.0, "valid_ppl_backward": 22.0},
+        "init_from": {"model": "OUT/a", "init_from": None},
+    },
+    "stages": [
+        {"command": "spacy-elmo train OUT/a --train a.txt", "words_seen": 100, "wall_time_s": 30.0},
+        {
+            "sources": [
+                {
+                    "path": "/d/novels",
+                    "layout": "gutenberg",
+                    "tokenizer": "spacy",
+                    "words": 1234,
+                    "info": {"repository": "github:o/r", "commit": "0123456789abcdef", "licence": "public domain"},
+                }
+            ],
+            "words_seen": 1000,
+            "wall_time_s": 150.0,
+            "valid_perplexity": {"forward": 20.0, "backward": 22.0},
+        },
+        {"sources": [{"path": "/d/wiki", "layout": "jsonl", "tokenizer": "whitespace"}], "words_seen": 50000},
+    ],
+    "total_words_seen": 51100,
+}
+
+
+@pytest.fixture
+def model(tmp_path):
+    shutil.copy(FIXTURE / "options.json", tmp_path / "options.json")
+    shutil.copy(FIXTURE / "lm_weights.hdf5", tmp_path / "weights.hdf5")
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS), encoding="utf-8")
+    return tmp_path
+
+
+def section(card: str, title: str) -> str:
+    return card.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_card_has_every_section_in_order(model):
+    card = render_model_card(model, title="My biLM", notes="  Trained for a test.  \n")
+    assert card.startswith("# My biLM\n\nAn ELMo bidirectional language model")
+    titles = [line[3:] for line in card.splitlines() if line.startswith("## ")]
+    assert titles == [
+        "Architecture",
+        "Training data",
+        "How it was trained",
+        "Training stages",
+        "Perplexity",
+        "Notes",
+        "Continue training",
+    ]
+    assert section(card, "Notes") == "\nTrained for a test.\n"
+    assert card.endswith("--valid VALID.txt --epochs 1\n```\n")
+    assert "## Notes" not in render_model_card(model)
+
+
+def test_architecture_and_vocabulary(model):
+    options = json.loads((model / "options.json").read_text())
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    size = (model / "options.json").stat().st_size + (model / "weights.hdf5").stat().st_size
+    lines = section(render_model_card(model), "Architecture").strip().splitlines()
+    assert lines[0] == (
+        f"- character CNN: char embedding {cnn['embedding']['dim']}, filters {cnn['filters']}, "
+        f"{cnn['n_highway']} highway layer(s), projection to {lstm['projection_dim']}"
+    )
+    assert lines[1].startswith(f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected")
+    assert lines[1].endswith(f"clipping {lstm['cell_clip']}")
+    assert lines[2] == f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions"
+    assert lines[3].startswith(f"- parameters: {parameter_count(model / 'options.json'):,} in the biLM")
+    assert f"{size / 1e6:.1f} MB), plus 123,456 in the adaptive softmax" in lines[3]
+    assert lines[4].startswith("- output vocabulary (`vocab.txt`): 4,321 words")
+    assert "at least 3 times (at most 5000)" in lines[4] and "cutoffs [100, 1000], div_value 4.0" in lines[4]
+
+
+def test_training_data_lists_files_and_prepared_sources(model):
+    text = section(render_model_card(model), "Training data")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows == [
+        "| file | format | tokenizer |",
+        "| `data/wiki/train.txt` | lines | whitespace |",
+        "| `wiki`, jsonl | jsonl | whitespace |",  # a prepared corpus: the last stage's sources
+    ]
+    assert "20,000 words (3,000 distinct)" in text and "cut at 50 tokens" in text
+    assert text.strip().endswith("Validation: `data/wiki/valid.txt`, `dev.txt`.")
+
+
+def test_how_it_was_trained_follows_the_init_from_chain(model):
+    text = section(render_model_card(model), "How it was trained")
+    assert "```bash\nspacy-elmo train OUT/c --init-from OUT/b --corpus DATA/prepared\n```" in text
+    assert "- seed 7, Adam lr 0.001 (cosine decay to 0.1 x lr, 20 warm-up steps), gradient clipping 1.0" in text
+    assert "dropout 0.1, 4096 padded tokens per batch" in text
+    assert "- 1,500 steps, 50,000 words seen (2.50 epochs), wall time 10 min (of which 8 min in training" in text
+    assert "2 CPU thread(s)" in text and "(step 1200)" in text
+    chain = text.split("(step 1200)\n", 1)[1]
+    assert chain == (
+        "\nInitialised from `OUT/b`, trained with:\n\n"
+        "```bash\npython -m spacy_elmo train OUT/b --init-from OUT/a\n```\n\n"
+        "- 5 steps, 1,000 words seen, wall time 2 min, validation perplexity 20.0 / 22.0\n"
+        "\nInitialised from `OUT/a`.\n\n"
+    )
+
+
+def test_stages_and_perplexity_tables(model):
+    card = render_model_card(model)
+    stages = [line for line in section(card, "Training stages").splitlines() if line[:3] in ("| 1", "| 2", "| 3")]
+    assert stages == [
+        "| 1 | `spacy-elmo train OUT/a --train a.txt` | 100 | 30 s |  |",
+        "| 2 | `novels` (github:o/r@0123456789ab), gutenberg, public domain, 1,234 words | 1,000 | 2 min "
+        "| 20.0 / 22.0 |",
+        "| 3 | `wiki`, jsonl | 50,000 |  |  |",
+    ]
+    assert "Words seen over all stages: **51,100**." in card
+    rows = [line for line in section(card, "Perplexity").splitlines() if line.startswith("| ")]
+    assert rows == [
+        "| data | forward / backward |",
+        "| validation (data/wiki/valid.txt, dev.txt) | 55.5 / 66.6 |",
+        "| wiki/test.txt | 77.8 / 88.8 |",
+        "| step | epoch | train fwd / bwd | valid fwd / bwd | tokens/s |",
+        "| 400 | 1.00 | 90.0 / 91.0 | 95.0 / 96.0 |  |",  # sorted by step; evaluations without validation left out
+        "| 1000 | 0.50 |  | 60.0 / 61.0 | 900 |",
+    ]
+
+
+def test_a_card_with_the_least_metrics(model):
+    (model / "metrics.json").write_text(json.dumps({"config": {}, "best": None}), encoding="utf-8")
+    card = render_model_card(model)
+    assert "## Training stages" not in card and "Validation during training" not in card
+    assert "\n```bash\n\n```\n" in card  # no recorded command
+    assert section(card, "Perplexity").strip().endswith("|---|---|")
+    assert "- 0 steps, 0 words seen (0.00 epochs), wall time 0 min" in card and "default CPU thread(s)" in card
