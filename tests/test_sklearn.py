@@ -428,7 +428,7 @@ def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
     np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation
 
 
-# -- issue 24, item 9: a long text is pooled window by window, never stitched ---------------------------
+# -- a long text is pooled window by window, never stitched ---------------------------
 
 WORDS = [
     "the",
