@@ -445,7 +445,7 @@ def test_published_table_names_the_allennlp_models():
     assert published_by_url(url).name == "original"  # AllenNLP's own default URL spelling
 
 
-# -- issue 24: servers that misbehave, archives that explode ----------------------------------------
+# -- servers that misbehave, archives that explode ----------------------------------------
 
 
 def _cached_weights(home):

@@ -2,9 +2,13 @@
 DEBUG the kernels. The library adds no handler and configures no logger: that is the application's choice."""
 
 import logging
+import os
+import platform
 import shutil
+from pathlib import Path
 
 import pytest
+import torch
 
 from spacy_elmo import load_bilm
 from spacy_elmo.cache import DB_NAME
@@ -45,17 +49,61 @@ def test_the_library_configures_no_logging(fixture_dir):
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
 
 
-@pytest.mark.parametrize("dtype, kernels", [("float32", "MKL"), ("int8", "LSTM time loop")])
-def test_debug_names_the_kernels(model_copy, caplog, dtype, kernels):
-    from spacy_elmo.bilm import low_precision
+def _cpu_flags() -> set[str]:
+    """This CPU's flags, read from /proc/cpuinfo here rather than through the package."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
 
-    if dtype == "int8" and not low_precision.int8_available():
-        pytest.skip("this torch has no int8 engine")
+
+def _expected_float32_kernels() -> str:
+    """The float32 line as the torch build and the environment decide it: MKL's packed GEMM where this torch has
+    its ops and SPACY_ELMO_PACKED_WEIGHTS does not turn it off."""
+    if os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() in ("0", "false", "no", "off"):
+        return "kernels: plain engine, torch's cpu kernels, float32"
+    has_ops = hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    if has_ops and torch.backends.mkl.is_available():
+        return "kernels: mkl-float32 engine, float32 precision, MKL pre-packed GEMM for 3-64-row products"
+    return "kernels: mkl-float32 engine, float32 precision, no MKL packs (plain matmul)"
+
+
+def _expected_int8_kernels() -> str:
+    """The int8 kernels this CPU's flags and the kernel caps in the environment call for, without AMX: fbgemm for
+    both roles, full-range activations with AVX-512 VNNI, 7-bit ones where products of pairs saturate int16
+    (AVX2's ``vpmaddubsw``: no VNNI, or fbgemm capped to AVX2 as CI's second pass does)."""
+    flags = _cpu_flags()
+    if "amx_int8" in flags or ("avx_vnni" in flags and "avx512_vnni" not in flags):
+        pytest.skip("AMX or AVX-VNNI only: oneDNN may serve a role; this check knows the fbgemm CPUs")
+    cap = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper()
+    vnni = "avx512_vnni" in flags and (not cap or "512" in cap)
+    bits = "" if vnni else " (7-bit activations)"
+    return f"fast; many rows: fbgemm{bits}, few rows: fbgemm{bits}"
+
+
+def test_debug_names_the_float32_kernels(model_copy, caplog):
     with caplog.at_level(logging.DEBUG, logger="spacy_elmo"):
-        load_bilm(model_copy, dtype=dtype)
-    assert any(f"precision {dtype}" in m for m in messages(caplog, logging.INFO))
-    debug = " ".join(messages(caplog, logging.DEBUG))
-    assert "kernels:" in debug and (kernels in debug or "plain matmul" in debug)
+        load_bilm(model_copy, dtype="float32")
+    assert any("precision float32" in m for m in messages(caplog, logging.INFO))
+    kernels = [m for m in messages(caplog, logging.DEBUG) if m.startswith("kernels:")]
+    assert kernels == [_expected_float32_kernels()]
+
+
+def test_debug_names_the_int8_kernels(model_copy, caplog):
+    if "fbgemm" not in torch.backends.quantized.supported_engines or platform.machine().lower() not in (
+        "x86_64",
+        "amd64",
+    ):
+        pytest.skip("int8 needs fbgemm (x86 torch builds)")
+    expected_int8 = _expected_int8_kernels()
+    with caplog.at_level(logging.DEBUG, logger="spacy_elmo"):
+        load_bilm(model_copy, dtype="int8")
+    assert any("precision int8" in m for m in messages(caplog, logging.INFO))
+    (kernels,) = [m for m in messages(caplog, logging.DEBUG) if m.startswith("kernels:")]
+    prefix = "kernels: int8 engine, int8 products, TorchScript LSTM time loop; this CPU: "
+    assert kernels.startswith(prefix), kernels
+    assert f"'int8': '{expected_int8}'" in kernels, kernels
 
 
 def test_caches_turned_off_are_logged(model_copy, tmp_path, caplog, fixture_sentences):

@@ -304,7 +304,7 @@ def test_a_stored_mix_and_another_model_is_a_clear_error(fixture_dir, tmp_path):
 
 
 def test_v1_with_a_wrong_width_fails_at_assembly(fixture_dir):
-    """The issue's first error, now raised when the pipeline is built, naming both shapes."""
+    """The first shape error, now raised when the pipeline is built, naming both shapes."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
     tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": 1024, "n_layers": 2}

@@ -474,7 +474,7 @@ def test_info_refuses_what_loading_refuses(model_copy, damage, message):
     assert result.output.strip().splitlines() == [f"error: {loading.value}"]
 
 
-# -- damaged files (issue 24, item 6): any failure to read is a WeightFileError naming the file ---------
+# -- damaged files: any failure to read is a WeightFileError naming the file ---------
 
 
 def _data_ranges(path):
