@@ -19,7 +19,7 @@ SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", "fixtures", "asse
 SESSION = re.compile(r"\bsessions?\b", re.IGNORECASE)
 LEGITIMATE_SESSIONS = re.compile(
     r"requests\.Session\(\)|\bsession(?= = requests\.Session\(\))|\bsession(?=\.(?:get|close)\()"
-    r"|scope=\"session\"|start_new_session|TensorFlow sessions|`session=`"
+    r"|scope=\"session\"|start_new_session|TensorFlow sessions|HTTP session|`session=`"
 )
 # "issue 24", "issue #17", "issue-28-engine", "(#23)": a tracker reference.
 ISSUE = re.compile(r"\bissues?[ -]?#?\d+|(?<![\w&/])#\d+\b", re.IGNORECASE)
