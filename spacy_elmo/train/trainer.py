@@ -31,6 +31,7 @@ from typing import Any, Optional
 import torch
 from tqdm import tqdm
 
+from ..bilm.cpu_support import warn_if_slow
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
 from ..model_files import VOCAB, WEIGHTS
@@ -43,6 +44,7 @@ from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
 from .outputs import export_model, jsonable, write_checkpoint, write_metrics
+from .precision import autocast, describe, training_dtype
 from .presets import architecture
 from .storage import (
     CHECKPOINT,
@@ -96,6 +98,10 @@ class Trainer:
             checkpoint = load_checkpoint(path)
             config = _resumed_config(checkpoint, config, path)
         self.config = config
+        self.dtype = training_dtype(config.precision)
+        self.precision_note = describe(config.precision, self.dtype)  # printed by the CLI, kept in metrics.json
+        if self.dtype != torch.float32:
+            warn_if_slow(self.dtype, torch.device("cpu"))
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
         if not self.train_sources:
@@ -117,6 +123,7 @@ class Trainer:
             self._restore(checkpoint, path)
         else:
             self._start()
+        self.metrics["precision"] = str(self.dtype).replace("torch.", "")
         if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
             self.metrics["processes"] = world.size
         if world.size > 1:
@@ -323,7 +330,8 @@ class Trainer:
         self.network.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+        with autocast(self.dtype):
+            nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
         n = sum(len(s) + 1 for s in sentences)  # predictions per direction: each word and one sentence end
         words = sum(len(s) for s in sentences)
         mine = [float(nll_f.detach()), float(nll_b.detach())] if weight else [0.0, 0.0]
@@ -446,7 +454,7 @@ class Trainer:
 def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> TrainConfig:
     """The checkpoint's config, with the length/time limits (and threads, if given) of ``config`` (checked already)."""
     try:
-        saved = TrainConfig(**checkpoint.info["config"])
+        saved = TrainConfig(**{"precision": "float32", **checkpoint.info["config"]})  # older runs trained in float32
         saved.cutoffs = tuple(int(c) for c in saved.cutoffs)
         for items in (saved.train, saved.valid):
             _sources(items)  # each must be a list of {"path", "format", "tokenizer"}
