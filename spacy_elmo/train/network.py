@@ -2,8 +2,10 @@
 
 Two LSTM implementations compute the same function:
 
-- ``fused``: one ``torch.nn.LSTM(proj_size=...)`` per layer and direction (fast C++ kernels, no
-  clipping). :meth:`LanguageModel.to_bilm` maps its weights onto the bilm-tf layout.
+- ``fused``: the parameters of one ``torch.nn.LSTM(proj_size=...)`` per layer and direction (no
+  clipping), run by :func:`~.packed_lstm.packed_bilstm_layer` (both directions at once, one autograd
+  node per layer; under bfloat16 autocast its products take bfloat16 operands).
+  :meth:`LanguageModel.to_bilm` maps its weights onto the bilm-tf layout.
 - ``exact``: the core :class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM` (a Python loop per time step, with
   cell/projection clipping), used when a model with clipping is fine-tuned.
 """
