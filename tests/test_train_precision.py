@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import h5py
 import numpy as np
@@ -20,7 +21,7 @@ from spacy_elmo.model_files import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.evaluate import load_language_model
-from spacy_elmo.train.precision import autocast, describe, training_dtype
+from spacy_elmo.train.precision import autocast, describe, training_dtype, warn_if_emulated
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,17 @@ def test_auto_follows_the_cpus_native_bfloat16_and_says_why(monkeypatch, native,
     # an explicit choice holds whatever the CPU has
     assert training_dtype("float32") == torch.float32 and training_dtype("bfloat16") == torch.bfloat16
     assert describe("float32", torch.float32) == "training precision: float32 (--precision float32)"
+
+
+def test_bfloat16_asked_for_without_native_kernels_warns(monkeypatch):
+    monkeypatch.setattr(cpu_support, "bf16_native", lambda: False)
+    with pytest.warns(cpu_support.SlowPrecisionWarning, match="--precision bfloat16 has no native kernels"):
+        warn_if_emulated(torch.bfloat16)
+    monkeypatch.setattr(cpu_support, "bf16_native", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_emulated(torch.bfloat16)
+        warn_if_emulated(torch.float32)
 
 
 def test_auto_picks_float32_when_the_kernels_are_capped_to_avx2():

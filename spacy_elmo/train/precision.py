@@ -13,6 +13,7 @@ the same weights bit for bit, resumed or not).
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
@@ -31,6 +32,19 @@ def training_dtype(precision: str) -> torch.dtype:
     raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
 
 
+def warn_if_emulated(dtype: torch.dtype) -> None:
+    """A :class:`~spacy_elmo.bilm.cpu_support.SlowPrecisionWarning` when bfloat16 was asked for on a CPU without
+    native bfloat16 kernels: it trains correctly, but slower than float32."""
+    if dtype == torch.bfloat16 and not cpu_support.bf16_native():
+        warnings.warn(
+            f"--precision bfloat16 has no native kernels on this CPU (oneDNN needs AVX-512 BW/VL/DQ, AVX-512 BF16 or "
+            f"AMX; this CPU has: {cpu_support.isa_flags()}): it trains emulated, slower than float32. Use --precision "
+            f"auto or float32",
+            cpu_support.SlowPrecisionWarning,
+            stacklevel=3,
+        )
+
+
 def describe(precision: str, dtype: torch.dtype) -> str:
     """The line the trainer prints: the precision in use, and why (the CPU's flags when ``auto`` chose it)."""
     name = "bfloat16 mixed precision (float32 weights)" if dtype == torch.bfloat16 else "float32"
@@ -47,4 +61,4 @@ def autocast(dtype: torch.dtype) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
-__all__ = ["PRECISIONS", "autocast", "describe", "training_dtype"]
+__all__ = ["PRECISIONS", "autocast", "describe", "training_dtype", "warn_if_emulated"]

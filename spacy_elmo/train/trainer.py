@@ -31,7 +31,6 @@ from typing import Any, Optional
 import torch
 from tqdm import tqdm
 
-from ..bilm.cpu_support import warn_if_slow
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
 from ..model_files import VOCAB, WEIGHTS
@@ -44,7 +43,7 @@ from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
 from .outputs import export_model, jsonable, write_checkpoint, write_metrics
-from .precision import autocast, describe, training_dtype
+from .precision import autocast, describe, training_dtype, warn_if_emulated
 from .presets import architecture
 from .storage import (
     CHECKPOINT,
@@ -100,8 +99,7 @@ class Trainer:
         self.config = config
         self.dtype = training_dtype(config.precision)
         self.precision_note = describe(config.precision, self.dtype)  # printed by the CLI, kept in metrics.json
-        if self.dtype != torch.float32:
-            warn_if_slow(self.dtype, torch.device("cpu"))
+        warn_if_emulated(self.dtype)
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
         if not self.train_sources:
