@@ -142,6 +142,11 @@ def train(
     init_from: Optional[Path] = typer.Option(
         None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"
     ),
+    precision: str = typer.Option(
+        _TRAIN_DEFAULTS.precision,
+        help="auto (bfloat16 mixed precision where the CPU has native bfloat16 kernels, else float32), float32 "
+        "(exact, reproducible) or bfloat16",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
@@ -192,8 +197,11 @@ def train(
                 threads=threads,
                 lstm_impl=lstm_impl,
                 init_from=str(init_from) if init_from else None,
+                precision=precision,
             )
             trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite)
+            if world.is_main:
+                typer.echo(trainer.precision_note)
             threads = trainer.config.threads or (max(1, _cores() // world.local_size) if world.size > 1 else None)
             _set_threads(threads)
             if world.size > 1 and world.is_main:

@@ -124,8 +124,11 @@ def test_trained_softmax_reproduces_the_recorded_validation_perplexity(tiny_mode
 
 
 @pytest.mark.slow
-def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp_path):
-    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[])
+@pytest.mark.parametrize("precision", ["float32", "auto"])
+def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp_path, precision):
+    """Bit-exact with one thread: always in float32 (the exact path); with auto's choice (bfloat16 mixed precision
+    where the CPU has it) on this CPU's deterministic kernels too."""
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], precision=precision)
     straight = tmp_path / "straight"
     train(tiny_config(texts, **config, max_steps=6), straight, progress=False)
     again = tmp_path / "again"

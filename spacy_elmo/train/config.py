@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
 DEFAULT_SHARD_SENTENCES = 2000  # sentences per shard of a prepared corpus (spacy-elmo prepare-corpus)
+PRECISIONS = ("auto", "float32", "bfloat16")  # see train/precision.py
 
 
 @dataclass
@@ -45,6 +46,7 @@ class TrainConfig:
     init_from: Optional[str] = None
     buffer_size: int = 20000  # sentences held at once for length bucketing (a prepared corpus: per shard group)
     corpus: list[str] = field(default_factory=list)  # prepared corpus directories (spacy-elmo prepare-corpus)
+    precision: str = "auto"  # one of PRECISIONS: auto = bfloat16 where the CPU has native kernels, else float32
 
 
 # (field, option, test, requirement): values that would train nothing or fail later are refused up front
@@ -68,6 +70,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
     ("threads", "--threads", lambda v: v is None or v >= 1, "at least 1"),
     ("lstm_impl", "--lstm-impl", lambda v: v in LSTM_IMPLS, ", ".join(LSTM_IMPLS[:-1]) + " or " + LSTM_IMPLS[-1]),
     ("buffer_size", "buffer_size", lambda v: v >= 1, "at least 1"),
+    ("precision", "--precision", lambda v: v in PRECISIONS, ", ".join(PRECISIONS[:-1]) + " or " + PRECISIONS[-1]),
 )
 
 
@@ -83,4 +86,4 @@ def check_config(config: TrainConfig) -> None:
             raise ValueError(f"{option} must be {requirement}, not {value!r}")
 
 
-__all__ = ["DEFAULT_SHARD_SENTENCES", "LR_SCHEDULES", "LSTM_IMPLS", "TrainConfig", "check_config"]
+__all__ = ["DEFAULT_SHARD_SENTENCES", "LR_SCHEDULES", "LSTM_IMPLS", "PRECISIONS", "TrainConfig", "check_config"]

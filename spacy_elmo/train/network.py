@@ -2,8 +2,10 @@
 
 Two LSTM implementations compute the same function:
 
-- ``fused``: one ``torch.nn.LSTM(proj_size=...)`` per layer and direction (fast C++ kernels, no
-  clipping). :meth:`LanguageModel.to_bilm` maps its weights onto the bilm-tf layout.
+- ``fused``: the parameters of one ``torch.nn.LSTM(proj_size=...)`` per layer and direction (no
+  clipping), run by :func:`~.packed_lstm.packed_bilstm_layer` (both directions at once, one autograd
+  node per layer; under bfloat16 autocast its products take bfloat16 operands).
+  :meth:`LanguageModel.to_bilm` maps its weights onto the bilm-tf layout.
 - ``exact``: the core :class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM` (a Python loop per time step, with
   cell/projection clipping), used when a model with clipping is fine-tuned.
 """
@@ -11,16 +13,17 @@ Two LSTM implementations compute the same function:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
+from typing import Union, cast
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils.rnn import PackedSequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, run_directions
+from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, BiLMOptions, lstm_outputs, token_vectors
 from .config import LSTM_IMPLS
+from .packed_lstm import packed_bilstm_layer
 
 
 def _tf_order(torch_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -66,23 +69,49 @@ class FusedBiLSTM(nn.Module):
                 lstm.bias_ih_l0[self.cell_dim : 2 * self.cell_dim] = FORGET_BIAS
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order."""
+        """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order.
 
-        def run(direction: int, packed: PackedSequence) -> list[torch.Tensor]:
-            data, outputs = packed.data, []
-            for index, lstm in enumerate((self.forward_layers, self.backward_layers)[direction]):
-                layer_in = F.dropout(data, self.dropout, self.training) if self.dropout else data
-                out, _ = lstm(
-                    PackedSequence(layer_in, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+        Both directions of a layer run together (:func:`~.packed_lstm.packed_bilstm_layer`, on this
+        module's ``torch.nn.LSTM`` parameters); under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+        its GEMMs take bfloat16 operands.
+        """
+        time = inputs.shape[1]
+        lengths_cpu = lengths.to("cpu", torch.int64)
+        reverse_index = _reverse_index(lengths_cpu, time).to(inputs.device)
+        packs = [
+            pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
+            for x in (inputs, _gather_time(inputs, reverse_index))
+        ]
+        first = packs[0]
+        batch_sizes = first.batch_sizes.tolist()
+        compute_dtype = torch.bfloat16 if _autocast_bfloat16() else torch.float32
+        data = torch.stack([packs[0].data, packs[1].data]).float()
+        outputs: list[torch.Tensor] = []
+        for index, pair in enumerate(zip(self.forward_layers, self.backward_layers)):
+            layer_in = F.dropout(data, self.dropout, self.training) if self.dropout else data
+            out = packed_bilstm_layer(
+                layer_in,
+                _stacked(pair, "weight_ih_l0"),
+                _stacked(pair, "weight_hh_l0"),
+                _stacked(pair, "bias_ih_l0") + _stacked(pair, "bias_hh_l0"),
+                _stacked(pair, "weight_hr_l0"),
+                batch_sizes,
+                compute_dtype,
+            )
+            if self.use_skip_connections and index > 0:
+                out = out + data
+            data = out
+            outputs.append(out)
+        directions: list[list[torch.Tensor]] = [[], []]
+        for out in outputs:
+            for direction in range(2):
+                padded, _ = pad_packed_sequence(
+                    PackedSequence(out[direction], first.batch_sizes, first.sorted_indices, first.unsorted_indices),
+                    batch_first=True,
+                    total_length=time,
                 )
-                out_data = out.data
-                if self.use_skip_connections and index > 0:
-                    out_data = out_data + data
-                data = out_data
-                outputs.append(data)
-            return outputs
-
-        return run_directions(inputs, lengths, run)
+                directions[direction].append(padded if direction == 0 else _gather_time(padded, reverse_index))
+        return directions[0], directions[1]
 
     def export_to(self, target: ElmoBiLSTM) -> None:
         """Copy weights into a core :class:`ElmoBiLSTM` (bilm-tf layout, forget bias 1.0 taken out)."""
@@ -183,7 +212,11 @@ class LanguageModel(nn.Module):
         hidden_b, target_b = top_b[:, 1:][predict], word_ids[:, :-1][predict]
         n = int(predict.sum())
         # one softmax call for both directions (shared weights, half the kernel launches)
-        logprob = self.softmax(torch.cat([hidden_f, hidden_b]), torch.cat([target_f, target_b])).output
+        hidden, target = torch.cat([hidden_f, hidden_b]), torch.cat([target_f, target_b])
+        if _autocast_bfloat16():
+            logprob = adaptive_log_prob(self.softmax, hidden, target)
+        else:
+            logprob = self.softmax(hidden, target).output
         return -logprob[:n].sum(), -logprob[n:].sum(), n
 
     def to_bilm(self) -> BiLM:
@@ -206,6 +239,46 @@ class LanguageModel(nn.Module):
             self.lstm.import_from(bilm.lstm)
         else:
             self.lstm.core.load_state_dict(bilm.lstm.state_dict())
+
+
+def adaptive_log_prob(
+    softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """``softmax(hidden, target).output`` in float32 whatever the GEMMs' precision.
+
+    The same computation as ``AdaptiveLogSoftmaxWithLoss.forward``, but each log-softmax runs on
+    float32 logits: under bfloat16 autocast the module's own forward fails (it mixes a float32
+    output with bfloat16 log-probabilities), and a bfloat16 log-softmax would round every word's
+    log-probability to 3 significant digits.
+    """
+    output = hidden.new_zeros(target.shape[0], dtype=torch.float32)
+    gather = target.new_empty(target.shape[0])
+    bounds = [0, *softmax.cutoffs]
+    for index in range(len(bounds) - 1):
+        low, high = bounds[index], bounds[index + 1]
+        in_cluster = (target >= low) & (target < high)
+        rows = in_cluster.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
+        if index == 0:
+            gather.index_copy_(0, rows, target[in_cluster])
+        else:
+            logits = softmax.tail[index - 1](hidden.index_select(0, rows)).float()
+            gather.index_fill_(0, rows, softmax.shortlist_size + index - 1)
+            local = F.log_softmax(logits, dim=1).gather(1, (target[in_cluster] - low).unsqueeze(1))
+            output.index_copy_(0, rows, local.squeeze(1))
+    head = F.log_softmax(softmax.head(hidden).float(), dim=1)
+    return output + head.gather(1, gather.unsqueeze(1)).squeeze(1)
+
+
+def _stacked(lstms: Sequence[nn.Module], name: str) -> torch.Tensor:
+    """One ``torch.nn.LSTM`` parameter of each direction, stacked (direction 0 = forward)."""
+    return torch.stack([cast(torch.Tensor, getattr(lstm, name)) for lstm in lstms])
+
+
+def _autocast_bfloat16() -> bool:
+    """Whether the caller runs under CPU autocast to bfloat16 (mixed-precision training)."""
+    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 def _without_clipping(options: BiLMOptions) -> BiLMOptions:

@@ -52,6 +52,7 @@ from .outputs import (
     write_checkpoint,
     write_metrics,
 )
+from .precision import autocast, describe, training_dtype, warn_if_emulated
 from .presets import architecture
 from .shards import CorpusBatches, PreparedCorpus
 from .stages import earlier_stages, start_stage, update_stage
@@ -108,6 +109,9 @@ class Trainer:
             checkpoint = load_checkpoint(path)
             config = _resumed_config(checkpoint, config, path)
         self.config = config
+        self.dtype = training_dtype(config.precision)
+        self.precision_note = describe(config.precision, self.dtype)  # printed by the CLI, kept in metrics.json
+        warn_if_emulated(self.dtype)
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
         # a prepared corpus (spacy-elmo prepare-corpus) replaces the text files, never joins them
@@ -139,6 +143,7 @@ class Trainer:
             self._restore(checkpoint, path)
         else:
             self._start()
+        self.metrics["precision"] = str(self.dtype).replace("torch.", "")
         if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
             self.metrics["processes"] = world.size
         if world.size > 1:
@@ -373,7 +378,8 @@ class Trainer:
         self.network.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+        with autocast(self.dtype):
+            nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
         n = sum(len(s) + 1 for s in sentences)  # predictions per direction: each word and one sentence end
         words = sum(len(s) for s in sentences)
         mine = [float(nll_f.detach()), float(nll_b.detach())] if weight else [0.0, 0.0]
@@ -498,7 +504,7 @@ class Trainer:
 def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> TrainConfig:
     """The checkpoint's config, with the length/time limits (and threads, if given) of ``config`` (checked already)."""
     try:
-        saved = TrainConfig(**checkpoint.info["config"])
+        saved = TrainConfig(**{"precision": "float32", **checkpoint.info["config"]})  # older runs trained in float32
         saved.cutoffs = tuple(int(c) for c in saved.cutoffs)
         for items in (saved.train, saved.valid):
             _sources(items)  # each must be a list of {"path", "format", "tokenizer"}
