@@ -1,8 +1,9 @@
 """The training step's precision: float32, or bfloat16 mixed precision where the CPU has native bfloat16 kernels.
 
-``auto`` (the default) asks the same question as inference's ``dtype="auto"`` does, through
-:func:`~spacy_elmo.bilm.cpu_support.bf16_native` (oneDNN's own answer, which honours
-``ONEDNN_MAX_CPU_ISA``): with AVX-512 (BW/VL/DQ), AVX-512 BF16 or AMX the step runs under
+``auto`` (the default) asks whether bfloat16 is native through
+:func:`~spacy_elmo.bilm.cpu_support.bf16_native`, the test inference uses too (oneDNN's own
+answer, which honours ``ONEDNN_MAX_CPU_ISA``; inference's ``dtype="auto"`` itself stays float32,
+see docs/precision.md): with AVX-512 (BW/VL/DQ), AVX-512 BF16 or AMX the step runs under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, elsewhere in float32, because emulated bfloat16
 is slower than float32. Under bfloat16 only the products' operands are rounded: the weights, the
 optimizer's state, the LSTM's cell and state, every log-softmax and the loss stay float32, and so

@@ -266,7 +266,7 @@ class CorpusBatches:
         for start, end in self.groups():
             if end <= first:
                 continue
-            if start != first and start < first:
+            if start < first:
                 raise CorpusError(f"a checkpoint position starts inside a shard group ({first}): not of this corpus")
             batches = self.group_batches(start, end)
             for index in range(skip, len(batches)):
