@@ -1,6 +1,6 @@
 """Low-precision CPU packs: int8 weights (quantized per output channel) and oneDNN pre-packed bfloat16 weights.
 
-Opt-in, for inference on CPU (``load_bilm(..., dtype="int8" | "bfloat16" | "auto")``); float32 never
+Opt-in, for inference on CPU (``load_bilm(..., dtype="int8" | "bfloat16")``; ``"auto"`` is float32); float32 never
 comes here. This module makes the packs and their products (:class:`Int8Pack`, :class:`Bf16Pack`); which
 product takes a pack is the int8 and bf16 engines' choice (:mod:`.engine`).
 Which kernels serve a precision on this CPU is decided once per process by
