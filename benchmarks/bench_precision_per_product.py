@@ -21,7 +21,7 @@ from spacy_elmo.bilm import lstm
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.int8_ops import quantize_weight
 from spacy_elmo.bilm.weights import load_model
-from spacy_elmo.model_files import resolve_model_files
+from spacy_elmo.sources.model_files import resolve_model_files
 
 INPUTS = {'50 "."': ["."] * 50, '200 "the"': ["the"] * 200, '500 "."': ["."] * 500}
 VARIANTS = {

@@ -37,7 +37,7 @@ from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model
-from spacy_elmo.model_files import resolve_model_files
+from spacy_elmo.sources.model_files import resolve_model_files
 
 ROOT = Path(__file__).resolve().parents[1]
 WIKITEXT = ROOT.parent / "shared" / "data" / "wikitext-2" / "valid.txt"

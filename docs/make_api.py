@@ -25,9 +25,9 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo.compat.allennlp", ()),  # its __all__: AllenNLP 0.9's names
     ("spacy_elmo.spacy", ()),
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
-    ("spacy_elmo.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
+    ("spacy_elmo.sources.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
     (
-        "spacy_elmo.model_files",
+        "spacy_elmo.sources.model_files",
         (
             "resolve_model_files",
             "find_weights",
@@ -38,12 +38,15 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
             "model_shape",
         ),
     ),
-    ("spacy_elmo.download", ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive")),
-    ("spacy_elmo.embed_file", ("embed_file",)),
-    ("spacy_elmo.windows", ("embed_segments", "window_bounds", "length_batches")),
-    ("spacy_elmo.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
     (
-        "spacy_elmo.settings",
+        "spacy_elmo.sources.download",
+        ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive"),
+    ),
+    ("spacy_elmo.output.embed_file", ("embed_file",)),
+    ("spacy_elmo.runtime.windows", ("embed_segments", "window_bounds", "length_batches")),
+    ("spacy_elmo.runtime.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
+    (
+        "spacy_elmo.runtime.settings",
         (
             "DEFAULT_BATCH_SIZE",
             "DEFAULT_MAX_LENGTH",
@@ -52,10 +55,10 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
             "DEFAULT_DTYPE",
         ),
     ),
-    ("spacy_elmo.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
-    ("spacy_elmo.cosine", ("cosine",)),
+    ("spacy_elmo.runtime.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
+    ("spacy_elmo.runtime.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
-    ("spacy_elmo.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
+    ("spacy_elmo.runtime.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
     ("spacy_elmo.bilm.manylangs_files", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),
     ("spacy_elmo.train", ()),

@@ -1,10 +1,10 @@
 """ELMo contextual word vectors for spaCy v3 and scikit-learn, on one shared PyTorch biLM backend."""
 
 from .about import __version__
-from .backend import ElmoBackend, load_bilm
 from .bilm.weights import WeightFileError
-from .mix import layer_weights, mix_layers
-from .pooling import pool
+from .runtime.backend import ElmoBackend, load_bilm
+from .runtime.mix import layer_weights, mix_layers
+from .runtime.pooling import pool
 
 __all__ = [
     "ElmoBackend",

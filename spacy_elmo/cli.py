@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
+from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .embed_file import EmbedChunks
+    from .output.embed_file import EmbedChunks
 
 app = typer.Typer(
     name="spacy-elmo",
@@ -48,7 +48,7 @@ def _options(
 def _errors_exit_2() -> Iterator[None]:
     """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and
     exit 2."""
-    from .write_guard import WriteFailedError
+    from .output.write_guard import WriteFailedError
 
     try:
         yield
@@ -414,8 +414,8 @@ def embed(
     ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
-    from .backend import dtype_name, load_bilm
-    from .embed_file import embed_file
+    from .output.embed_file import embed_file
+    from .runtime.backend import dtype_name, load_bilm
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():
@@ -451,10 +451,10 @@ def info(
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities (a published model not yet
     downloaded: what the published table says, without downloading it)."""
-    from .download import is_cached
-    from .info import describe, describe_published
-    from .model_files import resolve_model_files
-    from .published import published_model
+    from .sources.download import is_cached
+    from .sources.info import describe, describe_published
+    from .sources.model_files import resolve_model_files
+    from .sources.published import published_model
 
     entry = None if Path(model_dir).expanduser().is_dir() else published_model(model_dir)  # a local folder wins
     if entry is not None and not all(is_cached(url) for url in entry.urls):
@@ -476,9 +476,9 @@ def download(
     ),
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
-    from .download import cached_path, home, is_archive, is_url
-    from .model_files import forget_cached, resolve_model_files
-    from .published import published_by_url
+    from .sources.download import cached_path, home, is_archive, is_url
+    from .sources.model_files import forget_cached, resolve_model_files
+    from .sources.published import published_by_url
 
     with _errors_exit_2():
         for model in models:
@@ -497,8 +497,8 @@ def download(
 def models() -> None:
     """List the models a name gives anywhere a model is named (the bundled `default` and the published ones), and
     whether each is cached."""
-    from .download import home, is_cached
-    from .model_table import model_lines
+    from .sources.download import home, is_cached
+    from .sources.model_table import model_lines
 
     for line in model_lines(is_cached):
         typer.echo(line)
@@ -519,7 +519,7 @@ def similarity(
     ),
 ) -> None:
     """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
-    from .backend import load_bilm
+    from .runtime.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
 

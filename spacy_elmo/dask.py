@@ -26,15 +26,15 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'") from err
 
-from .backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
-from .mix import LayerSpec, mix_layers
-from .model_files import model_shape, resolve_model_files
-from .pooling import pooled_dim
-from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
+from .runtime.mix import LayerSpec, mix_layers
+from .runtime.pooling import pooled_dim
+from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
+from .runtime.tokenize import TokenizerSpec
+from .runtime.windows import embed_segments, optional_windows
 from .sklearn import ElmoVectorizer
-from .text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
-from .tokenize import TokenizerSpec
-from .windows import embed_segments, optional_windows
+from .sources.model_files import model_shape, resolve_model_files
 
 PathLike = Union[str, "os.PathLike[str]"]
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")

@@ -23,13 +23,13 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from .backend import ElmoBackend, load_bilm
-from .mix import mix_layers
-from .model_files import PathLike
-from .pooling import PoolSink
-from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .tokenize import split_on_spaces
-from .windows import embed_segments, fold_segments, window_bounds
+from .runtime.backend import ElmoBackend, load_bilm
+from .runtime.mix import mix_layers
+from .runtime.pooling import PoolSink
+from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.tokenize import split_on_spaces
+from .runtime.windows import embed_segments, fold_segments, window_bounds
+from .sources.model_files import PathLike
 
 Outputs = dict[str, np.ndarray]
 

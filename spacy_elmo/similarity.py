@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from .backend import ElmoBackend
-from .cosine import cosine
-from .mix import mix_layers
-from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .tokenize import split_on_spaces
-from .windows import embed_segments
+from .runtime.backend import ElmoBackend
+from .runtime.cosine import cosine
+from .runtime.mix import mix_layers
+from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.tokenize import split_on_spaces
+from .runtime.windows import embed_segments
 
 
 @dataclass

@@ -10,15 +10,15 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
 
-from .backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
-from .mix import LayerSpec, layer_weights, mix_layers
-from .pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
-from .settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
+from .runtime.mix import LayerSpec, layer_weights, mix_layers
+from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
+from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
+from .runtime.tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
+from .runtime.validation import positive_int
+from .runtime.windows import optional_windows
 from .spacy.extensions import fresh_layers
-from .text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
-from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .validation import positive_int
-from .windows import optional_windows
 
 FEATURE_PREFIX = "elmo"
 

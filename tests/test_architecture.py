@@ -99,7 +99,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 def test_the_walk_finds_the_package_and_its_imports():
     """Guards the checks below against passing because they see nothing."""
     graph = internal_graph()
-    assert {"spacy_elmo", "spacy_elmo.bilm.model", "spacy_elmo.bilm.inference", "spacy_elmo.backend"} <= set(graph)
+    assert {"spacy_elmo", "spacy_elmo.bilm.model", "spacy_elmo.bilm.inference", "spacy_elmo.runtime.backend"} <= set(
+        graph
+    )
     assert "spacy_elmo.bilm.inference" in graph["spacy_elmo.bilm.model"]
     assert "spacy_elmo.bilm.lstm" in graph["spacy_elmo.bilm.inference"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
@@ -188,7 +190,7 @@ def test_nothing_is_unpickled():
 
 # renames that are not "write a whole file": download.py's resumed .part and unpacked-archive folder (under file
 # locks, with their own recovery), embed_file's guarded HDF5 output (removed on SIGTERM by its handler)
-REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.download", "spacy_elmo.embed_file"}
+REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.sources.download", "spacy_elmo.output.embed_file"}
 
 
 def test_files_appear_whole_through_one_helper():
@@ -236,8 +238,8 @@ FRONT_ENDS = (
     "spacy_elmo.similarity",
     "spacy_elmo.dask",
     "spacy_elmo.sklearn",
-    "spacy_elmo.text_rows",
-    "spacy_elmo.embed_file",
+    "spacy_elmo.runtime.text_rows",
+    "spacy_elmo.output.embed_file",
     "spacy_elmo.spacy.pipeline_component",
 )
 
@@ -255,7 +257,7 @@ def embed_calls(path: Path) -> list[int]:
 def test_front_ends_never_call_backend_embed():
     """Only windows.py hands token sequences to ``backend.embed``: a front end that did would get no windows and no
     per-call bound."""
-    assert embed_calls(MODULES["spacy_elmo.windows"])  # the check sees what it looks for
+    assert embed_calls(MODULES["spacy_elmo.runtime.windows"])  # the check sees what it looks for
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
         assert not embed_calls(MODULES[name]), (
@@ -417,7 +419,7 @@ PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.train.trainer": {"torch.manual_seed", "torch.set_rng_state"},
     # SIGTERM / Ctrl-C remove the partial output file while it is written; set only where the default is in
     # force, in the main thread, and put back in a finally
-    "spacy_elmo.embed_file": {"signal.signal"},
+    "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
     "spacy_elmo.bilm.int8_ops": {"torch.backends.quantized.engine"},
 }

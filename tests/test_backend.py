@@ -8,7 +8,7 @@ import torch
 from numerics import assert_recomputed_close
 
 import spacy_elmo
-import spacy_elmo.model_files
+import spacy_elmo.sources.model_files
 from spacy_elmo import WeightFileError, load_bilm
 
 
@@ -116,7 +116,7 @@ def test_model_resolution_errors(tmp_path, fixture_dir):
 
 
 def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(spacy_elmo.model_files, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(spacy_elmo.sources.model_files, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(WeightFileError, match="bundled default ELMo model"):
         load_bilm()
 

@@ -751,7 +751,7 @@ class _FillingDisk:
 def test_embed_file_stops_at_the_first_failed_write(fixture_dir, tmp_path, monkeypatch):
     """ENOSPC reaches HDF5 only through the guard: embed_file stops at the first failed dataset, names the output
     and leaves no file."""
-    from spacy_elmo.write_guard import GuardedFile, WriteFailedError
+    from spacy_elmo.output.write_guard import GuardedFile, WriteFailedError
 
     opened = GuardedFile.__init__
 
@@ -781,7 +781,7 @@ def test_embed_file_stops_at_the_first_failed_write(fixture_dir, tmp_path, monke
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
 def test_embed_file_refuses_an_endless_line(fixture_dir, tmp_path, monkeypatch):
     """The whole input was read into memory: /dev/zero ran until a MemoryError. Lines are bounded as in `embed`."""
-    from spacy_elmo import embed_file as embed_file_module
+    from spacy_elmo.output import embed_file as embed_file_module
 
     embedder = ElmoEmbedder(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     out = tmp_path / "out.hdf5"

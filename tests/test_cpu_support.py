@@ -18,10 +18,10 @@ import torch
 from test_precision import TOLERANCE, layer_errors, needs_int8
 
 from spacy_elmo import load_bilm
-from spacy_elmo.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support, low_precision
 from spacy_elmo.bilm.int8_ops import prepack, quantize_weight
 from spacy_elmo.bilm.weights import load_model
+from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 
 AVX2_CAPS = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -92,7 +92,7 @@ AVX2_CHILD = r"""
 import json, sys, warnings
 import numpy as np, torch
 from spacy_elmo import load_bilm
-from spacy_elmo.backend import ElmoBackend
+from spacy_elmo.runtime.backend import ElmoBackend
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.bilm.weights import load_model
 fixture = sys.argv[1]

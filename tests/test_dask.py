@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.dask import connect, embed_texts, embed_tokens
-from spacy_elmo.mix import mix_layers
+from spacy_elmo.runtime.mix import mix_layers
 
 GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weights would be megabytes
 
@@ -70,7 +70,7 @@ def _torch_threads():
 
 
 def _backends_loaded():
-    from spacy_elmo import backend
+    from spacy_elmo.runtime import backend
 
     return len(backend._CACHE)
 
@@ -129,7 +129,7 @@ def test_token_records_in_order(client, fixture_dir, backend, texts):
 
 @pytest.mark.slow
 def test_workers_fill_the_disk_cache_given(client, fixture_dir, texts, tmp_path):
-    from spacy_elmo.cache import open_disk_cache
+    from spacy_elmo.runtime.cache import open_disk_cache
 
     cache_dir = tmp_path / "elmo-cache"
     fresh = [" ".join(reversed(t.split())) + " again" for t in texts[:6]]  # not in the workers' memory caches

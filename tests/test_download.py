@@ -22,11 +22,11 @@ import spacy
 from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
-import spacy_elmo.published
+import spacy_elmo.sources.published
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.bilm.weights import WeightFileError
-from spacy_elmo.download import DownloadError
-from spacy_elmo.published import PublishedModel
+from spacy_elmo.sources.download import DownloadError
+from spacy_elmo.sources.published import PublishedModel
 
 
 class LoopbackServer:
@@ -191,7 +191,7 @@ def _publish(monkeypatch, server, name="loopback-test", **kw):
         source="test",
         **kw,
     )
-    monkeypatch.setitem(spacy_elmo.published.PUBLISHED, name, entry)
+    monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, name, entry)
     return entry
 
 
@@ -436,7 +436,7 @@ def test_cli_download_and_models(home, server, monkeypatch):
 
 
 def test_published_table_names_the_allennlp_models():
-    from spacy_elmo.published import PUBLISHED, published_by_url
+    from spacy_elmo.sources.published import PUBLISHED, published_by_url
 
     for name in ("small", "medium", "original", "original-5.5B", "pubmed"):
         entry = PUBLISHED[name]
@@ -615,14 +615,16 @@ def _bomb(fixture_dir, path, size):
 @pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
 def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir, tmp_path, suffix, monkeypatch):
     """Item 5: a small archive whose member expands to far more was written out until the disk or a limit stopped it."""
-    import spacy_elmo.download
+    import spacy_elmo.sources.download
 
     archive = _bomb(fixture_dir, tmp_path / f"bomb{suffix}", 96 << 20)
     assert archive.stat().st_size < 1 << 20
     written = []
-    real = spacy_elmo.download._write_member
+    real = spacy_elmo.sources.download._write_member
     monkeypatch.setattr(
-        spacy_elmo.download, "_write_member", lambda into, member, *a: written.append(member) or real(into, member, *a)
+        spacy_elmo.sources.download,
+        "_write_member",
+        lambda into, member, *a: written.append(member) or real(into, member, *a),
     )
     with pytest.raises(
         DownloadError, match=r"member 'elmo/vocab\.big' would bring .* more than 100 times .*archive bomb"
@@ -633,11 +635,13 @@ def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir
 
 @pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
 def test_an_archive_larger_than_the_free_space_is_refused(home, fixture_dir, tmp_path, suffix, monkeypatch):
-    import spacy_elmo.download
+    import spacy_elmo.sources.download
 
     archive = _nlpl_archive(fixture_dir, tmp_path / f"elmo{suffix}")
     monkeypatch.setattr(
-        spacy_elmo.download, "_free_bytes", lambda folder: spacy_elmo.download.FREE_RESERVE_BYTES + 100_000
+        spacy_elmo.sources.download,
+        "_free_bytes",
+        lambda folder: spacy_elmo.sources.download.FREE_RESERVE_BYTES + 100_000,
     )
     with pytest.raises(
         DownloadError,

@@ -16,10 +16,10 @@ import pytest
 from numerics import assert_recomputed_close
 from typer.testing import CliRunner
 
-from spacy_elmo import embed_file as embed_file_module
-from spacy_elmo.backend import ElmoBackend
 from spacy_elmo.cli import app
-from spacy_elmo.embed_file import embed_file
+from spacy_elmo.output import embed_file as embed_file_module
+from spacy_elmo.output.embed_file import embed_file
+from spacy_elmo.runtime.backend import ElmoBackend
 
 
 def run_cli(fixture_dir, *args, **kwargs):
@@ -324,7 +324,7 @@ def test_keyboard_interrupt_removes_the_partial_file(backend, text_file, tmp_pat
 
 
 EMBED_STDIN_API = (
-    "import sys; from spacy_elmo import load_bilm; from spacy_elmo.embed_file import embed_file; "
+    "import sys; from spacy_elmo import load_bilm; from spacy_elmo.output.embed_file import embed_file; "
     "embed_file(load_bilm(sys.argv[1]), '-', sys.argv[2])"
 )
 
@@ -409,7 +409,7 @@ def _signal_mid_run(fixture_dir, folder, via, signum):
 def test_a_ctrl_c_that_python_drops_still_keeps_the_output_from_appearing(tmp_path):
     # A KeyboardInterrupt raised while a __del__ (or weakref callback) runs is printed and dropped by
     # Python, and the interrupted code goes on: the file must still be removed and never published.
-    from spacy_elmo.embed_file import _written_atomically
+    from spacy_elmo.output.embed_file import _written_atomically
 
     class DeletedWithCtrlC:
         def __del__(self):

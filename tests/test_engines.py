@@ -29,7 +29,7 @@ from test_precision import TOLERANCE, TRAINED_FLOAT32_BOUND
 from spacy_elmo.bilm import BiLM, batch_to_char_ids, cpu_support, engine, load_model, low_precision, mkl_prepacked
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.model import lstm_outputs
-from spacy_elmo.model_files import resolve_model_files
+from spacy_elmo.sources.model_files import resolve_model_files
 
 ENGINES = [*engine.ENGINES, engine.PlainEngine]
 CPU = torch.device("cpu")

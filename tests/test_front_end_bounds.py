@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from numerics import assert_recomputed_close
 
-from spacy_elmo import hub, windows
-from spacy_elmo.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo import hub
+from spacy_elmo.runtime import windows
+from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from spacy_elmo.similarity import word_similarity
 
 WORDS = ["the", "bank", "approved", "a", "loan", "for", "river", "house", "near", "."]

@@ -356,8 +356,8 @@ def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
     """A manylangs-* entry is one zip (its own URL): fetched once into the cache, unpacked, found, loaded."""
     from test_download import LoopbackServer
 
-    import spacy_elmo.published
-    from spacy_elmo.published import PUBLISHED, PublishedModel
+    import spacy_elmo.sources.published
+    from spacy_elmo.sources.published import PUBLISHED, PublishedModel
 
     monkeypatch.setenv("SPACY_ELMO_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
@@ -376,7 +376,7 @@ def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
             source="test",
             language="Test",
         )
-        monkeypatch.setitem(spacy_elmo.published.PUBLISHED, entry.name, entry)
+        monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, entry.name, entry)
         backend = spacy_elmo.load_bilm("manylangs-test")
         assert max(relative_errors(backend.embed(sentences()), reference("word_char"))) <= TOLERANCE
         spacy_elmo.load_bilm("manylangs-test")
@@ -398,7 +398,7 @@ def test_the_backend_pickles_by_reference():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_shape_from_the_config_equals_the_loaded_backend(kind):
-    from spacy_elmo.model_files import model_shape, resolve_model_files
+    from spacy_elmo.sources.model_files import model_shape, resolve_model_files
 
     backend = spacy_elmo.load_bilm(FIXTURES / kind)
     assert model_shape(*resolve_model_files(FIXTURES / kind)) == (backend.n_layers, backend.dim)

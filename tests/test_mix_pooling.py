@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from spacy_elmo.mix import layer_weights, mix_layers
-from spacy_elmo.pooling import pool, pooled_dim
+from spacy_elmo.runtime.mix import layer_weights, mix_layers
+from spacy_elmo.runtime.pooling import pool, pooled_dim
 
 LAYERS = np.arange(3 * 2 * 2, dtype=np.float32).reshape(3, 2, 2)  # (layers, tokens, dim)
 
@@ -40,7 +40,7 @@ def test_pooling():
 
 
 def test_one_layer_spec_check_before_the_model_is_known():
-    from spacy_elmo.mix import check_layer_spec
+    from spacy_elmo.runtime.mix import check_layer_spec
 
     assert check_layer_spec("top") == "top" and check_layer_spec(np.int64(-1)) == -1
     assert check_layer_spec((1, np.float32(0.5), "2")) == [1.0, 0.5, 2.0]
@@ -60,7 +60,7 @@ def test_one_layer_spec_check_before_the_model_is_known():
 
 def test_one_gamma_check():
     """``mix.check_gamma`` is the component's check (and the one any front end with a gamma setting uses)."""
-    from spacy_elmo.mix import check_gamma
+    from spacy_elmo.runtime.mix import check_gamma
     from spacy_elmo.spacy import ElmoComponent
 
     assert check_gamma(2) == 2.0 and isinstance(check_gamma(np.float32(0.5)), float)

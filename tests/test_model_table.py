@@ -6,8 +6,8 @@ import re
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.model_table import WIDTH, model_lines
-from spacy_elmo.published import PUBLISHED
+from spacy_elmo.sources.model_table import WIDTH, model_lines
+from spacy_elmo.sources.published import PUBLISHED
 
 
 def test_models_lists_default_and_every_published_name_within_100_columns(tmp_path):

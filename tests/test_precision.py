@@ -33,11 +33,11 @@ from numerics import assert_recomputed_close
 from test_inference_path import _options, _random_batch, _random_state
 
 from spacy_elmo import load_bilm
-from spacy_elmo.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, engine, low_precision, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
-from spacy_elmo.model_files import resolve_model_files
+from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
+from spacy_elmo.sources.model_files import resolve_model_files
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 # On the bundled TRAINED model (no cell clip: its recurrence carries rounding along a sentence instead of forgetting

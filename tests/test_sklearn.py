@@ -23,8 +23,8 @@ from sklearn.utils import estimator_checks
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
-from spacy_elmo.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from spacy_elmo.windows import embed_segments
+from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.runtime.windows import embed_segments
 
 TEXTS = ["The bank approved the loan .", "I sat on the river bank .", "", "Birds  fly\n south ."]
 
@@ -132,7 +132,7 @@ def test_tokenizer_options(fixture_dir, blank_en):
     by_split = ElmoVectorizer(**base, tokenizer=str.split).transform(text)
     np.testing.assert_array_equal(by_split, ElmoVectorizer(**base).transform([text[0].split()]))
     assert not np.allclose(by_split, default)  # spaCy splits "Don't" and "it," differently
-    # the names the CLI and training use (spacy_elmo.tokenize.resolve_tokenizer) mean the same here
+    # the names the CLI and training use (spacy_elmo.runtime.tokenize.resolve_tokenizer) mean the same here
     np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="whitespace").transform(text), by_split)
     np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="spacy").transform(text), default)
     with pytest.raises(ValueError, match="tokenizer='zz'"):
@@ -423,8 +423,8 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
 
 
 def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
-    from spacy_elmo.mix import mix_layers
-    from spacy_elmo.windows import window_bounds
+    from spacy_elmo.runtime.mix import mix_layers
+    from spacy_elmo.runtime.windows import window_bounds
 
     tokens = [WORDS[i % len(WORDS)] + ("s" if i % 7 == 0 else "") for i in range(230)]
     est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
@@ -513,9 +513,9 @@ def test_one_long_text_takes_flat_memory(uncached_model):
 @pytest.mark.parametrize("pooling", ["mean", "max", "mean+max"])
 @pytest.mark.parametrize("layers", ["average", "top", 0, [0.2, 0.3, 0.5]])
 def test_pooling_window_by_window_equals_pooling_the_stitched_layers(backend, fixture_dir, pooling, layers):
-    from spacy_elmo.mix import mix_layers
-    from spacy_elmo.pooling import pool
-    from spacy_elmo.windows import embed_segments
+    from spacy_elmo.runtime.mix import mix_layers
+    from spacy_elmo.runtime.pooling import pool
+    from spacy_elmo.runtime.windows import embed_segments
 
     tokens = tuple(WORDS[(i * 5) % len(WORDS)] + ("s" if i % 11 == 0 else "") for i in range(300))
     est = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling, max_length=64, window_overlap=16)

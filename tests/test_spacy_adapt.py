@@ -75,7 +75,7 @@ def test_adapt_names_a_corpus_without_text(tmp_path):
 
 def test_adapt_refuses_a_published_model_before_downloading_it(tmp_path):
     """Published models ship no vocabulary or softmax, so they cannot be adapted: say so first, fetch nothing."""
-    from spacy_elmo.published import PUBLISHED
+    from spacy_elmo.sources.published import PUBLISHED
 
     corpus = write_corpus(tmp_path / "data.spacy", "textcat")
     home = tmp_path / "home"

@@ -12,7 +12,8 @@ import torch
 from numerics import assert_recomputed_close
 from spacy.tokens import Doc
 
-from spacy_elmo import WeightFileError, load_bilm, windows
+from spacy_elmo import WeightFileError, load_bilm
+from spacy_elmo.runtime import windows
 from spacy_elmo.spacy import ElmoComponent
 
 

@@ -279,7 +279,7 @@ def test_spacy_train_fine_tunes_the_biLM_and_saves_it(fixture_dir, tmp_path, nam
     from spacy.cli.train import train
     from test_spacy_training import write_corpus
 
-    from spacy_elmo.backend import load_model_files
+    from spacy_elmo.runtime.backend import load_model_files
 
     corpus = write_corpus(tmp_path / "data.spacy", component)
     overrides = {

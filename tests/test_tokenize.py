@@ -1,11 +1,11 @@
-"""The one tokenizer resolver and the one whitespace test (spacy_elmo/tokenize.py), shared by every front end and
-training."""
+"""The one tokenizer resolver and the one whitespace test (spacy_elmo/runtime/tokenize.py), shared by every
+front end and training."""
 
 import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
+from spacy_elmo.runtime.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
 from spacy_elmo.train.corpus import Source, read_sentences
 
 TEXT = "Dr. Smith's bank,\n\n  by the river\u2003costs $3.50!"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.info import parameter_count
+from spacy_elmo.sources.info import parameter_count
 from spacy_elmo.train.model_card import render_model_card
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"

@@ -13,9 +13,9 @@ from conftest import torch_threads
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from spacy_elmo.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.cli import app
+from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.evaluate import load_language_model, perplexity
 from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
@@ -409,8 +409,8 @@ def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tm
     import errno
     import shutil
 
+    from spacy_elmo.output.write_guard import WriteFailedError
     from spacy_elmo.train import outputs
-    from spacy_elmo.write_guard import WriteFailedError
 
     model = tmp_path / "model"
     shutil.copytree(trained, model)

@@ -423,7 +423,7 @@ def test_serialized_component_without_source(payload, message):
 
 def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path, monkeypatch):
     import spacy_elmo.bilm.model
-    from spacy_elmo.info import parameter_count
+    from spacy_elmo.sources.info import parameter_count
 
     options = json.loads((fixture_dir / "options.json").read_text())
     options["char_cnn"]["n_characters"] = 10**9

@@ -1,4 +1,5 @@
-"""Windows, token-bounded embedding calls, length batches: spacy_elmo/windows.py, and the spaCy side's positions."""
+"""Windows, token-bounded embedding calls, length batches: spacy_elmo/runtime/windows.py, and the spaCy side's
+positions."""
 
 import itertools
 import random
@@ -9,10 +10,10 @@ import spacy
 from numerics import assert_recomputed_close
 from spacy.tokens import Doc
 
+from spacy_elmo.runtime.validation import positive_int
+from spacy_elmo.runtime.windows import embed_segments, length_batches, window_bounds
 from spacy_elmo.spacy.architectures import sentence_positions
 from spacy_elmo.train.batching import bucket_batches
-from spacy_elmo.validation import positive_int
-from spacy_elmo.windows import embed_segments, length_batches, window_bounds
 
 
 @pytest.mark.parametrize(

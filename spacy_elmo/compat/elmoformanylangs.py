@@ -21,9 +21,9 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..backend import ElmoBackend, load_bilm
-from ..settings import DEFAULT_BATCH_SIZE
-from ..validation import positive_int
+from ..runtime.backend import ElmoBackend, load_bilm
+from ..runtime.settings import DEFAULT_BATCH_SIZE
+from ..runtime.validation import positive_int
 
 __all__ = ["Embedder"]
 

@@ -36,9 +36,9 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..backend import ElmoBackend, load_bilm
 from ..bilm.lstm import BiLSTMState
-from ..validation import positive_int, validate_sentences
+from ..runtime.backend import ElmoBackend, load_bilm
+from ..runtime.validation import positive_int, validate_sentences
 
 __all__ = ["ElmoModel"]
 

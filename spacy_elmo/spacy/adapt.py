@@ -20,10 +20,10 @@ from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
 from ..bilm.files import write_text_atomically
-from ..download import is_url
-from ..model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
-from ..published import published_by_url, published_model
-from ..tokenize import is_whitespace
+from ..runtime.tokenize import is_whitespace
+from ..sources.download import is_url
+from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
+from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.outputs import refuse_another_model
 

@@ -23,9 +23,9 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from ..backend import ElmoBackend, load_bilm
-from ..model_files import check_model_name, is_default, is_remote, resolve_model_files
-from ..tokenize import is_whitespace
+from ..runtime.backend import ElmoBackend, load_bilm
+from ..runtime.tokenize import is_whitespace
+from ..sources.model_files import check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
 
@@ -36,7 +36,7 @@ class ElmoModelRef:
 
     Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
     original directory (the pipeline carries its own copy, or a reference for default/published models);
-    only a mistyped model name is refused at once (:func:`spacy_elmo.model_files.check_model_name`).
+    only a mistyped model name is refused at once (:func:`spacy_elmo.sources.model_files.check_model_name`).
     """
 
     path: str = "default"
@@ -81,7 +81,7 @@ def sentence_positions(doc: Doc, use_sentences: bool = True) -> list[list[int]]:
         when False) one group for the whole doc.
 
     Groups longer than the component's ``max_length`` are cut into overlapping windows by
-    :func:`spacy_elmo.windows.embed_segments`, as every front end's are.
+    :func:`spacy_elmo.runtime.windows.embed_segments`, as every front end's are.
     """
     if use_sentences and len(doc) and doc.has_annotation("SENT_START"):
         spans = list(doc.sents)

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-from ..mix import mix_layers
+from ..runtime.mix import mix_layers
 
 # Plain values (stored in ``doc.user_data``, so DocBin, Doc.to_bytes and n_process keep them).
 LAYERS = "elmo_layers"  # float32 (n_layers + 1, n_tokens, dim): the backend's raw layers, zeros for SPACE tokens

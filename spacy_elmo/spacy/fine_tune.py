@@ -38,9 +38,9 @@ from spacy.tokens import Doc
 from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 
-from ..backend import ElmoBackend, load_model_files
 from ..bilm.model import BiLM
-from ..windows import length_batches, window_bounds
+from ..runtime.backend import ElmoBackend, load_model_files
+from ..runtime.windows import length_batches, window_bounds
 from .layers import OWN_BILM, linked, mix_forward
 
 FINE_TUNE_NAME = "elmo_fine_tune"

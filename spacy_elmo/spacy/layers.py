@@ -19,8 +19,8 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
-from ..mix import layer_weights
-from ..tokenize import is_whitespace
+from ..runtime.mix import layer_weights
+from ..runtime.tokenize import is_whitespace
 from .extensions import LAYERS, fresh_layers, stored_layers
 
 MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners

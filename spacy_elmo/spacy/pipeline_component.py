@@ -19,15 +19,15 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..backend import ElmoBackend, resolve_dtype
 from ..bilm.files import atomic_path
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
-from ..mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
-from ..model_files import OPTIONS, WEIGHTS, model_file_map
-from ..settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from ..validation import positive_int
-from ..windows import check_window_config, embed_segments
+from ..runtime.backend import ElmoBackend, resolve_dtype
+from ..runtime.mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
+from ..runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from ..runtime.validation import positive_int
+from ..runtime.windows import check_window_config, embed_segments
+from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import set_hooks

@@ -14,7 +14,7 @@ import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
 from ..bilm.files import write_text_atomically
-from ..windows import length_batches
+from ..runtime.windows import length_batches
 from .corpus import PathLike, Source, read_sentences
 
 UNK_TOKEN = "<UNK>"
@@ -108,8 +108,8 @@ def bucket_batches(
 
 
 def _flush(buffer: list[list[str]], token_budget: int, rng: Optional[random.Random]) -> Iterator[list[list[str]]]:
-    """The buffer's batches (:func:`~spacy_elmo.windows.length_batches`, each row counting its two markers), shuffled
-    with ``rng``."""
+    """The buffer's batches (:func:`~spacy_elmo.runtime.windows.length_batches`, each row counting its two
+    markers), shuffled with ``rng``."""
     batches = [[buffer[i] for i in batch] for batch in length_batches([len(s) + 2 for s in buffer], None, token_budget)]
     if rng is not None:
         rng.shuffle(batches)

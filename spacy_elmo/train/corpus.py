@@ -1,6 +1,7 @@
 """Training text -> sentences of tokens, streamed: line files, raw text, sentence splitting.
 
-Tokens come from ``spacy_elmo.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the front ends.
+Tokens come from ``spacy_elmo.runtime.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the
+front ends.
 
 Two kinds of source:
 
@@ -19,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .layouts import PathLike, text_blocks
 
 SENTENCE_END = frozenset({".", "!", "?"})

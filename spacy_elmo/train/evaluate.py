@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from ..model_files import METRICS, VOCAB
+from ..sources.model_files import METRICS, VOCAB
 from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
 from .corpus import PathLike, Source
 
@@ -91,7 +91,7 @@ def perplexities(sums: dict[str, float]) -> dict[str, float]:
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
     from ..bilm.weights import WeightFileError, load_model
-    from ..model_files import resolve_model_files
+    from ..sources.model_files import resolve_model_files
     from .network import LanguageModel
     from .storage import LEGACY_SOFTMAX, SOFTMAX, load_softmax, load_softmax_into, require_file
 
@@ -128,7 +128,7 @@ def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
     import json
 
-    from ..model_files import resolve_model_files
+    from ..sources.model_files import resolve_model_files
 
     metrics = resolve_model_files(model_dir)[0].parent / METRICS
     if metrics.is_file():
@@ -165,7 +165,7 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card."""
     import json
 
-    from ..model_files import resolve_model_files
+    from ..sources.model_files import resolve_model_files
     from .model_card import write_model_card
     from .outputs import write_metrics
 

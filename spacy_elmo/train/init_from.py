@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..bilm.model import BiLM
 from ..bilm.weights import load_model
-from ..model_files import METRICS, VOCAB, resolve_model_files
+from ..sources.model_files import METRICS, VOCAB, resolve_model_files
 from .batching import Vocabulary
 from .corpus import PathLike
 from .storage import LEGACY_SOFTMAX, SOFTMAX, SoftmaxFile, load_softmax, require_file

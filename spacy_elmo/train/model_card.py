@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..bilm.files import write_text_atomically
-from ..info import parameter_count
-from ..model_files import METRICS, OPTIONS, WEIGHTS
+from ..sources.info import parameter_count
+from ..sources.model_files import METRICS, OPTIONS, WEIGHTS
 from .corpus import PathLike
 from .stages import describe_source
 

@@ -18,7 +18,7 @@ import torch
 from ..bilm import manylangs_files
 from ..bilm.files import OPTIONS, VOCAB, WEIGHTS, atomic_paths, reported_as, write_text_atomically
 from ..bilm.weights import write_model_files
-from ..model_files import METRICS
+from ..sources.model_files import METRICS
 from .config import TrainConfig
 from .storage import CHECKPOINT, LEGACY_CHECKPOINT, LEGACY_SOFTMAX, SOFTMAX, save_checkpoint, save_softmax
 

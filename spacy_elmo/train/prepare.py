@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..about import __version__
 from ..bilm.files import atomic_path, write_json_atomically
-from ..tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import split_sentences
 from .layouts import PathLike, check_layout, layout_files, text_blocks

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..windows import length_batches
+from ..runtime.windows import length_batches
 from .batching import SPECIALS, Vocabulary
 from .layouts import PathLike
 

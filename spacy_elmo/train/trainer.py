@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
-from ..model_files import WEIGHTS
+from ..sources.model_files import WEIGHTS
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens

@@ -19,8 +19,8 @@ from typing import IO, Union
 import numpy as np
 import torch
 
-from ...embed_file import OUTPUT_FORMATS, bounded_lines, hdf5_output, select_layers
-from ...settings import DEFAULT_BATCH_SIZE
+from ...output.embed_file import OUTPUT_FORMATS, bounded_lines, hdf5_output, select_layers
+from ...runtime.settings import DEFAULT_BATCH_SIZE
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
 
@@ -108,8 +108,8 @@ class ElmoEmbedder:
         the JSON object from each sentence to its key (the last line for a repeated sentence).
         A blank line raises :class:`ConfigurationError` before anything runs, as does a repeated
         sentence with ``use_sentence_keys``. The file appears whole, through ``spacy-elmo embed``'s writer
-        (:func:`spacy_elmo.embed_file.hdf5_output`): a full disk raises
-        :class:`~spacy_elmo.write_guard.WriteFailedError` naming the output and leaves no file.
+        (:func:`spacy_elmo.output.embed_file.hdf5_output`): a full disk raises
+        :class:`~spacy_elmo.output.write_guard.WriteFailedError` naming the output and leaves no file.
         """
         import h5py
 

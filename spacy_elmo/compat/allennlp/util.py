@@ -15,9 +15,9 @@ from typing import Any, Union
 import torch
 
 from ...bilm.chars import batch_to_char_ids
-from ...model_files import published_files, resolve_model_files
-from ...published import published_by_url
-from ...validation import validate_sentences
+from ...runtime.validation import validate_sentences
+from ...sources.model_files import published_files, resolve_model_files
+from ...sources.published import published_by_url
 
 PathOrUrl = Union[str, "os.PathLike[str]"]
 

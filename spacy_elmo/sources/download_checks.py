@@ -18,9 +18,9 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from .bilm import manylangs_files
-from .bilm.files import OPTIONS
-from .bilm.weights import first_line
+from ..bilm import manylangs_files
+from ..bilm.files import OPTIONS
+from ..bilm.weights import first_line
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 WEIGHT_SUFFIXES = (".hdf5", ".h5")

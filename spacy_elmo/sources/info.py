@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .bilm import cpu_support, manylangs_files
-from .bilm.weights import check_model_files, read_options
-from .bilm.weights import parameter_count as _layout_parameter_count
+from ..bilm import cpu_support, manylangs_files
+from ..bilm.weights import check_model_files, read_options
+from ..bilm.weights import parameter_count as _layout_parameter_count
 from .model_files import METRICS, is_manylangs
 from .published import PublishedModel
 

@@ -30,7 +30,7 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class Embedder(Protocol):
-    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.backend.ElmoBackend`)."""
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.backend.ElmoBackend`)."""
 
     @property
     def n_layers(self) -> int: ...

@@ -14,14 +14,14 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from .bilm import cpu_support, engine, low_precision, manylangs_files
-from .bilm.model import BiLM
-from .bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
-from .bilm.vocab_cache import TokenVectorCache, batch_token_vectors
-from .bilm.weights import WeightFileError, load_model
+from ..bilm import cpu_support, engine, low_precision, manylangs_files
+from ..bilm.model import BiLM
+from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
+from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
+from ..bilm.weights import WeightFileError, load_model
+from ..sources.download import cache_advice
+from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
-from .download import cache_advice
-from .model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .validation import positive_int, validate_sentences
 from .windows import length_batches

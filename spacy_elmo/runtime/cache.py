@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .bilm.threads import ForkSafeLock, renew_after_fork
+from ..bilm.threads import ForkSafeLock, renew_after_fork
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"

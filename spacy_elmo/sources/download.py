@@ -33,9 +33,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Union
 from urllib.parse import urlparse
 
-from .bilm import manylangs_files
-from .bilm.files import OPTIONS, write_json_atomically
-from .bilm.weights import WeightFileError
+from ..bilm import manylangs_files
+from ..bilm.files import OPTIONS, write_json_atomically
+from ..bilm.weights import WeightFileError
 from .download_checks import ARCHIVE_SUFFIXES, content_problem
 
 HOME_ENV = "SPACY_ELMO_HOME"

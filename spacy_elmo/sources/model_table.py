@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Optional
 
-from .bilm.files import METRICS, OPTIONS
-from .bilm.weights import parameter_count, read_options
+from ..bilm.files import METRICS, OPTIONS
+from ..bilm.weights import parameter_count, read_options
 from .model_files import DEFAULT_MODEL_DIR, find_weights
 from .published import PUBLISHED, PublishedModel
 

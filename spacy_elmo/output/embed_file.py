@@ -9,7 +9,7 @@ tokens at a time, flat memory), and the output appears only once it is complete:
 is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
 the next run if its process was killed outright. A line longer than :data:`MAX_LINE_BYTES` is an
 error naming it (an endless line would be read until memory ran out). A failed write (no space left, a file-size
-limit) stops the run at once with a :class:`~spacy_elmo.write_guard.WriteFailedError` naming the
+limit) stops the run at once with a :class:`~spacy_elmo.output.write_guard.WriteFailedError` naming the
 output (:mod:`.write_guard`: HDF5 never sees the error, so it cannot crash on it).
 """
 
@@ -40,13 +40,13 @@ from typing import (
 
 import numpy as np
 
-from .settings import DEFAULT_BATCH_SIZE
-from .tokenize import resolve_tokenizer
-from .windows import embed_segments
+from ..runtime.settings import DEFAULT_BATCH_SIZE
+from ..runtime.tokenize import resolve_tokenizer
+from ..runtime.windows import embed_segments
 from .write_guard import GuardedFile, GuardedHDF5
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backend import ElmoBackend
+    from ..runtime.backend import ElmoBackend
 
 OUTPUT_FORMATS = ("all", "top", "average")
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
@@ -81,7 +81,7 @@ def embed_file(
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized), ``"spacy"`` (spaCy's English rules) or
-    another spaCy language code (:func:`spacy_elmo.tokenize.resolve_tokenizer`).
+    another spaCy language code (:func:`spacy_elmo.runtime.tokenize.resolve_tokenizer`).
     ``embed_chunks``: who computes the activations (default: ``backend`` in this process;
     ``spacy_elmo.dask.cluster_chunks``: a Dask cluster); the file is the same either way.
     """
