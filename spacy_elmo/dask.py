@@ -26,6 +26,7 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'") from err
 
+from .bilm.files import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.mix import LayerSpec, mix_layers
 from .runtime.pooling import pooled_dim
@@ -36,7 +37,6 @@ from .runtime.windows import embed_segments, optional_windows
 from .sklearn import ElmoVectorizer
 from .sources.model_files import model_shape, resolve_model_files
 
-PathLike = Union[str, "os.PathLike[str]"]
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
 SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
 EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)

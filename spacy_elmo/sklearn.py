@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
 
+from .bilm.files import PathLike
 from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
 from .runtime.mix import LayerSpec, layer_weights, mix_layers
 from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
@@ -82,7 +83,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        model: Union[str, os.PathLike[str]] = "default",
+        model: PathLike = "default",
         layers: LayerSpec = "average",
         pooling: str = "mean",
         batch_size: Optional[int] = None,

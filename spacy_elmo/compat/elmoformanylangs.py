@@ -14,13 +14,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Union
 
 import numpy as np
 import torch
 
+from ..bilm.files import PathLike
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.validation import positive_int
@@ -39,7 +39,7 @@ class Embedder:
 
     def __init__(
         self,
-        model_dir: Union[str, os.PathLike[str]],
+        model_dir: PathLike,
         batch_size: int = DEFAULT_BATCH_SIZE,
         *,
         device: Union[str, torch.device, None] = None,

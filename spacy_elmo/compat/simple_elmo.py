@@ -36,6 +36,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
+from ..bilm.files import PathLike
 from ..bilm.lstm import BiLSTMState
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.validation import positive_int, validate_sentences
@@ -58,7 +59,7 @@ class ElmoModel:
 
     def load(
         self,
-        directory: Union[str, os.PathLike[str]],
+        directory: PathLike,
         max_batch_size: int = 32,
         limit: int = 100,
         full: bool = False,

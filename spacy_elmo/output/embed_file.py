@@ -35,11 +35,11 @@ from typing import (
     Callable,
     Optional,
     TypeVar,
-    Union,
 )
 
 import numpy as np
 
+from ..bilm.files import PathLike
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.windows import embed_segments
@@ -57,7 +57,6 @@ CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask 
 # so 1 MiB of text (~200,000 tokens, several GB of vectors) is far beyond a sentence already.
 MAX_LINE_BYTES = 1 << 20
 
-PathLike = Union[str, "os.PathLike[str]"]
 Line = tuple[int, str]  # (0-based line number, text)
 T = TypeVar("T")
 # token chunks in, their activations out in the same order; the callable moves the progress bar by n sentences

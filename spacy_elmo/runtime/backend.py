@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..bilm import cpu_support, engine, low_precision, manylangs_files
+from ..bilm.files import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -26,7 +27,6 @@ from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .validation import positive_int, validate_sentences
 from .windows import length_batches
 
-PathLike = Union[str, os.PathLike]
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)

@@ -22,10 +22,11 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
 
+from ..bilm.files import PathLike
 from ..bilm.threads import ForkSafeLock, renew_after_fork
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
@@ -145,7 +146,7 @@ class DiskCache:
     it is not an sqlite file), a warning names the file and the cache turns itself off.
     """
 
-    def __init__(self, directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> None:
+    def __init__(self, directory: PathLike, max_mb: float = DEFAULT_DISK_MB) -> None:
         if float(max_mb) <= 0:
             raise ValueError(f"disk_cache_mb must be > 0, not {max_mb!r}")
         self.directory = Path(directory).expanduser().resolve()
@@ -392,7 +393,7 @@ _DISK_CACHES: dict[tuple[str, int], DiskCache] = {}
 _DISK_LOCK = ForkSafeLock()
 
 
-def open_disk_cache(directory: Union[str, os.PathLike], max_mb: float = DEFAULT_DISK_MB) -> DiskCache:
+def open_disk_cache(directory: PathLike, max_mb: float = DEFAULT_DISK_MB) -> DiskCache:
     """One :class:`DiskCache` object per directory and size bound in this process."""
     resolved = str(Path(directory).expanduser().resolve())
     key = (resolved, int(float(max_mb) * 2**20))

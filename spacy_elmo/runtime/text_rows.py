@@ -19,7 +19,7 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .windows import Embedder, Sink, embed_segments, fold_segments
+from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 
 Tokens = tuple[str, ...]
 Rows = dict[Tokens, list[int]]  # unique token sequence -> the rows (sample indices) that hold it
@@ -84,7 +84,7 @@ def row_tokens(rows: Rows, n_samples: int) -> list[Tokens]:
 
 def embedded_rows(
     rows: Union[Rows, Iterable[Tokens]],
-    backend: Embedder,
+    backend: SentenceEmbedder,
     *,
     max_length: Optional[int],
     overlap: int,
@@ -99,7 +99,7 @@ def embedded_rows(
 
 def pooled_rows(
     rows: Union[Rows, Iterable[Tokens]],
-    backend: Embedder,
+    backend: SentenceEmbedder,
     new_sink: Callable[[tuple[int, int, int], int], Sink[T]],
     *,
     max_length: Optional[int],
@@ -116,7 +116,7 @@ def pooled_rows(
 
 def folded_rows(
     rows: Union[Rows, Iterable[Tokens]],
-    backend: Embedder,
+    backend: SentenceEmbedder,
     embed: Callable[..., Iterator[tuple[Tokens, T]]],
     *,
     max_length: Optional[int],

@@ -29,8 +29,9 @@ Out = TypeVar("Out")
 Out_co = TypeVar("Out_co", covariant=True)
 
 
-class Embedder(Protocol):
-    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.backend.ElmoBackend`)."""
+class SentenceEmbedder(Protocol):
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.backend.ElmoBackend`): token
+    sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
 
     @property
     def n_layers(self) -> int: ...
@@ -127,7 +128,7 @@ class _Open(Generic[Key, Out]):
 
 
 def embed_segments(
-    backend: Embedder,
+    backend: SentenceEmbedder,
     segments: Iterable[tuple[Key, Sequence[str]]],
     *,
     max_length: Optional[int] = None,
@@ -138,7 +139,7 @@ def embed_segments(
 ) -> Iterator[tuple[Key, np.ndarray]]:
     """``(key, layers)`` for each ``(key, tokens)`` of ``segments``, in order, as soon as its windows are embedded.
 
-    backend (Embedder): the biLM, e.g. from :func:`spacy_elmo.load_bilm`.
+    backend (SentenceEmbedder): the biLM, e.g. from :func:`spacy_elmo.load_bilm`.
     segments (iterable of (key, tokens)): read lazily; ``key`` is the caller's, handed back unchanged.
     max_length (int | None): a segment longer than this is embedded as overlapping windows and
         stitched (:func:`window_bounds`); None embeds every segment whole.
@@ -165,7 +166,7 @@ def embed_segments(
 
 
 def fold_segments(
-    backend: Embedder,
+    backend: SentenceEmbedder,
     segments: Iterable[tuple[Key, Sequence[str]]],
     new_sink: Callable[[tuple[int, int, int], int], Sink[Out]],
     *,
@@ -209,7 +210,7 @@ _Window = tuple[_Open, Sequence[str], int, int, int]  # (segment, tokens, start,
 
 
 def _embed_windows(
-    backend: Embedder,
+    backend: SentenceEmbedder,
     windows: list[_Window],
     batch_size: Optional[int],
     on_progress: Optional[Callable[[int], object]],

@@ -20,15 +20,13 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 from ..bilm import manylangs_files
-from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS  # noqa: F401 (METRICS, VOCAB re-exported)
+from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
 from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "models" / "default"
 

@@ -14,12 +14,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
-from ..bilm.files import write_text_atomically
+from ..bilm.files import PathLike, write_text_atomically
 from ..runtime.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
@@ -27,7 +27,6 @@ from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.outputs import refuse_another_model
 
-PathLike = Union[str, Path]
 TEXT_DIR = "task_text"  # under the output directory: the docs' text, one doc per line
 ADAPTATION = "adaptation.json"  # under the output directory: what was adapted on, perplexity before / after
 
@@ -46,7 +45,7 @@ class AdaptOptions:
 
 def doc_lines(path: PathLike) -> Iterator[str]:
     """Each doc of a ``.spacy`` file as one line of its space-separated tokens (whitespace tokens left out)."""
-    for doc in DocBin().from_disk(path).get_docs(Vocab()):
+    for doc in DocBin().from_disk(Path(path)).get_docs(Vocab()):
         tokens = [token.text for token in doc if not is_whitespace(token.text)]
         if tokens:
             yield " ".join(tokens)

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Union
 
-PathLike = Union[str, os.PathLike]
+from ..bilm.files import PathLike
 
 LAYOUTS = ("lines", "raw", "gutenberg", "wikiextractor", "jsonl")
 # the files a directory stands for, per layout (WikiExtractor names its files wiki_00, wiki_01, ...)
