@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
-from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig
+from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output.embed_file import EmbedChunks
@@ -64,10 +67,50 @@ def _errors_exit_2() -> Iterator[None]:
         raise typer.Exit(2) from err
 
 
-_TRAIN_DEFAULTS = TrainConfig(train=[])  # the train command's defaults are TrainConfig's
+_TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults prepare-corpus and adapt share
 
 
-@app.command()
+# TrainConfig fields whose option has another type than the field: (the option's type, the field's default as the
+# option's, the option's value as the field's)
+_OPTION_TYPES: dict[str, tuple[Any, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "architecture": (str, lambda name: name, lambda name: name),  # a path or dict in Python, a name or path here
+    "cutoffs": (
+        str,
+        lambda ranks: ",".join(map(str, ranks)),
+        lambda text: tuple(int(c) for c in text.split(",") if c.strip()),
+    ),
+    "init_from": (Optional[Path], lambda path: path, lambda path: str(path) if path else None),
+}
+
+
+def _config_options() -> list[inspect.Parameter]:
+    """One ``spacy-elmo train`` option per TrainConfig field with option metadata: its flags, help and default."""
+    hints = typing.get_type_hints(TrainConfig)
+    options = []
+    for config_field in dataclasses.fields(TrainConfig):
+        if "help" not in config_field.metadata:
+            continue  # train, valid, corpus: the command's own source options
+        kind, to_option, _ = _OPTION_TYPES.get(config_field.name, (hints[config_field.name], _same, _same))
+        option = typer.Option(
+            to_option(config_field.default),
+            *option_flags(config_field),
+            help=config_field.metadata["help"],
+        )
+        options.append(
+            inspect.Parameter(config_field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+        )
+    return options
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _config_values(options: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig fields of the train command's option values."""
+    return {name: _OPTION_TYPES[name][2](value) if name in _OPTION_TYPES else value for name, value in options.items()}
+
+
 def train(
     output_dir: Path = typer.Argument(
         ..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"
@@ -87,71 +130,14 @@ def train(
     corpus_dirs: list[Path] = typer.Option(
         [], "--corpus", help="Train on a prepared corpus (spacy-elmo prepare-corpus) instead of text files; repeatable"
     ),
-    arch: str = typer.Option(
-        _TRAIN_DEFAULTS.architecture,
-        "--arch",
-        "-a",
-        help="Preset (tiny, small, original) or an options.json-style JSON file",
-    ),
     tokenizer: str = typer.Option("whitespace", help="Tokenizer for --train/--valid lines: whitespace or spacy"),
     raw_tokenizer: str = typer.Option("spacy", help="Tokenizer for --raw text: spacy or whitespace"),
-    vocab_size: int = typer.Option(_TRAIN_DEFAULTS.vocab_size, help="Most softmax words (<S>, </S>, <UNK> included)"),
-    min_count: int = typer.Option(
-        _TRAIN_DEFAULTS.min_count, help="Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)"
-    ),
-    epochs: float = typer.Option(_TRAIN_DEFAULTS.epochs, help="Passes over the training text (a fraction is allowed)"),
-    token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
-    lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
-    lr_schedule: str = typer.Option(
-        _TRAIN_DEFAULTS.lr_schedule, help="linear (decay over --epochs or --max-minutes) or constant"
-    ),
-    warmup_steps: int = typer.Option(_TRAIN_DEFAULTS.warmup_steps, help="Steps of linear learning-rate warm-up"),
-    clip_norm: float = typer.Option(_TRAIN_DEFAULTS.clip_norm, help="Gradient norm clipping (0: off)"),
-    dropout: float = typer.Option(_TRAIN_DEFAULTS.dropout, help="Dropout between LSTM layers and before the softmax"),
-    cutoffs: str = typer.Option(
-        ",".join(map(str, _TRAIN_DEFAULTS.cutoffs)), help="Adaptive softmax cluster boundaries (word ranks)"
-    ),
-    div_value: float = typer.Option(
-        _TRAIN_DEFAULTS.div_value, help="Adaptive softmax: each tail cluster's width shrinks by this factor"
-    ),
-    max_length: int = typer.Option(_TRAIN_DEFAULTS.max_length, help="Cut sentences longer than this many tokens"),
-    seed: int = typer.Option(
-        _TRAIN_DEFAULTS.seed,
-        help="Random seed: the same seed and data give the same model (bit-exact with --threads 1)",
-    ),
-    eval_every: int = typer.Option(
-        _TRAIN_DEFAULTS.eval_every, help="Also validate (and export if better) every N steps"
-    ),
-    checkpoint_every: int = typer.Option(
-        _TRAIN_DEFAULTS.checkpoint_every, help="Save checkpoint.safetensors every N steps"
-    ),
-    max_steps: Optional[int] = typer.Option(_TRAIN_DEFAULTS.max_steps, help="Stop after this many steps"),
-    max_minutes: Optional[float] = typer.Option(
-        _TRAIN_DEFAULTS.max_minutes, help="Stop after this much wall time (the lr schedule ends there)"
-    ),
-    threads: Optional[int] = typer.Option(
-        _TRAIN_DEFAULTS.threads,
-        help=(
-            "torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun "
-            "the machine's cores / processes on it)"
-        ),
-    ),
-    lstm_impl: str = typer.Option(
-        _TRAIN_DEFAULTS.lstm_impl, help="auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)"
-    ),
-    init_from: Optional[Path] = typer.Option(
-        None, help="Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"
-    ),
-    precision: str = typer.Option(
-        _TRAIN_DEFAULTS.precision,
-        help="auto (bfloat16 mixed precision where the CPU has native bfloat16 kernels, else float32), float32 "
-        "(exact, reproducible) or bfloat16",
-    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
+    **options: Any,
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
 
@@ -176,28 +162,7 @@ def train(
                 train=[s.to_json() for s in train_sources],
                 valid=[s.to_json() for s in valid_sources],
                 corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
-                architecture=arch,
-                vocab_size=vocab_size,
-                min_count=min_count,
-                epochs=epochs,
-                token_budget=token_budget,
-                lr=lr,
-                lr_schedule=lr_schedule,
-                warmup_steps=warmup_steps,
-                clip_norm=clip_norm,
-                dropout=dropout,
-                seed=seed,
-                max_length=max_length,
-                cutoffs=tuple(int(c) for c in cutoffs.split(",") if c.strip()),
-                div_value=div_value,
-                eval_every=eval_every,
-                checkpoint_every=checkpoint_every,
-                max_steps=max_steps,
-                max_minutes=max_minutes,
-                threads=threads,
-                lstm_impl=lstm_impl,
-                init_from=str(init_from) if init_from else None,
-                precision=precision,
+                **_config_values(options),
             )
             trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite)
             if world.is_main:
@@ -214,6 +179,17 @@ def train(
         typer.echo(
             f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
         )
+
+
+# typer reads this signature: the command's own parameters, one option per TrainConfig field, then the run's flags
+_OWN = list(inspect.signature(train).parameters.values())[:-1]  # without **options
+_RUN_FLAGS = [
+    p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _OWN if p.name in ("resume", "overwrite", "progress")
+]
+train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [p for p in _OWN if p.name not in {f.name for f in _RUN_FLAGS}] + _config_options() + _RUN_FLAGS
+)
+app.command()(train)
 
 
 @app.command("prepare-corpus")

@@ -1,5 +1,6 @@
 """Trainer files are never unpickled, bad files and input fail clearly, a diverging run saves nothing bad."""
 
+import dataclasses
 import json
 import math
 import pickle
@@ -17,6 +18,7 @@ from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.cli import app
 from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
+from spacy_elmo.train.config import option_flags
 from spacy_elmo.train.evaluate import load_language_model, perplexity
 from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
 from spacy_elmo.train.trainer import TrainingDiverged, _number
@@ -297,25 +299,91 @@ def test_the_python_api_refuses_what_the_cli_refuses(texts, tmp_path, overrides,
     assert not (tmp_path / "out").exists()
 
 
-def test_the_cli_takes_its_training_defaults_from_train_config():
-    """One source for the defaults: every `spacy-elmo train` option that sets a TrainConfig field defaults to it."""
-    import dataclasses
-
+def _train_command():
     import typer.main
 
-    command = typer.main.get_command(app).commands["train"]
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-    cli_names = {"arch": "architecture"}
-    compared = set()
-    for param in command.params:
-        name = cli_names.get(param.name, param.name)
-        if name in defaults and name != "init_from":
-            expected = ",".join(map(str, defaults[name])) if name == "cutoffs" else defaults[name]
-            assert param.default == expected, (
-                f"--{param.name.replace('_', '-')} defaults to {param.default!r}, TrainConfig to {expected!r}"
-            )
-            compared.add(name)
-    assert {"vocab_size", "min_count", "lr", "lr_schedule", "cutoffs", "architecture", "lstm_impl"} <= compared
+    return typer.main.get_command(app).commands["train"]
+
+
+def test_every_train_config_field_is_a_cli_option_with_its_default():
+    """One place per training option: each TrainConfig field is a `spacy-elmo train` option (its flag from the
+    field) whose default is the field's; train, valid and corpus are the command's --train, --valid, --corpus."""
+    by_flag = {flag: param for param in _train_command().params for flag in param.opts}
+    for field in dataclasses.fields(TrainConfig):
+        flag = option_flags(field)[0]
+        assert flag in by_flag, f"TrainConfig.{field.name} has no `spacy-elmo train` option {flag}"
+        cli_default = by_flag[flag].default
+        if field.default is dataclasses.MISSING:  # the source lists: empty unless given
+            assert cli_default in ([], None, ()), f"{flag} defaults to {cli_default!r}"
+        elif field.name == "cutoffs":  # given as text: "2000,10000"
+            assert tuple(int(c) for c in cli_default.split(",")) == field.default
+        else:
+            assert cli_default == field.default, f"{flag} defaults to {cli_default!r}, TrainConfig to {field.default!r}"
+    assert option_flags(next(f for f in dataclasses.fields(TrainConfig) if f.name == "architecture"))[:2] == (
+        "--arch",
+        "-a",
+    )
+
+
+# a value other than the default for each TrainConfig field the train command sets through its option
+_GIVEN = {
+    "architecture": ("tiny", "tiny"),
+    "vocab_size": ("123", 123),
+    "min_count": ("2", 2),
+    "epochs": ("2.5", 2.5),
+    "token_budget": ("512", 512),
+    "lr": ("0.01", 0.01),
+    "lr_schedule": ("constant", "constant"),
+    "min_lr_ratio": ("0.5", 0.5),
+    "warmup_steps": ("7", 7),
+    "clip_norm": ("0.5", 0.5),
+    "dropout": ("0.25", 0.25),
+    "seed": ("11", 11),
+    "max_length": ("33", 33),
+    "cutoffs": ("50, 70", (50, 70)),
+    "div_value": ("4", 4.0),
+    "eval_every": ("9", 9),
+    "checkpoint_every": ("13", 13),
+    "max_steps": ("17", 17),
+    "max_minutes": ("1.5", 1.5),
+    "threads": ("1", 1),
+    "lstm_impl": ("exact", "exact"),
+    "init_from": ("some/model", "some/model"),
+    "buffer_size": ("99", 99),
+    "precision": ("float32", "float32"),
+}
+
+
+class _ConfigSeen(Exception):
+    pass
+
+
+def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
+    """The TrainConfig `spacy-elmo train ... ARGS` hands to the Trainer (which is stopped there)."""
+    seen = []
+
+    def trainer(config, *_, **__):
+        seen.append(config)
+        raise _ConfigSeen
+
+    monkeypatch.setattr("spacy_elmo.train.Trainer", trainer)
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "out"), *args])
+    assert isinstance(result.exception, _ConfigSeen), result.output
+    return seen[0]
+
+
+def test_the_cli_passes_every_option_to_its_train_config_field(texts, monkeypatch, tmp_path):
+    """Nothing given: TrainConfig's defaults; every option given: its field gets the value (cutoffs parsed)."""
+    train_files = ["--train", str(texts / "train.txt")]
+    defaults = _config_of(monkeypatch, tmp_path, *train_files)
+    assert defaults == TrainConfig(train=defaults.train)
+    assert defaults.train and not defaults.valid and not defaults.corpus
+    options = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
+    assert set(_GIVEN) == {f.name for f in options}, "give the new TrainConfig field a value in _GIVEN"
+    args = [arg for f in options for arg in (option_flags(f)[0], _GIVEN[f.name][0])]
+    given = _config_of(monkeypatch, tmp_path, *train_files, *args)
+    assert {f.name: getattr(given, f.name) for f in options} == {name: value for name, (_, value) in _GIVEN.items()}
+    assert given.train == defaults.train
 
 
 def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tmp_path):

@@ -1,9 +1,10 @@
-"""Every training option in one place: :class:`TrainConfig` (its defaults are the CLI's) and :func:`check_config`."""
+"""Every training option in one place: :class:`TrainConfig` (each option's default and command-line help) and
+:func:`check_config` (its check)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Optional
 
 LSTM_IMPLS = ("auto", "fused", "exact")
@@ -12,78 +13,138 @@ DEFAULT_SHARD_SENTENCES = 2000  # sentences per shard of a prepared corpus (spac
 PRECISIONS = ("auto", "float32", "bfloat16")  # see train/precision.py
 
 
+def _option(help: str, *flags: str) -> dict[str, Any]:
+    """A field's command-line option: its help text and, when they are not ``--field-name``, its flags."""
+    return {"help": help, "flags": flags}
+
+
 @dataclass
 class TrainConfig:
     """Every training option; stored in the checkpoint and in ``metrics.json``.
 
-    ``spacy-elmo train`` takes its defaults from here, so the command line and the Python API
-    train the same model from the same text.
+    Each field with an option (its ``metadata``: help text, flags) is a ``spacy-elmo train`` option with
+    this default, so the command line and the Python API train the same model from the same text, and a
+    new option is one field here. ``train``, ``valid`` and ``corpus`` come from the command's own
+    ``--train``/``--raw``, ``--valid`` and ``--corpus`` (text files become sources).
     """
 
     train: list[dict[str, str]]  # Source.to_json() of each training file (none when training on corpus)
     valid: list[dict[str, str]] = field(default_factory=list)
-    architecture: Any = "small"  # preset name, JSON path, or an options dict
-    vocab_size: int = 50000  # softmax words, the three markers included
-    min_count: int = 3  # words seen fewer times become <UNK>
-    epochs: float = 1.0
-    token_budget: int = 4096  # padded tokens per batch
-    lr: float = 2e-3
-    lr_schedule: str = "linear"  # "linear" decay to lr * min_lr_ratio over the planned epochs, or "constant"
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    dropout: float = 0.0
-    seed: int = 0
-    max_length: int = 100
-    cutoffs: tuple[int, ...] = (2000, 10000)
-    div_value: float = 2.0
-    eval_every: int = 0  # also validate every N steps (0: only at the end of each epoch)
-    checkpoint_every: int = 200  # steps between checkpoints
-    max_steps: Optional[int] = None
-    max_minutes: Optional[float] = None  # stop (after a validation and an export) after this much wall time
-    threads: Optional[int] = None  # recorded only: the CLI sets torch's (process-wide) thread count, never the library
-    lstm_impl: str = "auto"  # one of LSTM_IMPLS
-    init_from: Optional[str] = None
-    buffer_size: int = 20000  # sentences held at once for length bucketing (a prepared corpus: per shard group)
+    architecture: Any = field(
+        default="small",
+        metadata=_option("Preset (tiny, small, original) or an options.json-style JSON file", "--arch", "-a"),
+    )  # preset name, JSON path, or an options dict
+    vocab_size: int = field(default=50000, metadata=_option("Most softmax words (<S>, </S>, <UNK> included)"))
+    min_count: int = field(
+        default=3, metadata=_option("Leave words seen fewer times out of the softmax vocabulary (they become <UNK>)")
+    )
+    epochs: float = field(default=1.0, metadata=_option("Passes over the training text (a fraction is allowed)"))
+    token_budget: int = field(default=4096, metadata=_option("Padded tokens per batch"))
+    lr: float = field(default=2e-3, metadata=_option("Adam learning rate"))
+    lr_schedule: str = field(
+        default="linear", metadata=_option("linear (decay over --epochs or --max-minutes) or constant")
+    )
+    min_lr_ratio: float = field(
+        default=0.05, metadata=_option("The linear schedule decays to lr x this (in [0, 1]) at its end")
+    )
+    warmup_steps: int = field(default=100, metadata=_option("Steps of linear learning-rate warm-up"))
+    clip_norm: float = field(default=1.0, metadata=_option("Gradient norm clipping (0: off)"))
+    dropout: float = field(default=0.0, metadata=_option("Dropout between LSTM layers and before the softmax"))
+    seed: int = field(
+        default=0,
+        metadata=_option("Random seed: the same seed and data give the same model (bit-exact with --threads 1)"),
+    )
+    max_length: int = field(default=100, metadata=_option("Cut sentences longer than this many tokens"))
+    cutoffs: tuple[int, ...] = field(
+        default=(2000, 10000), metadata=_option("Adaptive softmax cluster boundaries (word ranks)")
+    )
+    div_value: float = field(
+        default=2.0, metadata=_option("Adaptive softmax: each tail cluster's width shrinks by this factor")
+    )
+    eval_every: int = field(default=0, metadata=_option("Also validate (and export if better) every N steps"))
+    checkpoint_every: int = field(default=200, metadata=_option("Save checkpoint.safetensors every N steps"))
+    max_steps: Optional[int] = field(default=None, metadata=_option("Stop after this many steps"))
+    max_minutes: Optional[float] = field(
+        default=None, metadata=_option("Stop after this much wall time (the lr schedule ends there)")
+    )
+    # recorded only: the CLI sets torch's (process-wide) thread count, never the library
+    threads: Optional[int] = field(
+        default=None,
+        metadata=_option(
+            "torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun "
+            "the machine's cores / processes on it)"
+        ),
+    )
+    lstm_impl: str = field(
+        default="auto", metadata=_option("auto, fused (torch.nn.LSTM, no clipping) or exact (the ELMo cell, clipping)")
+    )  # one of LSTM_IMPLS
+    init_from: Optional[str] = field(
+        default=None,
+        metadata=_option("Fine-tune this biLM directory (options.json + *.hdf5; its softmax too if present)"),
+    )
+    buffer_size: int = field(
+        default=20000,
+        metadata=_option("Sentences held at once for length bucketing (a prepared corpus: per shard group)"),
+    )
     corpus: list[str] = field(default_factory=list)  # prepared corpus directories (spacy-elmo prepare-corpus)
-    precision: str = "auto"  # one of PRECISIONS: auto = bfloat16 where the CPU has native kernels, else float32
+    precision: str = field(
+        default="auto",
+        metadata=_option(
+            "auto (bfloat16 mixed precision where the CPU has native bfloat16 kernels, else float32), float32 "
+            "(exact, reproducible) or bfloat16"
+        ),
+    )  # one of PRECISIONS (train/precision.py)
 
 
-# (field, option, test, requirement): values that would train nothing or fail later are refused up front
-_RULES: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
-    ("epochs", "--epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("max_length", "--max-length", lambda v: v >= 1, "at least 1"),
-    ("token_budget", "--token-budget", lambda v: v >= 1, "at least 1"),
-    ("lr", "--lr", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("lr_schedule", "--lr-schedule", lambda v: v in LR_SCHEDULES, " or ".join(LR_SCHEDULES)),
-    ("min_lr_ratio", "min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("vocab_size", "--vocab-size", lambda v: v >= 4, "at least 4 (<S>, </S>, <UNK> and one word)"),
-    ("min_count", "--min-count", lambda v: v >= 1, "at least 1"),
-    ("warmup_steps", "--warmup-steps", lambda v: v >= 0, "0 or more"),
-    ("clip_norm", "--clip-norm", lambda v: math.isfinite(v) and v >= 0, "0 (off) or a number > 0"),
-    ("dropout", "--dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("div_value", "--div-value", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
-    ("eval_every", "--eval-every", lambda v: v >= 0, "0 (off) or more"),
-    ("checkpoint_every", "--checkpoint-every", lambda v: v >= 0, "0 (only at the end of each epoch) or more"),
-    ("max_steps", "--max-steps", lambda v: v is None or v >= 1, "at least 1"),
-    ("max_minutes", "--max-minutes", lambda v: v is None or (math.isfinite(v) and v > 0), "a number > 0"),
-    ("threads", "--threads", lambda v: v is None or v >= 1, "at least 1"),
-    ("lstm_impl", "--lstm-impl", lambda v: v in LSTM_IMPLS, ", ".join(LSTM_IMPLS[:-1]) + " or " + LSTM_IMPLS[-1]),
-    ("buffer_size", "buffer_size", lambda v: v >= 1, "at least 1"),
-    ("precision", "--precision", lambda v: v in PRECISIONS, ", ".join(PRECISIONS[:-1]) + " or " + PRECISIONS[-1]),
+def option_flags(config_field: Field) -> tuple[str, ...]:
+    """The command-line flags of a :class:`TrainConfig` field: its metadata's, else ``--field-name``."""
+    return config_field.metadata.get("flags") or ("--" + config_field.name.replace("_", "-"),)
+
+
+# (field, test, requirement): values that would train nothing or fail later are refused up front
+_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("max_length", lambda v: v >= 1, "at least 1"),
+    ("token_budget", lambda v: v >= 1, "at least 1"),
+    ("lr", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("lr_schedule", lambda v: v in LR_SCHEDULES, " or ".join(LR_SCHEDULES)),
+    ("min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("vocab_size", lambda v: v >= 4, "at least 4 (<S>, </S>, <UNK> and one word)"),
+    ("min_count", lambda v: v >= 1, "at least 1"),
+    ("warmup_steps", lambda v: v >= 0, "0 or more"),
+    ("clip_norm", lambda v: math.isfinite(v) and v >= 0, "0 (off) or a number > 0"),
+    ("dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("div_value", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("eval_every", lambda v: v >= 0, "0 (off) or more"),
+    ("checkpoint_every", lambda v: v >= 0, "0 (only at the end of each epoch) or more"),
+    ("max_steps", lambda v: v is None or v >= 1, "at least 1"),
+    ("max_minutes", lambda v: v is None or (math.isfinite(v) and v > 0), "a number > 0"),
+    ("threads", lambda v: v is None or v >= 1, "at least 1"),
+    ("lstm_impl", lambda v: v in LSTM_IMPLS, ", ".join(LSTM_IMPLS[:-1]) + " or " + LSTM_IMPLS[-1]),
+    ("buffer_size", lambda v: v >= 1, "at least 1"),
+    ("precision", lambda v: v in PRECISIONS, ", ".join(PRECISIONS[:-1]) + " or " + PRECISIONS[-1]),
 )
+_FIELDS = {f.name: f for f in fields(TrainConfig)}
 
 
 def check_config(config: TrainConfig) -> None:
     """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
-    for name, option, test, requirement in _RULES:
+    for name, test, requirement in _RULES:
         value = getattr(config, name)
         try:
             valid = test(value)
         except TypeError:  # e.g. a string where a number belongs
             valid = False
         if not valid:
-            raise ValueError(f"{option} must be {requirement}, not {value!r}")
+            raise ValueError(f"{option_flags(_FIELDS[name])[0]} must be {requirement}, not {value!r}")
 
 
-__all__ = ["DEFAULT_SHARD_SENTENCES", "LR_SCHEDULES", "LSTM_IMPLS", "PRECISIONS", "TrainConfig", "check_config"]
+__all__ = [
+    "DEFAULT_SHARD_SENTENCES",
+    "LR_SCHEDULES",
+    "LSTM_IMPLS",
+    "PRECISIONS",
+    "TrainConfig",
+    "check_config",
+    "option_flags",
+]
