@@ -30,10 +30,11 @@ from .bilm.files import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.mix import LayerSpec, mix_layers
 from .runtime.pooling import pooled_dim
-from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec
-from .runtime.windows import embed_segments, optional_windows
+from .runtime.validation import optional_windows
+from .runtime.windows import embed_segments
 from .sklearn import ElmoVectorizer
 from .sources.model_files import model_shape, resolve_model_files
 
@@ -48,7 +49,7 @@ def embed_texts(
     texts: Any,
     *,
     model: PathLike = "default",
-    layers: LayerSpec = "average",
+    layers: LayerSpec = DEFAULT_LAYERS,
     pooling: str = "mean",
     tokenizer: TokenizerSpec = None,
     batch_size: Optional[int] = None,
@@ -99,7 +100,7 @@ def embed_tokens(
     texts: Any,
     *,
     model: PathLike = "default",
-    layers: LayerSpec = "average",
+    layers: LayerSpec = DEFAULT_LAYERS,
     tokenizer: TokenizerSpec = None,
     batch_size: Optional[int] = None,
     device: Optional[str] = None,

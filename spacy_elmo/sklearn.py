@@ -11,14 +11,13 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
 
 from .bilm.files import PathLike
-from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_device, resolve_dtype
+from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.mix import LayerSpec, layer_weights, mix_layers
 from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
-from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .runtime.validation import positive_int
-from .runtime.windows import optional_windows
+from .runtime.validation import optional_windows, positive_int, resolve_device
 from .spacy.extensions import fresh_layers
 
 FEATURE_PREFIX = "elmo"
@@ -84,7 +83,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def __init__(
         self,
         model: PathLike = "default",
-        layers: LayerSpec = "average",
+        layers: LayerSpec = DEFAULT_LAYERS,
         pooling: str = "mean",
         batch_size: Optional[int] = None,
         device: Optional[str] = None,

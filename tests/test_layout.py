@@ -16,7 +16,6 @@ SHARED: dict[str, tuple[str, ...]] = {
     "__main__.py": ("test_embed_file.py", "test_distributed.py"),
     "about.py": ("test_packaging.py", "test_hub.py"),
     "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
-    "runtime/settings.py": ("test_front_end_bounds.py", "test_sklearn.py"),
     "runtime/validation.py": (
         "test_windows.py",
         "test_train.py",

@@ -22,19 +22,15 @@ from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from ..bilm.weights import WeightFileError, load_model
 from ..sources.download import cache_advice
 from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
-from .cache import DEFAULT_MEMORY_MB, DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
-from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
-from .validation import positive_int, validate_sentences
+from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
+from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
+from .validation import AUTO, PRECISION_NAMES, check_dtype, positive_int, resolve_device, validate_sentences
 from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
-DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
-DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
 # "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
-AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
-DTYPE_NAMES = [*sorted(DTYPES), AUTO]
+DTYPES = {name: getattr(torch, name) for name in PRECISION_NAMES}
 
 
 class ElmoBackend:
@@ -280,23 +276,6 @@ _CACHE: dict[tuple, ElmoBackend] = {}
 _CACHE_LOCK = ForkSafeLock()
 
 
-def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
-    """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
-    try:
-        resolved = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(
-            f"device={device!r} is not a torch device: use None or 'cpu', 'cuda', 'cuda:N' (or another torch "
-            f"device such as 'mps' or 'xpu') ({err})"
-        ) from err
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} requested but CUDA is not available")
-        if resolved.index is None:
-            resolved = torch.device("cuda", torch.cuda.current_device())
-    return resolved
-
-
 def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
     """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md);
     "auto" is the fastest of them on ``device`` (default CPU) that holds its documented bound on every input
@@ -304,18 +283,9 @@ def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
     """
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        name = dtype_name(dtype)
-    else:
-        name = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}.get(
-            str(dtype), str(dtype)
-        )
+    name = check_dtype(dtype)
     if name == AUTO:
         return cpu_support.auto_dtype(resolve_device(device))
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, not {dtype!r}")
     return DTYPES[name]
 
 

@@ -1,6 +1,7 @@
 """Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``.
 
-The one check of each mix setting (:func:`check_layer_spec`, :func:`check_gamma`), for every front end.
+The one check of each mix setting (:func:`check_layer_spec`, :func:`check_gamma`), for every front end and the
+spaCy mix layers: kept here, beside the computation that reads them, rather than in ``validation.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any, Union
 
 import numpy as np
+
+from .settings import DEFAULT_GAMMA, DEFAULT_LAYERS
 
 LayerSpec = Union[str, int, Sequence[float]]
 
@@ -76,7 +79,7 @@ def _one_hot(index: int, n: int) -> np.ndarray:
     return weights
 
 
-def mix_layers(activations: np.ndarray, layers: LayerSpec = "average", gamma: float = 1.0) -> np.ndarray:
+def mix_layers(activations: np.ndarray, layers: LayerSpec = DEFAULT_LAYERS, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
     """Collapse ``(n_outputs, n_tokens, dim)`` activations to float32 ``(n_tokens, dim)``."""
     weights = layer_weights(layers, activations.shape[0]) * float(gamma)
     return np.tensordot(weights.astype(np.float32), activations, axes=(0, 0)).astype(np.float32, copy=False)

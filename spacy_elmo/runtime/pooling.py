@@ -10,6 +10,8 @@ POOLINGS = ("mean", "max", "mean+max")
 
 
 def check_pooling(pooling: str) -> str:
+    """``pooling`` when it is one of ``POOLINGS`` (the one check of the setting, beside the pooling itself); else
+    ``ValueError``."""
     if pooling not in POOLINGS:
         raise ValueError(f"pooling={pooling!r}: expected one of {', '.join(map(repr, POOLINGS))}")
     return pooling

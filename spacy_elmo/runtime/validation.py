@@ -1,10 +1,26 @@
-"""Checks of user-given settings and inputs shared by the front ends and the backend (one copy of each)."""
+"""Checks of user-given settings and inputs shared by the front ends and the backend (one copy of each).
+
+Each returns the value in plain types or raises ``ValueError`` (``TypeError`` for input of the wrong
+kind) naming the setting: :func:`positive_int` (batch sizes and other counts), :func:`check_window_config`
+and :func:`optional_windows` (``max_length`` and ``window_overlap``), :func:`check_dtype` (a precision's
+name), :func:`resolve_device` (a torch device), :func:`validate_sentences` (token-list input). The mix's
+settings are checked in ``mix.py`` (``check_layer_spec``, ``check_gamma``) and pooling's in ``pooling.py``
+(``check_pooling``): each belongs to the one computation that reads it.
+"""
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
+AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
+DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
+_DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}
 
 
 def positive_int(value: Any, name: str) -> int:
@@ -13,6 +29,55 @@ def positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name}={value!r}: expected a positive integer")
     return int(value)
+
+
+def check_window_config(max_length: int, overlap: int) -> tuple[int, int]:
+    """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and
+    ``0 <= overlap < max_length``."""
+    max_length = positive_int(max_length, "max_length")
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
+        raise ValueError(
+            f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})"
+        )
+    return max_length, int(overlap)
+
+
+def optional_windows(max_length: Optional[int], overlap: int) -> tuple[Optional[int], int]:
+    """``(max_length, overlap)`` checked as :func:`check_window_config` does; ``max_length=None`` means no windows."""
+    if max_length is None:
+        return None, overlap
+    return check_window_config(max_length, overlap)
+
+
+def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
+    """The name of the precision ``dtype`` asks for: one of ``DTYPE_NAMES`` (``None``: "float32"; aliases such as
+    "half" or "bf16" and ``torch`` dtypes by their name); else ``ValueError`` listing them."""
+    if dtype is None:
+        return "float32"
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).replace("torch.", "")
+    else:
+        name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, not {dtype!r}")
+    return name
+
+
+def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
+    """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
+    try:
+        resolved = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device: use None or 'cpu', 'cuda', 'cuda:N' (or another torch "
+            f"device such as 'mps' or 'xpu') ({err})"
+        ) from err
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} requested but CUDA is not available")
+        if resolved.index is None:
+            resolved = torch.device("cuda", torch.cuda.current_device())
+    return resolved
 
 
 _STR_ONLY = {str}

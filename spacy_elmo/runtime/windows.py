@@ -22,7 +22,7 @@ from typing import Callable, Generic, Optional, Protocol, TypeVar
 import numpy as np
 
 from .settings import MAX_TOKENS_PER_CALL
-from .validation import positive_int
+from .validation import check_window_config, positive_int
 
 Key = TypeVar("Key")
 Out = TypeVar("Out")
@@ -66,24 +66,6 @@ def window_bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int,
             keep_end = n
         bounds.append((start, end, keep_start, keep_end))
     return bounds
-
-
-def check_window_config(max_length: int, overlap: int) -> tuple[int, int]:
-    """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and
-    ``0 <= overlap < max_length``."""
-    max_length = positive_int(max_length, "max_length")
-    if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
-        raise ValueError(
-            f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})"
-        )
-    return max_length, int(overlap)
-
-
-def optional_windows(max_length: Optional[int], overlap: int) -> tuple[Optional[int], int]:
-    """``(max_length, overlap)`` checked as :func:`check_window_config` does; ``max_length=None`` means no windows."""
-    if max_length is None:
-        return None, overlap
-    return check_window_config(max_length, overlap)
 
 
 class Sink(Protocol[Out_co]):

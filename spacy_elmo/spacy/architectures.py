@@ -24,6 +24,7 @@ from thinc.api import Model
 from thinc.types import Floats2d
 
 from ..runtime.backend import ElmoBackend, load_bilm
+from ..runtime.settings import DEFAULT_GAMMA
 from ..runtime.tokenize import is_whitespace
 from ..sources.model_files import check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
@@ -121,7 +122,7 @@ def optional_device(device: Optional[str]) -> Optional[str]:
 @registry.architectures("spacy_elmo.ElmoScalarMix.v2")
 def elmo_scalar_mix_v2(
     layers: LayerChoice = LEARNED,
-    gamma: float = 1.0,
+    gamma: float = DEFAULT_GAMMA,
     dropout: float = 0.5,
     l2_coef: float = 0.001,
     do_layer_norm: bool = False,
@@ -152,7 +153,7 @@ def elmo_scalar_mix_v2(
 
 
 @registry.architectures("spacy_elmo.ElmoScalarMix.v1")
-def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = 1.0) -> Model[list[Doc], list[Floats2d]]:
+def elmo_scalar_mix_v1(width: int, n_layers: int, gamma: float = DEFAULT_GAMMA) -> Model[list[Doc], list[Floats2d]]:
     """The learned mix with the model's ``width`` (2 x projection_dim) and ``n_layers`` stated; superseded by v2.
 
     No dropout, regulariser or layer norm; the optimizer's L2 pulls gamma toward 0. Kept so configs and
@@ -179,7 +180,7 @@ def elmo_fine_tune_v1(
     grad_factor: float = 1.0,
     learn_rate_factor: float = 0.05,
     layers: LayerChoice = LEARNED,
-    gamma: float = 1.0,
+    gamma: float = DEFAULT_GAMMA,
     dropout: float = 0.5,
     l2_coef: float = 0.001,
     anchor_gamma: bool = True,

@@ -19,7 +19,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
-from ..runtime.mix import layer_weights
+from ..runtime.mix import check_gamma, layer_weights
 from ..runtime.tokenize import is_whitespace
 from .extensions import LAYERS, fresh_layers, stored_layers
 
@@ -81,8 +81,7 @@ def build_scalar_mix(
 def _check_options(layers: Any, gamma: Any, dropout: Any, l2_coef: Any, upstream: Any) -> None:
     if isinstance(layers, bool) or not (layers in (LEARNED, "average", "top") or isinstance(layers, int)):
         raise ValueError(f"layers={layers!r}: expected 'mix' (learned), 'average', 'top' or a layer index")
-    if not np.isfinite(gamma):
-        raise ValueError(f"gamma={gamma!r}: expected a finite number")
+    check_gamma(gamma)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout={dropout!r}: expected 0 <= dropout < 1")
     if not (np.isfinite(l2_coef) and l2_coef >= 0.0):

@@ -22,11 +22,19 @@ from thinc.api import Config, Model
 from ..bilm.files import atomic_path
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
-from ..runtime.backend import ElmoBackend, resolve_dtype
+from ..runtime.backend import ElmoBackend
 from ..runtime.mix import LayerSpec, check_gamma, check_layer_spec, layer_weights
-from ..runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from ..runtime.validation import positive_int
-from ..runtime.windows import check_window_config, embed_segments
+from ..runtime.settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DTYPE,
+    DEFAULT_GAMMA,
+    DEFAULT_LAYERS,
+    DEFAULT_MAX_LENGTH,
+    DEFAULT_OVERLAP,
+    DEFAULT_PIPE_BATCH_SIZE,
+)
+from ..runtime.validation import check_dtype, check_window_config, positive_int
+from ..runtime.windows import embed_segments
 from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
@@ -38,8 +46,8 @@ INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initializ
 MODEL_META = "model.json"  # the component's saved model: where its files are, and their fingerprints
 DEFAULT_CONFIG_STR = f"""
 [elmo]
-layers = "average"
-gamma = 1.0
+layers = "{DEFAULT_LAYERS}"
+gamma = {DEFAULT_GAMMA}
 batch_size = {DEFAULT_BATCH_SIZE}
 max_length = {DEFAULT_MAX_LENGTH}
 window_overlap = {DEFAULT_OVERLAP}
@@ -132,8 +140,8 @@ class ElmoComponent(Pipe):
         model: Union[str, ElmoModelRef] = "default",
         name: str = "elmo",
         *,
-        layers: LayerSpec = "average",
-        gamma: float = 1.0,
+        layers: LayerSpec = DEFAULT_LAYERS,
+        gamma: float = DEFAULT_GAMMA,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_length: int = DEFAULT_MAX_LENGTH,
         window_overlap: int = DEFAULT_OVERLAP,
@@ -159,7 +167,7 @@ class ElmoComponent(Pipe):
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
         self.device = optional_device(device)
-        resolve_dtype(dtype)  # a bad value fails here, naming it
+        check_dtype(dtype)  # a bad value fails here, naming it
         self.dtype = str(dtype)
         self._backend: Optional[ElmoBackend] = None
         self._expected_fingerprint: Optional[str] = None
@@ -265,7 +273,7 @@ class ElmoComponent(Pipe):
             error_handler(self.name, self, [doc], e)
         return doc
 
-    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = DEFAULT_PIPE_BATCH_SIZE) -> Iterator[Doc]:
         """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes."""
         install_extensions()
         error_handler = self.get_error_handler()

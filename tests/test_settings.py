@@ -1,0 +1,168 @@
+"""``runtime/settings.py`` holds the front ends' and the backend's defaults: no front end spells one as a literal
+(read from the source), each setting is used, and what the front ends and the backend start with is its value."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from spacy_elmo.runtime import settings
+
+PACKAGE = Path(__file__).resolve().parents[1] / "spacy_elmo"
+
+# a parameter, dataclass field or attribute of one of these names takes a setting: its default is settings.py's
+SETTING_NAMES = {
+    "batch_size": "DEFAULT_BATCH_SIZE (DEFAULT_PIPE_BATCH_SIZE: docs per pipe batch)",
+    "token_budget": "DEFAULT_TOKEN_BUDGET",
+    "max_length": "DEFAULT_MAX_LENGTH",
+    "window_overlap": "DEFAULT_OVERLAP",
+    "overlap": "DEFAULT_OVERLAP",
+    "max_tokens": "MAX_TOKENS_PER_CALL",
+    "dtype": "DEFAULT_DTYPE",
+    "layers": "DEFAULT_LAYERS",
+    "gamma": "DEFAULT_GAMMA",
+    "cache_mb": "DEFAULT_MEMORY_MB",
+    "max_mb": "DEFAULT_MEMORY_MB or DEFAULT_DISK_MB",
+    "disk_cache_mb": "DEFAULT_DISK_MB",
+    "token_cache_size": "DEFAULT_TOKEN_CACHE",
+}
+# not front ends: bilm/ (the model), train/ (training's defaults are train/config.py's), compat/ (the defaults of
+# the tools it stands in for, e.g. simple_elmo's max_batch_size=32 and layers="average")
+NOT_FRONT_ENDS = ("bilm", "train", "compat")
+# (module, function, name): literal defaults that are no setting's default
+EXEMPT = {
+    ("runtime/windows.py", "embed_segments", "overlap"),  # 0 with max_length=None: no windows, nothing overlaps
+    ("runtime/windows.py", "fold_segments", "overlap"),
+}
+
+
+def front_end_modules() -> list[Path]:
+    return [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] not in NOT_FRONT_ENDS and path.name != "settings.py"
+    ]
+
+
+def _literal(node: ast.AST) -> bool:
+    """A number or string written out (``None``, "no value", is no default of a setting)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and node.value is not None and node.value is not Ellipsis
+
+
+def literal_defaults(source: str, module: str = "") -> list[tuple[int, str, str, object]]:
+    """``(line, function or class, name, value)`` of each setting's default spelled as a literal in ``source``: a
+    parameter's (or a typer/Thinc ``Option(default, ...)``'s first argument), a class field's, an attribute's."""
+    found = []
+
+    def check(node: ast.AST, owner: str, name: str, default: ast.AST) -> None:
+        if name not in SETTING_NAMES or (module, owner, name) in EXEMPT:
+            return
+        if isinstance(default, ast.Call) and default.args:  # typer.Option(64, help=...)
+            default = default.args[0]
+        if _literal(default):
+            found.append((default.lineno, owner, name, ast.literal_eval(default)))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
+            pairs += [(arg, d) for arg, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                check(node, node.name, arg.arg, default)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    check(item, node.name, item.target.id, item.value)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute):
+                    check(node, "", target.attr, node.value)
+    return found
+
+
+def test_the_check_finds_literal_defaults():
+    source = """
+class Options:
+    batch_size: int = 32
+    gamma: float = DEFAULT_GAMMA
+
+def embed(texts, max_length=128, *, dtype="float32", layers=DEFAULT_LAYERS, overlap=None):
+    self.token_budget = 4096
+    self.token_budget = DEFAULT_TOKEN_BUDGET
+
+def command(batch_size: int = typer.Option(64, help="..."), cache_mb: float = -1.0):
+    pass
+"""
+    found = {(owner, name, value) for _, owner, name, value in literal_defaults(source)}
+    assert found == {
+        ("Options", "batch_size", 32),
+        ("embed", "max_length", 128),
+        ("embed", "dtype", "float32"),
+        ("", "token_budget", 4096),
+        ("command", "batch_size", 64),
+        ("command", "cache_mb", -1.0),
+    }
+
+
+@pytest.mark.parametrize("path", front_end_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_front_ends_take_their_defaults_from_settings(path):
+    module = str(path.relative_to(PACKAGE))
+    found = literal_defaults(path.read_text(encoding="utf-8"), module)
+    assert not found, "\n".join(
+        f"{module}:{line} {owner or 'attribute'} {name}={value!r}: import settings.{SETTING_NAMES[name]} instead"
+        for line, owner, name, value in found
+    )
+
+
+def test_the_spacy_config_takes_its_values_from_settings():
+    """The component's default config is an f-string of settings: no setting's value written into its text."""
+    path = PACKAGE / "spacy" / "pipeline_component.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (config,) = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DEFAULT_CONFIG_STR" for t in node.targets)
+    ]
+    assert isinstance(config, ast.JoinedStr)
+    text = "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in config.values)
+    settings_lines = [line.split(" = ") for line in text.splitlines() if line.split(" = ")[0] in SETTING_NAMES]
+    assert len(settings_lines) == 6
+    written = [f"{key} = {value}" for key, value in settings_lines if value.strip('"') != "{}"]
+    assert not written, f"write these from settings: {written}"
+
+
+def test_every_setting_is_used_outside_settings():
+    names = [name for name in vars(settings) if name.isupper()]
+    assert len(names) >= 12
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py") if p.name != "settings.py")
+    unused = [name for name in names if not re.search(rf"\b{name}\b", sources)]
+    assert not unused, f"settings no module uses: {unused}"
+
+
+def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
+    """What the front ends and the backend's caches start with, read from their objects."""
+    import spacy
+
+    from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.runtime.cache import DiskCache, MemoryCache
+    from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG
+
+    config = DEFAULT_CONFIG["elmo"]
+    assert (config["batch_size"], config["max_length"], config["window_overlap"]) == (64, 128, 32)
+    assert (config["layers"], config["gamma"], config["dtype"]) == ("average", 1.0, "float32")
+    component = spacy.blank("en").add_pipe("elmo")
+    assert (component.batch_size, component.max_length, component.window_overlap) == (64, 128, 32)
+    vectorizer = ElmoVectorizer()
+    assert (vectorizer.layers, vectorizer.max_length, vectorizer.window_overlap) == ("average", 128, 32)
+    assert MemoryCache().max_mb == 256.0 and DiskCache(tmp_path).max_bytes == 4096 * 2**20
+    # the backend's, set in ElmoBackend.__init__ (a loaded backend may have been reconfigured since)
+    assert (settings.DEFAULT_TOKEN_BUDGET, settings.DEFAULT_TOKEN_CACHE, settings.MAX_TOKENS_PER_CALL) == (
+        4096,
+        20000,
+        16384,
+    )
+    assert settings.DEFAULT_PIPE_BATCH_SIZE == 128
