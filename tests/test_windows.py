@@ -191,3 +191,36 @@ def test_positive_int_names_a_bad_value(value):
 
 def test_positive_int_takes_numpy_integers():
     assert positive_int(np.int64(3), "n") == 3 and type(positive_int(np.int64(3), "n")) is int
+
+
+def test_check_dtype_names_the_precision_asked_for():
+    import torch
+
+    from spacy_elmo.runtime.validation import check_dtype
+
+    assert [check_dtype(d) for d in (None, "half", "bf16", "float", "qint8", "auto", torch.int8, torch.bfloat16)] == [
+        "float32",
+        "float16",
+        "bfloat16",
+        "float32",
+        "int8",
+        "auto",
+        "int8",
+        "bfloat16",
+    ]
+    for bad in ("int4", torch.float64, 3):
+        with pytest.raises(ValueError, match=r"dtype must be one of \['bfloat16', 'float16', 'float32', 'int8', "):
+            check_dtype(bad)
+
+
+def test_optional_windows_checks_what_check_window_config_checks():
+    from spacy_elmo.runtime.validation import check_window_config, optional_windows
+
+    assert optional_windows(None, 5) == (None, 5) and optional_windows(np.int64(8), np.int64(2)) == (8, 2)
+    for max_length, overlap in ((4, 4), (4, -1), (4, True)):
+        with pytest.raises(
+            ValueError, match=r"window_overlap=.*: expected an int with 0 <= window_overlap < max_length"
+        ):
+            check_window_config(max_length, overlap)
+    with pytest.raises(ValueError, match="max_length=0: expected a positive integer"):
+        optional_windows(0, 0)
