@@ -147,6 +147,12 @@ def train(
         help="auto (bfloat16 mixed precision where the CPU has native bfloat16 kernels, else float32), float32 "
         "(exact, reproducible) or bfloat16",
     ),
+    continue_corpus: bool = typer.Option(
+        False,
+        "--continue-corpus",
+        help="With --init-from and --corpus: start at the batch after the last one the --init-from model's last "
+        "stage trained on (the same corpus, --seed, --token-budget and --max-length), so stages read the corpus once",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
@@ -198,6 +204,7 @@ def train(
                 lstm_impl=lstm_impl,
                 init_from=str(init_from) if init_from else None,
                 precision=precision,
+                continue_corpus=continue_corpus,
             )
             trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite)
             if world.is_main:

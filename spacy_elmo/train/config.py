@@ -47,6 +47,8 @@ class TrainConfig:
     buffer_size: int = 20000  # sentences held at once for length bucketing (a prepared corpus: per shard group)
     corpus: list[str] = field(default_factory=list)  # prepared corpus directories (spacy-elmo prepare-corpus)
     precision: str = "auto"  # one of PRECISIONS: auto = bfloat16 where the CPU has native kernels, else float32
+    # with init_from and corpus: start where the init_from model's last stage stopped reading the same corpus
+    continue_corpus: bool = False
 
 
 # (field, option, test, requirement): values that would train nothing or fail later are refused up front
@@ -76,6 +78,8 @@ _RULES: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
 
 def check_config(config: TrainConfig) -> None:
     """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
+    if config.continue_corpus and not (config.init_from and config.corpus):
+        raise ValueError("--continue-corpus continues an --init-from model's reading of a prepared --corpus: give both")
     for name, option, test, requirement in _RULES:
         value = getattr(config, name)
         try:
