@@ -124,3 +124,83 @@ def test_the_bundled_model_carries_its_training_into_the_next_stage(tmp_path):
         runs, link = runs + 1, link.get("init_from")
     assert len(stages) == (len(recorded["stages"]) if "stages" in recorded else runs)
     assert all(s["words_seen"] > 0 for s in stages)
+
+
+def _batches_seen(monkeypatch) -> list[list[list[str]]]:
+    """Every global batch the trainers of this test train on, in order."""
+    from spacy_elmo.train.trainer import Trainer
+
+    seen: list[list[list[str]]] = []
+    original = Trainer.train_step
+
+    def recording(self, batch, sentences, weight=1.0):
+        seen.append([list(s) for s in sentences])
+        return original(self, batch, sentences, weight)
+
+    monkeypatch.setattr(Trainer, "train_step", recording)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def gutenberg_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("continued")
+    spec = SourceSpec(SAMPLES / "gutenberg", "gutenberg", info=read_source_info(None, SAMPLES / "gutenberg"))
+    prepare_corpus(root / "corpus", [spec], shard_sentences=8, progress=False)
+    return root
+
+
+@pytest.mark.slow
+def test_continue_corpus_reads_on_where_the_last_stage_stopped(gutenberg_corpus, tmp_path, monkeypatch):
+    """Two stages of 3 steps with --continue-corpus train on the batches one run of 6 steps trains on, in order."""
+    corpus = gutenberg_corpus / "corpus"
+    seen = _batches_seen(monkeypatch)
+    with torch_threads(1):
+        train(stage_config(corpus, token_budget=64, max_steps=6), tmp_path / "whole", progress=False)
+        whole, seen[:] = list(seen), []
+        train(stage_config(corpus, token_budget=64), tmp_path / "one", progress=False)
+        second = stage_config(corpus, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True)
+        metrics = train(second, tmp_path / "two", progress=False)
+    assert len(whole) == 6 and seen == whole  # stage 2 starts at the batch after stage 1's last
+    first_reading = metrics["stages"][0]["corpus_reading"]
+    assert first_reading["position"]["batch"] + first_reading["position"]["group"] > 0
+    assert first_reading["seed"] == 0 and first_reading["token_budget"] == 64
+    assert metrics["total_words_seen"] == sum(len(s) for batch in whole for s in batch)
+    # without --continue-corpus the second stage starts the corpus again
+    seen[:] = []
+    with torch_threads(1):
+        again = stage_config(corpus, token_budget=64, init_from=str(tmp_path / "one"))
+        train(again, tmp_path / "three", progress=False)
+    assert seen == whole[:3]
+
+
+@pytest.mark.slow
+def test_continue_corpus_refuses_another_order_or_corpus_by_name(gutenberg_corpus, tmp_path):
+    corpus = gutenberg_corpus / "corpus"
+    with torch_threads(1):
+        train(stage_config(corpus, token_budget=64, max_steps=2), tmp_path / "one", progress=False)
+        with pytest.raises(ValueError, match="seed 0 there, 1 here"):
+            train(
+                stage_config(corpus, token_budget=64, seed=1, init_from=str(tmp_path / "one"), continue_corpus=True),
+                tmp_path / "other-seed",
+                progress=False,
+            )
+        other = gutenberg_corpus / "other"
+        spec = SourceSpec(SAMPLES / "jsonl", "jsonl", info=read_source_info(None, SAMPLES / "jsonl"))
+        prepare_corpus(other, [spec], shard_sentences=8, progress=False)
+        with pytest.raises(ValueError, match="another prepared corpus"):
+            train(
+                stage_config(other, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True),
+                tmp_path / "other-corpus",
+                progress=False,
+            )
+    with pytest.raises(ValueError, match="--continue-corpus continues an --init-from model"):
+        train(stage_config(corpus, continue_corpus=True), tmp_path / "alone", progress=False)
+
+
+def test_continue_corpus_needs_a_recorded_position():
+    from spacy_elmo.train.stages import continued_reading
+
+    with pytest.raises(ValueError, match="records no position"):
+        continued_reading([{"words_seen": 10}], {"seed": 0}, "abc")
+    with pytest.raises(ValueError, match="records no position"):
+        continued_reading([], {"seed": 0}, "abc")

@@ -94,6 +94,14 @@ class TrainConfig:
             "(exact, reproducible) or bfloat16"
         ),
     )  # one of PRECISIONS (train/precision.py)
+    continue_corpus: bool = field(
+        default=False,
+        metadata=_option(
+            "With --init-from and --corpus: start at the batch after the last one the --init-from model's last stage "
+            "trained on (the same corpus, --seed, --token-budget and --max-length), so stages read the corpus once",
+            "--continue-corpus",
+        ),
+    )
 
 
 def option_flags(config_field: Field) -> tuple[str, ...]:
@@ -129,6 +137,8 @@ _FIELDS = {f.name: f for f in fields(TrainConfig)}
 
 def check_config(config: TrainConfig) -> None:
     """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
+    if config.continue_corpus and not (config.init_from and config.corpus):
+        raise ValueError("--continue-corpus continues an --init-from model's reading of a prepared --corpus: give both")
     for name, test, requirement in _RULES:
         value = getattr(config, name)
         try:

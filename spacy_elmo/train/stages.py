@@ -79,8 +79,14 @@ def start_stage(
     metrics["total_words_seen"] = sum(int(s.get("words_seen") or 0) for s in metrics["stages"])
 
 
-def update_stage(metrics: dict[str, Any], state: dict[str, Any], wall_time_s: float) -> None:
-    """Bring this run's stage (the last) and ``total_words_seen`` up to date with the trainer's ``state``."""
+def update_stage(
+    metrics: dict[str, Any], state: dict[str, Any], wall_time_s: float, reading: Optional[dict[str, Any]] = None
+) -> None:
+    """Bring this run's stage (the last) and ``total_words_seen`` up to date with the trainer's ``state``.
+
+    ``reading`` (training on a prepared corpus): how the corpus is read (seed, token budget, buffer, max length);
+    the stage then records it with the position after its last batch, where ``--continue-corpus`` starts.
+    """
     stages = metrics.get("stages")
     if not stages:  # a checkpoint of a version that recorded no stages
         start_stage(metrics, [], [], None)
@@ -92,7 +98,43 @@ def update_stage(metrics: dict[str, Any], state: dict[str, Any], wall_time_s: fl
         train_seconds=round(float(state["train_seconds"]), 1),
         valid_perplexity=_perplexity(metrics.get("best")),
     )
+    if reading is not None and state.get("corpus_position") is not None:
+        stages[-1]["corpus_reading"] = {
+            **reading,
+            "position": dict(state["corpus_position"]),
+            "epoch": int(state["epoch"]),
+            "epoch_words": int(state.get("epoch_words", 0)),
+        }
     metrics["total_words_seen"] = sum(int(s.get("words_seen") or 0) for s in stages)
+
+
+def continued_reading(earlier: list[dict[str, Any]], reading: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """Where ``--continue-corpus`` starts: the last earlier stage's corpus position, epoch and words read in it.
+
+    ``reading``: this run's seed, token budget, buffer and max length; ``fingerprint``: its corpus's. A stage that
+    read another corpus, or read it otherwise (another seed gives another shard order), is refused by name: its
+    position would point into a different sequence of batches.
+    """
+    last = earlier[-1] if earlier else {}
+    recorded = last.get("corpus_reading")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("position"), dict):
+        raise ValueError(
+            "--continue-corpus: the --init-from model's metrics.json records no position in a prepared corpus "
+            "(its last stage did not train on one with this version): drop --continue-corpus"
+        )
+    if recorded["position"].get("corpus") != fingerprint:
+        raise ValueError(
+            "--continue-corpus: the --init-from model was trained on another prepared corpus (other shards); give "
+            "the same --corpus directories in the same order, or drop --continue-corpus"
+        )
+    differ = [f"{k} {recorded.get(k)!r} there, {v!r} here" for k, v in reading.items() if recorded.get(k) != v]
+    if differ:
+        raise ValueError(f"--continue-corpus: the corpus would be read in another order ({'; '.join(differ)})")
+    return {
+        "position": dict(recorded["position"]),
+        "epoch": int(recorded["epoch"]),
+        "epoch_words": int(recorded["epoch_words"]),
+    }
 
 
 def describe_source(source: dict[str, Any]) -> str:
@@ -110,4 +152,4 @@ def describe_source(source: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-__all__ = ["describe_source", "earlier_stages", "start_stage", "update_stage"]
+__all__ = ["continued_reading", "describe_source", "earlier_stages", "start_stage", "update_stage"]

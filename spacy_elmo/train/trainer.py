@@ -55,7 +55,7 @@ from .outputs import (
 from .precision import autocast, describe, training_dtype, warn_if_emulated
 from .presets import architecture
 from .shards import CorpusBatches, PreparedCorpus
-from .stages import earlier_stages, start_stage, update_stage
+from .stages import continued_reading, earlier_stages, start_stage, update_stage
 from .storage import (
     CHECKPOINT,
     LEGACY_CHECKPOINT,
@@ -198,7 +198,26 @@ class Trainer:
             self.metrics["init_from"] = previous_training(initial.directory)
         earlier = earlier_stages(initial.directory) if initial is not None else []
         start_stage(self.metrics, earlier, sources, str(initial.directory) if initial is not None else None)
+        if config.continue_corpus and self.prepared is not None:
+            reading = continued_reading(earlier, self._corpus_reading(), self.prepared.fingerprint)
+            self.state.update(corpus_position=reading["position"], epoch=reading["epoch"])
+            self.state["epoch_words"] = reading["epoch_words"]
+            if self.state["epoch"] >= math.ceil(config.epochs):
+                raise ValueError(
+                    f"--continue-corpus: the --init-from model's stages read the corpus {self.state['epoch']} time(s) "
+                    f"through already; --epochs {config.epochs:g} would train nothing (count the epochs of all stages)"
+                )
         self.best_valid = math.inf  # (the vocabulary is written with the model: export_model)
+
+    def _corpus_reading(self) -> dict[str, Any]:
+        """What decides the batches of a prepared corpus besides its shards: a position is only valid with these."""
+        config = self.config
+        return {
+            "seed": config.seed,
+            "token_budget": config.token_budget,
+            "buffer_size": config.buffer_size,
+            "max_length": config.max_length,
+        }
 
     def _count_words(self) -> tuple[Counter, list[dict[str, Any]]]:
         """The counting pass: word counts of text files (a prepared corpus counted its own: empty here), sets
@@ -480,7 +499,7 @@ class Trainer:
 
     def write_metrics(self) -> None:
         wall = self.metrics.get("wall_time_s", 0.0) + (0.0 if self.wall_counted else time.time() - self.run_started)
-        update_stage(self.metrics, self.state, wall)
+        update_stage(self.metrics, self.state, wall, self._corpus_reading() if self.prepared is not None else None)
         if self.world.is_main:
             write_metrics(self.output_dir, self.metrics)
 
