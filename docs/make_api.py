@@ -58,6 +58,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo.runtime.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
     ("spacy_elmo.runtime.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
+    ("spacy_elmo.output.cluster", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.runtime.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
     ("spacy_elmo.bilm.manylangs_files", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),

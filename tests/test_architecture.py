@@ -240,6 +240,7 @@ FRONT_ENDS = (
     "spacy_elmo.sklearn",
     "spacy_elmo.runtime.text_rows",
     "spacy_elmo.output.embed_file",
+    "spacy_elmo.output.cluster",
     "spacy_elmo.spacy.pipeline_component",
 )
 
