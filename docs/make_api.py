@@ -42,6 +42,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
         "spacy_elmo.sources.download",
         ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive"),
     ),
+    ("spacy_elmo.sources.fetch", ("Store", "FetchError")),
     ("spacy_elmo.output.embed_file", ("embed_file",)),
     ("spacy_elmo.runtime.windows", ("embed_segments", "window_bounds", "length_batches")),
     ("spacy_elmo.runtime.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
