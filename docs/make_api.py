@@ -42,6 +42,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
         "spacy_elmo.sources.download",
         ("DownloadError", "home", "is_offline", "cached_path", "is_cached", "unpacked_archive"),
     ),
+    ("spacy_elmo.sources.fetch", ("Store", "FetchError")),
     ("spacy_elmo.output.embed_file", ("embed_file",)),
     ("spacy_elmo.runtime.windows", ("embed_segments", "window_bounds", "length_batches")),
     ("spacy_elmo.runtime.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
@@ -65,6 +66,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo.runtime.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
     ("spacy_elmo.runtime.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
+    ("spacy_elmo.output.cluster", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.runtime.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
     ("spacy_elmo.bilm.manylangs_files", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),

@@ -575,7 +575,7 @@ def _dask_chunks(
         yield None
         return
     try:
-        from .dask import cluster_chunks, connect
+        from .output.cluster import cluster_chunks, connect
     except ImportError as err:  # the message names the extra to install
         raise ValueError(f"--scheduler {scheduler}: {err}") from err
 

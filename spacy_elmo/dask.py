@@ -1,4 +1,4 @@
-"""ELMo on a Dask cluster: pooled vectors as a dask Array, token vectors as a dask Bag, ``embed`` files.
+"""ELMo on Dask collections: pooled vectors of a Bag or Series as a dask Array, token vectors as a dask Bag.
 
 Install with ``pip install 'spacy-elmo[dask]'``. The task graph carries the model's *name or path*
 and the options, never the weights: each worker process loads the model once through
@@ -6,16 +6,15 @@ and the options, never the weights: each worker process loads the model once thr
 machine, under a file lock in ``SPACY_ELMO_HOME``) and uses the embedding disk cache named by
 its own ``SPACY_ELMO_CACHE_DIR`` or by ``cache_dir=``. Nothing here sets torch's thread count:
 Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
-``distributed.nanny.pre-spawn-environ`` setting), which torch reads at start-up.
+``distributed.nanny.pre-spawn-environ`` setting), which torch reads at start-up. ``spacy-elmo embed
+--scheduler`` (embedding files on a cluster) is :mod:`spacy_elmo.output.cluster`.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import Any, Callable, Optional, Union
+from collections.abc import Sequence
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -34,15 +33,10 @@ from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLA
 from .runtime.text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec
 from .runtime.validation import optional_windows
-from .runtime.windows import embed_segments
 from .sklearn import ElmoVectorizer
 from .sources.model_files import model_shape, resolve_model_files
 
-LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
-SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
-EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)
-
-__all__ = ["connect", "embed_texts", "embed_tokens"]
+__all__ = ["embed_texts", "embed_tokens"]
 
 
 def embed_texts(
@@ -124,36 +118,6 @@ def embed_tokens(
     return db.from_delayed(embedded) if embedded else db.from_sequence([], npartitions=1)
 
 
-def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
-    """A ``distributed.Client`` for ``scheduler`` and a function that closes it (and the cluster it started).
-
-    ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
-    a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``.
-    """
-    from distributed import Client, LocalCluster
-
-    text = str(scheduler).strip()
-    local = LOCAL_SCHEDULER.fullmatch(text)
-    if text == "local" or text.startswith("local:"):  # not localhost:8786
-        if not local or int(local[1]) < 1:
-            raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
-        cluster = LocalCluster(n_workers=int(local[1]), processes=True, threads_per_worker=1, dashboard_address=":0")
-        client = Client(cluster)
-
-        def close() -> None:
-            client.close()
-            cluster.close()
-
-        return client, close
-    if not SCHEDULER_ADDRESS.fullmatch(text):
-        raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
-    try:
-        client = Client(text, timeout="20s")
-    except (OSError, TimeoutError) as err:
-        raise ValueError(f"scheduler {scheduler!r}: cannot connect to a Dask scheduler there ({err})") from err
-    return client, client.close
-
-
 # -- what runs on the workers ------------------------------------------------------------------
 
 
@@ -179,116 +143,11 @@ def _token_partition(texts: Any, params: dict[str, Any], cache_dir: Optional[Pat
     return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in row_tokens(rows, len(samples))]
 
 
-def _sentence_chunk(
-    sentences: list[list[str]],
-    model: str,
-    device: Optional[str],
-    dtype: Optional[str],
-    batch_size: int,
-    fingerprint: str,
-) -> list[np.ndarray]:
-    """All layers of token sequences for ``embed_file`` on a worker, checked to come from the client's model."""
-    backend = load_bilm(model, device=device, dtype=dtype)
-    if backend.fingerprint != fingerprint:
-        raise ValueError(
-            f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "
-            f"(fingerprint {backend.fingerprint} != {fingerprint}): give every machine the same model files"
-        )
-    # as embed_file embeds a line in this process: whole (no windows), <= MAX_TOKENS_PER_CALL tokens per backend call
-    return [layers for _, layers in embed_segments(backend, enumerate(sentences), batch_size=batch_size)]
-
-
 def _worker_backend(params: dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
     return load_bilm(params["model"], device=params["device"], dtype=params["dtype"], cache_dir=cache_dir)
 
 
 # -- on the client ------------------------------------------------------------------------------
-
-
-def cluster_chunks(
-    client: Any, model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
-) -> Callable[[Iterator[list[list[str]]], Callable[[int], object]], Iterator[list[np.ndarray]]]:
-    """``embed_file``'s ``embed_chunks`` on a Dask cluster: each chunk split into tasks, results in order.
-
-    A few tasks per worker are in flight at a time (memory stays bounded); ``on_progress`` moves
-    as tasks finish anywhere on the cluster, in whatever order they finish.
-    """
-    from distributed import as_completed
-
-    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-
-    def submit(part: list[list[str]]) -> Any:
-        return client.submit(_sentence_chunk, part, model, device, dtype, batch_size, fingerprint, pure=False)
-
-    def run(
-        token_chunks: Iterator[list[list[str]]], on_progress: Callable[[int], object]
-    ) -> Iterator[list[np.ndarray]]:
-        tasks = _TasksInOrder(as_completed(), on_progress)
-        for tokens in token_chunks:
-            tasks.submit_chunk(submit, _task_parts(tokens, n_workers))
-            while tasks.in_flight > 2 * n_workers and tasks.chunks_waiting > 1:  # a few tasks per worker ahead
-                yield tasks.next_chunk()
-        while tasks.chunks_waiting:
-            yield tasks.next_chunk()
-
-    return run
-
-
-def _task_parts(tokens: list[list[str]], n_workers: int) -> list[list[list[str]]]:
-    """A chunk's lines cut into tasks: about one per worker, each at most ``EMBED_FILE_TASK_LINES`` lines (so a
-    worker's results stay small and progress moves often)."""
-    step = max(1, min(EMBED_FILE_TASK_LINES, -(-len(tokens) // n_workers)))
-    return [tokens[start : start + step] for start in range(0, len(tokens), step)]
-
-
-class _TasksInOrder:
-    """The cluster tasks of ``embed_file``'s chunks: results handed back chunk by chunk in the order the chunks came,
-    progress counted as each task finishes, in whatever order the cluster finishes them."""
-
-    def __init__(self, finished: Any, on_progress: Callable[[int], object]):
-        self._finished = finished  # a distributed.as_completed, given every task
-        self._on_progress = on_progress
-        self._lines: dict[str, int] = {}  # lines of each task whose result is not taken yet
-        self._counted: set[str] = set()  # tasks finished (progress counted) whose result is not taken yet
-        self._chunks: deque[list[Any]] = deque()  # per chunk: its futures in order
-
-    @property
-    def in_flight(self) -> int:
-        """Tasks submitted whose results are not taken yet (they hold memory on the cluster or here)."""
-        return len(self._lines)
-
-    @property
-    def chunks_waiting(self) -> int:
-        """Chunks submitted and not handed back yet."""
-        return len(self._chunks)
-
-    def submit_chunk(self, submit: Callable[[list[list[str]]], Any], parts: list[list[list[str]]]) -> None:
-        """Submit one chunk's tasks, one per part, and queue the chunk behind those before it."""
-        futures = []
-        for part in parts:
-            future = submit(part)
-            self._lines[future.key] = len(part)
-            self._finished.add(future)
-            futures.append(future)
-        self._chunks.append(futures)
-
-    def next_chunk(self) -> list[np.ndarray]:
-        """The oldest chunk's results, its lines in order: waits for each of its tasks (counting any others that
-        finish meanwhile)."""
-        out: list[np.ndarray] = []
-        for future in self._chunks.popleft():
-            self._wait_for(future)
-            out.extend(future.result())
-            self._counted.remove(future.key)
-            del self._lines[future.key]
-        return out
-
-    def _wait_for(self, future: Any) -> None:
-        """Count finished tasks, in the order they finish, until ``future`` is among them."""
-        while future.key not in self._counted:
-            done = next(self._finished)
-            self._counted.add(done.key)
-            self._on_progress(self._lines[done.key])
 
 
 def _vectorizer_params(

@@ -188,9 +188,9 @@ def test_nothing_is_unpickled():
     assert seen_allowed == 1  # the check sees the one allowed call
 
 
-# renames that are not "write a whole file": download.py's resumed .part and unpacked-archive folder (under file
+# renames that are not "write a whole file": fetch.py's resumed .part and unpacked-archive folder (under file
 # locks, with their own recovery), embed_file's guarded HDF5 output (removed on SIGTERM by its handler)
-REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.sources.download", "spacy_elmo.output.embed_file"}
+REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.sources.fetch", "spacy_elmo.output.embed_file"}
 
 
 def test_files_appear_whole_through_one_helper():
@@ -240,6 +240,7 @@ FRONT_ENDS = (
     "spacy_elmo.sklearn",
     "spacy_elmo.runtime.text_rows",
     "spacy_elmo.output.embed_file",
+    "spacy_elmo.output.cluster",
     "spacy_elmo.spacy.pipeline_component",
 )
 

@@ -445,6 +445,25 @@ def test_use_sentence_keys(fixture_dir, tmp_path):
     np.testing.assert_array_equal(keyed["a dog ."], numbered["1"])
 
 
+def test_sentence_to_index_is_written_as_allennlp_writes_it(fixture_dir, tmp_path, backend):
+    """AllenNLP's ``json.dumps`` escapes non-ASCII characters; ``spacy-elmo embed`` writes them as UTF-8 text."""
+    from spacy_elmo.output.embed_file import embed_file
+
+    source = tmp_path / "in.txt"
+    source.write_text("café au lait\nthe cat\n", encoding="utf-8")
+    files = [str(fixture_dir / "options.json"), str(fixture_dir / "lm_weights.hdf5")]
+    with torch.no_grad():
+        ElmoEmbedder(*files).embed_file(str(source), tmp_path / "a.hdf5", "top")
+    embed_file(backend, source, tmp_path / "s.hdf5", output_format="top")
+    expected = {"café au lait": "0", "the cat": "1"}
+    for name, text in (
+        ("a.hdf5", '{"caf\\u00e9 au lait": "0", "the cat": "1"}'),
+        ("s.hdf5", json.dumps(expected, ensure_ascii=False)),
+    ):
+        with h5py.File(tmp_path / name, "r") as f:
+            assert f["sentence_to_index"][0].decode("utf-8") == text and json.loads(text) == expected
+
+
 # -- the fixture's own stateful reference activations (bilm-tf), directly ---------------------------
 
 

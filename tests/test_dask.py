@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
-from spacy_elmo.dask import connect, embed_texts, embed_tokens
+from spacy_elmo.dask import embed_texts, embed_tokens
+from spacy_elmo.output.cluster import connect
 from spacy_elmo.runtime.mix import mix_layers
 
 GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weights would be megabytes
@@ -79,6 +80,19 @@ def test_without_dask_the_error_names_the_extra():
     code = "import sys; sys.modules['dask'] = None; import spacy_elmo.dask"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode != 0 and "pip install 'spacy-elmo[dask]'" in result.stderr
+
+
+def test_without_distributed_embed_on_a_cluster_names_the_extra(fixture_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    argv = ["spacy-elmo", "embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir)]
+    code = (
+        "import sys; sys.modules['distributed'] = None; from spacy_elmo.cli import main; "
+        f"sys.argv = {[*argv, '--no-progress', '--scheduler', 'local:2']!r}; main()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 2 and "pip install 'spacy-elmo[dask]'" in result.stderr, result.stderr
+    assert "--scheduler local:2" in result.stderr and not (tmp_path / "out.hdf5").exists()
 
 
 @pytest.mark.slow
@@ -264,9 +278,9 @@ class _FakeCluster:
         return {"workers": {f"tcp://worker-{i}": {} for i in range(self.n_workers)}}
 
     def submit(self, function, part, *args, pure):
-        import spacy_elmo.dask as elmo_dask
+        import spacy_elmo.output.cluster as cluster_module
 
-        assert function is elmo_dask._sentence_chunk and args == ("m", "cpu", "float32", 8, "fp") and pure is False
+        assert function is cluster_module._sentence_chunk and args == ("m", "cpu", "float32", 8, "fp") and pure is False
         cluster, key = self, f"task-{len(self.parts)}"
 
         class Future:
@@ -298,7 +312,7 @@ class _NewestFirst:
 def test_cluster_chunks_keeps_the_order_bounds_the_tasks_in_flight_and_counts_progress(monkeypatch):
     import distributed
 
-    from spacy_elmo.dask import EMBED_FILE_TASK_LINES, cluster_chunks
+    from spacy_elmo.output.cluster import EMBED_FILE_TASK_LINES, cluster_chunks
 
     monkeypatch.setattr(distributed, "as_completed", _NewestFirst)
     cluster = _FakeCluster(n_workers=2)

@@ -615,14 +615,14 @@ def _bomb(fixture_dir, path, size):
 @pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
 def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir, tmp_path, suffix, monkeypatch):
     """Item 5: a small archive whose member expands to far more was written out until the disk or a limit stopped it."""
-    import spacy_elmo.sources.download
+    import spacy_elmo.sources.fetch
 
     archive = _bomb(fixture_dir, tmp_path / f"bomb{suffix}", 96 << 20)
     assert archive.stat().st_size < 1 << 20
     written = []
-    real = spacy_elmo.sources.download._write_member
+    real = spacy_elmo.sources.fetch._write_member
     monkeypatch.setattr(
-        spacy_elmo.sources.download,
+        spacy_elmo.sources.fetch,
         "_write_member",
         lambda into, member, *a: written.append(member) or real(into, member, *a),
     )
@@ -635,13 +635,13 @@ def test_an_archive_bomb_is_refused_before_anything_is_written(home, fixture_dir
 
 @pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
 def test_an_archive_larger_than_the_free_space_is_refused(home, fixture_dir, tmp_path, suffix, monkeypatch):
-    import spacy_elmo.sources.download
+    import spacy_elmo.sources.fetch
 
     archive = _nlpl_archive(fixture_dir, tmp_path / f"elmo{suffix}")
     monkeypatch.setattr(
-        spacy_elmo.sources.download,
+        spacy_elmo.sources.fetch,
         "_free_bytes",
-        lambda folder: spacy_elmo.sources.download.FREE_RESERVE_BYTES + 100_000,
+        lambda folder: spacy_elmo.sources.fetch.FREE_RESERVE_BYTES + 100_000,
     )
     with pytest.raises(
         DownloadError,

@@ -65,8 +65,8 @@ def test_similarity_long_sentence_is_windowed_and_bounded_per_call(backend, embe
 
 
 def test_dask_file_task_is_bounded_per_call_and_equals_whole_lines(fixture_dir, backend, embed_calls):
-    pytest.importorskip("dask")
-    from spacy_elmo.dask import _sentence_chunk
+    pytest.importorskip("distributed")
+    from spacy_elmo.output.cluster import _sentence_chunk
 
     lines = [_words(300 + i % 7) for i in range(60)]  # ~18000 tokens: one 250-line task of long lines
     got = _sentence_chunk(lines, str(fixture_dir), None, None, 64, backend.fingerprint)

@@ -27,6 +27,8 @@ SHARED: dict[str, tuple[str, ...]] = {
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
     "output/write_guard.py": ("test_embed_file.py", "test_train_safety.py"),
+    "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
+    "output/cluster.py": ("test_dask.py",),
     "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
     "runtime/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
     "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),

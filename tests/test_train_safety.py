@@ -351,6 +351,7 @@ _GIVEN = {
     "init_from": ("some/model", "some/model"),
     "buffer_size": ("99", 99),
     "precision": ("float32", "float32"),
+    "continue_corpus": (None, True),  # a flag: given without a value
 }
 
 
@@ -380,7 +381,7 @@ def test_the_cli_passes_every_option_to_its_train_config_field(texts, monkeypatc
     assert defaults.train and not defaults.valid and not defaults.corpus
     options = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
     assert set(_GIVEN) == {f.name for f in options}, "give the new TrainConfig field a value in _GIVEN"
-    args = [arg for f in options for arg in (option_flags(f)[0], _GIVEN[f.name][0])]
+    args = [arg for f in options for arg in (option_flags(f)[0], _GIVEN[f.name][0]) if arg is not None]
     given = _config_of(monkeypatch, tmp_path, *train_files, *args)
     assert {f.name: getattr(given, f.name) for f in options} == {name: value for name, (_, value) in _GIVEN.items()}
     assert given.train == defaults.train

@@ -3,7 +3,8 @@
 One dataset per line, named by its 0-based line number (or by the sentence itself with
 ``use_sentence_keys``), holding ``(n_layers + 1, n_tokens, dim)`` for ``"all"`` or
 ``(n_tokens, dim)`` for ``"top"`` / ``"average"``, plus a ``sentence_to_index`` dataset with
-the JSON map sentence -> key. Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
+the JSON map sentence -> key (:mod:`.hdf5_layout`, which AllenNLP's ``embed_file`` writes too).
+Unlike AllenNLP, a blank line gives an empty ``n_tokens = 0``
 array instead of an error, the file is streamed (``windows.embed_segments``: a bounded number of
 tokens at a time, flat memory), and the output appears only once it is complete: until then it
 is a hidden ``.NAME.PID.partial`` file beside it, removed on failure, Ctrl-C and SIGTERM, or by
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import re
 import signal
@@ -43,12 +43,12 @@ from ..bilm.files import PathLike
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.windows import embed_segments
+from .hdf5_layout import LineDatasets, check_output_format
 from .write_guard import GuardedFile, GuardedHDF5
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.backend import ElmoBackend
 
-OUTPUT_FORMATS = ("all", "top", "average")
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
 CHUNK_LINES = 2000  # lines handed to an ``embed_chunks`` embedder (e.g. a Dask cluster) at a time
@@ -78,24 +78,20 @@ def embed_file(
 ) -> dict[str, float]:
     """Write the ELMo vectors of each line of ``input_path`` (``-``: stdin) to ``output_path``; returns counts, seconds.
 
-    ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"``.
+    ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"`` (:mod:`.hdf5_layout`).
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized), ``"spacy"`` (spaCy's English rules) or
     another spaCy language code (:func:`spacy_elmo.runtime.tokenize.resolve_tokenizer`).
     ``embed_chunks``: who computes the activations (default: ``backend`` in this process;
-    ``spacy_elmo.dask.cluster_chunks``: a Dask cluster); the file is the same either way.
+    ``spacy_elmo.output.cluster.cluster_chunks``: a Dask cluster); the file is the same either way.
     """
-    import h5py
     from tqdm import tqdm
 
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
+    check_output_format(output_format)
     input_path, output_path = Path(input_path), Path(output_path)
     source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
     _check_output(output_path)
     split = resolve_tokenizer(tokenizer)
     started = time.perf_counter()
-    sentence_to_index: dict[str, str] = {}
-    sentence_lines: dict[str, int] = {}  # with use_sentence_keys: where each key was first seen
     n_lines = n_tokens = 0
     with _open_input(input_path, output_path) as handle:
         total = _count_lines(handle, source) if progress else None  # the bar's length
@@ -103,28 +99,19 @@ def embed_file(
             out.attrs.update(
                 model_fingerprint=backend.fingerprint, output_format=output_format, n_output_layers=backend.n_layers + 1
             )
+            datasets = LineDatasets(
+                out, output_format, source, use_sentence_keys=use_sentence_keys, forget_sentences=forget_sentences
+            )
             lines = ((line, split(line[1])) for line in _lines(handle, source))
             if embed_chunks is None:  # lines come back in order; the bar moves per batch
                 embedded = embed_segments(backend, lines, batch_size=batch_size, on_progress=bar.update)
             else:
                 embedded = _embedded_in_chunks(embed_chunks, lines, bar.update)
             for (number, text), layers in embedded:
-                key = text if use_sentence_keys else str(number)
-                if use_sentence_keys:
-                    if key in sentence_lines:
-                        raise ValueError(
-                            f"{source}: lines {sentence_lines[key] + 1} and {number + 1} hold the same sentence; "
-                            "drop --use-sentence-keys to key the vectors by line number"
-                        )
-                    sentence_lines[key] = number
-                _write(out, key, select_layers(layers, output_format), source, number)  # stops on a full disk
-                if not forget_sentences and not use_sentence_keys:
-                    sentence_to_index[text] = key
+                datasets.add(number, text, layers)  # stops on a full disk
                 n_tokens += layers.shape[1]
                 n_lines += 1
-            if not forget_sentences and not use_sentence_keys:
-                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                index[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+            datasets.finish()
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
 
 
@@ -349,26 +336,3 @@ def _chunks(items: Iterator[T], size: int) -> Iterator[list[T]]:
         if not chunk:
             return
         yield chunk
-
-
-def select_layers(layers: np.ndarray, output_format: str) -> np.ndarray:
-    """What an embedding file stores of a sentence's ``(n_layers + 1, n_tokens, dim)`` layers for ``output_format``
-    (one of :data:`OUTPUT_FORMATS`): all of them, the top one, or their mean (summed in float64, as AllenNLP's
-    ``np.average``), as float32."""
-    if output_format == "top":
-        chosen = layers[-1]
-    elif output_format == "average":
-        chosen = layers.mean(axis=0, dtype=np.float64)
-    else:
-        chosen = layers
-    return np.asarray(chosen, dtype=np.float32)
-
-
-def _write(out: GuardedHDF5, key: str, array: np.ndarray, source: str, number: int) -> None:
-    """One dataset; a key HDF5 cannot name (a NUL would silently cut it short) is an error naming the line."""
-    if key in ("", ".") or key == "sentence_to_index" or "/" in key or "\0" in key:
-        raise ValueError(
-            f"{source}, line {number + 1}: {key!r} cannot be an HDF5 dataset name; "
-            "drop --use-sentence-keys to key the vectors by line number"
-        )
-    out.create_dataset(key, data=np.asarray(array, dtype=np.float32))

@@ -1,2 +1,3 @@
 """Model sources: what a model name means (the bundled default, a folder, a published name, a URL),
-the published models' table, downloads into the local store and their checks, and `spacy-elmo info`."""
+the published models' table, the generic fetcher and the package's downloads with their checks, and
+`spacy-elmo info`."""

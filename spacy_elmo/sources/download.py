@@ -1,55 +1,29 @@
-"""Downloads and archives, once per machine: the cache under ``SPACY_ELMO_HOME``, locks, checks, offline mode.
+"""The package's downloads: the generic fetcher (:mod:`.fetch`) with spacy-elmo's store, checks and advice.
 
-A URL is fetched with ``requests`` into ``home()/downloads/<hash of the URL>/<file name>``: streamed
-to a ``.part`` file, checked against the length the server announced, checked to be what its name
-says (:mod:`.download_checks`: an HDF5 file that opens, a JSON object, an ELMo archive; so an HTML
-error page answered with 200 is refused, not cached) and against any known sha256, and renamed into
-place only then. A cut-off transfer is resumed only from a ``.part`` whose version (ETag or
-Last-Modified, kept in ``.part.json``) the server confirms (``If-Range``) and whose ``Content-Range``
-starts where the ``.part`` ends; anything else starts again from zero, so two versions of a file are
-never spliced. Servers are asked not to compress (``Accept-Encoding: identity``). Beside the file a
-``.json`` record keeps the URL, size and sha256 of the first download that loaded; a later download
-with another sha256 is refused (the published file changed or the transfer is corrupt). Messages
-about a cached file name the folder to delete and the command that does it,
-``spacy-elmo download --force NAME`` (:func:`forget`). A file lock makes concurrent processes
-(spaCy ``n_process``, ``GridSearchCV(n_jobs=...)``, Dask workers) download once while the others
-wait. Archives (``.zip``, ``.tar.gz``) are unpacked once into ``home()/archives/``, refusing
-members with absolute paths, ``..`` or links, and archives that would expand beyond their declared
-sizes, ``MAX_EXPANSION`` times their own size or the free disk space (archive bombs). With
-``SPACY_ELMO_OFFLINE=1`` nothing touches the network. Nothing downloaded is ever unpickled.
+The store is ``SPACY_ELMO_HOME`` (else the user cache directory); every body is checked to be what
+its name says before it enters it (:mod:`.download_checks`: an HDF5 file that opens, a JSON object,
+an ELMo archive); ``SPACY_ELMO_OFFLINE=1`` keeps it off the network. Messages about a cached file
+name the folder to delete and the command that does it, ``spacy-elmo download --force NAME``
+(:func:`forget`). Errors are :class:`DownloadError`, a ``WeightFileError``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
 import os
-import re
-import shutil
-import stat
-import tarfile
-import zipfile
-from pathlib import Path, PurePosixPath
-from typing import Any, Optional, Union
-from urllib.parse import urlparse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
 
-from ..bilm import manylangs_files
-from ..bilm.files import OPTIONS, write_json_atomically
 from ..bilm.weights import WeightFileError
-from .download_checks import ARCHIVE_SUFFIXES, content_problem
+from .download_checks import content_problem
+from .fetch import FetchError, Store, is_archive, is_url  # noqa: F401 (is_archive, is_url re-exported)
 
 HOME_ENV = "SPACY_ELMO_HOME"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
-_CHUNK = 1 << 20
-_ATTEMPTS = 3  # transfers cut off mid-way are resumed (Range) up to this many times per call
-_LOCK_TIMEOUT_S = 6 * 3600.0  # another process downloading the original model on a slow line
-_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S = 15.0, 120.0
-MAX_EXPANSION = 100  # an archive may unpack to at most this many times its size (ELMo weights hardly compress)...
-MIN_EXPANSION_BYTES = 64 << 20  # ...or to this much, whatever its size
-FREE_RESERVE_BYTES = 64 << 20  # left free on the disk after unpacking
 
 
-class DownloadError(WeightFileError):
+class DownloadError(WeightFileError, FetchError):
     """A model's files could not be fetched or unpacked (network, server, offline mode, checksum, archive)."""
 
 
@@ -68,19 +42,10 @@ def is_offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def is_url(value: Union[str, os.PathLike[str]]) -> bool:
-    """Whether ``value`` is an http(s) URL (paths, including ``os.PathLike`` ones, are not)."""
-    return isinstance(value, str) and urlparse(value).scheme in ("http", "https")
-
-
-def is_archive(value: Union[str, os.PathLike[str]]) -> bool:
-    """Whether ``value`` (a path or URL) names a ``.zip`` / ``.tar.gz`` / ``.tgz`` file."""
-    text = os.fspath(value)
-    name = urlparse(text).path if is_url(text) else text
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-# -- single files ----------------------------------------------------------------------------
+def store() -> Store:
+    """The download cache as the environment sets it now: under :func:`home`, ELMo's checks, offline or not."""
+    offline = f"offline mode is on ({OFFLINE_ENV}=1)" if is_offline() else None
+    return Store(home(), check=content_problem, offline=offline)
 
 
 def cached_path(
@@ -91,37 +56,43 @@ def cached_path(
     download_name: Optional[str] = None,
     progress: Optional[bool] = None,
 ) -> Path:
-    """The local copy of ``url``, downloaded into the cache first if it is not there (see the module docstring).
+    """The local copy of ``url``, downloaded into the cache first if it is not there (:mod:`.fetch`).
 
     ``what`` names the model in error messages (e.g. ``model 'original'``); ``download_name`` is what
     offline mode and cache errors tell the user to pass to ``spacy-elmo download`` (default: the URL);
     ``progress=None`` shows a tqdm bar only on a terminal.
     """
-    target = _download_target(url)
-    record = _record_path(target)
     name = download_name or url
-    found = _verified(target, record, url, sha256, name)
-    if found is not None:
-        return found
-    if is_offline():
-        raise DownloadError(
-            f"offline mode is on ({OFFLINE_ENV}=1) and {what or url} is not in the cache ({target}); "
-            f"on a machine with a network run `spacy-elmo download {name}` "
-            f"(with {HOME_ENV} pointing at the same cache), or unset {OFFLINE_ENV}"
+    with _download_errors():
+        return store().fetch(
+            url,
+            sha256=sha256,
+            what=what,
+            label=name,
+            retry_hint=f"run `{force_command(name)}`",
+            offline_hint=(
+                f"on a machine with a network run `spacy-elmo download {name}` "
+                f"(with {HOME_ENV} pointing at the same cache), or unset {OFFLINE_ENV}"
+            ),
+            progress=progress,
         )
-    from filelock import FileLock, Timeout
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(target.parent / ".lock"), timeout=_LOCK_TIMEOUT_S):
-            found = _verified(target, record, url, sha256, name)  # another process may have fetched it meanwhile
-            if found is not None:
-                return found
-            _drop_unloadable(target, record)
-            _download(url, target, record, sha256, what, progress, name)
-    except Timeout:
-        raise DownloadError(f"timed out waiting for another process to download {url} into {target}") from None
-    return target
+
+def is_cached(url: str) -> bool:
+    """Whether a complete download of ``url`` is in the cache (no network access)."""
+    return store().is_fetched(url)
+
+
+def unpacked_archive(archive: Path, *, source: Optional[str] = None) -> Path:
+    """The directory an archive unpacks to (once, in the cache); ``source`` names it in messages (its URL)."""
+    with _download_errors():
+        return store().unpacked(archive, source=source)
+
+
+def forget(source: str) -> list[Path]:
+    """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked
+    copies."""
+    return store().forget(source)
 
 
 def force_command(name: str) -> str:
@@ -131,520 +102,20 @@ def force_command(name: str) -> str:
 
 def cache_advice(path: Path) -> str:
     """For a file inside the download cache: "; delete FOLDER or run `spacy-elmo download --force NAME`", else ""."""
-    try:
-        relative = path.resolve().relative_to(home().resolve())
-    except (OSError, ValueError):
+    entry = store().entry_of(path)
+    if entry is None:
         return ""
-    if len(relative.parts) < 3 or relative.parts[0] not in ("downloads", "archives"):
-        return ""
-    folder = home() / relative.parts[0] / relative.parts[1]
-    if relative.parts[0] == "downloads":
-        info = _read_record(_record_path(folder / relative.parts[2])) or {}
-        source = info.get("name") or info.get("url")
-    else:
-        try:
-            source = (folder / ".complete").read_text(encoding="utf-8").strip()
-        except OSError:
-            source = None
+    folder, source = entry
     command = f" or run `{force_command(source)}`" if source else ""
     return f"; it came from the download cache: delete {folder}{command} to fetch it again"
 
 
-def forget(source: str) -> list[Path]:
-    """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked
-    copies."""
-    removed: list[Path] = []
-    if is_url(source):
-        folder = _download_target(source).parent
-        if folder.is_dir():
-            from filelock import FileLock
-
-            with FileLock(str(folder / ".lock"), timeout=_LOCK_TIMEOUT_S):
-                for path in folder.iterdir():
-                    if path.name != ".lock":
-                        path.unlink()
-                        removed.append(path)
-    archives = home() / "archives"
-    wanted = source if is_url(source) else str(Path(source).expanduser().resolve())
-    for done in sorted(archives.glob("*/.complete")) if archives.is_dir() else []:
-        if done.read_text(encoding="utf-8").strip() == wanted:
-            shutil.rmtree(done.parent)
-            removed.append(done.parent)
-    return removed
-
-
-def _download_target(url: str) -> Path:
-    name = PurePosixPath(urlparse(url).path).name or "download"
-    return home() / "downloads" / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16] / name
-
-
-def _record_path(target: Path) -> Path:
-    return target.with_name(target.name + ".json")
-
-
-def _part_paths(target: Path) -> tuple[Path, Path]:
-    """The ``.part`` file a transfer streams into, and the ``.part.json`` version (ETag or Last-Modified) it holds."""
-    part = target.with_name(target.name + ".part")
-    return part, part.with_name(part.name + ".json")
-
-
-def _read_record(record: Path) -> Optional[dict[str, Any]]:
+@contextlib.contextmanager
+def _download_errors() -> Iterator[None]:
+    """The fetcher's errors as :class:`DownloadError` (a ``WeightFileError``: a model that cannot be loaded)."""
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _verified(target: Path, record: Path, url: str, sha256: Optional[str], name: str) -> Optional[Path]:
-    """``target`` if it is a complete download of ``url`` (size as recorded, sha256 as expected), else None."""
-    info = _read_record(record)
-    if info is None or not target.is_file() or info.get("url") != url:
-        return None
-    if target.stat().st_size != info.get("size"):
-        return None  # damaged since: fetch again
-    if sha256 is not None and info.get("sha256") != sha256.lower():
-        raise DownloadError(
-            f"{target} (from {url}) has sha256 {info.get('sha256')}, but {sha256.lower()} is expected; "
-            f"delete {target.parent} or run `{force_command(name)}` to fetch it again"
-        )
-    if content_problem(target, target.name) is not None:
-        return None  # cached before downloads were checked (an error page?): dropped and fetched again
-    return target
-
-
-def _drop_unloadable(target: Path, record: Path) -> None:
-    """A cached file that is not what its name says (and its record, the sha256 of that body) are removed."""
-    if target.is_file() and content_problem(target, target.name) is not None:
-        target.unlink()
-        record.unlink(missing_ok=True)
-
-
-def _download(
-    url: str, target: Path, record: Path, sha256: Optional[str], what: str, progress: Optional[bool], name: str
-) -> None:
-    """Fetch ``url`` into ``target`` under the caller's lock: ``.part`` file, resume, checks, rename."""
-    part, version = _part_paths(target)
-    size, digest = _fetch_to(url, part, what, progress)
-    shown = _shown(url, what)
-    problem = content_problem(part, target.name)
-    if problem is not None:
-        part.unlink(missing_ok=True)
-        version.unlink(missing_ok=True)
-        raise DownloadError(
-            f"downloading {shown} failed: the server answered 200, but {problem}; nothing was put in the cache, "
-            "so the next try downloads it again"
-        )
-    expected = (sha256 or "").lower() or None
-    first = _read_record(record)
-    recorded = first.get("sha256") if first and first.get("url") == url else None
-    for wanted, why in ((expected, "is expected"), (recorded, f"was recorded at the first download ({record})")):
-        if wanted is not None and digest != wanted:
-            part.unlink(missing_ok=True)
-            version.unlink(missing_ok=True)
-            raise DownloadError(
-                f"{url}: the downloaded file has sha256 {digest}, but {wanted} {why}; refused "
-                f"(if the published file really changed, delete {target.parent} or run `{force_command(name)}`)"
-            )
-    os.replace(part, target)
-    version.unlink(missing_ok=True)
-    write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": name})
-
-
-def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tuple[int, str]:
-    """Stream ``url`` into ``part`` (resuming what is there), returning (size, sha256) of the whole file.
-
-    A resume asks for the rest with ``Range`` and ``If-Range`` (the version the ``.part`` holds); a
-    reply that is not exactly that rest of that version (a 206 from another offset or of another
-    version) throws the ``.part`` away and starts again from zero. ``Accept-Encoding: identity``
-    keeps servers from compressing; a server that compresses anyway is decoded, its length checked
-    on the wire, and never resumed (ranges would count compressed bytes). Up to ``_ATTEMPTS``
-    requests; each failure becomes a :class:`DownloadError` naming the download.
-    """
-    import requests
-
-    name = _shown(url, what)
-    transfer = _Transfer(url, part, progress)
-    try:
-        for attempt in range(_ATTEMPTS):
-            try:
-                fetched = transfer.attempt()
-            except (
-                requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ConnectionError,
-                requests.exceptions.Timeout,
-                _CutOff,
-            ) as err:
-                transfer.broke_off(err, name, last=attempt + 1 == _ATTEMPTS)
-                continue
-            except requests.exceptions.HTTPError as err:
-                transfer.discard()
-                raise DownloadError(f"downloading {name} failed: the server answered {_short(err)}") from None
-            except requests.exceptions.RequestException as err:
-                transfer.discard()
-                raise DownloadError(f"downloading {name} failed: {_short(err)}") from None
-            if fetched is not None:
-                return fetched
-        why = f": {transfer.mismatch}" if transfer.mismatch else ""
-        raise DownloadError(f"downloading {name} failed after {_ATTEMPTS} attempts{why}; nothing was put in the cache")
-    finally:
-        transfer.close()
-
-
-def _shown(url: str, what: str) -> str:
-    """How messages name a download: ``what`` (e.g. ``model 'original'``) with the URL, unless it already has it."""
-    return what if url in what else f"{what} ({url})" if what else url
-
-
-class _Transfer:
-    """One file's transfer into its ``.part`` over one HTTP session, across attempts: what a resume needs (the
-    ``.part`` and the version beside it), whether the last reply can be resumed, the progress bar."""
-
-    def __init__(self, url: str, part: Path, progress: Optional[bool]):
-        import requests
-
-        self.url = url
-        self.part = part
-        self.version_path = part.with_name(part.name + ".json")
-        self.progress = progress
-        self.session = requests.Session()
-        self.bar: Any = None  # one tqdm bar for all attempts, made at the first reply
-        self.resumable = False  # whether the last reply can be resumed (Accept-Ranges: bytes and a version to ask for)
-        self.mismatch = ""  # why the last partial reply was refused, for the message if no attempt succeeds
-
-    def attempt(self) -> Optional[tuple[int, str]]:
-        """One request: the rest of the ``.part``'s version if it has one, else the whole file. Returns (size,
-        sha256) of the whole file once written; None when the reply cannot be used, the ``.part`` is dropped and the
-        next attempt starts again from zero. Raises ``_CutOff`` or requests' errors when the transfer fails."""
-        have, version = _resume_point(self.part, self.version_path, self.url)
-        headers = {"Accept-Encoding": "identity"}
-        if have:
-            headers.update({"Range": f"bytes={have}-", "If-Range": version})
-        with self.session.get(
-            self.url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)
-        ) as response:
-            if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
-                self.discard()
-                return None
-            response.raise_for_status()
-            encoded = response.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
-            resumed = response.status_code == 206
-            if resumed:
-                problem = _range_problem(response, have, version, encoded)
-                if problem is not None:
-                    self.mismatch = problem
-                    self.discard()
-                    return None
-            start = have if resumed else 0
-            self._note_version(response, encoded, resumed)
-            length = response.headers.get("Content-Length")
-            wire = int(length) if length is not None and length.isdigit() else None  # bytes on the wire
-            bar = self._show(total=start + wire if wire is not None and not encoded else None, start=start)
-            self._write(response, append=resumed, bar=bar)
-            got = self.part.stat().st_size
-            received = response.raw.tell() if encoded else got - start
-            if wire is not None and received != wire:
-                raise _CutOff(f"got {received:,} of {wire:,} bytes")
-            return got, _sha256_of(self.part)
-
-    def _note_version(self, response: Any, encoded: bool, resumed: bool) -> None:
-        """Whether a cut-off of this reply could be resumed (not compressed, ``Accept-Ranges: bytes``, a version for
-        ``If-Range``); a reply of the whole file replaces the ``.part``, with that version recorded beside it."""
-        served = None if encoded else _version_of(response)
-        self.resumable = served is not None and response.headers.get("Accept-Ranges", "").lower() == "bytes"
-        if not resumed:
-            self.discard()
-            if self.resumable:
-                write_json_atomically(self.version_path, {"url": self.url, "version": served})
-
-    def _show(self, total: Optional[int], start: int) -> Any:
-        """The progress bar, made at the first reply and set back to ``start`` of ``total`` bytes at a later one."""
-        if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=total,
-                initial=start,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=PurePosixPath(urlparse(self.url).path).name,
-                disable=_bar_disabled(self.progress),
-                leave=False,
-            )
-        else:
-            self.bar.reset(total=total)
-            self.bar.update(start)
-        return self.bar
-
-    def _write(self, response: Any, append: bool, bar: Any) -> None:
-        """The reply's body into the ``.part`` (after what it holds when ``append``), in small reads so that a
-        cut-off keeps most of what came."""
-        with open(self.part, "ab" if append else "wb") as handle:
-            for chunk in response.iter_content(1 << 16):
-                handle.write(chunk)
-                bar.update(len(chunk))
-
-    def broke_off(self, err: BaseException, name: str, last: bool) -> None:
-        """After a transfer failed mid-way: keep the ``.part`` for the next attempt (or the next call) when the reply
-        can be resumed and bytes came, else drop it; raise a :class:`DownloadError` when this was the ``last`` attempt
-        or there is nothing to resume."""
-        import requests
-
-        got = self.part.stat().st_size if self.part.is_file() else 0
-        can_resume = got > 0 and self.resumable
-        if not can_resume:
-            self.discard()
-        if last or not can_resume:
-            reason = (
-                "could not connect"
-                if got == 0 and isinstance(err, requests.exceptions.ConnectionError)
-                else "the transfer was cut off"
-            )
-            kept = f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
-            raise DownloadError(
-                f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
-            ) from None
-
-    def discard(self) -> None:
-        """Drop the ``.part`` and its recorded version."""
-        _discard(self.part, self.version_path)
-
-    def close(self) -> None:
-        """Close the progress bar and the HTTP session."""
-        if self.bar is not None:
-            self.bar.close()
-        self.session.close()
-
-
-def _resume_point(part: Path, version_path: Path, url: str) -> tuple[int, str]:
-    """``(bytes in the .part, the version they are of)``; ``(0, "")`` when there is no part of a known version."""
-    info = _read_record(version_path)
-    have = part.stat().st_size if part.is_file() else 0
-    if not have or info is None or info.get("url") != url or not isinstance(info.get("version"), str):
-        _discard(part, version_path)  # bytes of an unknown version are never resumed
-        return 0, ""
-    return have, info["version"]
-
-
-def _version_of(response: Any) -> Optional[str]:
-    """What ``If-Range`` can name of a reply: its strong ETag, else its Last-Modified date, else None."""
-    etag = response.headers.get("ETag", "").strip()
-    if etag and not etag.startswith("W/"):  # weak ETags are not allowed in If-Range
-        return etag
-    modified = response.headers.get("Last-Modified", "").strip()
-    return modified or None
-
-
-def _range_problem(response: Any, have: int, version: str, encoded: bool) -> Optional[str]:
-    """Why a 206 reply is not the rest (from byte ``have``) of the version the ``.part`` holds; None if it is."""
-    if not have:
-        return "the server sent a partial reply (206) to a request for the whole file"
-    if encoded:
-        return "the server compressed a partial reply (Content-Encoding), so its bytes cannot be appended"
-    found = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", response.headers.get("Content-Range", ""))
-    if found is None:
-        return f"the server's partial reply has no usable Content-Range ({response.headers.get('Content-Range')!r})"
-    first, last, total = int(found[1]), int(found[2]), found[3]
-    if first != have or (total != "*" and last + 1 != int(total)):
-        return f"asked for bytes {have}- the server sent {found[0].strip()!r}"
-    length = response.headers.get("Content-Length")
-    if length is not None and length.isdigit() and int(length) != last - first + 1:
-        return f"the partial reply's Content-Length {length} disagrees with its Content-Range {found[0].strip()!r}"
-    served = _version_of(response)
-    if served is not None and served != version:
-        return f"the file changed on the server since the transfer began (version {served}, was {version})"
-    return None
-
-
-def _discard(part: Path, version_path: Path) -> None:
-    part.unlink(missing_ok=True)
-    version_path.unlink(missing_ok=True)
-
-
-class _CutOff(Exception):
-    """The server sent fewer bytes than it announced."""
-
-
-def _short(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _bar_disabled(progress: Optional[bool]) -> Optional[bool]:
-    return None if progress is None else not progress  # None: tqdm decides (off when not a terminal)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-# -- archives ----------------------------------------------------------------------------------
-
-
-def unpacked_archive(archive: Path, *, source: Optional[str] = None) -> Path:
-    """The directory an archive unpacks to (once, in the cache); ``source`` names it in messages (its URL)."""
-    archive = archive.resolve()
-    info = archive.stat()
-    key = hashlib.sha256(f"{archive}:{info.st_size}:{info.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = home() / "archives" / key
-    done = target / ".complete"
-    if done.is_file():
-        return target
-    from filelock import FileLock
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{key}.lock"), timeout=_LOCK_TIMEOUT_S):
-        if done.is_file():
-            return target
-        tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            _extract(archive, tmp, source or str(archive))
-            (tmp / ".complete").write_text(source or str(archive), encoding="utf-8")
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _extract(archive: Path, into: Path, name: str) -> None:
-    """Every regular file of a zip or tar archive, after checking every member's name, kind and declared size."""
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            infos = zf.infolist()
-            _check_members([(info.filename, _zip_kind(info)) for info in infos], name)
-            files = [info for info in infos if not info.is_dir()]
-            _check_expansion([(info.filename, info.file_size) for info in files], archive, into, name)
-            for info in files:
-                _write_member(into, info.filename, zf.open(info), info.file_size, name)
-        return
-    try:
-        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 (the `with tf` below closes it; opening alone is guarded)
-    except tarfile.TarError as err:
-        raise DownloadError(f"{name} is neither a zip nor a tar archive ({err})") from None
-    with tf:
-        entries = tf.getmembers()
-        _check_members([(m.name, _tar_kind(m)) for m in entries], name)
-        regular = [member for member in entries if member.isfile()]
-        _check_expansion([(member.name, member.size) for member in regular], archive, into, name)
-        for member in regular:
-            handle = tf.extractfile(member)
-            assert handle is not None
-            _write_member(into, member.name, handle, member.size, name)
-
-
-def _check_expansion(members: list[tuple[str, int]], archive: Path, into: Path, name: str) -> None:
-    """Refuse, before writing anything, an archive whose declared sizes add up to a bomb or more than the free space.
-
-    The bound is ``MAX_EXPANSION`` times the archive's size (at least ``MIN_EXPANSION_BYTES``): ELMo
-    weights hardly compress, so a real model archive is far below it. The error names the member
-    at which the running total crosses the bound.
-    """
-    packed = archive.stat().st_size
-    bound = max(MAX_EXPANSION * packed, MIN_EXPANSION_BYTES)
-    free = _free_bytes(into) - FREE_RESERVE_BYTES
-    total = 0
-    for member, size in members:
-        total += size
-        if total > bound:
-            raise DownloadError(
-                f"{name}: member {member!r} would bring what the archive unpacks to {_mib(total)}, more than "
-                f"{MAX_EXPANSION} times the archive's {_mib(packed)}; refused (an archive bomb?)"
-            )
-        if total > free:
-            raise DownloadError(
-                f"{name}: unpacking needs {_mib(total)} by member {member!r}, but only {_mib(max(free, 0))} can be "
-                f"used in {into.parent} (keeping {_mib(FREE_RESERVE_BYTES)} free); refused: free some disk space"
-            )
-
-
-def _free_bytes(folder: Path) -> int:
-    """Free bytes on the disk that holds ``folder``."""
-    return shutil.disk_usage(folder).free
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB"
-
-
-def _zip_kind(info: zipfile.ZipInfo) -> str:
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "dir" if info.is_dir() else "file"
-
-
-def _tar_kind(member: tarfile.TarInfo) -> str:
-    if member.issym():
-        return "a symbolic link"
-    if member.islnk():
-        return "a hard link"
-    if member.isdir():
-        return "dir"
-    return "file" if member.isfile() else "a device or special file"
-
-
-def _check_members(members: Any, name: str) -> None:
-    for member, kind in members:
-        path = member.replace("\\", "/")
-        parts = PurePosixPath(path).parts
-        if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-            raise DownloadError(f"{name}: member {member!r} has an absolute path; refused (unsafe archive)")
-        if ".." in parts:
-            raise DownloadError(f"{name}: member {member!r} leads outside the archive ('..'); refused (unsafe archive)")
-        if kind not in ("file", "dir"):
-            raise DownloadError(f"{name}: member {member!r} is {kind}; refused (links could point outside the archive)")
-
-
-def _write_member(into: Path, member: str, source: Any, declared: int, name: str) -> None:
-    """Copy one member, never more than its declared size; a failed write is a DownloadError naming the member."""
-    path = into.joinpath(*PurePosixPath(member.replace("\\", "/")).parts)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with source, open(path, "wb") as out:
-            written = 0
-            for chunk in iter(lambda: source.read(_CHUNK), b""):
-                written += len(chunk)
-                if written > declared:
-                    raise DownloadError(
-                        f"{name}: member {member!r} expands beyond its declared {declared:,} bytes; refused"
-                    )
-                out.write(chunk)
-    except OSError as err:
-        raise DownloadError(
-            f"{name}: cannot unpack member {member!r} into {into.parent}: {err.strerror or err}"
-        ) from None
-
-
-def model_dir_in(directory: Path, name: str) -> Path:
-    """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one
-    must)."""
-    found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
-    found += sorted(
-        p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)
-    )
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise DownloadError(
-            f"{name} holds no options.json (an ELMo archive needs options.json and one .hdf5 file) "
-            "and no ELMoForManyLangs model (config.json, encoder.pkl, token_embedder.pkl)"
-        )
-    listed = ", ".join(str(p.relative_to(directory)) for p in found)
-    raise DownloadError(f"{name} holds several options.json files ({listed}); unpack it and name one folder")
-
-
-def is_cached(url: str) -> bool:
-    """Whether a complete download of ``url`` is in the cache (no network access)."""
-    target = _download_target(url)
-    try:
-        return _verified(target, _record_path(target), url, None, url) is not None
+        yield
     except DownloadError:
-        return False
+        raise
+    except FetchError as err:
+        raise DownloadError(str(err)) from None

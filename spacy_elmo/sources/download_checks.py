@@ -1,4 +1,5 @@
-"""Whether a downloaded file is what its name says it is, before it may enter the download cache.
+"""Whether a downloaded file is what its name says it is, before it may enter the download cache: the ``check``
+that :mod:`.download` gives the generic fetcher (:mod:`.fetch`).
 
 A server can answer 200 with something else than the file: a captive portal's login page, a CDN's
 HTML error, an S3 XML error, a gzip body nobody decoded. Cached under the file's name, with its
@@ -21,8 +22,8 @@ from typing import Optional
 from ..bilm import manylangs_files
 from ..bilm.files import OPTIONS
 from ..bilm.weights import first_line
+from .fetch import ARCHIVE_SUFFIXES
 
-ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 WEIGHT_SUFFIXES = (".hdf5", ".h5")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 

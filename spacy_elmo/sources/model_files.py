@@ -4,7 +4,8 @@ A model is named by ``"default"`` (the bundled biLM), a published name (``"origi
 :mod:`.published`), a directory, a ``.zip`` / ``.tar.gz`` archive (local path or URL), or an
 options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
 URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
-pair, downloading and unpacking into the cache (:mod:`.download`) when needed.
+pair, downloading and unpacking into the cache (:mod:`.download`) when needed; :func:`model_dir_in` finds
+the model folder inside an unpacked archive.
 
 Two directory formats are told apart by their files: ELMo's (``options.json`` + an HDF5 weight
 file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` and
@@ -25,7 +26,7 @@ from typing import Optional
 from ..bilm import manylangs_files
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
-from .download import cached_path, forget, is_archive, is_url, model_dir_in, unpacked_archive
+from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "models" / "default"
@@ -213,6 +214,24 @@ def model_shape(options_path: Path, weights_path: Path) -> tuple[int, int]:
         return config.n_layers, 2 * config.projection_dim
     options = read_options(options_path)
     return options.n_layers, options.output_dim
+
+
+def model_dir_in(directory: Path, name: str) -> Path:
+    """The folder inside an unpacked archive that holds ``options.json`` or an ELMoForManyLangs model (exactly one
+    must)."""
+    found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
+    found += sorted(
+        p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)
+    )
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise DownloadError(
+            f"{name} holds no options.json (an ELMo archive needs options.json and one .hdf5 file) "
+            "and no ELMoForManyLangs model (config.json, encoder.pkl, token_embedder.pkl)"
+        )
+    listed = ", ".join(str(p.relative_to(directory)) for p in found)
+    raise DownloadError(f"{name} holds several options.json files ({listed}); unpack it and name one folder")
 
 
 def _in_directory(directory: Path) -> tuple[Path, Path]:

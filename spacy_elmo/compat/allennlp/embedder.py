@@ -9,7 +9,6 @@ previous one left in its batch rows, so the same sentence can get other vectors 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,8 @@ from typing import IO, Union
 import numpy as np
 import torch
 
-from ...output.embed_file import OUTPUT_FORMATS, bounded_lines, hdf5_output, select_layers
+from ...output.embed_file import bounded_lines, hdf5_output
+from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
 from ...runtime.settings import DEFAULT_BATCH_SIZE
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
@@ -101,18 +101,17 @@ class ElmoEmbedder:
     ) -> None:
         """Each line of ``input_file`` (whitespace-tokenized; an open file, closed here, or a path) -> an HDF5 dataset.
 
-        AllenNLP's layout: dataset ``str(line number)`` (or the sentence itself with
-        ``use_sentence_keys``) holding ``(num_layers, n, dim)`` (``all``), ``(n, dim)`` (``top``:
-        the last layer; ``average``: the mean of the layers), all float32, and unless
-        ``forget_sentences`` or ``use_sentence_keys`` a ``sentence_to_index`` dataset: one string,
-        the JSON object from each sentence to its key (the last line for a repeated sentence).
-        A blank line raises :class:`ConfigurationError` before anything runs, as does a repeated
-        sentence with ``use_sentence_keys``. The file appears whole, through ``spacy-elmo embed``'s writer
+        AllenNLP's layout, written by ``spacy-elmo embed``'s own (:class:`spacy_elmo.output.hdf5_layout.LineDatasets`,
+        keys unchecked and the ``sentence_to_index`` JSON ASCII-escaped, as AllenNLP writes them): dataset
+        ``str(line number)`` (or the sentence itself with ``use_sentence_keys``) holding ``(num_layers, n, dim)``
+        (``all``), ``(n, dim)`` (``top``: the last layer; ``average``: the mean of the layers), all float32, and
+        unless ``forget_sentences`` or ``use_sentence_keys`` a ``sentence_to_index`` dataset: one string, the JSON
+        object from each sentence to its key (the last line for a repeated sentence). A blank line raises
+        :class:`ConfigurationError` before anything runs, as does a repeated sentence with ``use_sentence_keys``.
+        The file appears whole, through ``spacy-elmo embed``'s writer
         (:func:`spacy_elmo.output.embed_file.hdf5_output`): a full disk raises
         :class:`~spacy_elmo.output.write_guard.WriteFailedError` naming the output and leaves no file.
         """
-        import h5py
-
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
         # a path is opened here, a handle is taken as passed in: the `with` below closes either
@@ -125,26 +124,29 @@ class ElmoEmbedder:
                 f"Your input file contains empty lines at indexes {blank_lines}. Please remove them."
             )
         embedded = self.embed_sentences([sentence.split() for sentence in sentences], batch_size)
-        keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]
         if use_sentence_keys:
             logger.warning(
                 "Using sentences as keys can fail if sentences contain forward slashes or colons. Use with caution."
             )
-        output_path = Path(output_file_path)
-        sentence_to_index = {}
-        with hdf5_output(output_path) as fout:
-            for key, sentence, embeddings in zip(keys, sentences, embedded):
-                if use_sentence_keys and key in fout:
+        with hdf5_output(Path(output_file_path)) as fout:
+            datasets = LineDatasets(
+                fout,
+                output_format,
+                str(output_file_path),
+                use_sentence_keys=use_sentence_keys,
+                forget_sentences=forget_sentences,
+                check_keys=False,
+                ascii_index=True,
+            )
+            for number, (sentence, embeddings) in enumerate(zip(sentences, embedded)):
+                try:
+                    datasets.add(number, sentence, embeddings)
+                except DuplicateSentenceError:
                     raise ConfigurationError(
                         f"Key already exists in {output_file_path}. To encode duplicate sentences, "
                         f"do not pass the --use-sentence-keys flag."
-                    )
-                if not forget_sentences and not use_sentence_keys:
-                    sentence_to_index[sentence] = key
-                fout.create_dataset(str(key), data=select_layers(embeddings, output_format))
-            if not forget_sentences and not use_sentence_keys:
-                index = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
-                index[0] = json.dumps(sentence_to_index)
+                    ) from None
+            datasets.finish()
 
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "ElmoEmbedder"]
