@@ -448,30 +448,76 @@ def test_front_ends_never_call_backend_embed():
         )
 
 
-FILE_NAMES = {
-    "options.json",
-    "weights.hdf5",
-    "lm_weights.hdf5",
-    "model.hdf5",
-    "vocab.txt",
-    "metrics.json",
-    "checkpoint.safetensors",
-    "softmax.safetensors",
+# -- file names in one place -----------------------------------------------------------------------
+
+# a string that is a file name (or a name pattern, ``shard-{index:05d}.txt``): a bare name, no folder, no leading dot
+# (".json" is a suffix, ".lock" the download cache's bookkeeping), no glob ("*.txt" matches a user's files)
+FILE_NAME = re.compile(
+    r"[\w{][\w.{}:-]*\.(json|jsonl|hdf5|h5|txt|tsv|csv|safetensors|pkl|pt|pth|npy|npz|md|sqlite|sqlite3|db|dic|cfg"
+    r"|yaml|yml|msgpack|bin|zip|tgz|gz|png|svg|pdf)"
+)
+# names a foreign format gives its files, spelled by the one module that reads that format
+FOREIGN_FILE_NAMES = {
+    # ELMoForManyLangs' model folder (its config.json names its architecture file; the .pkl files are its torch-saved
+    # state dicts, read only with torch.load(weights_only=True))
+    "spacy_elmo.bilm.manylangs_files": {
+        "config.json",
+        "char.dic",
+        "word.dic",
+        "token_embedder.pkl",
+        "encoder.pkl",
+        "cnn_50_100_512_4096_sample.json",
+        "cnn_0_100_512_4096_sample.json",
+    },
 }
 
 
+def file_name_literals(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` for each string in ``source`` that is a whole file name (an f-string with its fields as
+    ``{}``); messages and docstrings that mention a name in a sentence are not names."""
+    found = []
+    parts_of_fstrings = set()
+    for node in ast.walk(ast.parse(source)):  # breadth first: an f-string before its parts
+        text = None
+        if isinstance(node, ast.JoinedStr):
+            parts_of_fstrings.update(id(value) for value in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts_of_fstrings:
+            text = node.value
+        if text is not None and FILE_NAME.fullmatch(text):
+            found.append((node.lineno, text))
+    return found
+
+
+def test_the_file_name_scan_sees_names_not_prose():
+    """Guards the check below: names are found as constants and f-strings; suffixes, globs, paths, prose are not."""
+    source = """
+META = "model.json"
+def shard(i, stem, url):
+    \"\"\"Reads corpus.json.\"\"\"
+    return f"shard-{i:05d}.txt", stem + ".hdf5", "*.txt", f"{url}/elmo_options.json", "see options.json", ".lock"
+"""
+    names = [name for _, name in file_name_literals(source)]
+    assert sorted(names) == ["model.json", "shard-{}.txt"]
+
+
 def test_file_names_are_spelled_in_one_place():
-    """A model folder's and a training run's file names are constants of bilm/files.py; code elsewhere names them
-    through those constants (messages and docstrings may mention them)."""
-    seen = set()
+    """The names of the files this package writes or reads in its folders (a model folder, a training run, a prepared
+    corpus, an adaptation, the spaCy component's saved model, the disk cache) are constants of bilm/files.py; code
+    elsewhere names them through those constants (messages and docstrings may mention them). A foreign format's
+    names stay with the one module that reads it (FOREIGN_FILE_NAMES)."""
+    own = {name for _, name in file_name_literals(MODULES["spacy_elmo.bilm.files"].read_text(encoding="utf-8"))}
+    assert {"options.json", "model.json", "README.md", "corpus.json", "shard-{index:05d}.txt"} <= own  # sees them
+    seen_foreign = {}
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in FILE_NAMES:
-                if name == "spacy_elmo.bilm.files":
-                    seen.add(node.value)
-                else:
-                    pytest.fail(f"{name}:{node.lineno} spells {node.value!r}: use the constant of bilm/files.py")
-    assert seen == FILE_NAMES  # the check sees every name where it belongs
+        if name == "spacy_elmo.bilm.files":
+            continue
+        for line, literal in file_name_literals(path.read_text(encoding="utf-8")):
+            if literal in FOREIGN_FILE_NAMES.get(name, set()) and literal not in own:
+                seen_foreign.setdefault(name, set()).add(literal)
+                continue
+            pytest.fail(f"{name}:{line} spells the file name {literal!r}: name it in bilm/files.py and use that")
+    assert seen_foreign == FOREIGN_FILE_NAMES, "FOREIGN_FILE_NAMES lists names no module spells any more"
 
 
 # -- the module map of ARCHITECTURE.md ------------------------------------------------------------

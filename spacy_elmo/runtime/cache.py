@@ -26,11 +26,11 @@ from typing import Optional, Union
 
 import numpy as np
 
+from ..bilm.files import DISK_CACHE as DB_NAME
 from ..bilm.threads import ForkSafeLock, renew_after_fork
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
-DB_NAME = "embeddings.sqlite3"
 DEFAULT_MEMORY_MB = 256.0
 DEFAULT_DISK_MB = 4096.0
 _BUSY_TIMEOUT_S = 60.0

@@ -19,7 +19,7 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..bilm.files import atomic_path, atomic_paths, reported_as
+from ..bilm.files import COMPONENT_MODEL, atomic_path, atomic_paths, reported_as
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..runtime.backend import ElmoBackend, resolve_dtype
@@ -35,7 +35,7 @@ from .layers import is_cached_reader, link, listening_layers, unlink
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
-MODEL_META = "model.json"  # the component's saved model: where its files are, and their fingerprints
+MODEL_META = COMPONENT_MODEL  # the component's saved model: where its files are, and their fingerprints
 DEFAULT_CONFIG_STR = f"""
 [elmo]
 layers = "average"

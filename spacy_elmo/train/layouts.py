@@ -30,6 +30,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Union
 
+from ..bilm.files import SOURCE_INFO
+
 PathLike = Union[str, os.PathLike]
 
 LAYOUTS = ("lines", "raw", "gutenberg", "wikiextractor", "jsonl")
@@ -51,7 +53,7 @@ GUTENBERG_END = re.compile(
     r"^\s*(\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG|END OF (THE |THIS )?PROJECT GUTENBERG)", re.IGNORECASE
 )
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-SIDECARS = frozenset({"source-info.json"})  # provenance notes beside the text, never text themselves
+SIDECARS = frozenset({SOURCE_INFO})  # provenance notes beside the text, never text themselves
 
 
 def check_layout(layout: str) -> str:
