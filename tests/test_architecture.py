@@ -7,6 +7,7 @@ broken input (or a known hit) that it sees what it looks for, so none can pass b
 """
 
 import ast
+import fnmatch
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,31 @@ def test_bilm_imports_no_front_end():
                 assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
 
 
+# what train/ builds on besides bilm/ and itself: the tokenizers, windows' length batching, what a model string means
+# (--init-from, evaluate), the version recorded in a prepared corpus; never the backend or a front end
+TRAIN_USES = {
+    "spacy_elmo.runtime.tokenize",
+    "spacy_elmo.runtime.windows",
+    "spacy_elmo.sources.model_files",
+    "spacy_elmo.about",
+}
+
+
+def test_train_builds_on_bilm_and_the_listed_pieces_only():
+    """train/ imports, even lazily, nothing of spacy_elmo outside train/ and bilm/ but TRAIN_USES (ARCHITECTURE.md's
+    module map); every listed piece is still used, so the list stays the truth."""
+    used = set()
+    for name in MODULES:
+        if name.startswith("spacy_elmo.train"):
+            for imported in imported_names(name, in_functions=True):
+                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm")):
+                    continue
+                if imported.split(".")[0] == "spacy_elmo":
+                    assert imported in TRAIN_USES, f"{name} imports {imported}: train/ builds on bilm/ and TRAIN_USES"
+                    used.add(imported)
+    assert used == TRAIN_USES, f"TRAIN_USES lists pieces train/ no longer uses: {sorted(TRAIN_USES - used)}"
+
+
 def used_names(path: Path) -> set[str]:
     """Every name, attribute and string constant in a module (``getattr(lib, "name")`` counts as using ``name``)."""
     names = set()
@@ -152,6 +178,75 @@ def test_threads_are_started_and_limited_only_in_bilm_threads():
     for name, path in MODULES.items():
         misplaced = (used_names(path) & watched) - allowed.get(name, set())
         assert not misplaced, f"{name} uses {sorted(misplaced)}: thread pools and limits belong in bilm/threads.py"
+
+
+# -- size thresholds ---------------------------------------------------------------------------------
+
+# a module-level number whose name says it bounds a size: per-step multiply-adds, rows, weight elements, a split
+SIZE_THRESHOLD = re.compile(r"_?(SPLIT_\w+|\w+_(MACS|ROWS|ELEMENTS))")
+# of those, the ones that decide threads (a split onto the pool, a team of one): bilm/threads.py's only
+THREAD_THRESHOLD = re.compile(r"\w*(THREAD|SPLIT|SMALL_WORK)\w*")
+# where each size threshold may live: module pattern (fnmatch) -> the constants allowed there, ANY for any. The
+# engines' files may hold any (which kernel takes a product of how many rows is each engine's cost model); the
+# rows below them are the thresholds that still sit beside the kernels they pick, until they join their engine family
+ANY = frozenset({"*"})
+SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
+    # when work is split onto the pool or run on one thread
+    "spacy_elmo.bilm.threads": frozenset({"SMALL_WORK_MACS", "DIRECTION_THREADS_MIN_MACS", "SPLIT_TOKENS"}),
+    "spacy_elmo.bilm.engine.*": ANY,
+    "spacy_elmo.bilm.low_precision": frozenset({"BF16_MIN_ELEMENTS", "BF16_MAX_ROWS"}),  # the bf16 engine's
+    "spacy_elmo.bilm.mkl_prepacked": frozenset({"MIN_ELEMENTS", "_PACK_FOR_ROWS"}),  # the MKL engine's
+    # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
+    "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
+}
+
+
+def size_thresholds(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of each module-level numeric constant in ``source`` whose name is a size threshold's."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        numeric = all(
+            isinstance(n, (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+            or (isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool))
+            for n in ast.walk(value)
+        )
+        for target in targets:
+            if numeric and isinstance(target, ast.Name) and SIZE_THRESHOLD.fullmatch(target.id):
+                found.append((node.lineno, target.id))
+    return found
+
+
+def test_the_threshold_scan_sees_size_constants():
+    """Guards the check below: numeric size constants are found, other names and non-numbers are not."""
+    source = "A_MACS = 2_000\nB_MAX_ROWS: int = 1 << 8\nSPLIT_X = 64\nMAX_LAYERS = 64\nC_ROWS = f()\nD_ROWS = 'x'\n"
+    assert size_thresholds(source) == [(1, "A_MACS"), (2, "B_MAX_ROWS"), (3, "SPLIT_X")]
+    assert THREAD_THRESHOLD.fullmatch("DIRECTION_THREADS_MIN_MACS") and not THREAD_THRESHOLD.fullmatch("BF16_MAX_ROWS")
+
+
+def test_size_thresholds_live_where_the_table_says():
+    """Thread thresholds live in bilm/threads.py only; the engines' row-count and weight-size thresholds in
+    bilm/engine/ (or, until they move, beside the kernels SIZE_THRESHOLDS lists); nowhere else."""
+    seen: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for line, constant in size_thresholds(path.read_text(encoding="utf-8")):
+            where = f"{name}:{line} {constant}"
+            if THREAD_THRESHOLD.fullmatch(constant):
+                assert name == "spacy_elmo.bilm.threads", f"{where} decides threads: it belongs in bilm/threads.py"
+            places = [names for pattern, names in SIZE_THRESHOLDS.items() if fnmatch.fnmatchcase(name, pattern)]
+            assert any(names == ANY or constant in names for names in places), (
+                f"{where} is a size threshold outside its place: bilm/threads.py (threads) or bilm/engine/ (kernels); "
+                "see SIZE_THRESHOLDS"
+            )
+            seen.setdefault(name, set()).add(constant)
+    for pattern, names in SIZE_THRESHOLDS.items():
+        if names != ANY:
+            assert names <= seen.get(pattern, set()), f"SIZE_THRESHOLDS lists {sorted(names)} in {pattern}: update it"
 
 
 # the one reader of torch-saved files (ELMoForManyLangs' state dicts), and only with weights_only=True
