@@ -1,9 +1,10 @@
 """The rules of ARCHITECTURE.md that a machine can check, so the map stays true.
 
-No import circles, bilm/ knows no front end, threads in one place, nothing unpickled, files written whole,
-fork-safe locks, front ends through embed_segments, file names in one place, the module map complete, no
-process-wide state changes in library code, precision chosen by the engines. Each check first proves on a
-broken input (or a known hit) that it sees what it looks for, so none can pass because it sees nothing.
+No import circles, bilm/ knows no front end, train/ builds on bilm/ and a listed set, threads in one place, size
+thresholds where a table says, nothing unpickled, every file written whole, fork-safe locks, front ends through
+embed_segments, file names in one place, the module map complete, no process-wide state changes in library code,
+precision chosen by the engines, one embed call's order. Each check first proves on a broken input (or a known hit)
+that it sees what it looks for, so none can pass because it sees nothing.
 """
 
 import ast

@@ -1,5 +1,6 @@
-"""Files: their names (the one place a model folder's and a training run's file names are spelled), and files that
-appear whole: every writer of the package writes through :func:`atomic_path`.
+"""Files: their names (the one place the names of the package's files are spelled: a model folder's, a training
+run's, a prepared corpus's, ...), and files that appear whole: every writer of the package writes through
+:func:`atomic_path`.
 
 A crash, a full disk or Ctrl-C in the middle of a write leaves either the old file or the new one,
 never half of one: the bytes go to a temporary file beside the target (same folder, so the same
