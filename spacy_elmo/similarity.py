@@ -6,12 +6,14 @@ sentence, so a word used in two senses ("bank" of a river, of money) drifts apar
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .bilm.files import PathLike, atomic_path
 from .runtime.backend import ElmoBackend
 from .runtime.cosine import cosine
 from .runtime.mix import mix_layers
@@ -110,7 +112,7 @@ def plot(result: WordSimilarity, path: Path) -> None:
     heat.set_title("token-by-token cosine (mixed vectors)")
     figure.colorbar(image, ax=heat, fraction=0.046)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
 
 
 def plot_mixes(mixes: dict[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
@@ -128,4 +130,21 @@ def plot_mixes(mixes: dict[str, tuple[list[float], float]], path: Path, title: s
     axes.set_title(title or "ELMo layer weights learned by spacy train", fontsize=10)
     axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
+
+
+def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> None:
+    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.files.atomic_path`): a failed or
+    interrupted plot leaves no half image.
+
+    The format and the name are the ones ``savefig`` gives ``path``: its suffix's format, else matplotlib's default
+    (``savefig.format``) with that suffix added. The format is passed explicitly, since the temporary file's
+    suffix is another.
+    """
+    name = os.fspath(path)
+    fmt = os.path.splitext(name)[1][1:]
+    if not fmt:
+        fmt = figure.canvas.get_default_filetype()
+        name = name.rstrip(".") + "." + fmt
+    with atomic_path(name) as tmp:
+        figure.savefig(tmp, format=fmt, dpi=dpi)

@@ -1,12 +1,14 @@
 """The rules of ARCHITECTURE.md that a machine can check, so the map stays true.
 
-No import circles, bilm/ knows no front end, threads in one place, nothing unpickled, files written whole,
-fork-safe locks, front ends through embed_segments, file names in one place, the module map complete, no
-process-wide state changes in library code, precision chosen by the engines. Each check first proves on a
-broken input (or a known hit) that it sees what it looks for, so none can pass because it sees nothing.
+No import circles, bilm/ knows no front end, train/ builds on bilm/ and a listed set, threads in one place, size
+thresholds where a table says, nothing unpickled, every file written whole, fork-safe locks, front ends through
+embed_segments, file names in one place, the module map complete, no process-wide state changes in library code,
+precision chosen by the engines, one embed call's order. Each check first proves on a broken input (or a known hit)
+that it sees what it looks for, so none can pass because it sees nothing.
 """
 
 import ast
+import fnmatch
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +127,31 @@ def test_bilm_imports_no_front_end():
                 assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
 
 
+# what train/ builds on besides bilm/ and itself: the tokenizers, windows' length batching, what a model string means
+# (--init-from, evaluate), the version recorded in a prepared corpus; never the backend or a front end
+TRAIN_USES = {
+    "spacy_elmo.runtime.tokenize",
+    "spacy_elmo.runtime.windows",
+    "spacy_elmo.sources.model_files",
+    "spacy_elmo.about",
+}
+
+
+def test_train_builds_on_bilm_and_the_listed_pieces_only():
+    """train/ imports, even lazily, nothing of spacy_elmo outside train/ and bilm/ but TRAIN_USES (ARCHITECTURE.md's
+    module map); every listed piece is still used, so the list stays the truth."""
+    used = set()
+    for name in MODULES:
+        if name.startswith("spacy_elmo.train"):
+            for imported in imported_names(name, in_functions=True):
+                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm")):
+                    continue
+                if imported.split(".")[0] == "spacy_elmo":
+                    assert imported in TRAIN_USES, f"{name} imports {imported}: train/ builds on bilm/ and TRAIN_USES"
+                    used.add(imported)
+    assert used == TRAIN_USES, f"TRAIN_USES lists pieces train/ no longer uses: {sorted(TRAIN_USES - used)}"
+
+
 def used_names(path: Path) -> set[str]:
     """Every name, attribute and string constant in a module (``getattr(lib, "name")`` counts as using ``name``)."""
     names = set()
@@ -152,6 +179,75 @@ def test_threads_are_started_and_limited_only_in_bilm_threads():
     for name, path in MODULES.items():
         misplaced = (used_names(path) & watched) - allowed.get(name, set())
         assert not misplaced, f"{name} uses {sorted(misplaced)}: thread pools and limits belong in bilm/threads.py"
+
+
+# -- size thresholds ---------------------------------------------------------------------------------
+
+# a module-level number whose name says it bounds a size: per-step multiply-adds, rows, weight elements, a split
+SIZE_THRESHOLD = re.compile(r"_?(SPLIT_\w+|\w+_(MACS|ROWS|ELEMENTS))")
+# of those, the ones that decide threads (a split onto the pool, a team of one): bilm/threads.py's only
+THREAD_THRESHOLD = re.compile(r"\w*(THREAD|SPLIT|SMALL_WORK)\w*")
+# where each size threshold may live: module pattern (fnmatch) -> the constants allowed there, ANY for any. The
+# engines' files may hold any (which kernel takes a product of how many rows is each engine's cost model); the
+# rows below them are the thresholds that still sit beside the kernels they pick, until they join their engine family
+ANY = frozenset({"*"})
+SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
+    # when work is split onto the pool or run on one thread
+    "spacy_elmo.bilm.threads": frozenset({"SMALL_WORK_MACS", "DIRECTION_THREADS_MIN_MACS", "SPLIT_TOKENS"}),
+    "spacy_elmo.bilm.engine.*": ANY,
+    "spacy_elmo.bilm.low_precision": frozenset({"BF16_MIN_ELEMENTS", "BF16_MAX_ROWS"}),  # the bf16 engine's
+    "spacy_elmo.bilm.mkl_prepacked": frozenset({"MIN_ELEMENTS", "_PACK_FOR_ROWS"}),  # the MKL engine's
+    # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
+    "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
+}
+
+
+def size_thresholds(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of each module-level numeric constant in ``source`` whose name is a size threshold's."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        numeric = all(
+            isinstance(n, (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+            or (isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool))
+            for n in ast.walk(value)
+        )
+        for target in targets:
+            if numeric and isinstance(target, ast.Name) and SIZE_THRESHOLD.fullmatch(target.id):
+                found.append((node.lineno, target.id))
+    return found
+
+
+def test_the_threshold_scan_sees_size_constants():
+    """Guards the check below: numeric size constants are found, other names and non-numbers are not."""
+    source = "A_MACS = 2_000\nB_MAX_ROWS: int = 1 << 8\nSPLIT_X = 64\nMAX_LAYERS = 64\nC_ROWS = f()\nD_ROWS = 'x'\n"
+    assert size_thresholds(source) == [(1, "A_MACS"), (2, "B_MAX_ROWS"), (3, "SPLIT_X")]
+    assert THREAD_THRESHOLD.fullmatch("DIRECTION_THREADS_MIN_MACS") and not THREAD_THRESHOLD.fullmatch("BF16_MAX_ROWS")
+
+
+def test_size_thresholds_live_where_the_table_says():
+    """Thread thresholds live in bilm/threads.py only; the engines' row-count and weight-size thresholds in
+    bilm/engine/ (or, until they move, beside the kernels SIZE_THRESHOLDS lists); nowhere else."""
+    seen: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for line, constant in size_thresholds(path.read_text(encoding="utf-8")):
+            where = f"{name}:{line} {constant}"
+            if THREAD_THRESHOLD.fullmatch(constant):
+                assert name == "spacy_elmo.bilm.threads", f"{where} decides threads: it belongs in bilm/threads.py"
+            places = [names for pattern, names in SIZE_THRESHOLDS.items() if fnmatch.fnmatchcase(name, pattern)]
+            assert any(names == ANY or constant in names for names in places), (
+                f"{where} is a size threshold outside its place: bilm/threads.py (threads) or bilm/engine/ (kernels); "
+                "see SIZE_THRESHOLDS"
+            )
+            seen.setdefault(name, set()).add(constant)
+    for pattern, names in SIZE_THRESHOLDS.items():
+        if names != ANY:
+            assert names <= seen.get(pattern, set()), f"SIZE_THRESHOLDS lists {sorted(names)} in {pattern}: update it"
 
 
 # the one reader of torch-saved files (ELMoForManyLangs' state dicts), and only with weights_only=True
@@ -188,29 +284,212 @@ def test_nothing_is_unpickled():
     assert seen_allowed == 1  # the check sees the one allowed call
 
 
-# renames that are not "write a whole file": fetch.py's resumed .part and unpacked-archive folder (under file
-# locks, with their own recovery), embed_file's guarded HDF5 output (removed on SIGTERM by its handler)
-REPLACE_ALLOWED = {"spacy_elmo.bilm.files", "spacy_elmo.sources.fetch", "spacy_elmo.output.embed_file"}
+# -- files appear whole ----------------------------------------------------------------------------
+
+# modules that write files outside ``bilm.files.atomic_path`` blocks, each with why the file still appears whole (or
+# is not one a reader may take for complete): they rename by themselves, or write what their own rename publishes
+WRITES_ALLOWED = {
+    # the helper itself: the one rename of atomic_path
+    "spacy_elmo.bilm.files": "atomic_path's own rename",
+    # the resumable .part (appended to, under a file lock, checked against its record before its rename), the
+    # download records beside it and the unpacked-archive folders (renamed once complete, marked .complete)
+    "spacy_elmo.sources.fetch": "the download store's .part files, records and archive folders",
+    # the guarded HDF5 output: written under a hidden .partial name through write_guard, renamed once closed and
+    # checked, removed on SIGTERM / Ctrl-C by its handler
+    "spacy_elmo.output.embed_file": "the embedding file, written under a .partial name and renamed once complete",
+    "spacy_elmo.output.write_guard": "opens embed_file's .partial file for it",
+}
+# functions that write to temporary paths handed to them by a caller's atomic_path(s) block (their docstrings say
+# so); every call to them must itself sit in such a block, which the scan checks as it checks a write
+WRITES_TO_A_GIVEN_TEMPORARY = {"write_weights_file", "write_model_files"}
+# the calls that write a file: ``open``/``Path.open`` for writing, Path's writers, figure / HDF5 / torch / numpy /
+# safetensors / srsly / json writers, and file copies (their second argument is the target)
+WRITING_METHODS = {"write_text", "write_bytes", "savefig", "touch", "tofile"}
+WRITING_CALLS = {
+    "h5py.File",
+    "torch.save",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savez_compressed",
+    "numpy.savetxt",
+    "safetensors.torch.save_file",
+    "safetensors.numpy.save_file",
+    "json.dump",
+    "shutil.copy",
+    "shutil.copy2",
+    "shutil.copyfile",
+    "shutil.copytree",
+    "shutil.move",
+    "os.rename",
+    "os.replace",
+}
+READ_ONLY_MODES = ("r", "rb", "rt", "br", "tr", "r:*", "r:gz")
+
+
+def _mode(call: ast.Call, position: int) -> object:
+    """The ``mode`` of an ``open``-like call: its keyword, else its ``position``-th argument (``"r"`` if absent)."""
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            return keyword.value.value if isinstance(keyword.value, ast.Constant) else None
+    if len(call.args) > position:
+        arg = call.args[position]
+        return arg.value if isinstance(arg, ast.Constant) else None
+    return "r"
+
+
+def _writes(call: ast.Call, aliases: dict[str, str]) -> str:
+    """What ``call`` writes a file with ("" when it writes none); an ``open`` whose mode is not a constant counts."""
+    func = call.func
+    name = _dotted(func, aliases)
+    if name in WRITING_CALLS or name.startswith("srsly.write_"):
+        if name == "h5py.File" and _mode(call, 1) in READ_ONLY_MODES:
+            return ""
+        return name
+    if isinstance(func, ast.Name) and func.id in WRITES_TO_A_GIVEN_TEMPORARY:
+        return func.id
+    if (isinstance(func, ast.Name) and func.id == "open") or name in ("io.open", "os.fdopen"):
+        return "" if _mode(call, 1) in READ_ONLY_MODES else "open"
+    if isinstance(func, ast.Attribute):
+        if func.attr in WRITING_METHODS:
+            return func.attr
+        if func.attr == "open" and name not in ("tarfile.open", "zipfile.ZipFile.open"):
+            # Path.open(mode) or a ZipFile's open(member[, mode])
+            position = 0 if not call.args or isinstance(call.args[0], ast.Constant) else 1
+            return "" if _mode(call, position) in READ_ONLY_MODES else "open"
+    return ""
+
+
+def _is_atomic(expr: ast.AST, aliases: dict[str, str]) -> bool:
+    """Whether ``expr`` calls ``atomic_path`` / ``atomic_paths`` (also ``stack.enter_context(atomic_path(p))``)."""
+    return any(
+        isinstance(node, ast.Call) and _dotted(node.func, aliases).rpartition(".")[2] in ("atomic_path", "atomic_paths")
+        for node in ast.walk(expr)
+    )
+
+
+def _in_memory(expr: ast.AST, aliases: dict[str, str]) -> bool:
+    return isinstance(expr, ast.Call) and _dotted(expr.func, aliases) in ("io.BytesIO", "io.StringIO")
+
+
+def unguarded_writes(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` for each file write in ``source`` that ``atomic_path`` does not guard.
+
+    A write is guarded inside a ``with atomic_path(...)`` / ``with atomic_paths(...)`` block (or a later item of
+    the same ``with``), when it writes to a name its function bound from ``atomic_path`` (``tmp =
+    stack.enter_context(atomic_path(p))``), inside a function of :data:`WRITES_TO_A_GIVEN_TEMPORARY`, or when
+    it writes to a buffer in memory (a name bound to ``io.BytesIO()``)."""
+    tree = ast.parse(source)
+    aliases = _aliases(tree)
+    found = []
+
+    def visit(node: ast.AST, guarded: bool, temporaries: set[str], buffers: set[str]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            temporaries, buffers = set(), set()
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Assign):
+                    names = {t.id for t in inner.targets if isinstance(t, ast.Name)}
+                    if _is_atomic(inner.value, aliases):
+                        temporaries |= names
+                    elif _in_memory(inner.value, aliases):
+                        buffers |= names
+            guarded = guarded or node.name in WRITES_TO_A_GIVEN_TEMPORARY
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            inner = guarded
+            for item in node.items:
+                visit(item.context_expr, inner, temporaries, buffers)
+                inner = inner or _is_atomic(item.context_expr, aliases)
+            for statement in node.body:
+                visit(statement, inner, temporaries, buffers)
+            return
+        if isinstance(node, ast.Call) and not guarded:
+            what = _writes(node, aliases)
+            operands = [*node.args, *(k.value for k in node.keywords)]
+            if isinstance(node.func, ast.Attribute):
+                operands.append(node.func.value)
+            named = {n.id for operand in operands for n in ast.walk(operand) if isinstance(n, ast.Name)}
+            if what and not named & (temporaries | buffers):
+                found.append((node.lineno, what))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded, temporaries, buffers)
+
+    visit(tree, False, set(), set())
+    return found
+
+
+def test_the_write_scan_sees_unguarded_writes():
+    """Guards the check below: each kind of write is found through any import spelling, guarded ones are not."""
+    broken = """
+import json, shutil, srsly, torch, h5py
+import numpy as np
+from pathlib import Path
+from safetensors.torch import save_file
+def save(path, figure, data, model):
+    figure.savefig(path, dpi=120)
+    path.write_text("x")
+    Path(path).write_bytes(b"x")
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+    with path.open("ab") as handle:
+        pass
+    srsly.write_json(path, data)
+    h5py.File(path, "w")
+    torch.save(data, path)
+    np.save(path, data)
+    save_file(data, str(path))
+    shutil.copyfile(path, path)
+    write_weights_file(model, path, path)
+"""
+    assert [what for _, what in unguarded_writes(broken)] == [
+        "savefig",
+        "write_text",
+        "write_bytes",
+        "open",
+        "json.dump",
+        "open",
+        "srsly.write_json",
+        "h5py.File",
+        "torch.save",
+        "numpy.save",
+        "safetensors.torch.save_file",
+        "shutil.copyfile",
+        "write_weights_file",
+    ]
+    guarded = """
+import io, json, h5py
+from contextlib import ExitStack
+from ..bilm.files import atomic_path, atomic_paths
+def save(path, figure, data):
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        json.dump(data, handle)
+    with atomic_paths(path, path) as (a, b):
+        a.write_text("x")
+        write_model_files(data, a, b, path)
+    stack = ExitStack()
+    tmp = stack.enter_context(atomic_path(path))
+    handle = stack.enter_context(open(tmp, "wb"))
+    image = io.BytesIO()
+    h5py.File(image, "w")
+    with open(path, "rb") as handle, h5py.File(path, "r") as data:
+        pass
+def write_weights_file(model, target, shown_as):
+    Path(target).write_bytes(b"x")
+"""
+    assert unguarded_writes(guarded) == []
 
 
 def test_files_appear_whole_through_one_helper():
-    """Every writer replaces its target through ``bilm.files.atomic_path`` (ARCHITECTURE.md, "Files appear whole"):
-    no other module calls ``os.replace`` / ``os.rename`` / ``Path.replace`` itself."""
-    seen = 0
+    """Every file the package writes goes through ``bilm.files.atomic_path`` (ARCHITECTURE.md, "Files appear whole"):
+    no other module writes, copies or renames a file outside its blocks, except where WRITES_ALLOWED says why."""
+    seen_allowed = set()
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("replace", "rename")
-            ):
-                owner = node.func.value
-                if isinstance(owner, ast.Name) and owner.id == "os":
-                    seen += name == "spacy_elmo.bilm.files"
-                    assert name in REPLACE_ALLOWED, (
-                        f"{name}:{node.lineno} renames a file itself: write through bilm.files.atomic_path"
-                    )
-    assert seen == 1  # the check sees the helper's own rename
+        for line, what in unguarded_writes(path.read_text(encoding="utf-8")):
+            if name in WRITES_ALLOWED:
+                seen_allowed.add(name)
+                continue
+            pytest.fail(f"{name}:{line} writes a file with {what} outside bilm.files.atomic_path: write through it")
+    assert seen_allowed == set(WRITES_ALLOWED), f"allowed but writing nothing now: {set(WRITES_ALLOWED) - seen_allowed}"
 
 
 def test_module_locks_are_fork_safe_locks():
@@ -266,30 +545,76 @@ def test_front_ends_never_call_backend_embed():
         )
 
 
-FILE_NAMES = {
-    "options.json",
-    "weights.hdf5",
-    "lm_weights.hdf5",
-    "model.hdf5",
-    "vocab.txt",
-    "metrics.json",
-    "checkpoint.safetensors",
-    "softmax.safetensors",
+# -- file names in one place -----------------------------------------------------------------------
+
+# a string that is a file name (or a name pattern, ``shard-{index:05d}.txt``): a bare name, no folder, no leading dot
+# (".json" is a suffix, ".lock" the download cache's bookkeeping), no glob ("*.txt" matches a user's files)
+FILE_NAME = re.compile(
+    r"[\w{][\w.{}:-]*\.(json|jsonl|hdf5|h5|txt|tsv|csv|safetensors|pkl|pt|pth|npy|npz|md|sqlite|sqlite3|db|dic|cfg"
+    r"|yaml|yml|msgpack|bin|zip|tgz|gz|png|svg|pdf)"
+)
+# names a foreign format gives its files, spelled by the one module that reads that format
+FOREIGN_FILE_NAMES = {
+    # ELMoForManyLangs' model folder (its config.json names its architecture file; the .pkl files are its torch-saved
+    # state dicts, read only with torch.load(weights_only=True))
+    "spacy_elmo.bilm.manylangs_files": {
+        "config.json",
+        "char.dic",
+        "word.dic",
+        "token_embedder.pkl",
+        "encoder.pkl",
+        "cnn_50_100_512_4096_sample.json",
+        "cnn_0_100_512_4096_sample.json",
+    },
 }
 
 
+def file_name_literals(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` for each string in ``source`` that is a whole file name (an f-string with its fields as
+    ``{}``); messages and docstrings that mention a name in a sentence are not names."""
+    found = []
+    parts_of_fstrings = set()
+    for node in ast.walk(ast.parse(source)):  # breadth first: an f-string before its parts
+        text = None
+        if isinstance(node, ast.JoinedStr):
+            parts_of_fstrings.update(id(value) for value in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts_of_fstrings:
+            text = node.value
+        if text is not None and FILE_NAME.fullmatch(text):
+            found.append((node.lineno, text))
+    return found
+
+
+def test_the_file_name_scan_sees_names_not_prose():
+    """Guards the check below: names are found as constants and f-strings; suffixes, globs, paths, prose are not."""
+    source = """
+META = "model.json"
+def shard(i, stem, url):
+    \"\"\"Reads corpus.json.\"\"\"
+    return f"shard-{i:05d}.txt", stem + ".hdf5", "*.txt", f"{url}/elmo_options.json", "see options.json", ".lock"
+"""
+    names = [name for _, name in file_name_literals(source)]
+    assert sorted(names) == ["model.json", "shard-{}.txt"]
+
+
 def test_file_names_are_spelled_in_one_place():
-    """A model folder's and a training run's file names are constants of bilm/files.py; code elsewhere names them
-    through those constants (messages and docstrings may mention them)."""
-    seen = set()
+    """The names of the files this package writes or reads in its folders (a model folder, a training run, a prepared
+    corpus, an adaptation, the spaCy component's saved model, the disk cache) are constants of bilm/files.py; code
+    elsewhere names them through those constants (messages and docstrings may mention them). A foreign format's
+    names stay with the one module that reads it (FOREIGN_FILE_NAMES)."""
+    own = {name for _, name in file_name_literals(MODULES["spacy_elmo.bilm.files"].read_text(encoding="utf-8"))}
+    assert {"options.json", "model.json", "README.md", "corpus.json", "shard-{index:05d}.txt"} <= own  # sees them
+    seen_foreign = {}
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in FILE_NAMES:
-                if name == "spacy_elmo.bilm.files":
-                    seen.add(node.value)
-                else:
-                    pytest.fail(f"{name}:{node.lineno} spells {node.value!r}: use the constant of bilm/files.py")
-    assert seen == FILE_NAMES  # the check sees every name where it belongs
+        if name == "spacy_elmo.bilm.files":
+            continue
+        for line, literal in file_name_literals(path.read_text(encoding="utf-8")):
+            if literal in FOREIGN_FILE_NAMES.get(name, set()) and literal not in own:
+                seen_foreign.setdefault(name, set()).add(literal)
+                continue
+            pytest.fail(f"{name}:{line} spells the file name {literal!r}: name it in bilm/files.py and use that")
+    assert seen_foreign == FOREIGN_FILE_NAMES, "FOREIGN_FILE_NAMES lists names no module spells any more"
 
 
 # -- the module map of ARCHITECTURE.md ------------------------------------------------------------
@@ -617,3 +942,80 @@ def test_the_quantized_engine_setting_is_touched_in_one_place():
                     if quantized and target.attr == "engine" and target.value.attr == "quantized":
                         setters.setdefault(name, []).append(node.lineno)
     assert set(setters) == {"spacy_elmo.bilm.int8_ops"}, setters
+
+
+# -- one embed call ---------------------------------------------------------------------------------
+
+
+def test_one_embed_call_looks_up_computes_and_writes_a_repeated_sentence_once(fixture_dir, tmp_path):
+    """ARCHITECTURE.md's "One embed call" in its order: the memory cache for each sentence, the misses grouped by
+    their tokens (so dedup comes before the disk), one disk lookup of the unique misses, each unique sentence
+    computed once, then written once to the memory and disk caches; every position gets its own array."""
+    import shutil
+
+    import numpy as np
+
+    from spacy_elmo import load_bilm
+
+    shutil.copytree(fixture_dir, tmp_path / "model")  # a backend of its own, with empty caches
+    backend = load_bilm(tmp_path / "model").configure_cache(cache_dir=tmp_path / "cache")
+    calls: list[tuple[str, list[tuple[str, ...]]]] = []
+    memory_get, disk_get, disk_put, embed_batch = (
+        backend.memory_cache.get,
+        backend.disk_cache.get_many,
+        backend.disk_cache.put_many,
+        backend._embed_batch,
+    )
+
+    def looked_up_in_memory(key):
+        calls.append(("memory", [key]))
+        return memory_get(key)
+
+    def looked_up_on_disk(fingerprint, keys, *shape):
+        calls.append(("disk get", list(keys)))
+        return disk_get(fingerprint, keys, *shape)
+
+    def written_to_disk(fingerprint, items):
+        items = list(items)
+        calls.append(("disk put", [key for key, _ in items]))
+        return disk_put(fingerprint, items)
+
+    def computed(batch):
+        calls.append(("computed", [tuple(s) for s in batch]))
+        return embed_batch(batch)
+
+    backend.memory_cache.get = looked_up_in_memory
+    backend.disk_cache.get_many = looked_up_on_disk
+    backend.disk_cache.put_many = written_to_disk
+    backend._embed_batch = computed
+    bank, river = ("The", "bank", "will", "pay", "."), ("a", "river")
+
+    out = backend.embed([list(bank), list(river), list(bank), [], list(bank)])
+    # computed longest first, one batch; the empty sentence touches no cache
+    assert calls == [
+        ("memory", [bank]),
+        ("memory", [river]),
+        ("memory", [bank]),
+        ("memory", [bank]),
+        ("disk get", [bank, river]),
+        ("computed", [bank, river]),
+        ("disk put", [bank, river]),
+    ]
+    assert out[3].shape == (backend.n_layers + 1, 0, backend.dim)
+    assert out[0] is not out[2] and out[2] is not out[4] and out[0].flags.writeable
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_array_equal(out[0], out[4])
+    assert backend.memory_cache.get(bank) is not None  # results went into the memory cache
+
+    backend.clear_cache()  # memory only: the disk cache keeps both sentences
+    calls.clear()
+    again = backend.embed([list(bank), list(bank), ["new", "words"]])
+    assert calls == [
+        ("memory", [bank]),
+        ("memory", [bank]),
+        ("memory", [("new", "words")]),
+        ("disk get", [bank, ("new", "words")]),  # a disk hit is not computed, nor written again
+        ("computed", [("new", "words")]),
+        ("disk put", [("new", "words")]),
+    ]
+    np.testing.assert_array_equal(again[1], out[0])

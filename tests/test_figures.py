@@ -50,3 +50,28 @@ def test_plotting_changes_no_process_wide_matplotlib_state(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "bank.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_figure_appears_whole_under_savefigs_name(tmp_path, monkeypatch):
+    """Figures are written through atomic_path: a path without a suffix gets matplotlib's default format and
+    suffix, as ``savefig`` gives it, and a plot that fails while writing leaves no file, not half a one."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from spacy_elmo.similarity import plot_mixes
+
+    mixes = {"ner": ([0.2, 0.3, 0.5], 1.5)}
+    plot_mixes(mixes, tmp_path / "mix")
+    plot_mixes(mixes, tmp_path / "mix.SVG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mix.SVG", "mix.png"]
+    assert (tmp_path / "mix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (tmp_path / "mix.SVG").read_bytes()[:1000]
+
+    def half_written(self, path, **kwargs):
+        Path(path).write_bytes(b"\x89PNG\r\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", half_written)
+    with pytest.raises(OSError, match=r"cannot write .*broken\.png: no space left on device"):
+        plot_mixes(mixes, tmp_path / "broken.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mix.SVG", "mix.png"]

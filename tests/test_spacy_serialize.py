@@ -174,6 +174,24 @@ def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_di
     np.testing.assert_array_equal(nlp("The bank").tensor, before)  # the loaded model still embeds
 
 
+def test_a_failed_save_leaves_the_previous_one_whole(fixture_dir, tmp_path, monkeypatch):
+    """The component's model files and model.json are replaced as one set: a save that fails half-way (here while
+    writing model.json, after the copies) leaves the folder's previous save byte for byte, and no temporary files."""
+    nlp, _, pipeline = saved_pipeline(fixture_dir, tmp_path)
+    saved = pipeline / "elmo" / "model"
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    assert set(before) == {"model.json", "options.json", "weights.hdf5"}
+
+    def half_written(path, data, **kwargs):
+        Path(path).write_text('{"source": "fi')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("spacy_elmo.spacy.pipeline_component.srsly.write_json", half_written)
+    with pytest.raises(OSError, match=r"cannot write .*model\.json: no space left on device"):
+        nlp.get_pipe("elmo").to_disk(pipeline / "elmo")  # (nlp.to_disk writes its own meta.json with srsly first)
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+
+
 def test_default_model_is_saved_as_a_reference(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")  # the bundled default: nothing is loaded until the first doc

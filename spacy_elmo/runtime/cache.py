@@ -26,13 +26,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..bilm.files import DISK_CACHE as DB_NAME
 from ..bilm.files import PathLike
 from ..bilm.threads import ForkSafeLock, renew_after_fork
 from .settings import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
-DB_NAME = "embeddings.sqlite3"
 _BUSY_TIMEOUT_S = 60.0
 _TOUCH_AFTER_S = 1.0  # an entry's last-use time is refreshed at most this often
 _QUERY_CHUNK = 400  # keys per SELECT (sqlite's default variable limit is 999 or more)

@@ -19,7 +19,14 @@ from typing import Any, Optional
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
-from ..bilm.files import PathLike, write_text_atomically
+from ..bilm.files import (
+    ADAPT_DEV_TEXT,
+    ADAPT_TEXT_DIR,
+    ADAPT_TRAIN_TEXT,
+    ADAPTATION,
+    PathLike,
+    write_text_atomically,
+)
 from ..runtime.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
@@ -27,8 +34,7 @@ from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.outputs import refuse_another_model
 
-TEXT_DIR = "task_text"  # under the output directory: the docs' text, one doc per line
-ADAPTATION = "adaptation.json"  # under the output directory: what was adapted on, perplexity before / after
+TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
 
 
 @dataclass
@@ -101,13 +107,13 @@ def adapt(
     out = Path(output_dir)
     refuse_another_model(out, overwrite, resume_hint=False)
     text_dir = out / TEXT_DIR
-    n_train = write_doc_text(train_docs, text_dir / "train.txt")
-    n_dev = write_doc_text(dev_docs, text_dir / "dev.txt")
+    n_train = write_doc_text(train_docs, text_dir / ADAPT_TRAIN_TEXT)
+    n_dev = write_doc_text(dev_docs, text_dir / ADAPT_DEV_TEXT)
     start_dir = resolve_model_files(init_from)[0].parent
-    before = evaluate(start_dir, [text_dir / "dev.txt"])
+    before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT])
     config = TrainConfig(
-        train=[s.to_json() for s in make_sources([text_dir / "train.txt"])],
-        valid=[s.to_json() for s in make_sources([text_dir / "dev.txt"])],
+        train=[s.to_json() for s in make_sources([text_dir / ADAPT_TRAIN_TEXT])],
+        valid=[s.to_json() for s in make_sources([text_dir / ADAPT_DEV_TEXT])],
         epochs=options.epochs,
         max_steps=options.max_steps,
         lr=options.lr,
@@ -117,7 +123,7 @@ def adapt(
         **options.extra,
     )
     metrics = Trainer(config, out, progress=progress, overwrite=overwrite).run()
-    after = evaluate(out, [text_dir / "dev.txt"])
+    after = evaluate(out, [text_dir / ADAPT_DEV_TEXT])
     result = {
         "init_from": init_from,
         "train_docs": str(train_docs),

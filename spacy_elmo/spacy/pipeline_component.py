@@ -19,7 +19,7 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..bilm.files import atomic_path
+from ..bilm.files import COMPONENT_MODEL, atomic_path, atomic_paths, reported_as
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..runtime.backend import ElmoBackend
@@ -43,7 +43,7 @@ from .layers import is_cached_reader, link, listening_layers, unlink
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
-MODEL_META = "model.json"  # the component's saved model: where its files are, and their fingerprints
+MODEL_META = COMPONENT_MODEL  # the component's saved model: where its files are, and their fingerprints
 DEFAULT_CONFIG_STR = f"""
 [elmo]
 layers = "{DEFAULT_LAYERS}"
@@ -359,12 +359,25 @@ class ElmoComponent(Pipe):
         return payload
 
     def _save_model_dir(self, directory: Path) -> None:
+        """The model's files (a copy, unless they are this folder's already) and :data:`MODEL_META`, written as one
+        set (:func:`~spacy_elmo.bilm.files.atomic_paths`): an error or a full disk leaves the folder's previous save
+        whole."""
         directory.mkdir(parents=True, exist_ok=True)
         payload = self._model_payload(with_files=False)
+        copies: dict[Path, Path] = {}  # target -> source
         if payload["source"] == "files":
-            for name, path in self._loaded_files().items():
-                _copy(path, directory / name)
-        srsly.write_json(directory / MODEL_META, payload)
+            copies = {
+                directory / name: path
+                for name, path in self._loaded_files().items()
+                if not _same_file(path, directory / name)  # re-saving a loaded pipeline into its own folder
+            }
+        meta = directory / MODEL_META
+        with atomic_paths(*copies, meta) as temporaries:
+            for (target, source), tmp in zip(copies.items(), temporaries):
+                with reported_as(target):
+                    shutil.copyfile(source, tmp)
+            with reported_as(meta):
+                srsly.write_json(temporaries[-1], payload)
 
     def _loaded_files(self) -> dict[str, Path]:
         """The files of the loaded model, which a saved pipeline copies; gone since loading: an error saying so.
@@ -462,7 +475,5 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
     return source
 
 
-def _copy(source: Path, target: Path) -> None:
-    if target.exists() and target.resolve() == source.resolve():
-        return  # re-saving a loaded pipeline into its own folder
-    shutil.copyfile(source, target)
+def _same_file(source: Path, target: Path) -> bool:
+    return target.exists() and target.resolve() == source.resolve()

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from ..sources.model_files import METRICS, VOCAB
+from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
 from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
 from .corpus import PathLike, Source
 
@@ -93,7 +93,7 @@ def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     from ..bilm.weights import WeightFileError, load_model
     from ..sources.model_files import resolve_model_files
     from .network import LanguageModel
-    from .storage import LEGACY_SOFTMAX, SOFTMAX, load_softmax, load_softmax_into, require_file
+    from .storage import SOFTMAX, load_softmax, load_softmax_into, require_file
 
     options_path, weights_path = resolve_model_files(model_dir)
     directory = options_path.parent

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..bilm.files import PathLike
+from ..bilm.files import SOURCE_INFO, PathLike
 
 LAYOUTS = ("lines", "raw", "gutenberg", "wikiextractor", "jsonl")
 # the files a directory stands for, per layout (WikiExtractor names its files wiki_00, wiki_01, ...)
@@ -49,7 +49,7 @@ GUTENBERG_END = re.compile(
     r"^\s*(\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG|END OF (THE |THIS )?PROJECT GUTENBERG)", re.IGNORECASE
 )
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-SIDECARS = frozenset({"source-info.json"})  # provenance notes beside the text, never text themselves
+SIDECARS = frozenset({SOURCE_INFO})  # provenance notes beside the text, never text themselves
 
 
 def check_layout(layout: str) -> str:

@@ -7,9 +7,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.files import write_text_atomically
-from ..sources.info import parameter_count
-from ..sources.model_files import METRICS, OPTIONS, WEIGHTS
+from ..bilm.files import METRICS, MODEL_CARD, OPTIONS, WEIGHTS, write_text_atomically
+from ..bilm.weights import parameter_count, read_options
 from .corpus import PathLike
 from .stages import describe_source
 
@@ -64,6 +63,7 @@ def _architecture(directory: Path, options: dict[str, Any], metrics: dict[str, A
     lstm, cnn = options["lstm"], options["char_cnn"]
     config = metrics.get("config", {})
     size = sum((directory / n).stat().st_size for n in (OPTIONS, WEIGHTS) if (directory / n).is_file())
+    parameters = parameter_count(read_options(directory / OPTIONS))
     return [
         "",
         "## Architecture",
@@ -75,7 +75,7 @@ def _architecture(directory: Path, options: dict[str, Any], metrics: dict[str, A
         f"skip connections {'on' if lstm.get('use_skip_connections') else 'off'}, clipping "
         f"{'none' if lstm.get('cell_clip') is None else lstm['cell_clip']}",
         f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions",
-        f"- parameters: {parameter_count(directory / OPTIONS):,} in the biLM (options.json + weights.hdf5: "
+        f"- parameters: {parameters:,} in the biLM (options.json + weights.hdf5: "
         f"{size / 1e6:.1f} MB), plus {metrics.get('parameters', {}).get('softmax', 0):,} in the adaptive softmax "
         f"(`softmax.safetensors`, only for perplexity and further training)",
         f"- output vocabulary (`vocab.txt`): {metrics.get('vocab_size', 0):,} words = `<S>`, `</S>`, `<UNK>` "
@@ -265,6 +265,6 @@ def _short(path: str) -> str:
 
 def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> Path:
     """Write ``README.md`` into ``directory`` (whole or not at all); returns its path."""
-    path = Path(directory) / "README.md"
+    path = Path(directory) / MODEL_CARD
     write_text_atomically(path, render_model_card(directory, title, notes))
     return path

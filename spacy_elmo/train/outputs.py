@@ -16,11 +16,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..bilm import manylangs_files
-from ..bilm.files import OPTIONS, VOCAB, WEIGHTS, atomic_paths, reported_as, write_text_atomically
+from ..bilm.files import (
+    LEGACY_CHECKPOINT,
+    LEGACY_SOFTMAX,
+    METRICS,
+    OPTIONS,
+    VOCAB,
+    WEIGHTS,
+    atomic_paths,
+    reported_as,
+    write_text_atomically,
+)
 from ..bilm.weights import write_model_files
-from ..sources.model_files import METRICS
 from .config import TrainConfig
-from .storage import CHECKPOINT, LEGACY_CHECKPOINT, LEGACY_SOFTMAX, SOFTMAX, save_checkpoint, save_softmax
+from .storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batching import Vocabulary

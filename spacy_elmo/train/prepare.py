@@ -21,14 +21,12 @@ from typing import IO, Any, Optional
 from tqdm import tqdm
 
 from ..about import __version__
-from ..bilm.files import atomic_path, write_json_atomically
+from ..bilm.files import SOURCE_INFO, atomic_path, write_json_atomically
 from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import split_sentences
 from .layouts import PathLike, check_layout, layout_files, text_blocks
 from .shards import COUNTS, KIND, MANIFEST, VERSION, shard_name
-
-SOURCE_INFO = "source-info.json"  # provenance (repository, commit, licence, ...) beside exported text
 
 
 def default_tokenizer(layout: str) -> str:

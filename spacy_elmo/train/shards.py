@@ -26,19 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..bilm.files import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
 from ..runtime.windows import length_batches
 from .batching import SPECIALS, Vocabulary
 from .layouts import PathLike
 
-MANIFEST = "corpus.json"
-COUNTS = "counts.tsv"
+MANIFEST = CORPUS_MANIFEST
+COUNTS = CORPUS_COUNTS
 KIND = "spacy-elmo prepared corpus"
 VERSION = 1
 
 
 def shard_name(index: int) -> str:
     """The file name of the ``index``-th shard."""
-    return f"shard-{index:05d}.txt"
+    return SHARD_NAME.format(index=index)
 
 
 class CorpusError(ValueError):

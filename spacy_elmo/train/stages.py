@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..sources.model_files import METRICS
+from ..bilm.files import METRICS
 from .layouts import PathLike
 
 

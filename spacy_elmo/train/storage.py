@@ -32,8 +32,6 @@ from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
-LEGACY_CHECKPOINT = "checkpoint.pt"
-LEGACY_SOFTMAX = "softmax.pt"
 CHECKPOINT_KIND = "spacy-elmo checkpoint"
 SOFTMAX_KIND = "spacy-elmo softmax"
 VERSION = "1"

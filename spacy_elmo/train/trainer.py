@@ -33,9 +33,9 @@ from typing import Any, Optional
 import torch
 from tqdm import tqdm
 
+from ..bilm.files import LEGACY_CHECKPOINT, WEIGHTS
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
-from ..sources.model_files import WEIGHTS
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
@@ -58,7 +58,6 @@ from .shards import CorpusBatches, PreparedCorpus
 from .stages import continued_reading, earlier_stages, start_stage, update_stage
 from .storage import (
     CHECKPOINT,
-    LEGACY_CHECKPOINT,
     Checkpoint,
     TrainingFileError,
     load_checkpoint,
