@@ -42,13 +42,22 @@ def test_sst5_splits_match_the_readme(bench, data_dir):
     assert task.test_texts[0] == "Effective but too-tepid biopic"
 
 
-def test_limited_keeps_the_first_texts_of_both_splits(bench):
-    task = bench.Task("t", ["a", "b", "c"], ["x", "y", "x"], ["d", "e"], ["y", "x"])
-    small = task.limited(2)
-    assert (small.train_texts, small.train_labels, small.test_texts, small.test_labels) == (
-        ["a", "b"], ["x", "y"], ["d", "e"], ["y", "x"],
-    )  # fmt: skip
+def test_limited_draws_a_seeded_sample_in_file_order(bench):
+    texts = [f"t{i}" for i in range(100)]
+    task = bench.Task("t", texts, [f"l{i}" for i in range(100)], texts[:10], [f"l{i}" for i in range(10)])
+    small = task.limited(20)
+    assert len(small.train_texts) == 20 and small.train_texts != texts[:20]  # not simply the first ones
+    assert [int(t[1:]) for t in small.train_texts] == sorted(int(t[1:]) for t in small.train_texts)
+    assert [t[1:] for t in small.train_texts] == [label[1:] for label in small.train_labels]  # pairs kept
+    assert small.test_texts == texts[:10]  # a split shorter than the limit is kept whole
+    assert task.limited(20).train_texts == small.train_texts  # seeded
     assert task.limited(None) is task
+
+
+def test_a_limited_sst5_sample_keeps_the_label_mix(bench, data_dir):
+    # sst_train.txt runs from positive to negative reviews: its first 1,000 sentences hold 0.8% "very negative"
+    train = bench.sst5_task(data_dir).limited(1000).train_labels
+    assert Counter(train)["1"] / 1000 == pytest.approx(1092 / 8544, abs=0.03)
 
 
 @pytest.mark.parametrize(
