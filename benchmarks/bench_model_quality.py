@@ -288,7 +288,7 @@ class Scored:
         if baseline is not None and baseline is not self:
             test = mcnemar(self.correct, baseline.correct)
             row["vs_tfidf"] = round(self.accuracy - baseline.accuracy, 4)
-            row["mcnemar"] = {"only_this": test.only_a, "only_tfidf": test.only_b, "p": round(test.p_value, 4)}
+            row["mcnemar"] = {"only_this": test.only_a, "only_tfidf": test.only_b, "p": float(f"{test.p_value:.3g}")}
         return row
 
 
