@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..bilm import cpu_support, engine, low_precision, manylangs_files
+from ..bilm import cpu_support, engine, manylangs_files
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
@@ -31,7 +31,7 @@ logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules lo
 
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch (longest sentence x batch rows)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches
-# "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
+# "int8": float32 activations, int8 weights in the inference path's products (bilm/engine/int8.py), CPU only
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
 AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
 DTYPE_NAMES = [*sorted(DTYPES), AUTO]
@@ -58,7 +58,7 @@ class ElmoBackend:
                 raise ValueError(
                     f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
                 )
-            if not low_precision.int8_available():
+            if not cpu_support.int8_available():
                 raise ValueError(
                     "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), "
                     "which this torch lacks"
