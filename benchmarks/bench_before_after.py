@@ -75,7 +75,12 @@ def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list
 def run_side(source: Path, spec: dict) -> dict:
     env = dict(os.environ, PYTHONPATH=str(source))
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps(spec)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", WORKER, json.dumps(spec)],
+        env=env,
+        cwd=source,  # "python -c" puts the working directory first on sys.path: it must be this side's tree
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{source}: {out.stderr[-2000:]}")
