@@ -12,7 +12,9 @@ random weights (``bench.write_weight_sets``). Prints a markdown table of the bes
 rounds of each process's best time, and the after/before ratios; also checks that both sides give the
 same activations. On a shared machine the best is the steadier figure (load only ever adds time).
 ``--ops`` (use with ``--threads 1``, so that every operator runs on the profiled thread) also counts the
-torch operators each workload issues (``torch.profiler``) and its CPU time: figures that load hardly moves.
+torch operators each workload issues (``torch.profiler``) and its CPU time: figures that load hardly moves;
+where the counts differ, each operator whose count changed is printed. A source tree of another branch for
+``--before`` without a worktree: ``git archive BRANCH | tar -x -C /tmp/before``.
 """
 
 from __future__ import annotations
@@ -73,7 +75,12 @@ def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list
 def run_side(source: Path, spec: dict) -> dict:
     env = dict(os.environ, PYTHONPATH=str(source))
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps(spec)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", WORKER, json.dumps(spec)],
+        env=env,
+        cwd=source,  # "python -c" puts the working directory first on sys.path: it must be this side's tree
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{source}: {out.stderr[-2000:]}")
@@ -142,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                         same = "same" if cb == ca else f"DIFFERENT ({sum(cb.values())} vs {sum(ca.values())})"
                         op_rows.append((model, dtype, key, n, sum(cb.values()), same, tb, ta))
                         print(f"  operators: {same}; CPU time {tb:.3f}s -> {ta:.3f}s", flush=True)
+                        for op in sorted(set(cb) | set(ca)):
+                            if cb.get(op, 0) != ca.get(op, 0):
+                                print(f"    {op}: {cb.get(op, 0)} -> {ca.get(op, 0)}", flush=True)
     lines = [
         "| model | dtype | workload | sentences | best before (s) | best after (s) | after/before "
         "| median before (s) | median after (s) | after/before | max abs diff |",

@@ -64,7 +64,8 @@ def kernel_ceiling(repeats: int = 50) -> list[str]:
     """The products' own speed limit: one "original" LSTM step's recurrent (512 -> 16384) and projection (4096 -> 512)
     products, float32 (``torch.mm``, MKL) vs int8 (this CPU's chosen kernel, :mod:`spacy_elmo.bilm.cpu_support`), on
     one thread, for 1 and 32 rows. The whole biLM cannot gain more from int8 than these ratios."""
-    from spacy_elmo.bilm import cpu_support, low_precision
+    from spacy_elmo.bilm import cpu_support
+    from spacy_elmo.bilm.engine import int8
 
     kernels = cpu_support.int8_kernels()
     rows_out = []
@@ -73,13 +74,13 @@ def kernel_ceiling(repeats: int = 50) -> list[str]:
     try:
         for inner, outer in ((512, 16384), (4096, 512)):
             weight = torch.randn(outer, inner) * 0.02
-            pack = low_precision._pack(weight, "int8", step=True)  # the LSTM's step weights (kernels.few_rows)
+            pack = int8.make_pack(weight, step=True)  # the LSTM's step weights (kernels.few_rows)
             for rows in (1, 32):
                 x = torch.randn(rows, inner).tanh()
                 timings = {}
                 for name, run in (
                     ("float32", lambda x=x, weight=weight: torch.mm(x, weight.t())),
-                    ("int8", lambda x=x, pack=pack: low_precision.linear(x, pack)),
+                    ("int8", lambda x=x, pack=pack: pack.multiply(x, None)),
                 ):
                     run()
                     start = time.perf_counter()

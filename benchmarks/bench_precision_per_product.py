@@ -3,7 +3,7 @@
     nice .venv/bin/python benchmarks/bench_precision_per_product.py
 
 Simulates int8 on the float32 reference path (``ProjectedLSTMCell.run``'s math, float32 everywhere else): a
-product's weight rounded to 8 bits per output channel as ``int8_ops.quantize_weight`` does, and/or its activations
+product's weight rounded to 8 bits per output channel as ``engine.int8.quantize_weight`` does, and/or its activations
 to 8 bits per tensor (asymmetric, as torch's dynamic quantization does); bfloat16 rounds both operands. Each
 variant rounds only the products it names: ``in`` (the input projection x -> gates), ``st`` (the recurrent
 h -> gates), ``pr`` (the projection of the cell output). Prints the worst layer's max difference over its scale
@@ -19,7 +19,7 @@ import torch
 
 from spacy_elmo.bilm import lstm
 from spacy_elmo.bilm.chars import batch_to_char_ids
-from spacy_elmo.bilm.int8_ops import quantize_weight
+from spacy_elmo.bilm.engine.int8 import quantize_weight
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.sources.model_files import resolve_model_files
 

@@ -189,14 +189,12 @@ SIZE_THRESHOLD = re.compile(r"_?(SPLIT_\w+|\w+_(MACS|ROWS|ELEMENTS))")
 THREAD_THRESHOLD = re.compile(r"\w*(THREAD|SPLIT|SMALL_WORK)\w*")
 # where each size threshold may live: module pattern (fnmatch) -> the constants allowed there, ANY for any. The
 # engines' files may hold any (which kernel takes a product of how many rows is each engine's cost model); the
-# rows below them are the thresholds that still sit beside the kernels they pick, until they join their engine family
+# encoder's row below is memory blocking, not a kernel choice
 ANY = frozenset({"*"})
 SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
     # when work is split onto the pool or run on one thread
     "spacy_elmo.bilm.threads": frozenset({"SMALL_WORK_MACS", "DIRECTION_THREADS_MIN_MACS", "SPLIT_TOKENS"}),
-    "spacy_elmo.bilm.engine.*": ANY,
-    "spacy_elmo.bilm.low_precision": frozenset({"BF16_MIN_ELEMENTS", "BF16_MAX_ROWS"}),  # the bf16 engine's
-    "spacy_elmo.bilm.mkl_prepacked": frozenset({"MIN_ELEMENTS", "_PACK_FOR_ROWS"}),  # the MKL engine's
+    "spacy_elmo.bilm.engine.*": ANY,  # each family's own, in its file (test_each_engine_family_keeps_its_...)
     # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
     "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
 }
@@ -232,7 +230,7 @@ def test_the_threshold_scan_sees_size_constants():
 
 def test_size_thresholds_live_where_the_table_says():
     """Thread thresholds live in bilm/threads.py only; the engines' row-count and weight-size thresholds in
-    bilm/engine/ (or, until they move, beside the kernels SIZE_THRESHOLDS lists); nowhere else."""
+    bilm/engine/; the char CNN's memory blocking in encoder.py; nowhere else."""
     seen: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         for line, constant in size_thresholds(path.read_text(encoding="utf-8")):
@@ -747,7 +745,7 @@ PROCESS_WIDE_ALLOWED = {
     # force, in the main thread, and put back in a finally
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
-    "spacy_elmo.bilm.int8_ops": {"torch.backends.quantized.engine"},
+    "spacy_elmo.bilm.engine.int8.kernels": {"torch.backends.quantized.engine"},
 }
 
 
@@ -877,9 +875,9 @@ PRECISION_BLIND = (
     "spacy_elmo.bilm.lstm",
     "spacy_elmo.bilm.encoder",
     "spacy_elmo.bilm.vocab_cache",
-    "spacy_elmo.bilm.mkl_prepacked",
-    "spacy_elmo.bilm.compiled_steps",
-    "spacy_elmo.bilm.low_precision",
+    "spacy_elmo.bilm.engine.step_loop",
+    "spacy_elmo.bilm.engine.packs",
+    "spacy_elmo.bilm.engine.int8.kernels",
 )
 TORCH_DTYPES = {"float32", "float64", "bfloat16", "float16", "half", "int8", "qint8", "quint8"}
 
@@ -915,7 +913,7 @@ def test_precision_is_chosen_only_by_the_engines():
             "that choice belongs to an engine in bilm/engine"
         )
     inference_names = used_names(MODULES["spacy_elmo.bilm.inference"])
-    assert not inference_names & (TORCH_DTYPES | {"low_precision", "mkl_prepacked", "compiled_steps"}), (
+    assert not inference_names & (TORCH_DTYPES | {"mkl", "int8", "bf16", "plain", "step_loop"}), (
         "inference.py names a precision or a kernel module: it asks the engine"
     )
 
@@ -930,8 +928,8 @@ def test_no_registry_keyed_by_module_in_bilm():
 
 
 def test_the_quantized_engine_setting_is_touched_in_one_place():
-    """``torch.backends.quantized.engine`` is process-wide: only int8_ops.prepack sets it (where it must differ,
-    under its lock, and puts it back)."""
+    """``torch.backends.quantized.engine`` is process-wide: only engine/int8/kernels.prepack sets it (where it must
+    differ, under its lock, and puts it back)."""
     setters = {}
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -941,7 +939,7 @@ def test_the_quantized_engine_setting_is_touched_in_one_place():
                     quantized = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
                     if quantized and target.attr == "engine" and target.value.attr == "quantized":
                         setters.setdefault(name, []).append(node.lineno)
-    assert set(setters) == {"spacy_elmo.bilm.int8_ops"}, setters
+    assert set(setters) == {"spacy_elmo.bilm.engine.int8.kernels"}, setters
 
 
 # -- one embed call ---------------------------------------------------------------------------------
@@ -1019,3 +1017,119 @@ def test_one_embed_call_looks_up_computes_and_writes_a_repeated_sentence_once(fi
         ("disk put", [("new", "words")]),
     ]
     np.testing.assert_array_equal(again[1], out[0])
+
+
+
+# -- the engines: one time loop, each family's cost model in its own file, one attribute on a module ---------
+
+ENGINE_MODULES = sorted(name for name in MODULES if name.startswith("spacy_elmo.bilm.engine"))
+GATE_MATH = {"cell_update", "sigmoid", "sigmoid_", "tanh", "tanh_"}  # what a step of an LSTM computes
+
+
+def time_loops(path: Path) -> list[str]:
+    """The functions of a module with a loop that computes LSTM gates (calls ``cell_update``, a sigmoid or a tanh)."""
+    found = []
+    for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for loop in ast.walk(function):
+            if not isinstance(loop, (ast.For, ast.While)):
+                continue
+            calls = {
+                node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                for node in ast.walk(loop)
+                if isinstance(node, ast.Call)
+            }
+            if calls & GATE_MATH:
+                found.append(function.name)
+                break
+    return found
+
+
+def test_one_step_loop_runs_every_engine():
+    """The inference path has ONE LSTM time loop, ``step_loop.lstm_steps``: no other engine module nor inference.py
+    loops over gate math, and ``cell_update`` is defined once and called only there. (The reference path, lstm.py,
+    keeps its own loop: the check sees it.)"""
+    assert time_loops(MODULES["spacy_elmo.bilm.lstm"]) == ["run"]  # the check sees what it looks for
+    loops = {name: time_loops(MODULES[name]) for name in [*ENGINE_MODULES, "spacy_elmo.bilm.inference"]}
+    assert {name: found for name, found in loops.items() if found} == {
+        "spacy_elmo.bilm.engine.step_loop": ["lstm_steps"]
+    }
+    defined, called = [], []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "cell_update":
+                defined.append(name)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "cell_update":
+                called.append(name)
+    assert defined == ["spacy_elmo.bilm.engine.step_loop"] and set(called) == {"spacy_elmo.bilm.engine.step_loop"}
+
+
+# each engine family's cost model: the row counts and weight sizes that take its kernels, constants of its own file
+FAMILY_THRESHOLDS = {
+    "spacy_elmo.bilm.engine.plain": {"STACK_MAX_ELEMENTS"},
+    "spacy_elmo.bilm.engine.mkl": {"MIN_ROWS", "MAX_ROWS", "MAX_ROWS_THREADED", "MIN_ELEMENTS", "_PACK_FOR_ROWS"},
+    "spacy_elmo.bilm.engine.bf16": {"MIN_ELEMENTS", "MAX_ROWS"},
+    "spacy_elmo.bilm.engine.int8": {"gate_chunk_elements"},
+    "spacy_elmo.bilm.engine.base": {"gate_chunk_elements"},  # the default every engine inherits
+}
+# sizes that choose no kernel: the char CNN's memory blocking, the same under every engine
+BLOCKING_SIZES = {"spacy_elmo.bilm.encoder": {"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}}
+THRESHOLD_NAME = re.compile(r"(^|_)(ROWS|ELEMENTS)($|_)|_elements$|_rows$")
+
+
+def family_size_thresholds(path: Path) -> set[str]:
+    """Names of numbers a module defines at module or class level that count rows or elements (``MAX_ROWS = 64``)."""
+    found = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    scopes = [tree, *(node for node in ast.walk(tree) if isinstance(node, ast.ClassDef))]
+    for scope in scopes:
+        for node in scope.body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            value = getattr(node, "value", None)
+            zero = isinstance(value, ast.Constant) and value.value == 0  # a field's "none" (StepWeight.max_rows)
+            numeric = (
+                value is not None
+                and not zero
+                and any(isinstance(n, ast.Constant) and isinstance(n.value, int) for n in ast.walk(value))
+            )
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name) and THRESHOLD_NAME.search(name.id) and numeric:
+                        found.add(name.id)
+    return found
+
+
+def test_each_engine_family_keeps_its_size_thresholds_in_its_own_file():
+    """Every row-count and weight-size threshold of the inference path is a constant of one engine family's file,
+    and no other module of bilm/ names it (the inference path and the step loop take the engine's word)."""
+    # the check sees them
+    assert family_size_thresholds(MODULES["spacy_elmo.bilm.engine.mkl"]) >= {"MIN_ROWS", "MAX_ROWS"}
+    for name, path in MODULES.items():
+        if name.startswith("spacy_elmo.bilm"):
+            expected = FAMILY_THRESHOLDS.get(name, set()) | BLOCKING_SIZES.get(name, set())
+            assert family_size_thresholds(path) == expected, name
+    family_names = {n for n in set().union(*FAMILY_THRESHOLDS.values()) if n.isupper()}  # engine.<attr>: asked
+    for name, path in MODULES.items():
+        if name.startswith("spacy_elmo.bilm") and name not in FAMILY_THRESHOLDS:
+            assert not used_names(path) & family_names, f"{name} names an engine's threshold: ask the engine"
+
+
+def test_the_engines_keep_one_attribute_on_a_module():
+    """Engine, int8 mark and released packs live in one ``ModuleState`` (``engine/base.py``): no other module of
+    the package reads or writes a module's ``__dict__``."""
+    touching = {
+        name
+        for name, path in MODULES.items()
+        if any(
+            isinstance(node, ast.Attribute) and node.attr == "__dict__"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    }
+    assert touching == {"spacy_elmo.bilm.engine.base"}, touching

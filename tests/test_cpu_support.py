@@ -18,8 +18,8 @@ import torch
 from test_precision import TOLERANCE, layer_errors, needs_int8
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support, low_precision
-from spacy_elmo.bilm.int8_ops import prepack, quantize_weight
+from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
+from spacy_elmo.bilm.engine.int8 import prepack, quantize_weight, released_packs
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 
@@ -68,7 +68,7 @@ def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fre
     low = ElmoBackend(
         model, fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", torch.device("cpu"), torch.int8
     )
-    packs = [pack for module in low.model.modules() for pack in low_precision.released_packs(module).values()]
+    packs = [pack for module in low.model.modules() for pack in released_packs(module).values()]
     assert packs and all(p.reduce_range for p in packs)
     errors = layer_errors(low.embed(sentences), load_bilm(fixture_dir).embed(sentences))
     assert (errors > 0).all() and (errors < TOLERANCE["int8"]).all()

@@ -10,7 +10,7 @@ from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids, engine, inference, load_model
 from spacy_elmo.bilm import threads as threads_module
-from spacy_elmo.bilm.model import lstm_outputs
+from spacy_elmo.bilm.model import bilstm_outputs
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 
 
@@ -91,7 +91,7 @@ def test_inference_path_equals_reference_path(kw, stateful, direction_threads, m
     tokens = model.encode_tokens(ids).detach()
     lengths = mask.sum(dim=1)
     with torch.no_grad():
-        f_fast, b_fast, _ = lstm_outputs(model.lstm, tokens, lengths, state)
+        f_fast, b_fast, _ = bilstm_outputs(model.lstm, tokens, lengths, state)
     f_ref, b_ref, _ = model.lstm(tokens, lengths, state)  # parameters require grad: the reference path
     assert f_ref[0].requires_grad and not f_fast[0].requires_grad
     for ours, ref in zip(f_fast + b_fast, f_ref + b_ref):
@@ -107,7 +107,7 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     with torch.inference_mode():
         whole, _, _ = model(ids)
-        monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 24 * 7)  # 7 packed rows per chunk
+        monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 24 * 7)  # 7 step-ordered rows per chunk
         chunked, _, _ = model(ids)
     assert_recomputed_close(chunked, whole)  # other row counts, other GEMM blocking
 
@@ -123,8 +123,8 @@ def test_autograd_still_flows_through_bilm():
     assert model.token_encoder.projection.weight.grad.abs().sum() > 0
 
 
-def test_packed_layout_orders_rows_by_length():
-    layout = inference.packed_layout(torch.tensor([2, 4, 1, 4]), time=4, device=torch.device("cpu"))
+def test_step_layout_orders_rows_by_length():
+    layout = inference.step_layout(torch.tensor([2, 4, 1, 4]), time=4, device=torch.device("cpu"))
     assert layout.step_sizes == [4, 3, 2, 2]
     assert layout.step_offsets == [0, 4, 7, 9]
     assert layout.sorted_rows.tolist() == [1, 3, 0, 2]  # stable: equal lengths keep their order
@@ -133,17 +133,17 @@ def test_packed_layout_orders_rows_by_length():
     assert layout.backward_index[:4].tolist() == [7, 15, 1, 8]
     assert layout.last_index.tolist() == [9, 10, 4 + 2, 0 + 3]  # offset of the last step + sorted row
     with pytest.raises(ValueError, match="at least one position"):
-        inference.packed_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
+        inference.step_layout(torch.tensor([3, 0]), time=3, device=torch.device("cpu"))
 
 
-def test_packed_layout_can_skip_each_directions_last_step():
+def test_step_layout_can_skip_each_directions_last_step():
     """Forward stops before each row's last position, backward before its first (row 0: 3, row 1: 5 long)."""
-    layout = inference.packed_layout(torch.tensor([3, 5]), time=5, device=torch.device("cpu"), skip_last=True)
+    layout = inference.step_layout(torch.tensor([3, 5]), time=5, device=torch.device("cpu"), skip_last=True)
     assert layout.step_sizes == [2, 2, 1, 1]
     assert layout.forward_index.tolist() == [5, 0, 6, 1, 7, 8]  # positions 0-3 of row 1, 0-1 of row 0
     assert layout.backward_index.tolist() == [9, 2, 8, 1, 7, 6]  # positions 4-1 of row 1, 2-1 of row 0
     with pytest.raises(ValueError, match="at least two positions"):
-        inference.packed_layout(torch.tensor([3, 1]), time=3, device=torch.device("cpu"), skip_last=True)
+        inference.step_layout(torch.tensor([3, 1]), time=3, device=torch.device("cpu"), skip_last=True)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -264,12 +264,12 @@ def test_direction_pool_is_renewed_in_a_forked_child():
     """The pool's threads do not survive fork; the child must get a new pool, not hang on the old one."""
     import os
 
-    assert threads_module.pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
+    assert threads_module.two_thread_pool().submit(sum, [1, 2]).result() == 3  # the pool exists in this process
     pid = os.fork()
     if pid == 0:  # child: plain Python work through the pool (torch's OpenMP is another matter)
         code = 1
         try:
-            code = 0 if threads_module.pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
+            code = 0 if threads_module.two_thread_pool().submit(sum, [3, 4]).result(timeout=20) == 7 else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

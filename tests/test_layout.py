@@ -45,9 +45,6 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/vocab_cache.py": ("test_inference_path.py", "test_logging.py"),
-    "bilm/compiled_steps.py": ("test_precision.py",),
-    "bilm/low_precision.py": ("test_precision.py", "test_cpu_support.py"),
-    "bilm/int8_ops.py": ("test_cpu_support.py", "test_precision.py"),
     "bilm/manylangs_files.py": ("test_manylangs.py",),
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
@@ -55,9 +52,10 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/engine/registry.py": ("test_engines.py", "test_precision.py"),
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
-    "bilm/engine/int8.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/int8/__init__.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
+    "bilm/engine/int8/kernels.py": ("test_cpu_support.py", "test_precision.py", "test_engines.py"),
     "bilm/engine/bf16.py": ("test_engines.py", "test_precision.py"),
-    "bilm/engine/packed_steps.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),
     "bilm/engine/packs.py": ("test_engines.py", "test_mkl_prepacked.py"),
     # compat/: the peers' APIs
     "compat/__init__.py": ("test_compat_allennlp.py",),

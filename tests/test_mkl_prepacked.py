@@ -1,4 +1,4 @@
-"""MKL pre-packed weights (spacy_elmo.bilm.mkl_prepacked): the activations of the plain products, to rounding.
+"""MKL pre-packed weights (spacy_elmo.bilm.engine.mkl): the activations of the plain products, to rounding.
 
 The real models' big matrices are packed automatically; the fixture and test models are small,
 so these tests lower ``MIN_ELEMENTS`` to pack every eligible matrix, and count the packed
@@ -18,28 +18,36 @@ import torch
 from numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 from test_inference_path import _options, _random_batch, _random_state
 
-from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model, mkl_prepacked
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.encoder import Highway
-from spacy_elmo.bilm.engine import engine_of, packs
+from spacy_elmo.bilm.engine import engine_of, mkl, packs, step_loop
 
-pytestmark = pytest.mark.skipif(not mkl_prepacked.available(), reason="this torch has no MKL packed GEMM")
+pytestmark = pytest.mark.skipif(not mkl.available(), reason="this torch has no MKL packed GEMM")
 
 
 @pytest.fixture
 def count_packed(monkeypatch):
     """Pack every matrix, and count the packed products by the weight they used."""
-    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(mkl_prepacked, "ENABLED", True)
+    monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl, "ENABLED", True)
     counts = {}
-    plain_linear = mkl_prepacked.linear
+    plain_linear = mkl.linear
 
     def counting(rows, out_in, bias, pack):
         key = tuple(out_in.shape)
         counts[key] = counts.get(key, 0) + 1
         return plain_linear(rows, out_in, bias, pack)
 
-    monkeypatch.setattr(mkl_prepacked, "linear", counting)
+    plain_step = step_loop._mkl_product
+
+    def counting_step(rows, pack, dense):  # the step loop's state products (the same MKL op)
+        key = tuple(dense.t().shape)
+        counts[key] = counts.get(key, 0) + 1
+        return plain_step(rows, pack, dense)
+
+    monkeypatch.setattr(mkl, "linear", counting)
+    monkeypatch.setattr(step_loop, "_mkl_product", counting_step)
     return counts
 
 
@@ -106,17 +114,15 @@ def test_packs_follow_weight_updates(count_packed):
     with torch.inference_mode():
         assert engine_of(model.lstm).pack(cell, "state_weight", cell.state_weight.t()) is not first
         after, _, _ = model(ids)
-        mkl_prepacked.ENABLED = False
+        mkl.ENABLED = False
         plain, _, _ = model(ids)
     assert_recomputed_close(after, plain)
 
 
 def test_a_pack_that_disagrees_is_not_used(monkeypatch):
     """If MKL's packed product ever differs from sgemm (the probe), the plain path runs instead."""
-    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(
-        mkl_prepacked, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0])
-    )
+    monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
     torch.manual_seed(6)
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=8, n=7)))
@@ -131,7 +137,7 @@ def test_a_pack_that_disagrees_is_not_used(monkeypatch):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 3, 20, 32, 64, 200])
 def test_packed_highway_equals_plain(threads, rows, monkeypatch):
-    monkeypatch.setattr(mkl_prepacked, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -139,9 +145,9 @@ def test_packed_highway_equals_plain(threads, rows, monkeypatch):
         layer = Highway(96)
         x = torch.randn(rows, 96)
         with torch.inference_mode():
-            monkeypatch.setattr(mkl_prepacked, "ENABLED", True)
+            monkeypatch.setattr(mkl, "ENABLED", True)
             ours = layer(x)
-            monkeypatch.setattr(mkl_prepacked, "ENABLED", False)
+            monkeypatch.setattr(mkl, "ENABLED", False)
             plain = layer(x)
     finally:
         torch.set_num_threads(saved)
@@ -160,7 +166,7 @@ def test_no_packs_under_autograd(count_packed):
 
 @pytest.mark.slow
 def test_environment_variable_turns_packing_off():
-    code = "from spacy_elmo.bilm import mkl_prepacked; print(mkl_prepacked.ENABLED)"
+    code = "from spacy_elmo.bilm.engine import mkl; print(mkl.ENABLED)"
     for value, expected in (("0", "False"), ("off", "False"), ("1", "True")):
         out = subprocess.run(
             [sys.executable, "-c", code],

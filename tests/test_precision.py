@@ -33,8 +33,9 @@ from numerics import assert_recomputed_close
 from test_inference_path import _options, _random_batch, _random_state
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, compiled_steps, cpu_support, engine, low_precision, threads
+from spacy_elmo.bilm import BiLM, cpu_support, engine, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
+from spacy_elmo.bilm.engine import bf16, int8, step_loop
 from spacy_elmo.bilm.weights import load_model, save_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.sources.model_files import resolve_model_files
@@ -65,7 +66,7 @@ ORDINARY = [
 ]
 
 needs_int8 = pytest.mark.skipif(
-    not low_precision.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)"
+    not cpu_support.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)"
 )
 
 
@@ -80,16 +81,21 @@ def layer_errors(low, exact):
 def count_packs(monkeypatch):
     """Count the low-precision products by kind, so that a silently unused path fails."""
     counts = {"int8": 0, "bfloat16": 0}
-    plain = low_precision.linear
+    int8_multiply, bf16_linear = int8.Int8Pack.multiply, bf16.linear
 
-    def counting(rows, pack, bias=None):
-        counts[pack.kind] += 1
-        return plain(rows, pack, bias)
+    def counting_int8(pack, rows, bias):
+        counts["int8"] += 1
+        return int8_multiply(pack, rows, bias)
 
-    monkeypatch.setattr(low_precision, "linear", counting)
+    def counting_bf16(rows, pack, bias=None):
+        counts["bfloat16"] += 1
+        return bf16_linear(rows, pack, bias)
+
+    monkeypatch.setattr(int8.Int8Pack, "multiply", counting_int8)
+    monkeypatch.setattr(bf16, "linear", counting_bf16)
     compiled_loop = engine.LayerSteps.compiled_loop
 
-    def counting_loop(steps):  # the compiled step loops multiply by the packs without low_precision.linear
+    def counting_loop(steps):  # the compiled step loop multiplies by the packs without the products above
         run = compiled_loop(steps)
         if run is None:
             return None
@@ -113,7 +119,7 @@ def sentences(fixture_dir):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", pytest.param("int8", marks=needs_int8)])
 def test_fixture_within_documented_tolerance(fixture_dir, backend, sentences, dtype, count_packs, monkeypatch):
-    monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
+    monkeypatch.setattr(bf16, "MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
     low = load_bilm(fixture_dir, dtype=dtype)
     low.clear_cache()
     ours, exact = low.embed(sentences), backend.embed(sentences)
@@ -216,7 +222,7 @@ def test_trained_model_on_wikitext_sentences(dtype, data_dir, trained_reference)
 
 
 def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
-    names = ["float32", "float16", "bfloat16"] + (["int8"] if low_precision.int8_available() else [])
+    names = ["float32", "float16", "bfloat16"] + (["int8"] if cpu_support.int8_available() else [])
     backends = [load_bilm(fixture_dir, dtype=name) for name in names]
     assert len({b.fingerprint for b in backends}) == len(names)
     assert len({id(b) for b in backends}) == len(names)
@@ -258,14 +264,14 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
 @needs_int8
 def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatch):
     """A weight the int8 kernels cannot pack stops quantize with an error naming it (the backend is never built)."""
-    plain = low_precision._pack
+    plain = int8.make_pack
     calls = []
 
-    def failing_once(out_in, kind, step=False):
-        calls.append(kind)
-        return None if len(calls) == 3 else plain(out_in, kind, step)
+    def failing_once(out_in, step=False):
+        calls.append(step)
+        return None if len(calls) == 3 else plain(out_in, step)
 
-    monkeypatch.setattr(low_precision, "_pack", failing_once)
+    monkeypatch.setattr(int8, "make_pack", failing_once)
     files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     with pytest.raises(RuntimeError, match=r"could not pack \w+\.\w+ \(\d+, \d+\).*dtype='float32'"):
         ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.int8)
@@ -276,7 +282,7 @@ def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatc
 @needs_int8
 def test_int8_products_follow_in_place_weight_changes(fixture_dir, sentences):
     """``quantize(keep_float32=True)`` keeps the parameters: packs are remade when a weight changes in place."""
-    model = low_precision.quantize(
+    model = int8.quantize(
         load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval(), keep_float32=True
     )
     assert not any(p.is_meta for p in model.parameters())
@@ -381,13 +387,13 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
         pytest.skip("this torch has no oneDNN quantized engine")
     monkeypatch.setattr(cpu_support, "amx_int8", lambda: amx)
     made = []
-    plain = low_precision.prepack
+    plain = int8.prepack
 
     def counting(q, scale, engine_name):
         made.append(engine_name)
         return plain(q, scale, engine_name)
 
-    monkeypatch.setattr(low_precision, "prepack", counting)
+    monkeypatch.setattr(int8, "prepack", counting)
     cpu_support.int8_kernels.cache_clear()
     try:
         kernels = cpu_support.int8_kernels()
@@ -421,14 +427,15 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
 @pytest.mark.parametrize("dtype", [pytest.param("int8", marks=needs_int8), "bfloat16"])
 @pytest.mark.parametrize("direction_threads", [False, True])
 def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, count_packs, monkeypatch):
-    """The TorchScript step loops (:mod:`compiled_steps`) run the Python loop's ops: the same outputs and final states.
+    """The TorchScript step loop (:mod:`spacy_elmo.bilm.engine.step_loop`) runs the Python loop's ops: the same
+    outputs and final states.
 
     Rows end at different steps, step sizes fall from 9 to 1,
     the input projections come in chunks of 7 rows, and the initial state is random. A wrong gate,
     clip or carried state moves outputs by far more than recomputation rounding. (Which engine's
     int8 pack serves a step changes only speed: fbgemm and oneDNN agree to float32 rounding.)
     """
-    assert compiled_steps.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
+    assert step_loop.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
     if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
         monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
         monkeypatch.setattr(threads, "_pool", None)
@@ -436,7 +443,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         torch.set_num_threads(2)
     monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 64 * 7)
     monkeypatch.setattr(engine.Int8Engine, "gate_chunk_elements", 4 * 64 * 7)
-    monkeypatch.setattr(low_precision, "BF16_MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
+    monkeypatch.setattr(bf16, "MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
     model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite
     for p in model.parameters():
@@ -445,7 +452,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     ids = torch.as_tensor(batch_to_char_ids(sentences))
     state = _random_state(model, len(sentences), 5)
     if dtype == "int8":
-        low_precision.quantize(model)
+        int8.quantize(model)
     else:
         model = model.to(torch.bfloat16)
         state = [[(h.bfloat16(), c.bfloat16()) for h, c in layer] for layer in state]
@@ -462,7 +469,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     try:
         for use_script in (True, False):
             if not use_script:
-                monkeypatch.setattr(compiled_steps, "compiled", lambda: None)
+                monkeypatch.setattr(step_loop, "compiled", lambda: None)
             with torch.inference_mode():
                 runs.append(model(ids, state))
     finally:
@@ -489,5 +496,5 @@ def test_step_loops_fall_back_to_python_without_torchscript(monkeypatch):
         raise RuntimeError("no TorchScript here")
 
     monkeypatch.setattr(torch.jit, "script", broken)
-    monkeypatch.setattr(compiled_steps, "_compiled", {})
-    assert compiled_steps.compiled() is None
+    monkeypatch.setattr(step_loop, "_compiled", {})
+    assert step_loop.compiled() is None

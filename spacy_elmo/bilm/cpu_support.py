@@ -1,4 +1,8 @@
-"""What this CPU and this torch build run natively, probed once per process: the one place precision kernels are chosen.
+"""What this CPU and this torch build run natively, probed once per process (the engines ask; they choose).
+
+A probe, not a chooser of products: which product takes which kernel is each engine family's choice
+(:mod:`.engine`). What is decided here is what this CPU's kernels can do: which quantized engine serves each
+int8 role without saturating, whether bf16 and fp16 are native.
 
 x86 CPUs differ in what their int8 and bfloat16 kernels do, not only in how fast they are:
 
@@ -36,8 +40,6 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-
-from .int8_ops import prepack, quantize_weight
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -206,6 +208,8 @@ def _saturation_free(engine: str) -> bool:
     int16's range. An exact kernel returns ``_PROBE_WIDTH`` in every output; a saturating one about half.
     Rows 1, 4 and 64 cover the kernels engines use for few and many rows.
     """
+    from .engine.int8.kernels import prepack, quantize_weight  # the model's own int8 primitives
+
     try:
         q, scale = quantize_weight(torch.ones(64, _PROBE_WIDTH))
         packed = prepack(q, scale, engine)

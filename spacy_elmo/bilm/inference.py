@@ -7,7 +7,7 @@ for bit: sums are added in other orders (other matmul shapes, MKL pre-packed pro
 CNN as one matmul), and with several CPU threads tanh is computed as 2 sigmoid(2x) - 1 (within
 1e-7).
 
-biLSTM: both directions in one time loop over a *packed sequence layout* (rows sorted by length
+biLSTM: both directions in one time loop over a *step layout* (rows sorted by length
 once, the forward and the per-row reversed backward sequences sharing it, so at every step both
 directions run on the same shrinking prefix of rows, as in torch's ``PackedSequence``); each
 layer's input projection is one matmul per chunk of steps; gates, cell and outputs live in
@@ -28,9 +28,9 @@ from typing import Optional, cast
 import torch
 
 from .encoder import CharCNNEncoder, Highway
-from .engine import Engine, engine_of
+from .engine import Engine, LayerSpec, engine_of
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
-from .threads import pool, split_directions
+from .threads import split_directions, two_thread_pool
 
 # -- the token encoder ----------------------------------------------------------------------
 
@@ -49,20 +49,20 @@ def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tens
 
 
 @dataclass
-class PackedLayout:
-    """Where each packed (step, row) lives: rows sorted by length, steps time-major."""
+class StepLayout:
+    """Where each (step, row) lives: rows sorted by length, steps time-major."""
 
     step_sizes: list[int]  # active rows at each step (non-increasing)
-    step_offsets: list[int]  # start of each step in the packed data
+    step_offsets: list[int]  # start of each step in the step-ordered data
     forward_index: torch.Tensor  # (N,) flat index row * time + t into (batch, time)
     backward_index: torch.Tensor  # (N,) flat index row * time + (length - 1 - t)
-    last_index: torch.Tensor  # (batch,) packed position of each sorted row's last step
+    last_index: torch.Tensor  # (batch,) position in step order of each sorted row's last step
     sorted_rows: torch.Tensor  # (batch,) original row of each sorted row
     unsorted_rows: torch.Tensor  # (batch,) sorted position of each original row
 
 
-def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_last: bool = False) -> PackedLayout:
-    """Build the packed layout for right-padded sequences of the given ``lengths`` (all >= 1).
+def step_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_last: bool = False) -> StepLayout:
+    """Build the step layout for right-padded sequences of the given ``lengths`` (all >= 1).
 
     ``skip_last`` (all lengths >= 2) leaves out each direction's last step: the forward LM's
     last position and the backward LM's first one. Their outputs, which depend on nothing else,
@@ -78,7 +78,7 @@ def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_l
     active = steps[:, None] < sorted_lengths[None, :]  # (steps, batch), a prefix of rows per step
     step_sizes = active.sum(dim=1)
     offsets = torch.cumsum(step_sizes, 0) - step_sizes
-    t_idx, r_idx = active.nonzero(as_tuple=True)  # time-major order = packed order
+    t_idx, r_idx = active.nonzero(as_tuple=True)  # time-major order = step order
     orig = sorted_rows[r_idx]
     forward_index = orig * time + t_idx
     backward_index = orig * time + (full_lengths[r_idx] - 1 - t_idx)
@@ -89,7 +89,7 @@ def packed_layout(lengths: torch.Tensor, time: int, device: torch.device, skip_l
     def to(x: torch.Tensor) -> torch.Tensor:
         return x.to(device, non_blocking=True)
 
-    return PackedLayout(
+    return StepLayout(
         step_sizes.tolist(),
         offsets.tolist(),
         to(forward_index),
@@ -110,11 +110,11 @@ def layer_activations(
 ) -> tuple[torch.Tensor, Optional[BiLSTMState]]:
     """All activations ``(n_layers + 1, batch, time, 2 * proj)``, each layer written straight into the result.
 
-    ``token_layer`` is layer 0. ``skip_last`` (see :func:`packed_layout`) leaves each LM's output
+    ``token_layer`` is layer 0. ``skip_last`` (see :func:`step_layout`) leaves each LM's output
     at its last position zero and returns no final state.
     """
     batch, time, dim = tokens.shape
-    layout = packed_layout(lengths, time, tokens.device, skip_last=skip_last)
+    layout = step_layout(lengths, time, tokens.device, skip_last=skip_last)
     outputs, final_state = run_lstm(lstm, tokens, layout, initial_state)
     acts = tokens.new_zeros(lstm.n_layers + 1, batch, time, 2 * dim)
     acts[0] = token_layer
@@ -125,13 +125,13 @@ def layer_activations(
     return acts, None if skip_last else final_state
 
 
-def lstm_outputs(
+def bilstm_outputs(
     lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
     """What ``lstm(inputs, lengths, initial_state)`` returns (padded per-layer outputs, final state), without
     autograd."""
     batch, time = inputs.shape[:2]
-    layout = packed_layout(lengths, time, inputs.device)
+    layout = step_layout(lengths, time, inputs.device)
     outputs, final_state = run_lstm(lstm, inputs, layout, initial_state)
     forward = [unpack(out[0], layout.forward_index, batch, time) for out in outputs]
     backward = [unpack(out[1], layout.backward_index, batch, time) for out in outputs]
@@ -139,11 +139,11 @@ def lstm_outputs(
 
 
 def run_lstm(
-    lstm: ElmoBiLSTM, inputs: torch.Tensor, layout: PackedLayout, initial_state: Optional[BiLSTMState] = None
+    lstm: ElmoBiLSTM, inputs: torch.Tensor, layout: StepLayout, initial_state: Optional[BiLSTMState] = None
 ) -> tuple[list[torch.Tensor], BiLSTMState]:
-    """Run every layer of ``lstm``; returns per-layer packed outputs ``(2, N, proj)`` and the final state.
+    """Run every layer of ``lstm``; returns per-layer step-ordered outputs ``(2, N, proj)`` and the final state.
 
-    ``inputs`` is ``(batch, time, proj)``; direction 0 of the packed outputs is forward, 1 backward.
+    ``inputs`` is ``(batch, time, proj)``; direction 0 of the step-ordered outputs is forward, 1 backward.
     The two directions are independent language models: with two or more CPU threads and enough
     work per step they run on two threads of their own (one core each, no per-operation thread
     team), otherwise interleaved in one loop.
@@ -163,7 +163,7 @@ def run_lstm(
     step_macs = layout.step_sizes[0] * lstm.proj_dim * 4 * lstm.cell_dim  # the first step's recurrent product
     if split_directions(step_macs, x.device):
         futures = [
-            pool().submit(
+            two_thread_pool().submit(
                 _run_stack_on_thread, engine, stacks[d], x[d : d + 1], layout, _pick(h0, d), _pick(c0, d), skip
             )
             for d in range(2)
@@ -209,14 +209,14 @@ def _run_layer(
     engine: Engine,
     cells: Sequence[ProjectedLSTMCell],
     x: torch.Tensor,
-    layout: PackedLayout,
+    layout: StepLayout,
     h0: Optional[torch.Tensor],
     c0: Optional[torch.Tensor],
 ):
-    """One layer, D directions: packed inputs ``(D, N, in)`` -> packed outputs ``(D, N, proj)``, last cells.
+    """One layer, D directions: step-ordered inputs ``(D, N, in)`` -> step-ordered outputs ``(D, N, proj)``, last cells.
 
     The input projections of each chunk of steps are one product; the steps and their products are the
-    engine's (:class:`.engine.LayerSteps`).
+    engine's (:class:`.engine.LayerSteps`, the one step loop).
     """
     first = cells[0]
     c_dim, n_total = first.cell_dim, x.shape[1]
@@ -226,10 +226,10 @@ def _run_layer(
     last_c = x.new_empty(len(cells), batch, c_dim)
     # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
     # math, which starts its own thread team even for a few hundred elements; on a busy machine
-    # each call can then wait milliseconds. The sigmoid form (compiled_steps.cell_update) stays on torch's own kernels.
+    # each call can then wait milliseconds. The sigmoid form (step_loop.cell_update) stays on torch's own kernels.
     sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
-    steps = engine.layer_steps(cells, batch, c, h0, cell_clip, proj_clip, sigmoid_tanh)  # h0 None: the zero state
+    steps = engine.layer_steps(LayerSpec(cells, batch, c, h0, cell_clip, proj_clip, sigmoid_tanh))  # h0 None: zero
     for first_step, stop in _chunks(layout, max(1, engine.gate_chunk_elements // (4 * c_dim))):
         start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
@@ -240,8 +240,8 @@ def _run_layer(
     return out, last_c
 
 
-def _chunks(layout: PackedLayout, max_rows: int) -> list[tuple]:
-    """Split the steps into consecutive ranges whose packed rows fit ``max_rows`` (at least one step each)."""
+def _chunks(layout: StepLayout, max_rows: int) -> list[tuple]:
+    """Split the steps into consecutive ranges whose step-ordered rows fit ``max_rows`` (at least one step each)."""
     ranges, first, rows = [], 0, 0
     for step, n in enumerate(layout.step_sizes):
         if rows and rows + n > max_rows:
@@ -253,7 +253,7 @@ def _chunks(layout: PackedLayout, max_rows: int) -> list[tuple]:
 
 
 def unpack(rows: torch.Tensor, index: torch.Tensor, batch: int, time: int) -> torch.Tensor:
-    """Scatter packed rows ``(N, dim)`` back to a zero-padded ``(batch, time, dim)`` tensor."""
+    """Scatter step-ordered rows ``(N, dim)`` back to a zero-padded ``(batch, time, dim)`` tensor."""
     padded = rows.new_zeros(batch * time, rows.shape[-1])
     padded.index_copy_(0, index, rows)
     return padded.view(batch, time, -1)

@@ -23,15 +23,15 @@ naming the file and the key or tensor.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union, cast
+from typing import Any, Optional, cast
 
 import torch
 from torch import nn
 
+from .files import PathLike
 from .lstm import ProjectedLSTMCell
 from .manylangs import (
     BOS,
@@ -60,8 +60,6 @@ from .weights import (
     _refuse_non_finite,
     _Rule,
 )
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 CONFIG = "config.json"
 CHAR_DIC = "char.dic"

@@ -4,7 +4,9 @@ This module is the one place that chooses between the two ways of computing the 
 reference path (``CharCNNEncoder.forward``, ``ElmoBiLSTM.forward``), which autograd and training
 use, and the inference path (:mod:`.inference`), which is faster and records no history. The
 inference path runs whenever no gradient is needed (:func:`needs_autograd`); the two agree to
-float32 rounding.
+float32 rounding. Each step has one name on every level: ``model.<step>`` chooses between the module's own
+``forward`` and ``inference.<step>`` (:func:`encode_tokens`, :func:`bilstm_outputs`); :meth:`BiLM.encode_tokens`
+adds the distinct-token dedup on top.
 """
 
 from __future__ import annotations
@@ -104,20 +106,22 @@ def _check_weights_kept(module: nn.Module) -> None:
         )
 
 
-def token_vectors(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, by the inference path when no gradient is needed."""
+def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, by the inference path
+    (:func:`.inference.encode_tokens`) when no gradient is needed."""
     if needs_autograd(encoder, char_ids):
         return encoder(char_ids)
     return inference.encode_tokens(encoder, char_ids)
 
 
-def lstm_outputs(
+def bilstm_outputs(
     lstm: ElmoBiLSTM, inputs: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState] = None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
-    """``lstm(inputs, lengths, initial_state)``, by the inference path when no gradient is needed."""
+    """``lstm(inputs, lengths, initial_state)``, by the inference path (:func:`.inference.bilstm_outputs`) when no
+    gradient is needed."""
     if needs_autograd(lstm, inputs, initial_state):
         return lstm(inputs, lengths, initial_state)
-    return inference.lstm_outputs(lstm, inputs, lengths, initial_state)
+    return inference.bilstm_outputs(lstm, inputs, lengths, initial_state)
 
 
 class BiLM(nn.Module):
@@ -173,7 +177,7 @@ class BiLM(nn.Module):
         """Token vectors for char ids of any leading shape ``(..., 50)``; each distinct token is encoded once."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        return token_vectors(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
+        return encode_tokens(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
 
     def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Insert ``<S>`` before and ``</S>`` after each sentence; returns new ids and lengths."""

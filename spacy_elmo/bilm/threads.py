@@ -187,7 +187,7 @@ def _single_threaded_worker() -> None:
         native.mkl_set_local(1)
 
 
-def pool() -> ThreadPoolExecutor:
+def two_thread_pool() -> ThreadPoolExecutor:
     """Two single-threaded worker threads, started on first use (and anew in a forked child)."""
     global _pool
     with _pool_lock:
@@ -201,7 +201,7 @@ def pool() -> ThreadPoolExecutor:
 def run_halves(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     """``function(rows)`` with the rows split in two halves computed on the two pool threads (no autograd)."""
     half = (rows.shape[0] + 1) // 2
-    futures = [pool().submit(_call_without_autograd, function, part) for part in (rows[:half], rows[half:])]
+    futures = [two_thread_pool().submit(_call_without_autograd, function, part) for part in (rows[:half], rows[half:])]
     return torch.cat([f.result() for f in futures])
 
 

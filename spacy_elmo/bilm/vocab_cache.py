@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .model import BiLM, token_vectors
+from .model import BiLM, encode_tokens
 from .threads import run_halves, split_tokens
 
 
@@ -36,8 +36,8 @@ class TokenVectorCache:
         encoder = self.model.token_encoder
         char_ids = torch.as_tensor(encoder.token_ids(tokens), device=encoder.char_embed.weight.device)
         if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
-            return run_halves(lambda rows: token_vectors(encoder, rows), char_ids)
-        return token_vectors(encoder, char_ids)
+            return run_halves(lambda rows: encode_tokens(encoder, rows), char_ids)
+        return encode_tokens(encoder, char_ids)
 
     def vectors(self, tokens: Sequence[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), proj)`` of distinct ``tokens``, from the cache where possible."""

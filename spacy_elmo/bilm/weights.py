@@ -24,22 +24,19 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .files import OPTIONS, WEIGHTS, atomic_path, atomic_paths, reported_as, write_json_atomically
+from .files import OPTIONS, WEIGHTS, PathLike, atomic_path, atomic_paths, reported_as, write_json_atomically
 from .model import BiLM, BiLMOptions
-
-PathLike = Union[str, os.PathLike]
 
 
 class WeightFileError(ValueError):

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..bilm import cpu_support, engine, low_precision, manylangs_files
+from ..bilm import cpu_support, engine, manylangs_files
 from ..bilm.files import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
@@ -29,7 +29,7 @@ from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
-# "int8": float32 activations, int8 weights in the inference path's products (bilm/low_precision.py), CPU only
+# "int8": float32 activations, int8 weights in the inference path's products (bilm/engine/int8/), CPU only
 DTYPES = {name: getattr(torch, name) for name in PRECISION_NAMES}
 
 
@@ -54,7 +54,7 @@ class ElmoBackend:
                 raise ValueError(
                     f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
                 )
-            if not low_precision.int8_available():
+            if not cpu_support.int8_available():
                 raise ValueError(
                     "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), "
                     "which this torch lacks"

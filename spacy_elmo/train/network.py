@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
-from ..bilm.model import BiLM, BiLMOptions, lstm_outputs, token_vectors
+from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, encode_tokens
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 
@@ -152,7 +152,7 @@ class ExactBiLSTM(nn.Module):
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         # dropout on the token layer only: the core stack has no hook between layers
         x = F.dropout(inputs, self.dropout, self.training) if self.dropout else inputs
-        forward_out, backward_out, _ = lstm_outputs(self.core, x, lengths)  # the inference path when evaluating
+        forward_out, backward_out, _ = bilstm_outputs(self.core, x, lengths)  # the inference path when evaluating
         return forward_out, backward_out
 
 
@@ -189,7 +189,7 @@ class LanguageModel(nn.Module):
 
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
         """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
-        tokens = token_vectors(self.token_encoder, chars)[token_index]  # the inference path when evaluating
+        tokens = encode_tokens(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
 

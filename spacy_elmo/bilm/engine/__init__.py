@@ -1,36 +1,42 @@
 """Inference engines: how the inference path's products and LSTM steps run, chosen once per module and target.
 
-One small interface (:class:`Engine`, :class:`LayerSteps`), one implementation per kernel family, each
-registered; :func:`engine_of` picks the first registered engine that serves a module's target (device, dtype,
-int8), else :class:`PlainEngine`. Adding a path is one class and one :func:`register`:
+One small interface (:class:`Engine`, :class:`LayerSpec`), one file per kernel family holding its kernels, packs,
+step weights and cost model (its size thresholds), and one ordered list, :data:`ENGINES`; :func:`engine_of`
+picks the first that serves a module's target (device, dtype, int8). Adding a family is one class and one line
+in :data:`ENGINES`:
 
-- :class:`Int8Engine` (``int8.py``): int8 weights (``dtype="int8"``), the shared step loop
-- :class:`Bf16Engine` (``bf16.py``): oneDNN-packed bfloat16 where bf16 is native, the shared step loop
+- :class:`Bf16Engine` (``bf16.py``): oneDNN-packed bfloat16 where bf16 is native
+- :class:`Int8Engine` (``int8.py``): int8 weights (``dtype="int8"``): quantize, the int8 kernels, their packs
 - :class:`MklEngine` (``mkl.py``): float32 on CPU with MKL pre-packed weights for products of a few rows
 - :class:`PlainEngine` (``plain.py``): torch's products on any device and dtype (CUDA, emulated precisions)
 
-``packed_steps.py`` is the low-precision engines' step loop (:func:`..compiled_steps.lstm_steps`, compiled or
-not), ``packs.py`` the packs an engine holds (remade when a weight changes). ``tests/test_engines.py`` checks
-every engine available here against float32 by the same conformance test.
+Shared by all: ``step_loop.py``, the one LSTM time loop (:class:`LayerSteps`; compiled by TorchScript for the
+low-precision engines), ``packs.py``, the packs an engine holds (remade when a weight changes), ``base.py``,
+the interface and the one attribute the engines keep on a module. ``tests/test_engines.py`` checks every engine
+available here against float32 by the same conformance test, on every device present.
 """
 
-from .base import Engine, LayerSteps, Target
+from .base import Engine, ModuleState, Target
 from .bf16 import Bf16Engine
 from .int8 import Int8Engine
 from .mkl import MklEngine
 from .plain import PlainEngine
-from .registry import ENGINES, engine_of, prepare, register
+from .registry import ENGINES, engine_of, prepare
+from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
 
 __all__ = [
     "ENGINES",
     "Bf16Engine",
     "Engine",
     "Int8Engine",
+    "LayerSpec",
     "LayerSteps",
     "MklEngine",
+    "ModuleState",
     "PlainEngine",
+    "StepProduct",
+    "StepWeight",
     "Target",
     "engine_of",
     "prepare",
-    "register",
 ]

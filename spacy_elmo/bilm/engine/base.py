@@ -1,26 +1,55 @@
-"""The interface every inference engine implements, and the facts it is chosen by.
+"""The interface every inference engine implements, the facts it is chosen by, and what a module holds for it.
 
 An engine serves one module of the inference path (the token encoder, or the biLSTM) on one
 :class:`Target` (device, dtype, int8 or not). It is chosen once (:func:`.registry.engine_of`) and then owns
-everything that depends on that choice: the packs of the weights, how each product is computed (the
-cost model: which row counts take which kernel), and the step loop of an LSTM layer (compiled or not).
-The inference path (:mod:`..inference`) only asks it for products and layer steps; it never looks at a
-dtype itself.
+everything that depends on that choice: the packs of the weights, how each product is computed (its family's
+cost model: which row counts and weight sizes take which kernel, constants of its own file), and the step
+weights of an LSTM layer, which the one step loop (:mod:`.step_loop`) runs. The inference path
+(:mod:`..inference`) only asks it for products and layer steps; it never looks at a dtype itself.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Optional
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, TypeVar
 
 import torch
 from torch import nn
 
-from .. import compiled_steps
-from ..low_precision import is_int8
-from ..lstm import ProjectedLSTMCell
+from .step_loop import LayerSpec, LayerSteps
+
+M = TypeVar("M", bound=nn.Module)
+STATE = "_spacy_elmo_engine_state"  # the one module attribute the engines keep: a ModuleState
+
+
+@dataclass
+class ModuleState:
+    """What the engine layer keeps on a module (``module.__dict__[STATE]``), so that it lives and dies with the model.
+
+    ``int8``: :func:`.int8.quantize` marked it (its products are int8); ``released``: the int8 packs that replaced
+    its released float32 weights, by parameter name; ``engine``: the engine serving it (the token encoder, the
+    biLSTM), chosen by :func:`.registry.engine_of`. A copied or unpickled module keeps the first two and chooses
+    its engine anew (an engine copies and pickles as None).
+    """
+
+    int8: bool = False
+    released: dict[str, Any] = field(default_factory=dict)
+    engine: Optional[Engine] = None
+
+
+def state_of(module: nn.Module) -> ModuleState:
+    """``module``'s :class:`ModuleState`, made empty on first use."""
+    state = module.__dict__.get(STATE)
+    if state is None:
+        state = module.__dict__[STATE] = ModuleState()
+    return state
+
+
+def is_int8(module: nn.Module) -> bool:
+    """Whether :func:`.int8.quantize` marked ``module`` (or the model holding it) for int8 products."""
+    state = module.__dict__.get(STATE)
+    return state is not None and state.int8
 
 
 @dataclass(frozen=True)
@@ -39,77 +68,42 @@ class Target:
             return cls(torch.device("meta"), torch.float32, is_int8(module))
         return cls(first.device, first.dtype, is_int8(module))
 
-
-class LayerSteps(ABC):
-    """One LSTM layer's products and time loop for D directions (D = 1 or 2), made once per layer and call.
-
-    The inference path hands it each chunk of steps: :meth:`project_inputs` (one product per chunk), then
-    :meth:`run` (the steps themselves, carrying ``h`` and ``c`` from chunk to chunk), then :meth:`finish`.
-    """
-
-    precision: Optional[str] = None  # "int8" | "bfloat16" where the compiled loop serves
-
-    def __init__(
-        self,
-        cells: Sequence[ProjectedLSTMCell],
-        c: torch.Tensor,
-        h0: Optional[torch.Tensor],
-        cell_clip: float,
-        proj_clip: float,
-        sigmoid_tanh: bool,
-    ) -> None:
-        """``c`` ``(D, batch, cell)``: the initial cells (owned: updated in place); ``h0`` ``(D, batch, proj)`` or
-        None (the zero state); clips of 0 mean none; ``sigmoid_tanh``: see :func:`..compiled_steps.cell_update`."""
-        self.cells, self.c, self.h_prev = cells, c, h0
-        self.cell_clip, self.proj_clip, self.sigmoid_tanh = cell_clip, proj_clip, sigmoid_tanh
-        self.compiled = self.compiled_loop()  # asked once per layer and call
-
-    def compiled_loop(self) -> Optional[Callable[..., Any]]:
-        """The compiled step loop these steps run (:func:`..compiled_steps.compiled`), or None (a Python loop)."""
-        return None if self.precision is None else compiled_steps.compiled()
-
-    @abstractmethod
-    def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
-        """``out[d] = rows[d] @ input_weight[d] + bias[d] + forget offset``: a chunk's input projections."""
-
-    @abstractmethod
-    def run(
-        self,
-        gx: torch.Tensor,
-        out: torch.Tensor,
-        last_c: torch.Tensor,
-        step_sizes: list[int],
-        step_offsets: list[int],
-        start_row: int,
-    ) -> None:
-        """Steps ``step_sizes`` (packed rows from ``start_row`` on): gates from ``gx`` (overwritten), outputs into
-        ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``."""
-
-    @abstractmethod
-    def finish(self, last_c: torch.Tensor) -> None:
-        """Write the cells of the rows still running after the last step into ``last_c``."""
+    @property
+    def precision(self) -> str:
+        """What results here approximate: ``"int8"``, or the dtype's name (``"float32"``, ``"bfloat16"``...)."""
+        return "int8" if self.int8 else str(self.dtype).replace("torch.", "")
 
 
 class Engine(ABC):
-    """How one module's inference products run on one :class:`Target`; one implementation per kernel family.
+    """How one module's inference products run on one :class:`Target`; one subclass per kernel family.
 
-    Adding a path (a CUDA graph, fp16 on GPU) is one subclass and one :func:`.registry.register`. Each is
-    checked against float32 by ``tests/test_engines.py`` within ``precision``'s bound.
+    Adding one (fp16 on CPU, a CUDA graph) is one subclass and one line in :data:`.registry.ENGINES`; its
+    ``tolerance`` is what ``tests/test_engines.py`` holds it to against float32, on every device it serves.
     """
 
     name: ClassVar[str]  # shown in logs and test ids
-    precision: ClassVar[str]  # "float32" | "bfloat16" | "float16" | "int8": what its results approximate
     load_dtype: ClassVar[torch.dtype]  # the dtype load_bilm takes for it (the conformance test builds by it)
-    follows_weight_changes: ClassVar[bool] = True  # packs remade when a weight changes (int8: keep_float32 only)
+    # each layer's largest error over its activation scale against float32; None: float32 rounding
+    tolerance: ClassVar[Optional[float]] = None
     gate_chunk_elements: ClassVar[int] = 1 << 23  # rows x 4*cell per direction of one chunk of input projections
 
     def __init__(self, target: Target) -> None:
         self.target = target
 
+    @property
+    def precision(self) -> str:
+        """What this engine's results approximate here (``"float32"``, ``"bfloat16"``, ``"int8"``...)."""
+        return self.target.precision
+
     @classmethod
     @abstractmethod
     def serves(cls, target: Target) -> bool:
         """Whether this engine runs ``target`` here (its kernels exist on this CPU / device and build)."""
+
+    @classmethod
+    def load(cls, model: M, device: torch.device, dtype: torch.dtype, keep_float32: bool = False) -> M:
+        """``model`` ready for this engine in ``dtype`` on ``device`` (eval mode): a cast, unless a family does more."""
+        return model.to(device=device, dtype=dtype).eval()
 
     @abstractmethod
     def describe(self) -> str:
@@ -120,17 +114,8 @@ class Engine(ABC):
         """``layer(x)`` for the token encoder (highway layers, projection)."""
 
     @abstractmethod
-    def layer_steps(
-        self,
-        cells: Sequence[ProjectedLSTMCell],
-        batch: int,
-        c: torch.Tensor,
-        h0: Optional[torch.Tensor],
-        cell_clip: float,
-        proj_clip: float,
-        sigmoid_tanh: bool,
-    ) -> LayerSteps:
-        """The steps of one layer of ``cells`` (one per direction) for ``batch`` rows (see :class:`LayerSteps`)."""
+    def layer_steps(self, spec: LayerSpec) -> LayerSteps:
+        """The products and steps of one layer call (see :class:`.step_loop.LayerSteps`)."""
 
     def __deepcopy__(self, memo: dict) -> None:
         """A copied module gets no engine (it chooses its own on first use): packs are never copied."""

@@ -6,7 +6,7 @@ the previous call (forward LM: after ``</S>``; backward LM: after ``<S>``); a la
 zero states for its new rows, a smaller one uses the first rows and leaves the others stored.
 This module keeps that bookkeeping, in AllenNLP's layout (``_states`` = ``(h, c)``, each
 ``(num_layers, batch, 2 * dim)``, forward then backward in the last axis), and runs the LSTM
-itself through :func:`spacy_elmo.bilm.model.lstm_outputs` (the inference path when no gradient
+itself through :func:`spacy_elmo.bilm.model.bilstm_outputs` (the inference path when no gradient
 is needed, the reference autograd path otherwise), which takes an initial state and returns the
 final one. ``stateful=False`` starts every call from zeros: this package's batch-invariant vectors.
 """
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ...bilm.lstm import BiLSTMState, ElmoBiLSTM
-from ...bilm.model import lstm_outputs
+from ...bilm.model import bilstm_outputs
 from ...bilm.threads import batch_thread_limit, thread_limit
 
 RnnStates = tuple[torch.Tensor, torch.Tensor]
@@ -48,7 +48,7 @@ class ElmoLstm(nn.Module):
         initial_state = None if initial is None else self._to_bilstm_state(initial, rows)
         step_macs = len(valid) * self.hidden_size * 4 * self.cell_size  # as ElmoBackend: small work on one thread
         with thread_limit(batch_thread_limit(step_macs, inputs.device, 1)):
-            forward, backward, final = lstm_outputs(self._lstm, rows(inputs), rows(lengths), initial_state)
+            forward, backward, final = bilstm_outputs(self._lstm, rows(inputs), rows(lengths), initial_state)
         stacked = torch.stack([torch.cat(pair, dim=-1) for pair in zip(forward, backward)])
         h = torch.stack([torch.cat([layer[0][0], layer[1][0]], dim=-1) for layer in final])
         c = torch.stack([torch.cat([layer[0][1], layer[1][1]], dim=-1) for layer in final])

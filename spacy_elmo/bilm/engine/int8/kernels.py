@@ -1,7 +1,7 @@
-"""The two int8 primitives: quantize a weight per output channel, pack it for one quantized engine.
+"""The int8 family's two kernel primitives: quantize a weight per output channel, pack it for one quantized engine.
 
-Used by :mod:`.low_precision` (the int8 products) and :mod:`.cpu_support` (the saturation probe), so
-that the probe multiplies exactly what the model will.
+Used by the int8 engine (:mod:`.`) and the CPU probe (:mod:`...cpu_support`, the saturation test), so that the
+probe multiplies exactly what the model will.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .threads import ForkSafeLock
+from ...threads import ForkSafeLock
 
 _engine_lock = ForkSafeLock()
 
@@ -24,7 +24,7 @@ def quantize_weight(out_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[object]:
-    """The int8 weight ``q`` with per-row ``scale`` packed by ``engine`` (None where this torch lacks it).
+    """The int8 weight ``q`` with per-row ``scale`` packed by the quantized ``engine`` (None where this torch lacks it).
 
     torch reads the engine from process-wide state (``torch.backends.quantized.engine``), only when packing;
     each pack then runs its own engine's kernels whatever the setting. torch 2.13 has no engine-specific
@@ -32,7 +32,8 @@ def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[objec
     ``onednn::qlinear_prepack`` and ``_wrapped_linear_prepack`` make static-quantization weights, which
     ``quantized::linear_dynamic`` does not take), so the switch cannot be avoided. It is made only where
     the setting differs, for this call alone, under this module's lock (the one place the package touches
-    the setting: ``tests/test_architecture.py``), and always put back.
+    the setting: ``tests/test_architecture.py``), and always put back. (The saturation probe of
+    :mod:`..cpu_support` packs through here too, so that it multiplies exactly what the model will.)
     """
     if engine not in torch.backends.quantized.supported_engines:
         return None
