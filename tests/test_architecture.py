@@ -1019,7 +1019,6 @@ def test_one_embed_call_looks_up_computes_and_writes_a_repeated_sentence_once(fi
     np.testing.assert_array_equal(again[1], out[0])
 
 
-
 # -- the engines: one time loop, each family's cost model in its own file, one attribute on a module ---------
 
 ENGINE_MODULES = sorted(name for name in MODULES if name.startswith("spacy_elmo.bilm.engine"))
