@@ -117,6 +117,34 @@ def test_no_import_circle_inside_the_package(in_functions):
     assert not cycle, "import circle: " + " -> ".join(cycle)
 
 
+# the groups below the front ends, lowest first: each imports only groups before it (bilm/ none of them)
+GROUP_LAYERS = ("bilm", "sources", "runtime", "output")
+
+
+def group_of(name: str) -> str:
+    """``spacy_elmo.<group>.x`` -> ``<group>``; a module directly in spacy_elmo/ -> its own name (a front end)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "spacy_elmo"
+
+
+def test_the_groups_depend_one_way():
+    """ARCHITECTURE.md's order: bilm/ <- sources/ <- runtime/ <- output/ <- the front ends (spacy/, compat/, sklearn,
+    dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports included)."""
+    wrong = []
+    graph = internal_graph(in_functions=True)
+    assert "spacy_elmo.bilm.weights" in graph["spacy_elmo.sources.model_files"]  # the check sees group edges
+    for name in MODULES:
+        group = group_of(name)
+        if group not in GROUP_LAYERS:
+            continue
+        allowed = set(GROUP_LAYERS[: GROUP_LAYERS.index(group) + 1])
+        for dependency in graph[name]:
+            if group_of(dependency) not in allowed:
+                wrong.append(f"{name} imports {dependency}")
+    assert not wrong, wrong
+    assert group_of("spacy_elmo.runtime.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
+
+
 def test_bilm_imports_no_front_end():
     """bilm/ is the model alone: nothing from the rest of spacy_elmo, spaCy, Thinc or scikit-learn, even lazily."""
     for name in MODULES:
