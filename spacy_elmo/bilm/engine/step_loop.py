@@ -282,8 +282,36 @@ class LayerSteps:
         start_row: int,
     ) -> None:
         """Steps ``step_sizes`` (step-ordered rows from ``start_row`` on): gates from ``gx`` (overwritten), outputs into
-        ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``."""
+        ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``.
+
+        A compiled (low-precision) loop runs each direction as its own call: interleaving two directions'
+        small steps in one compiled loop measured up to 1.25x slower at batch 1 on the original architecture
+        (benchmarks/RESULTS.md, 2026-12-02); the Python loop interleaves them (fewer interpreter round trips).
+        """
         spec = self.spec
+        if self.precision is not None and len(self.state.weights) > 1 and self.state.stacked is None:
+            hs, cs = [], []
+            for d in range(len(self.state.weights)):
+                h, c = self.loop(
+                    gx[d : d + 1],
+                    out[d : d + 1],
+                    last_c[d : d + 1],
+                    self.c[d : d + 1],
+                    None if self.h_prev is None else self.h_prev[d : d + 1],
+                    step_sizes,
+                    step_offsets,
+                    start_row,
+                    StepProduct([self.state.weights[d]]),
+                    StepProduct([self.projection.weights[d]]),
+                    spec.cell_clip,
+                    spec.proj_clip,
+                    spec.sigmoid_tanh,
+                )
+                hs.append(h)
+                cs.append(c)
+            self.h_prev = None if hs[0] is None else torch.cat(hs)
+            self.c = torch.cat(cs)
+            return
         self.h_prev, self.c = self.loop(
             gx,
             out,
