@@ -290,7 +290,8 @@ class LayerSteps:
         """
         spec = self.spec
         if self.precision is not None and len(self.state.weights) > 1 and self.state.stacked is None:
-            hs, cs = [], []
+            hs: list[torch.Tensor] = []
+            cs: list[torch.Tensor] = []
             for d in range(len(self.state.weights)):
                 h, c = self.loop(
                     gx[d : d + 1],
@@ -307,9 +308,10 @@ class LayerSteps:
                     spec.proj_clip,
                     spec.sigmoid_tanh,
                 )
-                hs.append(h)
+                if h is not None:  # None: no step ran (the state stays the zero state)
+                    hs.append(h)
                 cs.append(c)
-            self.h_prev = None if hs[0] is None else torch.cat(hs)
+            self.h_prev = torch.cat(hs) if hs else self.h_prev
             self.c = torch.cat(cs)
             return
         self.h_prev, self.c = self.loop(
