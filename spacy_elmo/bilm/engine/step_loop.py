@@ -154,26 +154,28 @@ def lstm_steps(
     proj_clip: float,
     sigmoid_tanh: bool,
 ) -> tuple[Optional[torch.Tensor], torch.Tensor]:
-    """Steps ``step_sizes`` of D directions (step-ordered rows from ``start_row`` on; tensors ``(D, rows, dim)``);
-    returns the last ``(h, c)``. The one LSTM time loop: the engines differ only in their ``state`` and ``projection``.
+    """Steps ``step_sizes`` of D directions (step-ordered rows from ``start_row`` on; tensors ``(D, rows, dim)``, or
+    one direction's ``(rows, dim)`` with one weight per product); returns the last ``(h, c)``. The one LSTM time
+    loop: the engines differ only in their ``state`` and ``projection``.
 
     ``gx`` holds the chunk's input projections and becomes the gates in place; ``out`` receives the projected
     outputs; rows that end keep their cell in ``last_c``. ``h_prev`` None is the zero state (no recurrent
     product). A clip of 0 means none. Compiled by :func:`compiled`, or run as it is from Python: the same ops in
     the same order either way.
     """
+    one = gx.dim() == 2  # one direction's 2-D tensors: no per-direction views to take at each step
     for k in range(len(step_sizes)):
         n = step_sizes[k]
         c = retire_ended_rows(c, last_c, n)
         begin = step_offsets[k] - start_row
-        g = gx[:, begin : begin + n]  # the gates, computed in place in the input projections
+        g = gx[begin : begin + n] if one else gx[:, begin : begin + n]  # the gates, in place in gx
         if h_prev is not None:  # None: the zero state adds nothing
             stacked = state.stacked
             if stacked is not None:
                 g.baddbmm_(h_prev[:, :n], stacked)
             else:
                 for d in range(len(state.weights)):
-                    g_d, rows = g[d], h_prev[d, :n]
+                    g_d, rows = (g, h_prev[:n]) if one else (g[d], h_prev[d, :n])
                     recurrent = _packed(rows, state.weights[d], n)
                     if recurrent is None:
                         g_d.addmm_(rows, _dense(state.weights[d]))
@@ -181,13 +183,13 @@ def lstm_steps(
                         g_d.add_(recurrent)
         hid, c = cell_update(g, c, cell_clip, sigmoid_tanh)
         row = step_offsets[k]
-        h = out[:, row : row + n]
+        h = out[row : row + n] if one else out[:, row : row + n]
         stacked = projection.stacked
         if stacked is not None:
             torch.bmm(hid, stacked, out=h)
         else:
             for d in range(len(projection.weights)):
-                hid_d, h_d = hid[d], h[d]
+                hid_d, h_d = (hid, h) if one else (hid[d], h[d])
                 projected = _packed(hid_d, projection.weights[d], n)
                 if projected is None:
                     torch.mm(hid_d, _dense(projection.weights[d]), out=h_d)
@@ -257,12 +259,21 @@ class LayerSteps:
         projection: StepProduct,
         precision: Optional[str] = None,
     ) -> None:
-        """``precision`` (``"int8"`` | ``"bfloat16"``): the loop runs compiled (:func:`compiled`) for it; None:
-        from Python."""
+        """``precision`` (``"int8"`` | ``"bfloat16"``): the loop runs compiled (:func:`compiled`) for it, one call per
+        direction on its 2-D tensors; None: from Python, the D directions interleaved."""
         self.spec, self.input_projection = spec, input_projection
         self.state, self.projection, self.precision = state, projection, precision
         self.c, self.h_prev = spec.c, spec.h0
         self.loop = self.compiled_loop() or lstm_steps  # asked once per layer and call
+        # per direction: (its state and projection weights, its h and c between chunks), when run one by one
+        self.directions: list[tuple[StepProduct, StepProduct]] = []
+        self.cs: list[torch.Tensor] = []
+        self.hs: list[Optional[torch.Tensor]] = []
+        if precision is not None and state.stacked is None and projection.stacked is None:
+            for d in range(len(state.weights)):
+                self.directions.append((StepProduct([state.weights[d]]), StepProduct([projection.weights[d]])))
+                self.cs.append(spec.c[d])
+                self.hs.append(None if spec.h0 is None else spec.h0[d])
 
     def compiled_loop(self) -> Optional[Callable[..., Any]]:
         """The compiled step loop these steps run, or None (the same loop from Python)."""
@@ -284,35 +295,29 @@ class LayerSteps:
         """Steps ``step_sizes`` (step-ordered rows from ``start_row`` on): gates from ``gx`` (overwritten), outputs into
         ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``.
 
-        A compiled (low-precision) loop runs each direction as its own call: interleaving two directions'
-        small steps in one compiled loop measured up to 1.25x slower at batch 1 on the original architecture
-        (benchmarks/RESULTS.md, 2026-12-02); the Python loop interleaves them (fewer interpreter round trips).
+        A compiled (low-precision) loop runs each direction as its own call on that direction's 2-D tensors:
+        interleaving two directions' small steps in one compiled loop measured up to 1.25x slower at batch 1 on
+        the original architecture, and 3-D views per step cost up to 1.3x (benchmarks/RESULTS.md, "One house");
+        the Python loop interleaves them (fewer interpreter round trips).
         """
         spec = self.spec
-        if self.precision is not None and len(self.state.weights) > 1 and self.state.stacked is None:
-            hs: list[torch.Tensor] = []
-            cs: list[torch.Tensor] = []
-            for d in range(len(self.state.weights)):
-                h, c = self.loop(
-                    gx[d : d + 1],
-                    out[d : d + 1],
-                    last_c[d : d + 1],
-                    self.c[d : d + 1],
-                    None if self.h_prev is None else self.h_prev[d : d + 1],
-                    step_sizes,
-                    step_offsets,
-                    start_row,
-                    StepProduct([self.state.weights[d]]),
-                    StepProduct([self.projection.weights[d]]),
-                    spec.cell_clip,
-                    spec.proj_clip,
-                    spec.sigmoid_tanh,
-                )
-                if h is not None:  # None: no step ran (the state stays the zero state)
-                    hs.append(h)
-                cs.append(c)
-            self.h_prev = torch.cat(hs) if hs else self.h_prev
-            self.c = torch.cat(cs)
+        for d, (state, projection) in enumerate(self.directions):
+            self.hs[d], self.cs[d] = self.loop(
+                gx[d],
+                out[d],
+                last_c[d],
+                self.cs[d],
+                self.hs[d],
+                step_sizes,
+                step_offsets,
+                start_row,
+                state,
+                projection,
+                spec.cell_clip,
+                spec.proj_clip,
+                spec.sigmoid_tanh,
+            )
+        if self.directions:
             return
         self.h_prev, self.c = self.loop(
             gx,
@@ -332,4 +337,7 @@ class LayerSteps:
 
     def finish(self, last_c: torch.Tensor) -> None:
         """Write the cells of the rows still running after the last step into ``last_c``."""
-        last_c[:, : self.c.shape[1]] = self.c
+        for d, c in enumerate(self.cs):
+            last_c[d, : c.shape[0]] = c
+        if not self.directions:
+            last_c[:, : self.c.shape[1]] = self.c
