@@ -197,3 +197,16 @@ def test_a_card_with_the_least_metrics(model):
     assert "\n```bash\n\n```\n" in card  # no recorded command
     assert section(card, "Perplexity").strip().endswith("|---|---|")
     assert "- 0 steps, 0 words seen (0.00 epochs), wall time 0 min" in card and "default CPU thread(s)" in card
+
+
+def test_an_export_made_during_a_run_reports_its_stage(model):
+    """An --eval-every export has no end-of-run figures: the card takes them from the run's stage record."""
+    metrics = {k: v for k, v in METRICS.items() if k not in ("steps", "words_seen", "wall_time_s", "train_seconds")}
+    metrics["stages"] = [
+        *METRICS["stages"][:2],
+        {"words_seen": 3661810, "steps": 1000, "wall_time_s": 2832.1, "train_seconds": 2765.1},
+    ]
+    metrics["corpus"] = {**METRICS["corpus"], "words": 156166582}
+    (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    text = section(render_model_card(model), "How it was trained")
+    assert "- 1,000 steps, 3,661,810 words seen (0.02 epochs), wall time 47 min (of which 46 min in training" in text

@@ -115,6 +115,13 @@ def _how_it_was_trained(metrics: dict[str, Any]) -> list[str]:
     config = metrics.get("config", {})
     corpus = metrics.get("corpus", {})
     best = metrics.get("best") or {}
+    # an export made during a run (--eval-every) has no end-of-run figures yet: its stage's record holds them
+    stage = (metrics.get("stages") or [{}])[-1]
+
+    def figure(key: str, default: Any = 0) -> Any:
+        return metrics.get(key, stage.get(key, default)) or default
+
+    words_seen = figure("words_seen")
     return [
         "",
         "## How it was trained",
@@ -127,9 +134,9 @@ def _how_it_was_trained(metrics: dict[str, Any]) -> list[str]:
         f"{config.get('min_lr_ratio')} x lr, {config.get('warmup_steps')} warm-up steps), gradient clipping "
         f"{config.get('clip_norm')}, dropout {config.get('dropout')}, {config.get('token_budget')} padded tokens per "
         "batch",
-        f"- {metrics.get('steps', best.get('step', 0)):,} steps, {metrics.get('words_seen', 0):,} words seen "
-        f"({metrics.get('words_seen', 0) / max(1, corpus.get('words', 1)):.2f} epochs), wall time "
-        f"{metrics.get('wall_time_s', 0) / 60:.0f} min (of which {metrics.get('train_seconds', 0) / 60:.0f} min "
+        f"- {figure('steps', best.get('step', 0)):,} steps, {words_seen:,} words seen "
+        f"({words_seen / max(1, corpus.get('words', 1)):.2f} epochs), wall time "
+        f"{figure('wall_time_s') / 60:.0f} min (of which {figure('train_seconds') / 60:.0f} min "
         f"in training steps), {config.get('threads') or 'default'} CPU thread(s)",
         f"- the exported files are the checkpoint with the best validation perplexity (step {best.get('step')})",
         *_init_from_lines(metrics.get("init_from")),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The training corpus of the bundled model "default" v2: three public git repositories, exported at fixed
-# commits and prepared once. Nothing here is committed: the corpora are GBs (about 133M words prepared).
+# commits and prepared once. Nothing here is committed: the corpora are GBs (156.2M words prepared: Gutenberg
+# 49.5M, English Wikipedia 77.4M, Simple English Wikipedia 29.3M).
 #
 #   bash training/default-v2/corpus.sh DATA MIRRORS
 #
