@@ -197,6 +197,23 @@ def test_a_saved_default_with_a_fingerprint_of_no_version_says_what_to_do(tmp_pa
     assert "pip install 'spacy-elmo==0.1.0'" in message and "no longer bundles" in message
 
 
+@pytest.mark.filterwarnings("ignore::spacy_elmo.bilm.cpu_support.SlowPrecisionWarning")  # emulated float16: fine
+def test_a_pipeline_saved_before_files_fingerprints_follows_its_precision_fingerprint(monkeypatch, v2_dir, tmp_path):
+    """Pipelines saved before the files fingerprint was recorded hold only the vectors' (precision-specific) one."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"dtype": "float16"})
+    expected = layers(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["fingerprint"] != meta["files_fingerprint"] == VERSIONS[V1].files_fingerprint
+    meta_path.write_text(json.dumps({"source": "default", "fingerprint": meta["fingerprint"]}))  # the old form
+    swap_default(monkeypatch, v2_dir)
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").model_ref.path == V1
+    assert_same(layers(loaded), expected)
+
+
 def test_a_pipeline_saved_with_a_version_name_loads_it(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": V1})
