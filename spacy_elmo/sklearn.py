@@ -10,14 +10,18 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from spacy.tokens import Doc
 
+from .about import __version__
 from .bilm.files import PathLike
+from .bilm.weights import WeightFileError
 from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.mix import LayerSpec, layer_weights, mix_layers
 from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
 from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .runtime.validation import optional_windows, positive_int, resolve_device
+from .runtime.validation import PRECISION_NAMES, optional_windows, positive_int, resolve_device
+from .sources.bundled_versions import bundled_version, follow_saved, moved_on_advice, precision_fingerprint
+from .sources.model_files import bundled_name
 from .spacy.extensions import fresh_layers
 
 FEATURE_PREFIX = "elmo"
@@ -33,7 +37,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     model : str or path-like, default="default"
-        ``"default"`` (the bundled model), a published name (``"original"``, ...), an archive or URL,
+        ``"default"`` (the bundled model) or a bundled version (``"default-v1"``), a published name
+        (``"original"``, ...), an archive or URL,
         or a model directory (ELMo's ``options.json`` + weights ``.hdf5``, or an ELMoForManyLangs model), as
         :func:`spacy_elmo.load_bilm` takes.
     layers : "average", "top", int or list of float, default="average"
@@ -73,7 +78,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     model_fingerprint_ : str
-        The backend's fingerprint (hash of options and weights, and the precision) seen by ``fit``.
+        The backend's fingerprint (hash of options and weights, and the precision) seen by ``fit``. For a bundled
+        model, ``transform`` keeps using the bundled version it names (``"default-v1"``) after ``"default"``
+        names a newer one (a clear error if this spacy-elmo no longer bundles it).
     dtype_ : str
         The precision ``fit`` loaded the biLM in ("float32", "int8", ...; what ``dtype="auto"`` chose).
     layer_weights_ : ndarray of shape (n_layers + 1,)
@@ -141,19 +148,72 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     # -- internals -------------------------------------------------------------------------
 
     def _fit(self, samples: list[Any]) -> ElmoBackend:
-        backend = self._check_params()
+        backend = self._check_params(fitting=True)
         sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
         self.dtype_ = dtype_name(backend.dtype)
         self.layer_weights_ = layer_weights(self.layers, backend.n_layers + 1)
+        self._resolved_model = (self._resolution_key(backend.fingerprint), self.model)
         return backend
 
-    def _check_params(self) -> ElmoBackend:
-        """Validate every parameter (loading the shared backend) and return the backend."""
+    def _check_params(self, fitting: bool = False) -> ElmoBackend:
+        """Validate every parameter (loading the shared backend) and return the backend.
+
+        ``fitting``: load what ``model`` names now; else, for a fitted vectorizer, the model it was fitted with
+        (:meth:`_model_to_load`).
+        """
         self.check_settings()
-        backend = load_bilm(self.model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
+        model = self.model if fitting else self._model_to_load()
+        backend = load_bilm(model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
         layer_weights(self.layers, backend.n_layers + 1)
         return backend
+
+    def _model_to_load(self) -> PathLike:
+        """``model``, unless it names a bundled model and the vectorizer was fitted with another bundled version
+        than the one it names now (this spacy-elmo's default is newer than the one it was fitted with, perhaps in
+        another process that pickled it): then that version's name, so transform gives the vectors fit saw.
+
+        The choice is kept in ``_resolved_model`` (``(key, what to load)``; ``fit`` sets it), for as long as its key
+        holds: the same ``model`` and ``model_fingerprint_``, and the same bundled version behind ``model``'s name.
+        ``model`` changed since fit (``set_params``) loads what it names, as an unfitted vectorizer does. A
+        fingerprint of no bundled version: ``WeightFileError`` saying what to do.
+        """
+        fingerprint = getattr(self, "model_fingerprint_", None)
+        name = bundled_name(self.model)
+        resolved = getattr(self, "_resolved_model", None)
+        if fingerprint is None or name is None or (resolved is not None and resolved[0][0] != os.fspath(self.model)):
+            return self.model
+        key = self._resolution_key(str(fingerprint))
+        if resolved is not None and resolved[0] == key:
+            return resolved[1]
+        version = follow_saved(name, fingerprint, "this ElmoVectorizer was fitted", PRECISION_NAMES)
+        if version is None:
+            current = load_bilm(self.model, device=self.device, dtype=self.dtype).files_fingerprint
+            if fingerprint not in {precision_fingerprint(current, p) for p in PRECISION_NAMES}:
+                where = f"ElmoVectorizer(model={os.fspath(self.model)!r})"
+                raise WeightFileError(f"{where}: {self._moved_on(fingerprint)}")
+            version = name
+        model = self.model if version == name else version
+        self._resolved_model = (key, model)
+        return model
+
+    def _resolution_key(self, fingerprint: str) -> tuple[str, str, Optional[str]]:
+        """What ``_resolved_model`` holds for: ``model``, the fitted fingerprint, the files ``model`` names now."""
+        name = bundled_name(self.model)
+        version = bundled_version(name) if name is not None else None
+        return os.fspath(self.model), fingerprint, version.files_fingerprint if version else None
+
+    def _moved_on(self, fingerprint: str) -> str:
+        return moved_on_advice(
+            bundled_name(self.model) or "default",
+            fingerprint,
+            None,
+            __version__,
+            set_model="set its model to the files it was fitted with: set_params(model=FOLDER) (in a Pipeline, "
+            "set_params(STEP__model=FOLDER))",
+            redo="fit the vectorizer and the estimators after it again on this version's default",
+            done="fitted",
+        )
 
     def check_settings(self, n_layers: Optional[int] = None) -> None:
         """Check the parameters without loading the model; with ``n_layers`` (the model's LSTM layers) ``layers`` too.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -20,6 +19,7 @@ from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from ..bilm.weights import WeightFileError, load_model
+from ..sources.bundled_versions import precision_fingerprint
 from ..sources.download import cache_advice
 from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
@@ -67,9 +67,8 @@ class ElmoBackend:
         self.device = device
         self.dtype = dtype
         self.files_fingerprint = fingerprint(options_path, weights_path)  # the model's identity, whatever the precision
-        self.fingerprint = self.files_fingerprint  # the vectors' identity: cache keys, Doc data
-        if dtype != torch.float32:  # other precisions give other vectors: never share cache entries
-            self.fingerprint = hashlib.sha256(f"{self.files_fingerprint}:{dtype}".encode()).hexdigest()[:32]
+        # the vectors' identity (cache keys, Doc data): other precisions give other vectors, never shared entries
+        self.fingerprint = precision_fingerprint(self.files_fingerprint, dtype_name(dtype))
         self.token_budget = DEFAULT_TOKEN_BUDGET
         self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
         self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)
@@ -306,7 +305,8 @@ def load_bilm(
     disk_cache_mb: Optional[float] = None,
     token_cache_size: Optional[int] = None,
 ) -> ElmoBackend:
-    """Load (once per process) the ELMo model in ``model`` (a directory or ``"default"``).
+    """Load (once per process) the ELMo model in ``model`` (a directory, ``"default"`` or a bundled version's name
+    such as ``"default-v1"``, a published name, an archive or URL).
 
     The same resolved files, device and dtype always give the same :class:`ElmoBackend` object,
     so every spaCy component and scikit-learn transformer shares one model and one cache. The

@@ -1,6 +1,7 @@
 """What a model string means, and the files of a model folder: the one place that decides both.
 
-A model is named by ``"default"`` (the bundled biLM), a published name (``"original"``, see
+A model is named by ``"default"`` (the bundled biLM), a bundled version's own name (``"default-v1"``, see
+:mod:`.bundled_versions`), a published name (``"original"``, see
 :mod:`.published`), a directory, a ``.zip`` / ``.tar.gz`` archive (local path or URL), or an
 options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
 URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
@@ -26,6 +27,7 @@ from typing import Optional
 from ..bilm import manylangs_files
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
+from .bundled_versions import bundled_version, is_version_name, version_in, version_names
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
@@ -42,6 +44,22 @@ def is_default(model: Optional[PathLike]) -> bool:
         return Path(model).expanduser().resolve() == DEFAULT_MODEL_DIR.resolve()
     except OSError:
         return False
+
+
+def bundled_name(model: Optional[PathLike]) -> Optional[str]:
+    """The bundled model ``model`` names: ``"default"``, a version name (``"default-v1"``, also for a path to its
+    folder), or ``None`` for any other model. Saved spaCy pipelines keep a bundled model as a reference."""
+    if is_default(model):
+        return "default"
+    text = os.fspath(model)  # type: ignore[arg-type]
+    if is_version_name(text):
+        return text
+    if is_url(text):
+        return None
+    try:
+        return version_in(Path(text).expanduser())
+    except OSError:
+        return None
 
 
 def is_remote(model: Optional[PathLike]) -> bool:
@@ -71,6 +89,15 @@ def resolve_model_files(
             )
         return _in_directory(DEFAULT_MODEL_DIR)
     text = os.fspath(model)  # type: ignore[arg-type]
+    version = bundled_version(text)  # a bundled version by its own name: its folder in the package, no download
+    if version is not None:
+        directory = version.directory
+        if not (directory / OPTIONS).is_file():
+            raise WeightFileError(
+                f"the bundled model {text!r} is not part of this installation (no {directory / OPTIONS}); "
+                "pass a directory holding its options.json and weights, or a published model name"
+            )
+        return _in_directory(directory)
     if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
         return _in_directory(Path(text).expanduser())
     entry = published_model(text)
@@ -109,7 +136,7 @@ def check_model_name(model: Optional[PathLike]) -> None:
     else waits for the load: a bare word close to no name may be the relative folder a saved pipeline was
     made from (its own copy is what it loads), and paths, archives and URLs are checked when read.
     """
-    if model is None or is_default(model) or is_url(os.fspath(model)):
+    if model is None or is_default(model) or is_url(os.fspath(model)) or is_version_name(os.fspath(model)):
         return
     text = os.fspath(model)
     if not _is_bare_name(text) or published_model(text) is not None or Path(text).expanduser().exists():
@@ -124,8 +151,8 @@ def _is_bare_name(text: str) -> bool:
 
 
 def _close_names(text: str) -> list[str]:
-    """The published names (and "default") ``text`` is a likely typo of, closest first (difflib, case-insensitive)."""
-    names = {name.lower(): name for name in ("default", *PUBLISHED)}
+    """The published and bundled names ``text`` is a likely typo of, closest first (difflib, case-insensitive)."""
+    names = {name.lower(): name for name in ("default", *version_names(), *PUBLISHED)}
     return [names[found] for found in difflib.get_close_matches(text.lower(), list(names), n=3, cutoff=0.75)]
 
 

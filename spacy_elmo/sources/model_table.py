@@ -1,4 +1,5 @@
-"""What ``spacy-elmo models`` prints: every model a name gives (the bundled ``default`` and the published ones),
+"""What ``spacy-elmo models`` prints: every model a name gives (the bundled ``default`` and its versions'
+own names, the published ones),
 as plain-text lines that fit in :data:`WIDTH` columns.
 
 One row per model, the long descriptions wrapped in the last column (``textwrap``); models that
@@ -16,6 +17,7 @@ from typing import Optional
 
 from ..bilm.files import METRICS, OPTIONS
 from ..bilm.weights import parameter_count, read_options
+from . import bundled_versions
 from .model_files import DEFAULT_MODEL_DIR, find_weights
 from .published import PUBLISHED, PublishedModel
 
@@ -28,7 +30,8 @@ GAP = "  "
 def model_lines(is_cached: Callable[[str], bool], width: int = WIDTH) -> list[str]:
     """The listing's lines (none longer than ``width``); ``is_cached(url)`` says whether a file is in the cache."""
     singles, groups = _split(PUBLISHED.values())
-    rows = [_default_row(), *(_published_row(entry, is_cached) for entry in singles)]
+    rows = [_default_row(), *map(_version_row, bundled_versions.VERSIONS.values())]
+    rows += [_published_row(entry, is_cached) for entry in singles]
     lines = _table([HEADER, *(row for row in rows if row is not None)], width)
     for group in groups:
         lines += ["", *_group_lines(group, is_cached, width)]
@@ -57,25 +60,33 @@ def _published_row(entry: PublishedModel, is_cached: Callable[[str], bool]) -> t
     )
 
 
+def _version_row(version: bundled_versions.BundledVersion) -> Optional[tuple[str, ...]]:
+    """A bundled version's row under its own name (``"default-v1"``), which keeps naming it after the default moves
+    on (``None`` when this installation lacks its files)."""
+    if not (version.directory / OPTIONS).is_file():
+        return None
+    now = "what 'default' names now" if version.name == bundled_versions.DEFAULT_VERSION else "an earlier default"
+    return (version.name, "English", *_bundled_size(version.directory), "bundled", f"{version.summary}; {now}")
+
+
 def _default_row(directory: Path = DEFAULT_MODEL_DIR) -> Optional[tuple[str, ...]]:
     """The bundled model's row, from its own files (``None`` when this installation has none)."""
     if not (directory / OPTIONS).is_file():
         return None
-    weights = find_weights(directory)
     trained = "trained by spacy-elmo train"
     if (directory / METRICS).is_file():
         corpus = json.loads((directory / METRICS).read_text(encoding="utf-8")).get("corpus", {})
         sources = sorted({Path(source["path"]).parent.name for source in corpus.get("train", [])})
         if corpus.get("words"):
             trained = f"{corpus['words'] / 1e6:.1f}M words of {', '.join(sources)}; spacy-elmo train"
-    return (
-        "default",
-        "English",
-        f"{parameter_count(read_options(directory / OPTIONS)) / 1e6:.1f}M",
-        f"{weights.stat().st_size / 1e6:.0f} MB",
-        "bundled",
-        f"{trained}; licence: see its README.md (spacy-elmo info default)",
-    )
+    licence = "licence: see its README.md (spacy-elmo info default)"
+    return ("default", "English", *_bundled_size(directory), "bundled", f"{trained}; {licence}")
+
+
+def _bundled_size(directory: Path) -> tuple[str, str]:
+    """The params and size cells of a bundled model's folder."""
+    weights = find_weights(directory)
+    return f"{parameter_count(read_options(directory / OPTIONS)) / 1e6:.1f}M", f"{weights.stat().st_size / 1e6:.0f} MB"
 
 
 def _table(rows: list[tuple[str, ...]], width: int) -> list[str]:

@@ -26,14 +26,15 @@ from thinc.types import Floats2d
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
 from ..runtime.tokenize import is_whitespace
-from ..sources.model_files import check_model_name, is_default, is_remote, resolve_model_files
+from ..sources.model_files import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
 
 
 @dataclass(frozen=True)
 class ElmoModelRef:
-    """Where an ELMo model lives: a directory, ``"default"`` (the bundled model), a published name, an archive or URL.
+    """Where an ELMo model lives: a directory, ``"default"`` (the bundled model) or a bundled version's name
+    (``"default-v1"``), a published name, an archive or URL.
 
     Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
     original directory (the pipeline carries its own copy, or a reference for default/published models);
@@ -49,6 +50,11 @@ class ElmoModelRef:
     def is_default(self) -> bool:
         """True for the bundled default model (saved pipelines store only a reference to it)."""
         return is_default(self.path)
+
+    @property
+    def bundled_name(self) -> Optional[str]:
+        """``"default"`` or a bundled version's name (``"default-v1"``) for a bundled model, else ``None``."""
+        return bundled_name(self.path)
 
     @property
     def is_remote(self) -> bool:

@@ -41,6 +41,7 @@ from thinc.types import Floats2d
 from ..bilm.model import BiLM
 from ..runtime.backend import ElmoBackend, load_model_files
 from ..runtime.windows import length_batches, window_bounds
+from ..sources.bundled_versions import version_with_fingerprint
 from .layers import OWN_BILM, linked, mix_forward
 
 FINE_TUNE_NAME = "elmo_fine_tune"
@@ -144,10 +145,7 @@ def _own_bilm(model: Model) -> BiLM:
         backend = _base_backend(model)
         base = model.attrs[BASE]
         if base is not None and base != backend.files_fingerprint:
-            raise ValueError(
-                f"ElmoFineTune was trained from the ELMo model with fingerprint {base}, but the 'elmo' component "
-                f"loads {backend.files_fingerprint} ({backend.options_path.parent}): use the model it was trained from"
-            )
+            raise ValueError(_base_mismatch(base, backend, _component(model).name))
         bilm = load_model_files(backend.options_path, backend.weights_path).to(backend.device, torch.float32)
         bilm.eval()  # the biLM's own dropout stays off; the mix's dropout is the task's
         names = set(trainable_names(bilm, model.attrs["trainable"]))
@@ -155,6 +153,21 @@ def _own_bilm(model: Model) -> BiLM:
             param.requires_grad_(name in names)
         held.bilm = bilm
     return held.bilm
+
+
+def _base_mismatch(base: str, backend: ElmoBackend, component: str) -> str:
+    """The error for a layer trained from another model than its component loads: which model to set, when the
+    base is a bundled version (the default it was trained on, now named ``"default-v1"``)."""
+    version = version_with_fingerprint(base)
+    use = (
+        f"set the {component} component's model to {version.name!r} (the bundled model it was trained from)"
+        if version is not None
+        else "use the model it was trained from"
+    )
+    return (
+        f"ElmoFineTune was trained from the ELMo model with fingerprint {base}, but the {component!r} component "
+        f"loads {backend.files_fingerprint} ({backend.options_path.parent}): {use}"
+    )
 
 
 def _trained(bilm: BiLM) -> dict[str, torch.nn.Parameter]:

@@ -19,6 +19,7 @@ from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, log
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
+from ..about import __version__
 from ..bilm.files import COMPONENT_MODEL, atomic_path, atomic_paths, reported_as
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
@@ -33,8 +34,9 @@ from ..runtime.settings import (
     DEFAULT_OVERLAP,
     DEFAULT_PIPE_BATCH_SIZE,
 )
-from ..runtime.validation import check_dtype, check_window_config, positive_int
+from ..runtime.validation import PRECISION_NAMES, check_dtype, check_window_config, positive_int
 from ..runtime.windows import embed_segments
+from ..sources.bundled_versions import bundled_version, follow_saved, moved_on_advice
 from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
@@ -110,7 +112,8 @@ class ElmoComponent(Pipe):
     """Embed docs with ELMo: ``doc._.elmo_layers`` (raw layers) plus mixed vectors and, optionally, vector hooks.
 
     model (str | ElmoModelRef): directory with options.json + weights (or an ELMoForManyLangs model), a published
-        name, or "default"; loaded lazily, shared.
+        name, "default" or a bundled version's name ("default-v1"); loaded lazily, shared. A pipeline saved with
+        "default" keeps the bundled version it was saved with after "default" names a newer one.
     layers (str | int | list): "average", "top", a layer index, or one unnormalised scalar s_j per layer.
     gamma (float): scale of the mix, gamma * sum_j softmax(s)_j h_j.
     batch_size (int): sentences/windows per biLM forward pass.
@@ -185,6 +188,9 @@ class ElmoComponent(Pipe):
             # else, for pipelines saved before it, the precision-specific fingerprint
             expected = self._expected_fingerprint
             found = backend.files_fingerprint if self._expected_is_files else backend.fingerprint
+            bundled = self.model_ref.bundled_name
+            if expected is not None and found != expected and bundled is not None:
+                raise WeightFileError(f"component {self.name!r}: {self._moved_on(bundled, expected)}")
             if expected is not None and found != expected:
                 raise WeightFileError(
                     f"component {self.name!r}: the ELMo model in {self.model_ref.path} has fingerprint "
@@ -320,7 +326,7 @@ class ElmoComponent(Pipe):
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
         """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's).
 
-        The bundled default and remote models are saved as a reference (name or URL + fingerprint).
+        Bundled and remote models are saved as a reference (name or URL + fingerprint).
         """
         to_disk(ensure_path(path), {"model": self._save_model_dir}, exclude)
 
@@ -339,18 +345,24 @@ class ElmoComponent(Pipe):
         return self
 
     def _model_payload(self, with_files: bool) -> dict[str, Any]:
-        if self.model_ref.is_default:  # a reference only: saving must not need the bundled model to exist
+        bundled = self.model_ref.bundled_name
+        if bundled is not None:  # a reference only: saving must not need the bundled model to exist
             backend = self._backend
-            return {
+            version = bundled_version(bundled)  # not loaded yet: the table knows its files' fingerprint
+            payload: dict[str, Any] = {
                 "source": "default",
                 "fingerprint": backend.fingerprint if backend else None,
-                "files_fingerprint": backend.files_fingerprint if backend else None,
+                "files_fingerprint": backend.files_fingerprint if backend else version and version.files_fingerprint,
+                "spacy_elmo_version": __version__,  # what to install again should a later version not bundle it
             }
+            if bundled != "default":
+                payload["model"] = bundled
+            return payload
         identity = {"fingerprint": self.backend.fingerprint, "files_fingerprint": self.backend.files_fingerprint}
         if self.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
             return {"source": "remote", "model": self.model_ref.path, **identity}
         files = self._loaded_files()
-        payload: dict[str, Any] = {"source": "files", **identity}
+        payload = {"source": "files", **identity}
         if with_files and set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
             payload["options"] = files[OPTIONS].read_bytes()
             payload["weights"] = files[WEIGHTS].read_bytes()
@@ -401,17 +413,52 @@ class ElmoComponent(Pipe):
             raise WeightFileError(f"component {self.name!r}: {meta_path} is missing (not saved by the elmo component?)")
         meta = srsly.read_json(meta_path)
         source = _saved_source(meta, f"component {self.name!r}: {meta_path}", files=())
-        path = {"default": "default", "remote": meta.get("model"), "files": str(directory)}[source]
-        self._use_model(path, meta)
+        if source == "default":
+            self._use_bundled(meta)
+            return
+        self._use_model(meta["model"] if source == "remote" else str(directory), meta)
 
     def _load_payload(self, payload: dict[str, Any]) -> None:
         where = f"component {self.name!r}: the model in the serialized bytes"
         source = _saved_source(payload, where, files=("options", "weights"))
-        if source != "files":
-            self._use_model("default" if source == "default" else payload["model"], payload)
+        if source == "default":
+            self._use_bundled(payload)
+            return
+        if source == "remote":
+            self._use_model(payload["model"], payload)
             return
         files = payload.get("files") or {OPTIONS: payload["options"], WEIGHTS: payload["weights"]}
         self._use_model(str(_unpacked_model_dir(files)), payload)
+
+    def _use_bundled(self, saved: dict[str, Any]) -> None:
+        """Use the bundled model a pipeline was saved with: the version with its saved fingerprint, should
+        ``"default"`` (or the saved version name) now name another one; with none, the model this component's config
+        names if that is a folder or a published name (where the error below sends users), else that error."""
+        name = saved.get("model", "default")
+        fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
+        path = follow_saved(name, fingerprint, f"component {self.name!r} was saved", PRECISION_NAMES)
+        if path is None and self.model_ref.bundled_name is None:
+            path = self.model_ref.path  # the user's choice: the saved model's files, checked by their fingerprint
+        if path is None:
+            advice = self._moved_on(name, fingerprint, saved.get("spacy_elmo_version"))
+            raise WeightFileError(f"component {self.name!r}: {advice}")
+        self._use_model(path, saved)
+
+    def _moved_on(self, name: str, saved: Optional[str], saved_by: Optional[str] = None) -> str:
+        return moved_on_advice(
+            name,
+            saved or "?",
+            saved_by,
+            __version__,
+            set_model=(
+                "load it with the component's model set to the files it was saved with: "
+                f'spacy.load(PATH, config={{"components.{self.name}.model.path": FOLDER}})'
+            ),
+            redo=(
+                f"train the pipeline's components that follow {self.name!r} again on this version's default "
+                "(spacy train with the pipeline's config.cfg)"
+            ),
+        )
 
     def _use_model(self, path: str, saved: dict[str, Any]) -> None:
         """Use the model at ``path``, checked against the identity ``saved`` with the pipeline."""
@@ -463,6 +510,8 @@ def _saved_source(meta: Any, where: str, files: Sequence[str]) -> str:
     source = meta["source"]
     if source not in ("default", "files", "remote"):
         raise WeightFileError(f'{where}: key \'source\' must be "default", "files" or "remote", not {source!r}')
+    if source == "default" and not isinstance(meta.get("model", "default"), str):
+        raise WeightFileError(f"{where}: key 'model' must be the name of a bundled model, such as \"default-v1\"")
     if source == "remote" and not isinstance(meta.get("model"), str):
         raise WeightFileError(f"{where}: missing key 'model' (the published name or URL of the saved model)")
     if source == "files" and isinstance(meta.get("files"), dict):  # another format's files, by name

@@ -1,0 +1,274 @@
+"""Bundled model versions: ``"default-v1"`` names the bundled model whatever ``"default"`` names later, and pipelines
+and vectorizers made with the default keep their vectors after it changes (or fail saying what to do).
+
+"The default changed" is simulated as the real change will be made: a second model (the bundled one with one
+weight changed) becomes ``"default"`` through the version table and ``DEFAULT_MODEL_DIR``, while
+``"default-v1"`` stays the model bundled today.
+"""
+
+import json
+import logging
+import pickle
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import spacy
+from numerics import assert_recomputed_close
+from typer.testing import CliRunner
+
+from spacy_elmo import WeightFileError, __version__, load_bilm
+from spacy_elmo.cli import app
+from spacy_elmo.sklearn import ElmoVectorizer
+from spacy_elmo.sources import bundled_versions, model_files
+from spacy_elmo.sources.bundled_versions import DEFAULT_VERSION, VERSIONS, BundledVersion
+from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
+from spacy_elmo.spacy.fine_tune import _base_mismatch
+
+pytestmark = pytest.mark.skipif(
+    not (DEFAULT_MODEL_DIR / "options.json").is_file(), reason="the bundled default model is not in this checkout"
+)
+
+TEXTS = ["The bank approved the loan.", "They sat on the bank of the river. It was cold."]
+V1 = "default-v1"
+
+
+@pytest.fixture(scope="module")
+def v2_dir(tmp_path_factory):
+    """A stand-in for a newer default: the bundled model's files with one weight changed."""
+    directory = tmp_path_factory.mktemp("models") / "default"
+    shutil.copytree(DEFAULT_MODEL_DIR, directory)
+    with h5py.File(directory / "weights.hdf5", "a") as f:
+        f["CNN_proj/b_proj"][0] += 1.0
+    return directory
+
+
+def swap_default(monkeypatch, directory, keep_v1=True):
+    """Make ``directory`` the bundled default ("default-v2"), as the later release will; ``keep_v1=False``: a
+    release that bundles v1 no more."""
+    v2 = BundledVersion("default-v2", directory, fingerprint(*resolve_model_files(directory)), "a newer model")
+    versions = {**VERSIONS, v2.name: v2} if keep_v1 else {v2.name: v2}
+    monkeypatch.setattr(bundled_versions, "VERSIONS", versions)
+    monkeypatch.setattr(bundled_versions, "DEFAULT_VERSION", v2.name)
+    monkeypatch.setattr(model_files, "DEFAULT_MODEL_DIR", directory)
+
+
+def layers(nlp):
+    return [nlp(text)._.elmo_layers for text in TEXTS]
+
+
+def assert_same(actual, expected):
+    for a, b in zip(actual, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def followed(caplog):
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("spacy_elmo")]
+    return [m for m in messages if V1 in m]
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+def test_each_versions_fingerprint_is_that_of_its_files():
+    for version in VERSIONS.values():
+        assert fingerprint(*resolve_model_files(version.directory)) == version.files_fingerprint, version.name
+    assert VERSIONS[DEFAULT_VERSION].directory == DEFAULT_MODEL_DIR  # "default" is the version the table says
+    assert load_bilm().files_fingerprint == VERSIONS[DEFAULT_VERSION].files_fingerprint
+
+
+def test_the_version_name_gives_todays_default_everywhere_a_model_is_named():
+    assert load_bilm(V1) is load_bilm("default")  # the same files: the same shared backend
+    sentences = [text.split() for text in TEXTS]
+    assert_same(load_bilm(V1).embed(sentences), load_bilm("default").embed(sentences))
+    v1, default = spacy.blank("en"), spacy.blank("en")
+    v1.add_pipe("elmo", config={"model": V1})
+    default.add_pipe("elmo")
+    assert_same(layers(v1), layers(default))
+    np.testing.assert_array_equal(ElmoVectorizer(model=V1).fit_transform(TEXTS), ElmoVectorizer().fit_transform(TEXTS))
+    runner = CliRunner()
+    listing = runner.invoke(app, ["models"])
+    assert listing.exit_code == 0 and any(line.startswith(f"{V1} ") for line in listing.output.splitlines())
+    info = runner.invoke(app, ["info", V1])
+    assert info.exit_code == 0 and str(DEFAULT_MODEL_DIR) in info.output
+
+
+def test_the_swap_changes_the_default(monkeypatch, v2_dir):
+    """The simulation is real: after it, "default" gives other vectors and "default-v1" today's."""
+    sentence = [TEXTS[0].split()]
+    before = load_bilm().embed(sentence)[0]
+    swap_default(monkeypatch, v2_dir)
+    assert load_bilm().files_fingerprint != VERSIONS[V1].files_fingerprint
+    assert not np.array_equal(load_bilm().embed(sentence)[0], before)
+    np.testing.assert_array_equal(load_bilm(V1).embed(sentence)[0], before)
+
+
+# -- saved pipelines -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("embedded_before_saving", [True, False])
+def test_a_pipeline_saved_with_the_default_keeps_its_vectors_after_the_default_changes(
+    monkeypatch, v2_dir, tmp_path, caplog, embedded_before_saving
+):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    expected = layers(nlp) if embedded_before_saving else None
+    nlp.to_disk(tmp_path / "pipeline")  # not embedded yet: the table's fingerprint is saved, nothing loaded
+    data = nlp.to_bytes()
+    expected = expected or layers(nlp)
+    saved = json.loads((tmp_path / "pipeline" / "elmo" / "model" / "model.json").read_text())
+    assert saved["source"] == "default" and saved["files_fingerprint"] == VERSIONS[V1].files_fingerprint
+
+    swap_default(monkeypatch, v2_dir)
+    with caplog.at_level(logging.INFO, logger="spacy_elmo"):
+        from_disk = spacy.load(tmp_path / "pipeline")
+    assert any("saved with the bundled model default-v1" in m and "loading it" in m for m in followed(caplog))
+    assert from_disk.get_pipe("elmo").model_ref.path == V1
+    assert_same(layers(from_disk), expected)
+
+    from_bytes = spacy.blank("en")
+    from_bytes.add_pipe("elmo")
+    from_bytes.from_bytes(data)
+    assert_same(layers(from_bytes), expected)
+
+    fresh = spacy.blank("en")  # a new pipeline on "default" gets the new default
+    fresh.add_pipe("elmo")
+    assert not np.array_equal(layers(fresh)[0], expected[0])
+
+    from_disk.to_disk(tmp_path / "again")  # saved again: it names its version, and loads it
+    again = json.loads((tmp_path / "again" / "elmo" / "model" / "model.json").read_text())
+    assert again["source"] == "default" and again["model"] == V1
+    assert_same(layers(spacy.load(tmp_path / "again")), expected)
+
+
+def test_a_saved_default_that_no_bundled_version_has_says_what_to_do(monkeypatch, v2_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    expected = layers(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    data = nlp.to_bytes()
+    v1_copy = tmp_path / "v1-files"
+    shutil.copytree(DEFAULT_MODEL_DIR, v1_copy)
+
+    swap_default(monkeypatch, v2_dir, keep_v1=False)  # a release that no longer bundles v1
+    v1 = VERSIONS[V1].files_fingerprint
+    v2 = bundled_versions.VERSIONS["default-v2"].files_fingerprint
+    phrases = [
+        f"component 'elmo': it was saved with the bundled ELMo model 'default' whose files had fingerprint {v1}, "
+        f"but 'default' here has {v2}",
+        "no longer bundles the model it was saved with",
+        f"install the spacy-elmo version it was saved with (pip install 'spacy-elmo=={__version__}')",
+        'spacy.load(PATH, config={"components.elmo.model.path": FOLDER})',
+        "FOLDER being the folder spacy_elmo/models/default of that version (or a published name",
+        "train the pipeline's components that follow 'elmo' again on this version's default",
+    ]
+    with pytest.raises(WeightFileError) as raised:
+        spacy.load(tmp_path / "pipeline")
+    for phrase in phrases:
+        assert phrase in str(raised.value)
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo")
+    with pytest.raises(WeightFileError, match="no longer bundles the model it was saved with"):
+        fresh.from_bytes(data)
+
+    # the second choice works as the message says: the folder of the files it was saved with
+    loaded = spacy.load(tmp_path / "pipeline", config={"components.elmo.model.path": str(v1_copy)})
+    for a, b in zip(layers(loaded), expected):
+        assert_recomputed_close(a, b)  # another backend object (another folder): equal to float32 rounding
+    other = tmp_path / "other-files"
+    shutil.copytree(v2_dir, other)  # other files than those it was saved with: refused, as any saved model's
+    with pytest.raises(WeightFileError, match="fingerprint"):
+        spacy.load(tmp_path / "pipeline", config={"components.elmo.model.path": str(other)})
+
+
+def test_a_saved_default_with_a_fingerprint_of_no_version_says_what_to_do(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.to_disk(tmp_path / "pipeline")
+    meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(files_fingerprint="0" * 32, fingerprint="0" * 32, spacy_elmo_version="0.1.0")
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(WeightFileError) as raised:
+        spacy.load(tmp_path / "pipeline")
+    message = str(raised.value)
+    assert f"fingerprint {'0' * 32}" in message and VERSIONS[DEFAULT_VERSION].files_fingerprint in message
+    assert "pip install 'spacy-elmo==0.1.0'" in message and "no longer bundles" in message
+
+
+@pytest.mark.filterwarnings("ignore::spacy_elmo.bilm.cpu_support.SlowPrecisionWarning")  # emulated float16: fine
+def test_a_pipeline_saved_before_files_fingerprints_follows_its_precision_fingerprint(monkeypatch, v2_dir, tmp_path):
+    """Pipelines saved before the files fingerprint was recorded hold only the vectors' (precision-specific) one."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"dtype": "float16"})
+    expected = layers(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["fingerprint"] != meta["files_fingerprint"] == VERSIONS[V1].files_fingerprint
+    meta_path.write_text(json.dumps({"source": "default", "fingerprint": meta["fingerprint"]}))  # the old form
+    swap_default(monkeypatch, v2_dir)
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").model_ref.path == V1
+    assert_same(layers(loaded), expected)
+
+
+def test_a_pipeline_saved_with_a_version_name_loads_it(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": V1})
+    expected = layers(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    saved = json.loads((tmp_path / "pipeline" / "elmo" / "model" / "model.json").read_text())
+    assert saved["model"] == V1 and saved["files_fingerprint"] == VERSIONS[V1].files_fingerprint
+    assert [p.name for p in (tmp_path / "pipeline" / "elmo" / "model").iterdir()] == ["model.json"]  # no copy
+    assert_same(layers(spacy.load(tmp_path / "pipeline")), expected)
+
+
+# -- ElmoVectorizer --------------------------------------------------------------------------------
+
+
+def test_a_fitted_vectorizer_keeps_its_vectors_after_the_default_changes(monkeypatch, v2_dir, caplog):
+    vectorizer = ElmoVectorizer().fit(TEXTS)
+    expected = vectorizer.transform(TEXTS)
+    pickled = pickle.dumps(vectorizer)
+    legacy = pickle.loads(pickled)
+    del legacy._resolved_model  # as one pickled before the resolution was kept
+
+    swap_default(monkeypatch, v2_dir)
+    for restored in (pickle.loads(pickled), legacy):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="spacy_elmo"):
+            np.testing.assert_array_equal(restored.transform(TEXTS), expected)
+        assert any("ElmoVectorizer was fitted with the bundled model default-v1" in m for m in followed(caplog))
+        assert restored.get_params()["model"] == "default"  # the parameter is the user's, untouched
+        assert list(restored.get_feature_names_out())[:2] == ["elmo0", "elmo1"]
+    refitted = pickle.loads(pickled).fit(TEXTS)  # fit again: the new default
+    assert refitted.model_fingerprint_ == bundled_versions.VERSIONS["default-v2"].files_fingerprint
+    assert not np.array_equal(refitted.transform(TEXTS), expected)
+
+
+def test_a_fitted_vectorizer_whose_version_is_gone_says_what_to_do(monkeypatch, v2_dir):
+    vectorizer = ElmoVectorizer().fit(TEXTS)
+    swap_default(monkeypatch, v2_dir, keep_v1=False)
+    with pytest.raises(WeightFileError) as raised:
+        vectorizer.transform(TEXTS)
+    message = str(raised.value)
+    assert message.startswith("ElmoVectorizer(model='default'): it was fitted with the bundled ELMo model 'default'")
+    for phrase in ("no longer bundles", "pip install 'spacy-elmo==", "set_params(model=FOLDER)", "fit the vectorizer"):
+        assert phrase in message
+
+
+def test_a_vectorizer_whose_model_changed_since_fit_loads_what_it_names(fixture_dir):
+    vectorizer = ElmoVectorizer(model=str(fixture_dir)).fit(TEXTS)
+    vectorizer.set_params(model="default")  # the fitted fingerprint is another model's: not a bundled version's
+    np.testing.assert_array_equal(vectorizer.transform(TEXTS), ElmoVectorizer().transform(TEXTS))
+
+
+# -- ElmoFineTune --------------------------------------------------------------------------------
+
+
+def test_the_fine_tune_base_error_names_the_bundled_version(fixture_dir):
+    message = _base_mismatch(VERSIONS[V1].files_fingerprint, load_bilm(fixture_dir), "elmo")
+    assert "set the elmo component's model to 'default-v1'" in message
+    assert "use the model it was trained from" in _base_mismatch("0" * 32, load_bilm(fixture_dir), "elmo")
