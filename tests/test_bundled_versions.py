@@ -214,6 +214,27 @@ def test_a_pipeline_saved_before_files_fingerprints_follows_its_precision_finger
     assert_same(layers(loaded), expected)
 
 
+def test_a_pipeline_saved_with_no_fingerprint_loads_the_model_every_earlier_version_bundled(
+    monkeypatch, v2_dir, tmp_path, caplog
+):
+    """spacy-elmo 0.2.0 saved a pipeline not embedded yet as a bare reference: "default" then meant default-v1."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    expected = layers(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"
+    meta_path.write_text(json.dumps({"source": "default", "fingerprint": None, "files_fingerprint": None}))
+    swap_default(monkeypatch, v2_dir)
+    with caplog.at_level(logging.INFO, logger="spacy_elmo"):
+        loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").model_ref.path == V1
+    assert any("saved with the bundled model default-v1" in m for m in followed(caplog))
+    assert_same(layers(loaded), expected)
+    # a save by this version always records its fingerprint: a bare reference of its own stays "default"
+    meta_path.write_text(json.dumps({"source": "default", "fingerprint": None, "spacy_elmo_version": __version__}))
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").model_ref.path == "default"
+
+
 def test_a_pipeline_saved_with_a_version_name_loads_it(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": V1})

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
@@ -49,6 +49,9 @@ VERSIONS: dict[str, BundledVersion] = {
     )
 }
 DEFAULT_VERSION = "default-v1"  # the version that "default" names: its files are in models/default/
+# the model "default" named in every spacy-elmo up to 0.2.0, which saved no fingerprint with a pipeline saved
+# before its first doc: such a save was made with this one
+UNRECORDED_VERSION = "default-v1"
 
 
 def default_version() -> BundledVersion:
@@ -96,6 +99,16 @@ def version_with_fingerprint(fingerprint: str, precisions: Iterable[str] = ("flo
         if any(precision_fingerprint(version.files_fingerprint, p) == fingerprint for p in names):
             return version
     return None
+
+
+def saved_fingerprint(saved: dict[str, Any]) -> Optional[str]:
+    """The fingerprint a saved reference to a bundled model recorded: its files', else its precision-specific one,
+    else (saved by spacy-elmo 0.2.0 or earlier before its first doc: no fingerprint and no spacy-elmo version)
+    that of :data:`UNRECORDED_VERSION`, the only model "default" named up to then."""
+    recorded = saved.get("files_fingerprint") or saved.get("fingerprint")
+    if recorded is None and "spacy_elmo_version" not in saved and saved.get("model", DEFAULT_NAME) == DEFAULT_NAME:
+        return VERSIONS[UNRECORDED_VERSION].files_fingerprint
+    return recorded
 
 
 def follow_saved(

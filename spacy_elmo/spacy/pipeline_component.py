@@ -36,7 +36,7 @@ from ..runtime.settings import (
 )
 from ..runtime.validation import PRECISION_NAMES, check_dtype, check_window_config, positive_int
 from ..runtime.windows import embed_segments
-from ..sources.bundled_versions import bundled_version, follow_saved, moved_on_advice
+from ..sources.bundled_versions import bundled_version, follow_saved, moved_on_advice, saved_fingerprint
 from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
 from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
 from .extensions import LAYERS, MIX, MODEL, install_extensions
@@ -435,7 +435,7 @@ class ElmoComponent(Pipe):
         ``"default"`` (or the saved version name) now name another one; with none, the model this component's config
         names if that is a folder or a published name (where the error below sends users), else that error."""
         name = saved.get("model", "default")
-        fingerprint = saved.get("files_fingerprint") or saved.get("fingerprint")
+        fingerprint = saved_fingerprint(saved)
         path = follow_saved(name, fingerprint, f"component {self.name!r} was saved", PRECISION_NAMES)
         if path is None and self.model_ref.bundled_name is None:
             path = self.model_ref.path  # the user's choice: the saved model's files, checked by their fingerprint
