@@ -352,14 +352,15 @@ def classify(task: Task, models: list[str], progress: bool) -> dict[str, Any]:
 # -- perplexity and "bank" -------------------------------------------------------------------------
 
 
-def perplexity(model: str, data: Path) -> dict[str, Any]:
-    """WikiText-2 test perplexity as ``spacy-elmo evaluate`` computes it, or why there is none."""
+def perplexity(model: str, data: Path, shared_with: Sequence[str] = ()) -> dict[str, Any]:
+    """WikiText-2 test perplexity as ``spacy-elmo evaluate`` computes it, or why there is none; ``shared_with``:
+    counting only the predictions of words every one of these models' vocabularies holds (``--shared-vocab``)."""
     from spacy_elmo.bilm.weights import WeightFileError
     from spacy_elmo.train import evaluate
 
     start = time.perf_counter()
     try:
-        result = evaluate("default" if model == "default" else model, [data / "wikitext-2" / "test.txt"])
+        result = evaluate(model, [data / "wikitext-2" / "test.txt"], shared_with=shared_with)
     except WeightFileError as err:
         return {"none": str(err)}
     result = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
@@ -410,6 +411,17 @@ def markdown(report: dict[str, Any]) -> str:
             else:
                 values = f"{ppl['forward']:.2f} | {ppl['backward']:.2f} | {ppl['mean']:.2f} | {ppl['predictions']:,}"
                 lines.append(f"| {model} | {values} |")
+        lines.append("")
+    if "perplexity_shared" in report:
+        lines += [
+            "The same, counting only the predictions of words every model's vocabulary holds (and sentence ends):",
+            "",
+            "| model | forward | backward | mean | predicted tokens counted |",
+            "|---|---|---|---|---|",
+        ]
+        for model, ppl in report["perplexity_shared"].items():
+            values = f"{ppl['forward']:.2f} | {ppl['backward']:.2f} | {ppl['mean']:.2f} | {ppl['predictions']:,}"
+            lines.append(f"| {model} | {values} |")
         lines.append("")
     for task in ("TREC-6", "SST-5"):
         if task not in report.get("tasks", {}):
@@ -491,6 +503,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     report: dict[str, Any] = {"environment": environment(), "limit": args.limit, "models": models}
     if "perplexity" in checks:
         report["perplexity"] = {model: perplexity(model, args.data) for model in models}
+        trained = [model for model in models if "none" not in report["perplexity"][model]]
+        if len(trained) > 1:  # other vocabularies: also on the predictions of the words all of them know
+            report["perplexity_shared"] = {
+                model: perplexity(model, args.data, [m for m in trained if m != model]) for model in trained
+            }
     tasks = [
         make(args.data).limited(args.limit)
         for check, make in (("trec", trec_task), ("sst", sst5_task))

@@ -9,7 +9,7 @@ import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import typer
 
@@ -310,21 +310,32 @@ def evaluate(
     record: Optional[str] = typer.Option(
         None, help="Store the result under this name in the model's metrics.json (and its README.md card)"
     ),
+    shared_vocab: list[Path] = typer.Option(
+        [],
+        "--shared-vocab",
+        help="Another trained model (repeatable): count only the predictions of words every one's vocabulary holds "
+        "(and sentence ends), to compare models with different vocabularies on the same predictions",
+    ),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from .train import evaluate as run_evaluate
 
+    def model_name(path: Path) -> Union[str, Path]:
+        return "default" if str(path) == "default" else path
+
     with _errors_exit_2():
         result = run_evaluate(
-            "default" if str(model_dir) == "default" else model_dir,
+            model_name(model_dir),
             text_files,
             format="raw" if raw else "lines",
             tokenizer=tokenizer,
             max_length=max_length,
+            shared_with=[model_name(other) for other in shared_vocab],
         )
+    counted = f"{result['predictions']} predictions of words in every vocabulary, " if shared_vocab else ""
     typer.echo(
         f"perplexity forward {result['forward']:.2f}  backward {result['backward']:.2f}  mean {result['mean']:.2f}"
-        f"  ({result['words']} words, {result['sentences']} sentences)"
+        f"  ({counted}{result['words']} words, {result['sentences']} sentences)"
     )
     if output:
         from .bilm.files import write_text_atomically

@@ -110,11 +110,13 @@ def test_markdown_names_the_baseline_and_each_model(bench):
     report = {
         "perplexity": {"default": {"forward": 138.0, "backward": 136.9, "mean": 137.4, "predictions": 251269},
                        "original": {"none": "no softmax"}},
+        "perplexity_shared": {"default": {"forward": 120.5, "backward": 119.25, "mean": 119.87, "predictions": 230001}},
         "tasks": {"TREC-6": {"train": 5452, "test": 500, "models": {"default": {"systems": [system]}},
                              "tfidf": {"accuracy": 0.85, "ci95": [0.82, 0.88]}}},
     }  # fmt: skip
     text = bench.markdown(report)
     assert "| default | 138.00 | 136.90 | 137.40 | 251,269 |" in text
     assert "| original | no softmax |" in text
+    assert "words every model's vocabulary holds" in text and "| default | 120.50 | 119.25 | 119.87 | 230,001 |" in text
     assert "| TF-IDF + LR (C=4) | - | 0.850 | [0.820, 0.880] |" in text
     assert "| ELMo mean | default | 0.800 | [0.700, 0.900] | -0.050 | 0.18 (2 / 7) | C=0.1 (CV 0.790) |" in text

@@ -16,7 +16,8 @@ from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.cli import app
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluate import load_language_model
+from spacy_elmo.train.corpus import read_sentences
+from spacy_elmo.train.evaluate import evaluate, load_language_model
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,49 @@ def test_trained_softmax_reproduces_the_recorded_validation_perplexity(tiny_mode
     assert evaluated["forward"] == pytest.approx(best["valid_ppl_forward"], abs=0.01)
     assert evaluated["backward"] == pytest.approx(best["valid_ppl_backward"], abs=0.01)
     assert f"forward {evaluated['forward']:.2f}" in result.output
+
+
+def test_shared_vocab_perplexity_counts_only_the_words_both_models_know(tiny_model, texts, tmp_path):
+    """Perplexities of models with different vocabularies compared on the same predictions: checked against each
+    target's log-probability from the softmax's full distribution (``log_prob``), summed by hand."""
+    out, _ = tiny_model
+    words = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    other = tmp_path / "other"  # another model whose vocabulary holds every other word of this one's
+    other.mkdir()
+    for name in ("options.json", "weights.hdf5"):
+        (other / name).write_bytes((out / name).read_bytes())
+    kept = set(words[3::2])
+    (other / "vocab.txt").write_text("\n".join([*words[:3], *sorted(kept)]) + "\n", encoding="utf-8")
+    json_path = tmp_path / "shared.json"
+    result = CliRunner().invoke(
+        app, ["evaluate", str(out), str(texts[1]), "--shared-vocab", str(other), "--output", str(json_path)]
+    )
+    assert result.exit_code == 0, result.output
+    shared = json.loads(json_path.read_text())
+    assert "predictions of words in every vocabulary" in result.output
+
+    model, vocab = load_language_model(out)
+    nll = {"forward": 0.0, "backward": 0.0}
+    counted = 0
+    with torch.inference_mode():
+        for tokens in read_sentences(make_sources([texts[1]])[0], max_length=50):  # as trained: split, cut at 50
+            batch = tensorize([tokens], vocab)
+            _, forward_out, backward_out = model.layers(batch.chars, batch.token_index, batch.lengths)
+            row = ["<S>", *tokens, "</S>"]
+            for t in range(1, len(row)):  # forward: position t - 1 predicts row[t]; backward: t predicts row[t - 1]
+                for direction, top, position, word in (
+                    ("forward", forward_out[-1], t - 1, row[t]),
+                    ("backward", backward_out[-1], t, row[t - 1]),
+                ):
+                    if word in ("<S>", "</S>") or (word in kept and word in vocab.index):
+                        log_probs = model.softmax.log_prob(top[0, position][None])[0]
+                        nll[direction] -= float(log_probs[vocab.index[word]])
+                        counted += direction == "forward"
+    assert shared["predictions"] == counted
+    for direction in ("forward", "backward"):
+        assert shared[direction] == pytest.approx(np.exp(nll[direction] / counted), rel=1e-4)
+    plain = evaluate(out, [texts[1]])  # every prediction, <UNK> included: more of them, another perplexity
+    assert plain["predictions"] > shared["predictions"] and plain["forward"] != pytest.approx(shared["forward"])
 
 
 @pytest.mark.slow

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
-from .batching import CharCache, Vocabulary, bucket_batches, ordered_sentences, tensorize
+from .batching import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    UNK_TOKEN,
+    CharCache,
+    Vocabulary,
+    bucket_batches,
+    ordered_sentences,
+    tensorize,
+)
 from .corpus import PathLike, Source
 
 
@@ -31,9 +40,29 @@ def perplexity_on(
     max_length: int = 100,
     char_cache: Optional[CharCache] = None,
     crop_width: Optional[int] = None,
+    counted_words: Optional[Collection[str]] = None,
 ) -> dict[str, float]:
-    """Perplexity per predicted token (each word and one ``</S>`` / ``<S>`` per sentence), stateless per sentence."""
-    return perplexities(nll_sums(model, vocab, sources, token_budget, max_length, char_cache, crop_width))
+    """Perplexity per predicted token (each word and one ``</S>`` / ``<S>`` per sentence), stateless per sentence.
+
+    ``counted_words``: count only the predictions of these words (and of the sentence markers), as
+    :func:`counted_ids` says.
+    """
+    counted = None if counted_words is None else counted_ids(vocab, counted_words)
+    sums = nll_sums(model, vocab, sources, token_budget, max_length, char_cache, crop_width, counted=counted)
+    return perplexities(sums)
+
+
+def counted_ids(vocab: Vocabulary, words: Collection[str]) -> torch.Tensor:
+    """A bool per id of ``vocab``: its word is in ``words``, or is a sentence marker; never ``<UNK>``.
+
+    Two models with different vocabularies give comparable perplexities on the predictions of the words both
+    know (``words``: the other model's vocabulary), each normalised over its own vocabulary; a word either one
+    does not know is still read as context, but its prediction is not counted.
+    """
+    known = set(words)
+    return torch.tensor([w in known or w in (BOS_TOKEN, EOS_TOKEN) for w in vocab.words]) & (
+        torch.arange(len(vocab)) != vocab.id(UNK_TOKEN)
+    )
 
 
 def nll_sums(
@@ -45,10 +74,12 @@ def nll_sums(
     char_cache: Optional[CharCache] = None,
     crop_width: Optional[int] = None,
     part: tuple[int, int] = (0, 1),
+    counted: Optional[torch.Tensor] = None,
 ) -> dict[str, float]:
     """Summed forward and backward NLL and the counts behind them; ``part=(k, n)``: only every n-th batch from the k-th.
 
     The parts of ``n`` processes, summed, are the whole (to float rounding): see :mod:`.distributed`.
+    ``counted``: only the predictions of these vocabulary ids (:func:`counted_ids`).
     """
     index, parts = part
     was_training = model.training
@@ -62,7 +93,8 @@ def nll_sums(
         batches = bucket_batches(ordered_sentences(sources, max_length), token_budget)
         for batch_sentences in itertools.islice(batches, index, None, parts):
             batch = tensorize(batch_sentences, vocab, char_cache, crop_width)
-            f, b, count = model(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+            extra = {} if counted is None else {"counted": counted}
+            f, b, count = model(batch.chars, batch.token_index, batch.word_ids, batch.lengths, **extra)
             nll_f += float(f)
             nll_b += float(b)
             n += count
@@ -144,10 +176,13 @@ def evaluate(
     tokenizer: str = "whitespace",
     token_budget: int = 4096,
     max_length: Optional[int] = None,
+    shared_with: Sequence[PathLike] = (),
 ) -> dict[str, float]:
     """Forward, backward and mean perplexity of the model in ``model_dir`` on text files.
 
     ``max_length`` defaults to the one the model was trained with (from its ``metrics.json``), else 100.
+    ``shared_with``: other trained models; only the predictions of words in every one's vocabulary count
+    (:func:`counted_ids`), so models with different vocabularies compare on the same predictions.
     """
     from .corpus import make_sources
 
@@ -155,7 +190,21 @@ def evaluate(
     if max_length is None:
         max_length = trained_max_length(model_dir)
     sources = make_sources(paths, format, tokenizer)
-    return perplexity_on(model, vocab, sources, token_budget, max_length)
+    counted_words: Optional[set[str]] = None
+    for other in shared_with:
+        words = set(trained_vocabulary(other).words)
+        counted_words = words if counted_words is None else counted_words & words
+    return perplexity_on(model, vocab, sources, token_budget, max_length, counted_words=counted_words)
+
+
+def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
+    """The softmax vocabulary (``vocab.txt``) of the trained model in ``model_dir``."""
+    from ..sources.model_files import resolve_model_files
+
+    directory = resolve_model_files(model_dir)[0].parent
+    if not (directory / VOCAB).is_file():
+        raise _not_a_trained_model(directory, VOCAB)
+    return Vocabulary.load(directory / VOCAB)
 
 
 __all__ = ["evaluate", "load_language_model", "perplexity_on"]

@@ -13,7 +13,7 @@ Two LSTM implementations compute the same function:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union, cast
+from typing import Optional, Union, cast
 
 import torch
 from torch import nn
@@ -194,12 +194,20 @@ class LanguageModel(nn.Module):
         return tokens, forward_out, backward_out
 
     def forward(
-        self, chars: torch.Tensor, token_index: torch.Tensor, word_ids: torch.Tensor, lengths: torch.Tensor
+        self,
+        chars: torch.Tensor,
+        token_index: torch.Tensor,
+        word_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        counted: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Summed negative log-likelihood of the forward and backward LM and the number of predictions per direction.
 
         Rows are ``<S> w1 .. wn </S>``: the forward LM predicts ``w1 .. wn </S>`` from the outputs
         at ``<S> .. wn``, the backward LM predicts ``<S> w1 .. wn`` from the outputs at ``w1 .. </S>``.
+        ``counted`` (evaluation): a bool per vocabulary id; only the predictions of those words are summed and
+        counted (every word still conditions the others). With both sentence markers counted, each direction
+        makes the same number of counted predictions.
         """
         _, forward_out, backward_out = self.layers(chars, token_index, lengths)
         time = token_index.shape[1]
@@ -217,7 +225,11 @@ class LanguageModel(nn.Module):
             logprob = adaptive_log_prob(self.softmax, hidden, target)
         else:
             logprob = self.softmax(hidden, target).output
-        return -logprob[:n].sum(), -logprob[n:].sum(), n
+        if counted is not None:
+            keep = counted[target]
+            logprob = logprob * keep
+            n = int(keep[:n].sum())
+        return -logprob[: len(target_f)].sum(), -logprob[len(target_f) :].sum(), n
 
     def to_bilm(self) -> BiLM:
         """A standalone core :class:`BiLM` (eval mode) that computes the same activations."""
