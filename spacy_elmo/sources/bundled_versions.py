@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
 MODELS_DIR = Path(__file__).parents[1] / "models"
 DEFAULT_NAME = "default"  # the name of whichever bundled version is the default
+DEFAULT_DIR = MODELS_DIR / DEFAULT_NAME  # the folder of whichever bundled version is the default
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ VERSIONS: dict[str, BundledVersion] = {
     for version in (
         BundledVersion(
             name="default-v1",
-            directory=MODELS_DIR / "default",
+            directory=DEFAULT_DIR,
             files_fingerprint="6d594a3816944538e32b637b1b584ce0",
             summary="the first bundled model: 2 x 512 cells / 128 proj, trained on WikiText-2 + four novels",
         ),

@@ -27,11 +27,11 @@ from typing import Optional
 from ..bilm import manylangs_files
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
-from .bundled_versions import bundled_version, is_version_name, version_in, version_names
+from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in, version_names
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
-DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "models" / "default"
+DEFAULT_MODEL_DIR = DEFAULT_DIR  # the bundled default's folder (bundled_versions names every bundled model)
 
 
 def is_default(model: Optional[PathLike]) -> bool:

@@ -129,14 +129,13 @@ def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
 
     options_path, weights_path = resolve_model_files(model_dir)
     directory = options_path.parent
-    if not (directory / VOCAB).is_file():
-        raise _not_a_trained_model(directory, VOCAB)
+    vocab_path = _vocab_file(directory)
     try:
         softmax_path = require_file(directory, SOFTMAX, LEGACY_SOFTMAX, "the model's softmax")
     except FileNotFoundError as err:
         raise _not_a_trained_model(directory, SOFTMAX) from err
     bilm = load_model(options_path, weights_path)
-    vocab = Vocabulary.load(directory / VOCAB)
+    vocab = Vocabulary.load(vocab_path)
     softmax = load_softmax(softmax_path)
     if softmax.n_classes != len(vocab):
         raise WeightFileError(f"{softmax_path} has {softmax.n_classes} classes but {VOCAB} has {len(vocab)} words")
@@ -144,6 +143,13 @@ def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     model.load_bilm_weights(bilm)
     load_softmax_into(model.softmax, softmax, softmax_path)
     return model.eval(), vocab
+
+
+def _vocab_file(directory: Path) -> Path:
+    """The softmax vocabulary file of the trained model in ``directory``; an error naming it when missing."""
+    if not (directory / VOCAB).is_file():
+        raise _not_a_trained_model(directory, VOCAB)
+    return directory / VOCAB
 
 
 def _not_a_trained_model(directory: Path, name: str) -> Exception:
@@ -201,10 +207,7 @@ def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     """The softmax vocabulary (``vocab.txt``) of the trained model in ``model_dir``."""
     from ..sources.model_files import resolve_model_files
 
-    directory = resolve_model_files(model_dir)[0].parent
-    if not (directory / VOCAB).is_file():
-        raise _not_a_trained_model(directory, VOCAB)
-    return Vocabulary.load(directory / VOCAB)
+    return Vocabulary.load(_vocab_file(resolve_model_files(model_dir)[0].parent))
 
 
 __all__ = ["evaluate", "load_language_model", "perplexity_on"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -37,8 +38,6 @@ def stages() -> list[Path]:
 
 def machine() -> str:
     """This CPU's model name and the flags that decide training's kernels, and how many cores."""
-    import os
-
     fields: dict[str, str] = {}
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
