@@ -5,7 +5,8 @@
 Extracts the baseline commit (``git archive``, into a temporary directory) and runs
 ``python -m spacy_elmo train OUT --train TEXT --max-steps N --no-progress`` from each tree
 (``PYTHONPATH`` set to it) with otherwise default flags: the default (bundled) architecture,
-4,096-token batches, ``--precision auto`` where the code has it. The two alternate, the order
+4,096-token batches, ``--precision auto`` and ``--processes auto`` where the code has them
+(``--processes N`` here passes that to the new tree only). The two alternate, the order
 flipping every round, so that a machine shared with other work loads both alike. Each run's
 speed is its own ``metrics.json``: ``words_seen / train_seconds`` (the optimizer steps' time;
 reading and batching the text are not in it). Prints every run, then the best and the median of
@@ -43,21 +44,26 @@ def extract(commit: str, into: Path) -> Path:
     return tree
 
 
-def train_once(tree: Path, text: Path, steps: int, out: Path, threads: int | None) -> dict[str, object]:
-    """One training run from ``tree``; its words/s, steps and the precision line it printed (if any)."""
+def train_once(
+    tree: Path, text: Path, steps: int, out: Path, threads: int | None, processes: str | None = None
+) -> dict[str, object]:
+    """One training run from ``tree``; its words/s, steps and the precision and processes lines it printed (if any)."""
     command = [sys.executable, "-m", "spacy_elmo", "train", str(out), "--train", str(text), "--max-steps", str(steps)]
     command += ["--no-progress"] + (["--threads", str(threads)] if threads else [])
+    command += ["--processes", processes] if processes else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tree)
     if result.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} in {tree} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     precision = next((line for line in result.stdout.splitlines() if line.startswith("training precision")), "")
+    processes_line = next((line for line in result.stdout.splitlines() if line.startswith("training processes")), "")
     return {
         "words_per_s": metrics["words_seen"] / metrics["train_seconds"],
         "steps": metrics["steps"],
         "words": metrics["words_seen"],
         "precision": precision or "float32 (no --precision option)",
+        "processes": processes_line or "1 process",
         "load": os.getloadavg()[0],
     }
 
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="--max-steps of every run")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree, alternating")
     parser.add_argument("--threads", type=int, default=None, help="--threads of every run (default: torch's)")
+    parser.add_argument("--processes", default=None, help="--processes of the new tree's runs (default: its auto)")
     args = parser.parse_args(argv)
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"CPU: {cpu_description()}")
@@ -80,11 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             order = ["baseline", "new"] if round_ % 2 == 0 else ["new", "baseline"]
             for name in order:
                 out = Path(tmp) / f"{name}-{round_}"
-                run = train_once(trees[name], args.text, args.steps, out, args.threads)
+                processes = args.processes if name == "new" else None
+                run = train_once(trees[name], args.text, args.steps, out, args.threads, processes)
                 runs[name].append(run)
                 print(
                     f"round {round_ + 1} {name:8s}: {run['words_per_s']:8.0f} words/s "
-                    f"({run['steps']} steps, {run['words']} words, load {run['load']:.1f}); {run['precision']}",
+                    f"({run['steps']} steps, {run['words']} words, load {run['load']:.1f}); {run['precision']}; "
+                    f"{run['processes']}",
                     flush=True,
                 )
     speeds = {name: [float(r["words_per_s"]) for r in rs] for name, rs in runs.items()}  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output.embed_file import EmbedChunks
+    from .train.distributed import World
 
 app = typer.Typer(
     name="spacy-elmo",
@@ -48,9 +49,9 @@ def _options(
 
 
 @contextmanager
-def _errors_exit_2() -> Iterator[None]:
+def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
     """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and
-    exit 2."""
+    exit 2 (``quiet``: no message; a training process other than rank 0, whose rank 0 says the same)."""
     from .output.write_guard import WriteFailedError
 
     try:
@@ -63,7 +64,8 @@ def _errors_exit_2() -> Iterator[None]:
         PermissionError,
         WriteFailedError,
     ) as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        if not quiet:
+            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
 
 
@@ -137,54 +139,113 @@ def train(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
+    processes: str = typer.Option(
+        "auto",
+        "--processes",
+        help=(
+            "Training processes on this machine, each training its share of every batch (one model, gradients summed "
+            "over gloo): a number, or auto: one process of 1 thread per core on Linux unless --threads is given "
+            "(faster than one process's threads), else 1. Under torchrun, torchrun's"
+        ),
+    ),
     **options: Any,
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
 
-    Under ``torchrun --nproc_per_node N -m spacy_elmo train ...`` the N processes train one model
-    with DistributedDataParallel: --token-budget is the global batch, split across them; rank 0
-    alone writes files and prints.
+    With several processes (--processes, by default one per core; or under ``torchrun
+    --nproc_per_node N -m spacy_elmo train ...``) the processes train one model with
+    DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
+    writes files and prints.
     """
-    from .train import Trainer, make_sources
-    from .train.distributed import join_world, leave_world
+    from .train import make_sources
+    from .train.distributed import join_world, leave_world, run_processes, training_processes
 
+    with _errors_exit_2():
+        count, why = training_processes(processes, options.get("threads"), _cores())
+        train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
+        valid_sources = make_sources(valid_files, "lines", tokenizer)
+        if not train_sources and not corpus_dirs and not resume:
+            raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
+        config = TrainConfig(
+            train=[s.to_json() for s in train_sources],
+            valid=[s.to_json() for s in valid_sources],
+            corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
+            **_config_values(options),
+        )
+        if not resume and config.init_from is None and isinstance(config.architecture, str):
+            from .train.presets import architecture
+
+            architecture(config.architecture)  # a bad name or file is said before any training process starts
+    run = _TrainRun(config, output_dir, resume, overwrite, progress)
+    if count > 1:
+        typer.echo(f"training processes: {count} ({why})")
+        status = run_processes(count, _train_process, dataclasses.replace(run, errors_from_rank_0_only=True))
+        if status:
+            raise typer.Exit(status)
+        return
     with _errors_exit_2():
         world = join_world()
     try:
-        with _errors_exit_2():
-            train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(
-                raw_files, "raw", raw_tokenizer
+        run(world)
+    finally:
+        leave_world(world)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainRun:
+    """One ``spacy-elmo train`` run, for this process or for each process it starts."""
+
+    config: TrainConfig
+    output_dir: Path
+    resume: bool
+    overwrite: bool
+    progress: bool
+    # the processes --processes starts read the same files on one machine: rank 0 says each error for all of them
+    errors_from_rank_0_only: bool = False
+
+    def __call__(self, world: World) -> None:
+        from .train import Trainer
+
+        with _errors_exit_2(quiet=self.errors_from_rank_0_only and not world.is_main):
+            trainer = Trainer(
+                self.config,
+                self.output_dir,
+                resume=self.resume,
+                progress=self.progress,
+                world=world,
+                overwrite=self.overwrite,
             )
-            valid_sources = make_sources(valid_files, "lines", tokenizer)
-            if not train_sources and not corpus_dirs and not resume:
-                raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
-            config = TrainConfig(
-                train=[s.to_json() for s in train_sources],
-                valid=[s.to_json() for s in valid_sources],
-                corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
-                **_config_values(options),
-            )
-            trainer = Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite)
             if world.is_main:
                 typer.echo(trainer.precision_note)
-            threads = trainer.config.threads or (max(1, _cores() // world.local_size) if world.size > 1 else None)
+            # --threads, else (several processes) the cores shared out, else the resumed run's, else torch's choice
+            several = max(1, _cores() // world.local_size) if world.size > 1 else None
+            threads = self.config.threads or several or trainer.config.threads
             _set_threads(threads)
             if world.size > 1 and world.is_main:
                 typer.echo(f"{world.describe()}; {threads} torch thread{'' if threads == 1 else 's'} per process")
             metrics = trainer.run()
-    finally:
-        leave_world(world)
-    if world.is_main:
-        best = metrics.get("best") or {}
-        typer.echo(
-            f"saved to {output_dir}; best: " + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
-        )
+        if world.is_main:
+            best = metrics.get("best") or {}
+            typer.echo(
+                f"saved to {self.output_dir}; best: "
+                + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
+            )
+
+
+def _train_process(world: World, run: _TrainRun) -> None:
+    """A process started by ``train --processes N``: the run, its ``typer.Exit`` status as the process's."""
+    try:
+        run(world)
+    except typer.Exit as stop:
+        raise SystemExit(stop.exit_code) from None
 
 
 # typer reads this signature: the command's own parameters, one option per TrainConfig field, then the run's flags
 _OWN = list(inspect.signature(train).parameters.values())[:-1]  # without **options
 _RUN_FLAGS = [
-    p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _OWN if p.name in ("resume", "overwrite", "progress")
+    p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+    for p in _OWN
+    if p.name in ("resume", "overwrite", "progress", "processes")
 ]
 train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [p for p in _OWN if p.name not in {f.name for f in _RUN_FLAGS}] + _config_options() + _RUN_FLAGS

@@ -1,4 +1,5 @@
-"""Training under torchrun: 2 processes train the single-process model, only rank 0 writes, --resume works."""
+"""Training on 2 processes (torchrun's, or those `train --processes 2` starts): they train the single-process model,
+only rank 0 writes, --resume works; how many processes `--processes auto` chooses."""
 
 import json
 import os
@@ -12,7 +13,13 @@ import torch
 from conftest import torch_threads
 
 from spacy_elmo.train import TrainConfig, Trainer, make_sources
-from spacy_elmo.train.distributed import SINGLE, World, _wait_until_released, launched_world
+from spacy_elmo.train.distributed import (
+    SINGLE,
+    World,
+    _wait_until_released,
+    launched_world,
+    training_processes,
+)
 from spacy_elmo.train.storage import load_checkpoint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # each test starts torchrun processes
@@ -65,6 +72,16 @@ def texts(data_dir, tmp_path_factory):
         "\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]) + "\n"
     )
     return root / "train.txt", root / "valid.txt"
+
+
+def spawning(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
+    """``python -m spacy_elmo train OUT ... --processes 2``: the command starts its 2 processes itself."""
+    train_file, valid_file = texts
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    command = [sys.executable, "-m", "spacy_elmo", "train", str(out), "--train", str(train_file)]
+    command += ["--valid", str(valid_file), *TRAIN_ARGS, "--processes", "2", *args]
+    cwd.mkdir(exist_ok=True)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
 def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
@@ -166,6 +183,63 @@ def test_two_processes_train_the_single_process_model_and_resume(single, resumed
     for name in alone:
         torch.testing.assert_close(distributed[name], alone[name], rtol=0, atol=1e-4, msg=name)
     assert {p.name for p in (root / "out").iterdir()} == EXPECTED_FILES and not list((root / "cwd").iterdir())
+
+
+def test_processes_2_trains_and_resumes_what_torchrun_does(texts, resumed, tmp_path):
+    """`train --processes 2` is torchrun's training without torchrun: 4 steps, resumed to 8, give bit-identical weights;
+    one line of output each."""
+    torchrun_root, _ = resumed
+    result = spawning(tmp_path / "cwd", tmp_path / "out", texts, "--max-steps", "4", "--checkpoint-every", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = spawning(tmp_path / "cwd", tmp_path / "out", texts, "--resume", "--max-steps", "8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("training processes: 2 (--processes)") == 1, result.stdout
+    assert result.stdout.count("world size 2 (gloo)") == 1 and result.stdout.count("saved to") == 1, result.stdout
+    assert "Traceback" not in result.stderr and "error" not in result.stderr.lower(), result.stderr
+    assert {p.name for p in (tmp_path / "out").iterdir()} == EXPECTED_FILES
+    assert not list((tmp_path / "cwd").iterdir())
+    ours = load_checkpoint(tmp_path / "out" / "checkpoint.safetensors").model
+    theirs = load_checkpoint(torchrun_root / "out" / "checkpoint.safetensors").model
+    assert ours.keys() == theirs.keys()
+    for name in theirs:
+        assert torch.equal(ours[name], theirs[name]), name
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["processes"] == 2
+
+
+def test_an_error_in_the_processes_is_said_once_and_exits_2(texts, tmp_path):
+    result = spawning(tmp_path / "cwd", tmp_path / "out", texts, "--resume")
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--resume" in errors[0] and "checkpoint" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_divergence_under_processes_2_is_said_once_and_exits_2(texts, tmp_path):
+    result = spawning(tmp_path / "cwd", tmp_path / "out", texts, "--lr", "1e30", "--max-steps", "4")
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: training diverged at step 2"), result.stderr
+
+
+def test_processes_auto_is_one_per_core_unless_threads_are_given(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    assert training_processes("auto", None, 2) == (2, "auto: one process of 1 thread per core, 2 cores")
+    assert training_processes("AUTO", None, 8)[0] == 8
+    assert training_processes("auto", 2, 2) == (1, "auto: --threads given")  # one process of the threads asked for
+    assert training_processes("auto", None, 1) == (1, "auto: 1 core")
+    assert training_processes("3", 1, 2) == (3, "--processes")  # a number is taken as given
+    assert training_processes(1, None, 2) == (1, "--processes")
+    for bad, message in (("0", "at least 1"), ("two", "a number or auto")):
+        with pytest.raises(ValueError, match=message):
+            training_processes(bad, None, 2)
+    monkeypatch.setattr("sys.platform", "darwin")
+    assert training_processes("auto", None, 8) == (1, "auto: one process on darwin")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert training_processes("4", None, 8) == (1, "torchrun's")  # torchrun started the processes already
 
 
 def test_divergence_stops_every_rank_at_the_same_step(texts, tmp_path):

@@ -71,8 +71,8 @@ class TrainConfig:
     threads: Optional[int] = field(
         default=None,
         metadata=_option(
-            "torch CPU threads for this process (default: as in the resumed run, else torch's choice; under torchrun "
-            "the machine's cores / processes on it)"
+            "torch CPU threads per training process (default: with several processes the machine's cores / "
+            "processes on it; else as in the resumed run, else torch's choice)"
         ),
     )
     lstm_impl: str = field(

@@ -4,7 +4,14 @@
 ``RANK`` and ``LOCAL_RANK`` set; :func:`join_world` then joins the process group (gloo for a model
 on the CPU, nccl for one on a GPU). Without those variables (or with ``WORLD_SIZE=1``) it returns
 :data:`SINGLE`, whose collectives are no-ops, so a single-process run does exactly what it did
-before.
+before. ``spacy-elmo train --processes N`` (and its default, ``auto``: :func:`training_processes`)
+starts the N processes itself (:func:`run_processes`: ``torch.multiprocessing``, a gloo group on
+this machine), for the same training as torchrun's.
+
+Why processes rather than threads on the CPU: a training step is many small elementwise operations
+besides its GEMMs, and one process's OpenMP threads gain little on those (benchmarks/RESULTS.md,
+"Training speed": one process of one thread per core trains faster than one process of all the
+cores' threads).
 
 Every rank reads the same corpus and builds the same global batches; each trains on its
 :meth:`World.share` of each batch's rows, and DistributedDataParallel sums the gradients. The
@@ -18,10 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
@@ -92,7 +102,8 @@ class World:
         """``model`` as DistributedDataParallel (its weights broadcast from rank 0), or itself with one process.
 
         ``find_unused_parameters``: the adaptive softmax's tail clusters get no gradient in a
-        step whose targets on this rank are all in the head.
+        step whose targets on this rank are all in the head (and a parameter no rank used keeps
+        no gradient, as in a single process; torch warns once per process when a step used them all).
         """
         if self.size == 1:
             return model
@@ -174,6 +185,81 @@ def join_world(device: torch.device = torch.device("cpu")) -> World:
     return World(rank, size, local_rank, local_size, backend)
 
 
+def training_processes(requested: Union[str, int], threads: Optional[int], cores: int) -> tuple[int, str]:
+    """How many training processes ``spacy-elmo train`` starts on this machine, and why (the line it prints).
+
+    ``requested``: a number, or ``"auto"``: one process of one thread per core when ``threads`` (the
+    run's ``--threads``) is not given, the platform is Linux, torch has gloo and there are at least
+    2 cores; one process otherwise (``--threads`` asks for one process of that many threads).
+    Under torchrun the processes are torchrun's: 1 here.
+    """
+    if launched_world() is not None:
+        return 1, "torchrun's"
+    if str(requested).strip().lower() != "auto":
+        try:
+            count = int(requested)
+        except ValueError:
+            raise ValueError(f"--processes must be a number or auto, not {requested!r}") from None
+        if count < 1:
+            raise ValueError(f"--processes must be at least 1, not {count}")
+        if count > 1 and not _gloo_available():
+            raise ValueError("--processes > 1 needs torch.distributed with the gloo backend, which this torch lacks")
+        return count, "--processes"
+    if threads:
+        return 1, "auto: --threads given"
+    if not sys.platform.startswith("linux"):
+        return 1, f"auto: one process on {sys.platform}"
+    if cores < 2:
+        return 1, "auto: 1 core"
+    if not _gloo_available():
+        return 1, "auto: this torch has no gloo backend"
+    return cores, f"auto: one process of 1 thread per core, {cores} cores"
+
+
+def _gloo_available() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_gloo_available())
+
+
+def run_processes(count: int, target: Callable[..., None], *args: Any) -> int:
+    """Run ``target(world, *args)`` in ``count`` new processes that form one gloo group on this machine.
+
+    ``target`` must be a module-level function (the processes are spawned, not forked: no
+    OpenMP or torch state is copied). Returns 0, or the exit status of the first process that
+    failed (the others are stopped then). A ``SystemExit`` in ``target`` ends its process with that
+    status; any other exception is printed by the process and gives status 1.
+    """
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="spacy-elmo-group-") as folder:
+        rendezvous = (Path(folder) / "rendezvous").as_uri()  # a FileStore: no port to choose or collide on
+        try:
+            mp.spawn(_spawned, args=(count, rendezvous, target, args), nprocs=count, join=True)
+        except mp.ProcessExitedException as err:
+            return int(err.exit_code) or 1
+        except mp.ProcessRaisedException as err:
+            print(err, file=sys.stderr)
+            return 1
+    return 0
+
+
+def _spawned(index: int, count: int, rendezvous: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    """One spawned training process: join the group as rank ``index``, run ``target``, leave."""
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=rendezvous, rank=index, world_size=count)
+    except RuntimeError as err:
+        print(f"error: the training processes could not form a gloo group ({err}); run --processes 1", file=sys.stderr)
+        raise SystemExit(2) from err
+    world = World(index, count, index, count, "gloo")
+    try:
+        target(world, *args)
+    finally:
+        leave_world(world)
+
+
 def _wait_until_released(tensor: torch.Tensor, timeout_s: float = _RELEASE_TIMEOUT_S) -> None:
     """Sleep (the GIL free) until nothing but its Python object holds ``tensor``, for at most ``timeout_s``."""
     use_count = getattr(tensor, "_use_count", None)  # C++ references to the tensor, its Python object's included
@@ -190,4 +276,13 @@ def leave_world(world: World) -> None:
         torch.distributed.destroy_process_group()
 
 
-__all__ = ["SINGLE", "World", "join_world", "launched_world", "leave_world", "weights_digest"]
+__all__ = [
+    "SINGLE",
+    "World",
+    "join_world",
+    "launched_world",
+    "leave_world",
+    "run_processes",
+    "training_processes",
+    "weights_digest",
+]

@@ -1,6 +1,6 @@
 """Train the next stage of the bundled model "default" v2, keep its export, and list every stage in README.md.
 
-    python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2] [--work /tmp/v2]
+    python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work /tmp/v2]
     python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table of stages
 
 Finds the newest ``stage-N`` folder beside this script, trains ``stage-N+1`` from it (``--init-from`` it,
@@ -51,11 +51,15 @@ def machine() -> str:
     return f"{name}{family} ({' '.join(wanted)}), {os.cpu_count()} cores"
 
 
-def train(prep: Path, minutes: float, threads: int, work: Path) -> Path:
+def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) -> Path:
     previous = stages()[-1]
     number = int(previous.name.split("-", 1)[1]) + 1
     out = work / f"stage-{number}"
-    command = [sys.executable, "-m", "spacy_elmo", "train", str(out), "--init-from", str(previous), "--continue-corpus"]
+    # several processes of one thread each (torchrun, gloo) keep 2 cores busier than one process of 2 threads
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher += ["-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    command = [*launcher, "-m", "spacy_elmo", "train", str(out), "--init-from", str(previous), "--continue-corpus"]
     for corpus in CORPORA:
         command += ["--corpus", str(prep / corpus)]
     command += ["--valid", str(SHARED / "data" / "wikitext-2" / "valid.txt"), *FLAGS]
@@ -70,7 +74,8 @@ def train(prep: Path, minutes: float, threads: int, work: Path) -> Path:
 
     write_model_card(target, title=f"spacy-elmo default v2, stage {number} (in training)")
     recorded = json.loads(MACHINES.read_text()) if MACHINES.is_file() else {}
-    recorded[str(number)] = f"{machine()}, {threads} thread(s)"
+    per_process = f"{processes} processes of {threads} thread(s)" if processes > 1 else f"{threads} thread(s)"
+    recorded[str(number)] = f"{machine()}, {per_process}"
     MACHINES.write_text(json.dumps(recorded, indent=2) + "\n")
     return target
 
@@ -107,14 +112,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prep", type=Path, nargs="?", help="the folder of the prepared corpora (corpus.sh's DATA/prep)")
     parser.add_argument("--minutes", type=float, default=90.0, help="--max-minutes of the stage")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
+    parser.add_argument("--processes", type=int, default=1, help="training processes (torchrun); with --threads 1")
     parser.add_argument("--work", type=Path, default=Path("/tmp/default-v2"), help="where the run writes")
     parser.add_argument("--table-only", action="store_true", help="only rewrite README.md's table of stages")
     args = parser.parse_args()
     if not args.table_only:
         if args.prep is None:
             parser.error("give the folder of the prepared corpora")
-        print(f"stage kept in {train(args.prep, args.minutes, args.threads, args.work)}")
+        print(f"stage kept in {train(args.prep, args.minutes, args.threads, args.processes, args.work)}")
     rewrite_readme()
 
 
