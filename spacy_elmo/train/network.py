@@ -24,6 +24,7 @@ from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, encode_tokens
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
+from .target_log_prob import target_log_prob
 
 
 def _tf_order(torch_blocks: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -259,7 +260,8 @@ def adaptive_log_prob(
     """``softmax(hidden, target).output`` in float32 whatever the GEMMs' precision.
 
     The same computation as ``AdaptiveLogSoftmaxWithLoss.forward``, but each log-softmax runs on
-    float32 logits: under bfloat16 autocast the module's own forward fails (it mixes a float32
+    float32 logits (:func:`~.target_log_prob.target_log_prob`, which also keeps only what the
+    targets' gradient needs): under bfloat16 autocast the module's own forward fails (it mixes a float32
     output with bfloat16 log-probabilities), and a bfloat16 log-softmax would round every word's
     log-probability to 3 significant digits.
     """
@@ -275,12 +277,10 @@ def adaptive_log_prob(
         if index == 0:
             gather.index_copy_(0, rows, target[in_cluster])
         else:
-            logits = softmax.tail[index - 1](hidden.index_select(0, rows)).float()
+            logits = softmax.tail[index - 1](hidden.index_select(0, rows))
             gather.index_fill_(0, rows, softmax.shortlist_size + index - 1)
-            local = F.log_softmax(logits, dim=1).gather(1, (target[in_cluster] - low).unsqueeze(1))
-            output.index_copy_(0, rows, local.squeeze(1))
-    head = F.log_softmax(softmax.head(hidden).float(), dim=1)
-    return output + head.gather(1, gather.unsqueeze(1)).squeeze(1)
+            output.index_copy_(0, rows, target_log_prob(logits, target[in_cluster] - low))
+    return output + target_log_prob(softmax.head(hidden), gather)
 
 
 def _stacked(lstms: Sequence[nn.Module], name: str) -> torch.Tensor:
