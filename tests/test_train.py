@@ -197,6 +197,52 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
         torch.testing.assert_close(a[name], c[name], rtol=0, atol=0)  # interrupted + resumed = straight
 
 
+def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts, tmp_path, monkeypatch):
+    """The checkpoint holds the run's wall time until then: a killed run, resumed, still counts it (stages, card)."""
+    import spacy_elmo.train.trainer as trainer_module
+
+    real = trainer_module.time
+
+    class Clock:  # 100 s pass at every reading of the wall clock
+        now = real.time()
+
+        def time(self) -> float:
+            Clock.now += 100.0
+            return Clock.now
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(trainer_module, "time", Clock())
+    out = tmp_path / "run"
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_steps=2)
+    killed = Trainer(tiny_config(texts, **config), out, progress=False)
+    monkeypatch.setattr(Trainer, "validate", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # stopped after its step-1 checkpoint, before the run's end
+        killed.run()
+    monkeypatch.undo()
+    from spacy_elmo.train.storage import load_checkpoint
+
+    saved = load_checkpoint(out / "checkpoint.safetensors").info
+    assert saved["state"]["step"] == 1 and saved["metrics"]["wall_time_s"] >= 100.0  # >= 1 reading of the clock
+    resumed = Trainer(tiny_config(texts, **{**config, "max_steps": 3}), out, resume=True, progress=False)
+    metrics = resumed.run()
+    assert metrics["wall_time_s"] >= saved["metrics"]["wall_time_s"]
+    assert metrics["stages"][-1]["wall_time_s"] >= saved["metrics"]["wall_time_s"]
+
+
+def test_resume_warns_of_the_options_the_checkpoint_overrides(texts, tmp_path, recwarn):
+    config = dict(epochs=1, eval_every=0, valid=[], max_steps=1)
+    train(tiny_config(texts, **config), tmp_path, progress=False)
+    Trainer(tiny_config(texts, **{**config, "max_steps": 2}), tmp_path, resume=True, progress=False)
+    assert not [w for w in recwarn if "--resume" in str(w.message)]  # the same settings, a longer run: silent
+    with pytest.warns(
+        UserWarning, match=r"ignored: lr=0\.5 \(the checkpoint's: 0\.01\), seed=3 \(the checkpoint's: 7\)"
+    ):
+        resumed = Trainer(tiny_config(texts, **config, lr=0.5, seed=3), tmp_path, resume=True, progress=False)
+    assert resumed.config.lr == 0.01 and resumed.config.seed == 7
+
+
 def test_resume_without_a_checkpoint_is_a_clear_error(texts, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"checkpoint\.safetensors"):
         Trainer(tiny_config(texts), tmp_path, resume=True)

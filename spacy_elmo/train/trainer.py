@@ -18,12 +18,15 @@ every batch and only rank 0 writes files or prints (see :mod:`.distributed`).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import math
 import random
 import shlex
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
@@ -496,8 +499,12 @@ class Trainer:
         if self.world.is_main:
             export_model(self.model, self.output_dir, self.vocab)
 
+    def wall_time_s(self) -> float:
+        """Wall time of every run of this model so far: the runs before a --resume and this one until now."""
+        return self.metrics.get("wall_time_s", 0.0) + (0.0 if self.wall_counted else time.time() - self.run_started)
+
     def write_metrics(self) -> None:
-        wall = self.metrics.get("wall_time_s", 0.0) + (0.0 if self.wall_counted else time.time() - self.run_started)
+        wall = self.wall_time_s()
         update_stage(self.metrics, self.state, wall, self._corpus_reading() if self.prepared is not None else None)
         if self.world.is_main:
             write_metrics(self.output_dir, self.metrics)
@@ -511,7 +518,8 @@ class Trainer:
                 self.config,
                 self.vocab.words,
                 self.state,
-                self.metrics,
+                # this run's time so far too: a run stopped after this checkpoint and resumed still counts it
+                {**self.metrics, "wall_time_s": round(self.wall_time_s(), 1)},
                 self.best_valid,
                 self.model,
                 self.optimizer,
@@ -527,13 +535,50 @@ def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> 
         for items in (saved.train, saved.valid):
             _sources(items)  # each must be a list of {"path", "format", "tokenizer"}
         # the run's identity comes from the checkpoint; length/time limits may be changed
-        for name in ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every"):
+        for name in RESUME_MAY_CHANGE:
             setattr(saved, name, getattr(config, name))
         saved.threads = config.threads or saved.threads
         check_config(saved)  # what is wrong now came from the checkpoint
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise TrainingFileError(f"{path} holds no valid training config ({type(err).__name__}: {err})") from err
+    _warn_of_ignored_options(config, saved)
     return saved
+
+
+RESUME_MAY_CHANGE = ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every")
+
+
+def _warn_of_ignored_options(given: TrainConfig, saved: TrainConfig) -> None:
+    """A warning naming each option given to a resumed run (not its default) that the checkpoint's value overrides."""
+    ignored = []
+    for config_field in dataclasses.fields(TrainConfig):
+        name = config_field.name
+        if name in RESUME_MAY_CHANGE or name == "threads":
+            continue
+        default = (
+            config_field.default_factory()
+            if config_field.default_factory is not dataclasses.MISSING
+            else (config_field.default)
+        )
+        value, kept = _comparable(getattr(given, name)), _comparable(getattr(saved, name))
+        if name == "architecture" and isinstance(value, (str, Path)) and value != default:
+            with contextlib.suppress(OSError, ValueError):
+                value = architecture(value)  # the checkpoint holds the resolved dict
+        if value != _comparable(default) and value != kept:
+            ignored.append(f"{name}={value!r} (the checkpoint's: {kept!r})")
+    if ignored:
+        warnings.warn(
+            "--resume continues the checkpoint's run with its own settings; ignored: "
+            + ", ".join(ignored)
+            + f". Only {', '.join(RESUME_MAY_CHANGE)} and threads may change; start a new run (--init-from the "
+            "exported model) to train with other settings.",
+            stacklevel=4,  # the caller of Trainer(...)
+        )
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` with lists as tuples (a config read back from JSON holds lists where a new one may hold tuples)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
