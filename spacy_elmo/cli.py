@@ -205,6 +205,9 @@ class _TrainRun:
 
     def __call__(self, world: World) -> None:
         from .train import Trainer
+        from .train.allocator import keep_freed_memory
+
+        memory = keep_freed_memory()  # this command's own process: reuse each step's large blocks (no page faults)
 
         with _errors_exit_2(quiet=self.errors_from_rank_0_only and not world.is_main):
             trainer = Trainer(
@@ -217,6 +220,7 @@ class _TrainRun:
             )
             if world.is_main:
                 typer.echo(trainer.precision_note)
+                typer.echo(f"memory: {memory}")
             # --threads, else (several processes) the cores shared out, else the resumed run's, else torch's choice
             several = max(1, _cores() // world.local_size) if world.size > 1 else None
             threads = self.config.threads or several or trainer.config.threads
@@ -347,9 +351,11 @@ def adapt(
     """
     from .spacy.adapt import AdaptOptions
     from .spacy.adapt import adapt as run_adapt
+    from .train.allocator import keep_freed_memory
 
     with _errors_exit_2():
         _set_threads(threads)
+        keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
         result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite)
     before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
