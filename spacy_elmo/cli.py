@@ -139,21 +139,20 @@ def train(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
     progress: bool = typer.Option(True, help="Show a tqdm progress bar"),
-    processes: str = typer.Option(
-        "auto",
+    processes: int = typer.Option(
+        1,
         "--processes",
         help=(
             "Training processes on this machine, each training its share of every batch (one model, gradients summed "
-            "over gloo): a number, or auto: one process of 1 thread per core on Linux unless --threads is given "
-            "(faster than one process's threads), else 1. Under torchrun, torchrun's"
+            "over gloo, as under torchrun; give --threads per process)"
         ),
     ),
     **options: Any,
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
 
-    With several processes (--processes, by default one per core; or under ``torchrun
-    --nproc_per_node N -m spacy_elmo train ...``) the processes train one model with
+    With several processes (--processes N, or under ``torchrun --nproc_per_node N -m
+    spacy_elmo train ...``) the processes train one model with
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
@@ -161,7 +160,7 @@ def train(
     from .train.distributed import join_world, leave_world, run_processes, training_processes
 
     with _errors_exit_2():
-        count, why = training_processes(processes, options.get("threads"), _cores())
+        count = training_processes(processes)
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
         valid_sources = make_sources(valid_files, "lines", tokenizer)
         if not train_sources and not corpus_dirs and not resume:
@@ -178,7 +177,7 @@ def train(
             architecture(config.architecture)  # a bad name or file is said before any training process starts
     run = _TrainRun(config, output_dir, resume, overwrite, progress)
     if count > 1:
-        typer.echo(f"training processes: {count} ({why})")
+        typer.echo(f"training processes: {count}")
         status = run_processes(count, _train_process, dataclasses.replace(run, errors_from_rank_0_only=True))
         if status:
             raise typer.Exit(status)

@@ -1,5 +1,5 @@
 """Training on 2 processes (torchrun's, or those `train --processes 2` starts): they train the single-process model,
-only rank 0 writes, --resume works; how many processes `--processes auto` chooses."""
+only rank 0 writes, --resume works."""
 
 import json
 import os
@@ -193,7 +193,7 @@ def test_processes_2_trains_and_resumes_what_torchrun_does(texts, resumed, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     result = spawning(tmp_path / "cwd", tmp_path / "out", texts, "--resume", "--max-steps", "8")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("training processes: 2 (--processes)") == 1, result.stdout
+    assert result.stdout.count("training processes: 2") == 1, result.stdout
     assert result.stdout.count("world size 2 (gloo)") == 1 and result.stdout.count("saved to") == 1, result.stdout
     assert "Traceback" not in result.stderr and "error" not in result.stderr.lower(), result.stderr
     assert {p.name for p in (tmp_path / "out").iterdir()} == EXPECTED_FILES
@@ -221,25 +221,16 @@ def test_divergence_under_processes_2_is_said_once_and_exits_2(texts, tmp_path):
     assert len(errors) == 1 and errors[0].startswith("error: training diverged at step 2"), result.stderr
 
 
-def test_processes_auto_is_one_per_core_unless_threads_are_given(monkeypatch):
+def test_processes_are_checked_and_torchrun_keeps_its_own(monkeypatch):
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("sys.platform", "linux")
-    assert training_processes("auto", None, 2) == (2, "auto: one process of 1 thread per core, 2 cores")
-    assert training_processes("AUTO", None, 8)[0] == 8
-    assert training_processes("auto", 2, 2) == (1, "auto: --threads given")  # one process of the threads asked for
-    assert training_processes("auto", None, 1) == (1, "auto: 1 core")
-    assert training_processes("3", 1, 2) == (3, "--processes")  # a number is taken as given
-    assert training_processes(1, None, 2) == (1, "--processes")
-    for bad, message in (("0", "at least 1"), ("two", "a number or auto")):
-        with pytest.raises(ValueError, match=message):
-            training_processes(bad, None, 2)
-    monkeypatch.setattr("sys.platform", "darwin")
-    assert training_processes("auto", None, 8) == (1, "auto: one process on darwin")
+    assert training_processes(1) == 1 and training_processes(3) == 3
+    with pytest.raises(ValueError, match="at least 1, not 0"):
+        training_processes(0)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert training_processes("4", None, 8) == (1, "torchrun's")  # torchrun started the processes already
+    assert training_processes(4) == 1  # torchrun started the processes already
 
 
 def test_divergence_stops_every_rank_at_the_same_step(texts, tmp_path):

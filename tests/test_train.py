@@ -231,6 +231,37 @@ def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts
     assert metrics["stages"][-1]["wall_time_s"] >= saved["metrics"]["wall_time_s"]
 
 
+def test_max_minutes_and_its_lr_schedule_count_a_resumed_runs_earlier_time(texts, tmp_path, monkeypatch):
+    """--max-minutes is the run's budget in all (as --max-steps is): resuming does not restart the decay."""
+    import spacy_elmo.train.trainer as trainer_module
+
+    real = trainer_module.time
+
+    class Clock:  # 60 s pass at every reading of the wall clock
+        now = real.time()
+
+        def time(self) -> float:
+            Clock.now += 60.0
+            return Clock.now
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(trainer_module, "time", Clock())
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_minutes=1000.0, warmup_steps=1)
+    first = Trainer(tiny_config(texts, **config, max_steps=2), tmp_path, progress=False)
+    first.run()
+    elapsed, lr = first.elapsed_s, first.learning_rate()
+    assert elapsed >= 120.0 and lr < 0.01  # 2 steps, >= 1 reading of the clock each; decaying
+    resumed = Trainer(tiny_config(texts, **config, max_steps=3), tmp_path, resume=True, progress=False)
+    assert resumed.elapsed_s == pytest.approx(elapsed) and resumed.learning_rate() == pytest.approx(lr)
+    resumed.run()
+    assert resumed.elapsed_s > elapsed and resumed.learning_rate() < lr
+    stopped = Trainer(tiny_config(texts, **{**config, "max_minutes": 1.0}), tmp_path, resume=True, progress=False)
+    stopped.run()  # the budget was spent before: one step, then the limit
+    assert stopped.state["step"] == 4
+
+
 def test_resume_warns_of_the_options_the_checkpoint_overrides(texts, tmp_path, recwarn):
     config = dict(epochs=1, eval_every=0, valid=[], max_steps=1)
     train(tiny_config(texts, **config), tmp_path, progress=False)

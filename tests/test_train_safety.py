@@ -368,7 +368,7 @@ def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
         raise _ConfigSeen
 
     monkeypatch.setattr("spacy_elmo.train.Trainer", trainer)
-    result = CliRunner().invoke(app, ["train", str(tmp_path / "out"), "--processes", "1", *args])
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "out"), *args])
     assert isinstance(result.exception, _ConfigSeen), result.output
     return seen[0]
 

@@ -65,7 +65,10 @@ class TrainConfig:
     checkpoint_every: int = field(default=200, metadata=_option("Save checkpoint.safetensors every N steps"))
     max_steps: Optional[int] = field(default=None, metadata=_option("Stop after this many steps"))
     max_minutes: Optional[float] = field(
-        default=None, metadata=_option("Stop after this much wall time (the lr schedule ends there)")
+        default=None,
+        metadata=_option(
+            "Stop after this much wall time in all, a resumed run's earlier time included (the lr schedule ends there)"
+        ),
     )
     # recorded only: the CLI sets torch's (process-wide) thread count, never the library
     threads: Optional[int] = field(

@@ -4,21 +4,8 @@
 ``RANK`` and ``LOCAL_RANK`` set; :func:`join_world` then joins the process group (gloo for a model
 on the CPU, nccl for one on a GPU). Without those variables (or with ``WORLD_SIZE=1``) it returns
 :data:`SINGLE`, whose collectives are no-ops, so a single-process run does exactly what it did
-before. ``spacy-elmo train --processes N`` (and its default, ``auto``: :func:`training_processes`)
-starts the N processes itself (:func:`run_processes`: ``torch.multiprocessing``, a gloo group on
-this machine), for the same training as torchrun's.
-
-Why processes rather than threads on the CPU: a training step is many small elementwise operations
-besides its GEMMs, and one process's OpenMP threads gain little on those (benchmarks/RESULTS.md,
-"Training speed": one process of one thread per core trains faster than one process of all the
-cores' threads).
-
-Every rank reads the same corpus and builds the same global batches; each trains on its
-:meth:`World.share` of each batch's rows, and DistributedDataParallel sums the gradients. The
-global batch (``--token-budget``) and the number of steps are those of a single-process run, and
-so is the gradient (to float rounding); no rank can run out of batches before another. Decisions
-that end or change a run (a diverged loss, the time limit) are taken from all-reduced numbers, so
-all ranks take them at the same step. Rank 0 alone writes files and prints.
+before. ``spacy-elmo train --processes N`` starts N processes itself (:func:`run_processes`:
+``torch.multiprocessing``, a gloo group on this machine), for the same training as torchrun's.
 """
 
 from __future__ import annotations
@@ -31,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
@@ -185,35 +172,18 @@ def join_world(device: torch.device = torch.device("cpu")) -> World:
     return World(rank, size, local_rank, local_size, backend)
 
 
-def training_processes(requested: Union[str, int], threads: Optional[int], cores: int) -> tuple[int, str]:
-    """How many training processes ``spacy-elmo train`` starts on this machine, and why (the line it prints).
+def training_processes(requested: int) -> int:
+    """How many training processes ``spacy-elmo train --processes N`` starts on this machine: N, or 1 under torchrun.
 
-    ``requested``: a number, or ``"auto"``: one process of one thread per core when ``threads`` (the
-    run's ``--threads``) is not given, the platform is Linux, torch has gloo and there are at least
-    2 cores; one process otherwise (``--threads`` asks for one process of that many threads).
-    Under torchrun the processes are torchrun's: 1 here.
+    (Under torchrun the processes are torchrun's.) More than one needs torch.distributed with gloo.
     """
     if launched_world() is not None:
-        return 1, "torchrun's"
-    if str(requested).strip().lower() != "auto":
-        try:
-            count = int(requested)
-        except ValueError:
-            raise ValueError(f"--processes must be a number or auto, not {requested!r}") from None
-        if count < 1:
-            raise ValueError(f"--processes must be at least 1, not {count}")
-        if count > 1 and not _gloo_available():
-            raise ValueError("--processes > 1 needs torch.distributed with the gloo backend, which this torch lacks")
-        return count, "--processes"
-    if threads:
-        return 1, "auto: --threads given"
-    if not sys.platform.startswith("linux"):
-        return 1, f"auto: one process on {sys.platform}"
-    if cores < 2:
-        return 1, "auto: 1 core"
-    if not _gloo_available():
-        return 1, "auto: this torch has no gloo backend"
-    return cores, f"auto: one process of 1 thread per core, {cores} cores"
+        return 1
+    if requested < 1:
+        raise ValueError(f"--processes must be at least 1, not {requested}")
+    if requested > 1 and not _gloo_available():
+        raise ValueError("--processes > 1 needs torch.distributed with the gloo backend, which this torch lacks")
+    return requested
 
 
 def _gloo_available() -> bool:

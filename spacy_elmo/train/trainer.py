@@ -140,9 +140,11 @@ class Trainer:
         self.run_started = time.time()
         self.wall_counted = False
         self.checkpoint_step: Optional[int] = None  # the step of the newest checkpoint this trainer wrote or read
-        self.elapsed_s = 0.0  # wall time of this run at the end of the last step, the same on every rank
+        # wall time at the end of the last step (this run's and, resumed, the runs' before), the same on every rank
+        self.elapsed_s = 0.0
         if checkpoint is not None:
             self._restore(checkpoint, path)
+            self.elapsed_s = float(self.state.get("elapsed_s", 0.0))  # a checkpoint before it was kept: 0
         else:
             self._start()
         self.metrics["precision"] = str(self.dtype).replace("torch.", "")
@@ -299,12 +301,13 @@ class Trainer:
         then hold the last checkpoint and the last exported model from before.
         """
         started = self.run_started = time.time()
-        self.elapsed_s = 0.0
+        self.elapsed_s = float(self.state.get("elapsed_s", 0.0))  # --max-minutes counts a resumed run's time before
+        clock_start = started - self.elapsed_s
         self.wall_counted = False  # metrics' wall_time_s does not hold this run's yet
         stop = False
         while self.state["epoch"] < math.ceil(self.config.epochs) and not stop:
             totals = {"nll_f": 0.0, "nll_b": 0.0, "n": 0, "words": 0, "seconds": 0.0}
-            stop = self._train_epoch(totals, started)
+            stop = self._train_epoch(totals, clock_start)
             if not stop:
                 self.state["epoch"] += 1
                 self.state["batch_in_epoch"] = 0
@@ -326,8 +329,11 @@ class Trainer:
         self.world.barrier()  # no rank finishes before rank 0 has written everything
         return self.metrics
 
-    def _train_epoch(self, totals: dict[str, float], started: float) -> bool:
-        """Train on the current epoch's batches (from where a resumed run stopped); True when a limit stopped it."""
+    def _train_epoch(self, totals: dict[str, float], clock_start: float) -> bool:
+        """Train on the current epoch's batches (from where a resumed run stopped); True when a limit stopped it.
+
+        ``clock_start``: when the run would have started had it never stopped (``elapsed_s`` counts from there).
+        """
         config = self.config
         epoch = self.state["epoch"]
         words_in_epoch = self.corpus["words"] * min(1.0, config.epochs - epoch)  # a fractional last epoch
@@ -353,8 +359,10 @@ class Trainer:
                 bar.update(words)
                 self._show_progress(bar, (nll_f + nll_b) / (2 * n), totals)
                 step = self.state["step"]
+                elapsed = time.time() - clock_start
                 if config.max_minutes is not None:  # the slowest rank's clock, so that all ranks stop at one step
-                    self.elapsed_s = self.world.max(time.time() - started)
+                    elapsed = self.world.max(elapsed)
+                self.elapsed_s = self.state["elapsed_s"] = elapsed
                 out_of_time = config.max_minutes is not None and self.elapsed_s > 60 * config.max_minutes
                 out_of_steps = config.max_steps is not None and step >= config.max_steps
                 if config.eval_every and step % config.eval_every == 0 and not (out_of_time or out_of_steps):
