@@ -4,7 +4,7 @@ A training step allocates and frees the same large tensors every step: the gates
 of a layer (``2 x rows x 4 cell`` floats, tens of megabytes), the softmax's logits, their bfloat16
 copies. glibc's malloc serves blocks above its mmap threshold (at most 32 MiB) with a fresh ``mmap``
 and gives them back with ``munmap`` when freed, so each step touches new pages and pays a page fault
-for every 4 KiB of them: on a 2-core AMD EPYC Zen 4 that was a fifth of a step
+for every 4 KiB of them: on a 2-core AMD EPYC Zen 4 that was a third of a step's time
 (benchmarks/RESULTS.md, "Training speed"). :func:`keep_freed_memory` sets ``M_MMAP_MAX`` to 0
 (every block from the heap) and ``M_TRIM_THRESHOLD`` to its maximum (freed memory stays with the
 process), so the second step reuses the first step's pages; the peak resident memory is the same.
