@@ -774,6 +774,8 @@ PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
     "spacy_elmo.bilm.engine.int8.kernels": {"torch.backends.quantized.engine"},
+    # glibc's malloc keeps freed memory for reuse: called only by the train and adapt commands in their own processes
+    "spacy_elmo.train.allocator": {"mallopt"},
 }
 
 
@@ -831,6 +833,8 @@ def process_wide_changes(source: str) -> list[tuple[int, str]]:
             name = _dotted(node.func, aliases)
             if name in PROCESS_WIDE_CALLS and not (scoped_warnings and name.startswith("warnings.")):
                 found.append((node.lineno, name))
+            elif name.split(".")[-1] == "mallopt":  # the C library's allocator settings, through ctypes
+                found.append((node.lineno, "mallopt"))
         targets: list[ast.AST] = []
         if isinstance(node, (ast.Assign, ast.Delete)):
             targets = list(node.targets)
@@ -850,7 +854,7 @@ def process_wide_changes(source: str) -> list[tuple[int, str]]:
 def test_the_state_scan_sees_process_wide_changes():
     """Guards the check below: each kind of change is found through any import spelling, scoped ones are not."""
     broken = """
-import os, warnings, multiprocessing
+import ctypes, os, warnings, multiprocessing
 import numpy as np
 import torch
 from warnings import filterwarnings
@@ -862,6 +866,8 @@ def predict():
     torch.backends.cudnn.benchmark = True
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-4, 0)
 """
     assert [what for _, what in process_wide_changes(broken)] == [
         "warnings.filterwarnings",
@@ -870,6 +876,7 @@ def predict():
         "torch.backends.cudnn.benchmark",
         "os.environ",
         "torch.set_num_threads",
+        "mallopt",
     ]
     scoped = """
 import warnings, torch

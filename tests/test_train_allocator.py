@@ -1,5 +1,6 @@
 """keep_freed_memory: a training process reuses its freed large blocks instead of faulting in new pages each step."""
 
+import os
 import subprocess
 import sys
 
@@ -21,7 +22,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, note)
 """
 
 
-def _faults(mode: str, env=None) -> tuple[int, str]:
+def _faults(mode: str) -> tuple[int, str]:
+    # without the variables another library may have set in this process (Dask sets MALLOC_TRIM_THRESHOLD_)
+    env = {k: v for k, v in os.environ.items() if k not in allocator._USER_SETTINGS}
     result = subprocess.run(
         [sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, check=True, env=env, timeout=120
     )

@@ -36,14 +36,13 @@ def keep_freed_memory() -> str:
         return f"the system's malloc ({sys.platform})"
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
         version = libc.gnu_get_libc_version
     except (OSError, AttributeError):
         return "the C library's malloc (not glibc: left as it is)"
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     version.restype = ctypes.c_char_p
     # mallopt returns 1 on success
-    if mallopt(_M_MMAP_MAX, 0) != 1 or mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) != 1:
+    if libc.mallopt(_M_MMAP_MAX, 0) != 1 or libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) != 1:
         return "glibc's malloc (mallopt refused: left as it is)"
     return f"glibc {version().decode()} malloc keeps freed memory for reuse"
 
