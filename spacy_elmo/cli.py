@@ -144,7 +144,7 @@ def train(
         "--processes",
         help=(
             "Training processes on this machine, each training its share of every batch (one model, gradients summed "
-            "over gloo, as under torchrun; give --threads per process)"
+            "over gloo, as under torchrun; each with --threads threads, by default the cores shared out)"
         ),
     ),
     **options: Any,
