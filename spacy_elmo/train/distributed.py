@@ -6,6 +6,13 @@ on the CPU, nccl for one on a GPU). Without those variables (or with ``WORLD_SIZ
 :data:`SINGLE`, whose collectives are no-ops, so a single-process run does exactly what it did
 before. ``spacy-elmo train --processes N`` starts N processes itself (:func:`run_processes`:
 ``torch.multiprocessing``, a gloo group on this machine), for the same training as torchrun's.
+
+Every rank reads the same corpus and builds the same global batches; each trains on its
+:meth:`World.share` of each batch's rows, and DistributedDataParallel sums the gradients. The
+global batch (``--token-budget``) and the number of steps are those of a single-process run, and
+so is the gradient (to float rounding); no rank can run out of batches before another. Decisions
+that end or change a run (a diverged loss, the time limit) are taken from all-reduced numbers, so
+all ranks take them at the same step. Rank 0 alone writes files and prints.
 """
 
 from __future__ import annotations
