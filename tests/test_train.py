@@ -197,23 +197,28 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
         torch.testing.assert_close(a[name], c[name], rtol=0, atol=0)  # interrupted + resumed = straight
 
 
-def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts, tmp_path, monkeypatch):
-    """The checkpoint holds the run's wall time until then: a killed run, resumed, still counts it (stages, card)."""
+def _fast_wall_clock(monkeypatch, seconds_per_reading: float) -> None:
+    """The trainer's ``time.time()`` advances ``seconds_per_reading`` at every reading (its other clocks are real)."""
     import spacy_elmo.train.trainer as trainer_module
 
     real = trainer_module.time
 
-    class Clock:  # 100 s pass at every reading of the wall clock
+    class Clock:
         now = real.time()
 
         def time(self) -> float:
-            Clock.now += 100.0
+            Clock.now += seconds_per_reading
             return Clock.now
 
         def __getattr__(self, name):
             return getattr(real, name)
 
     monkeypatch.setattr(trainer_module, "time", Clock())
+
+
+def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts, tmp_path, monkeypatch):
+    """The checkpoint holds the run's wall time until then: a killed run, resumed, still counts it (stages, card)."""
+    _fast_wall_clock(monkeypatch, 100.0)
     out = tmp_path / "run"
     config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_steps=2)
     killed = Trainer(tiny_config(texts, **config), out, progress=False)
@@ -233,21 +238,7 @@ def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts
 
 def test_max_minutes_and_its_lr_schedule_count_a_resumed_runs_earlier_time(texts, tmp_path, monkeypatch):
     """--max-minutes is the run's budget in all (as --max-steps is): resuming does not restart the decay."""
-    import spacy_elmo.train.trainer as trainer_module
-
-    real = trainer_module.time
-
-    class Clock:  # 60 s pass at every reading of the wall clock
-        now = real.time()
-
-        def time(self) -> float:
-            Clock.now += 60.0
-            return Clock.now
-
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-    monkeypatch.setattr(trainer_module, "time", Clock())
+    _fast_wall_clock(monkeypatch, 60.0)
     config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_minutes=1000.0, warmup_steps=1)
     first = Trainer(tiny_config(texts, **config, max_steps=2), tmp_path, progress=False)
     first.run()
