@@ -171,10 +171,10 @@ def train(
             corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
             **_config_values(options),
         )
-        if not resume and config.init_from is None and isinstance(config.architecture, str):
+        if count > 1 and not resume and config.init_from is None and isinstance(config.architecture, str):
             from .train.presets import architecture
 
-            architecture(config.architecture)  # a bad name or file is said before any training process starts
+            architecture(config.architecture)  # a bad name or file is said once, before the processes start
     run = _TrainRun(config, output_dir, resume, overwrite, progress)
     if count > 1:
         typer.echo(f"training processes: {count}")
