@@ -56,3 +56,23 @@ def test_a_second_backward_pass_is_refused_not_wrong():
 def test_shapes_are_checked():
     with pytest.raises(ValueError, match="rows, classes"):
         target_log_prob(torch.zeros(3, 7), torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adaptive_log_prob_agrees_with_the_modules_own_forward(dtype):
+    """The trainer's softmax (every precision) gives torch's AdaptiveLogSoftmaxWithLoss values and gradients."""
+    from spacy_elmo.train.network import adaptive_log_prob
+
+    torch.manual_seed(0)
+    softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 60, [10, 30], div_value=2.0).to(dtype)
+    hidden = torch.randn(40, 16, dtype=dtype, requires_grad=True)
+    target = torch.cat([torch.tensor([0, 9, 10, 29, 30, 59]), torch.randint(0, 60, (34,))])  # every cluster's edges
+    ours = adaptive_log_prob(softmax, hidden, target)
+    ours_grads = torch.autograd.grad(ours.sum(), [hidden, *softmax.parameters()])
+    theirs = softmax(hidden, target).output
+    theirs_grads = torch.autograd.grad(theirs.sum(), [hidden, *softmax.parameters()])
+    tol = 1e-6 if dtype == torch.float64 else 1e-5
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours, theirs, rtol=tol, atol=tol)
+    for mine, reference in zip(ours_grads, theirs_grads):
+        torch.testing.assert_close(mine, reference, rtol=tol, atol=tol)
