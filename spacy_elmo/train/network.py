@@ -259,10 +259,11 @@ def adaptive_log_prob(
     The same computation as ``AdaptiveLogSoftmaxWithLoss.forward``, but each cluster's target
     log-probability is one autograd node (:func:`~.target_log_prob.target_log_prob`): it keeps only
     what the targets' gradient needs instead of a full log-softmax, a zero tensor for ``gather`` and a
-    third for the gradient (in float32 too: on an AVX2 CPU the module's log-softmax backward was 5% of a
-    step). Under bfloat16 autocast the module's own forward fails (it mixes a float32 output with
-    bfloat16 log-probabilities), and a bfloat16 log-softmax would round every word's log-probability to
-    3 significant digits; here each log-softmax runs on float32 logits.
+    third for the gradient (in float32 too, so that both precisions take one path; on an AVX2 CPU the float32
+    step's speed did not change measurably: benchmarks/RESULTS.md). Under bfloat16 autocast the module's
+    own forward fails (it mixes a float32 output with bfloat16 log-probabilities), and a bfloat16
+    log-softmax would round every word's log-probability to 3 significant digits; here each log-softmax
+    runs on float32 logits.
     """
     output = hidden.new_zeros(target.shape[0], dtype=torch.promote_types(hidden.dtype, torch.float32))
     gather = target.new_empty(target.shape[0])
