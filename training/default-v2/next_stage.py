@@ -1,7 +1,7 @@
 """Train the next stage of the bundled model "default" v2, keep its export, and list every stage in README.md.
 
     python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work /tmp/v2]
-    python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table of stages
+    python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table (and the cards' paths)
 
 Finds the newest ``stage-N`` folder beside this script, trains ``stage-N+1`` from it (``--init-from`` it,
 ``--continue-corpus`` on the three prepared corpora in ``DATA/prep``, which ``corpus.sh`` makes) into a work
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,18 @@ CORPORA = ("gutenberg", "wiki", "simplewiki")
 FLAGS = ["--arch", "small", "--vocab-size", "80000", "--cutoffs", "2000,10000,40000", "--epochs", "1", "--seed", "0"]
 TABLE_START = "| stage | words seen (stage / all) |"
 MACHINES = HERE / "machines.json"  # stage number -> the machine it ran on (this script records it)
+# a stage's card shows its commands with these paths instead of the training machine's own (metrics.json keeps those)
+_ABSOLUTE = r"(?<![^\s`])(?:/[^\s/`]+)+"  # a path from the root, starting a word
+PORTABLE_PATHS = (
+    (re.compile(_ABSOLUTE + r"/(training/default-v2/stage-\d+)"), r"\1"),  # a committed stage: from the repository
+    (re.compile(_ABSOLUTE + r"/prep/(gutenberg|wiki|simplewiki)\b"), r"DATA/prep/\1"),  # corpus.sh's output
+    (re.compile(_ABSOLUTE + r"/shared/data/"), "../shared/data/"),  # the shared data beside the checkout
+    (re.compile(_ABSOLUTE + r"/(stage-\d+)"), r"OUT/\1"),  # a training run's own folder
+)
+PATHS_NOTE = (
+    "The commands below name `DATA/prep` (the prepared corpus: `training/default-v2/corpus.sh`) and `OUT` (the "
+    "training run's work folder) where the training machine had its own paths; `metrics.json` keeps them as run."
+)
 
 
 def stages() -> list[Path]:
@@ -73,11 +86,28 @@ def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) 
     from spacy_elmo.train.model_card import write_model_card
 
     write_model_card(target, title=f"spacy-elmo default v2, stage {number} (in training)")
+    make_card_portable(target / "README.md")
     recorded = json.loads(MACHINES.read_text()) if MACHINES.is_file() else {}
     per_process = f"{processes} processes of {threads} thread(s)" if processes > 1 else f"{threads} thread(s)"
     recorded[str(number)] = f"{machine()}, {per_process}"
     MACHINES.write_text(json.dumps(recorded, indent=2) + "\n")
     return target
+
+
+def portable(text: str) -> str:
+    """``text`` with the training machine's absolute paths in commands replaced by ``PORTABLE_PATHS``' names."""
+    for pattern, replacement in PORTABLE_PATHS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def make_card_portable(card: Path) -> None:
+    """Rewrite a stage's model card with portable paths and say what they stand for (once; idempotent)."""
+    text = portable(card.read_text())
+    heading = "## How it was trained\n\n"
+    if PATHS_NOTE not in text and heading in text:
+        text = text.replace(heading, heading + PATHS_NOTE + "\n\n", 1)
+    card.write_text(text)
 
 
 def table() -> str:
@@ -115,12 +145,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--processes", type=int, default=1, help="training processes (torchrun); with --threads 1")
     parser.add_argument("--work", type=Path, default=Path("/tmp/default-v2"), help="where the run writes")
-    parser.add_argument("--table-only", action="store_true", help="only rewrite README.md's table of stages")
+    parser.add_argument(
+        "--table-only", action="store_true", help="only rewrite README.md's stage table and the cards' paths"
+    )
     args = parser.parse_args()
     if not args.table_only:
         if args.prep is None:
             parser.error("give the folder of the prepared corpora")
         print(f"stage kept in {train(args.prep, args.minutes, args.threads, args.processes, args.work)}")
+    for folder in stages():
+        make_card_portable(folder / "README.md")
     rewrite_readme()
 
 
