@@ -169,8 +169,13 @@ def test_the_project_run_without_data_ends_in_that_message(tmp_path):
     """`spacy project run convert` on a copy of the project whose default `data` folder does not exist."""
     import shutil
 
+    import srsly
+
     project = tmp_path / "a" / "b" / "project"  # ../../../shared/data from here is tmp_path.parent/shared/data
-    shutil.copytree(EXAMPLES / "project", project, ignore=shutil.ignore_patterns("__pycache__"))
+    # the project as cloned: without what a run of it wrote here (its outputs would make `convert` a no-op)
+    written = srsly.read_yaml(EXAMPLES / "project" / "project.yml")["directories"]
+    ignore = shutil.ignore_patterns("__pycache__", "project.lock", *written)
+    shutil.copytree(EXAMPLES / "project", project, ignore=ignore)
     run = subprocess.run(
         [sys.executable, "-m", "spacy", "project", "run", "convert", str(project)],
         capture_output=True,
