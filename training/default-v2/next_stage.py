@@ -85,8 +85,7 @@ def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) 
         shutil.copyfile(out / name, target / name)
     from spacy_elmo.train.model_card import write_model_card
 
-    write_model_card(target, title=f"spacy-elmo default v2, stage {number} (in training)")
-    make_card_portable(target / "README.md")
+    write_model_card(target, title=f"spacy-elmo default v2, stage {number} (in training)")  # main makes it portable
     recorded = json.loads(MACHINES.read_text()) if MACHINES.is_file() else {}
     per_process = f"{processes} processes of {threads} thread(s)" if processes > 1 else f"{threads} thread(s)"
     recorded[str(number)] = f"{machine()}, {per_process}"
