@@ -5,9 +5,10 @@
 
 For each ``--model`` (anything ``load_bilm`` and ``ElmoVectorizer`` take: "default", a published name, a folder):
 
-1. WikiText-2 test perplexity (forward, backward, mean), as ``spacy-elmo evaluate MODEL test.txt`` computes it
-   (one line per sentence, whitespace tokens, the model's training length cap); a model without a softmax and
-   vocabulary (a released ELMo) has none and says so.
+1. WikiText-2 validation and test perplexity (forward, backward, mean), as ``spacy-elmo evaluate MODEL
+   valid.txt`` computes it (one line per sentence, whitespace tokens, the model's training length cap), the same
+   tokenization for every model; a model without a softmax and vocabulary (a released ELMo) has none and says
+   so. ``--splits`` picks the splits (default both).
 2. TREC-6 (train 5,452 / test 500, the coarse label) and SST-5 (train 8,544 / test 2,210, sentence level) test
    accuracy of
    - TF-IDF (word 1-2-grams, min_df 2, sublinear tf) + LogisticRegression(C=4): the baseline, no model;
@@ -55,6 +56,7 @@ MAX_ITER = 2000
 MONEY = ("The bank will approve your loan .", "She took her savings to the bank .", "The bank raised its rates .")
 RIVER = ("They sat on the bank of the river .", "The boat drifted toward the muddy bank .", "Fish swam near the bank .")
 CHECKS = ("perplexity", "trec", "sst", "bank")
+SPLITS = ("valid", "test")  # the WikiText-2 files perplexity is measured on
 DATA_HELP = (
     "no data at {path}: WikiText-2, TREC-6 and SST-5 live in ../shared/data beside the checkout (or pass --data). "
     "WikiText-2 is in GitHub pytorch/examples (word_language_model/data/wikitext-2/), TREC-6 in "
@@ -352,20 +354,21 @@ def classify(task: Task, models: list[str], progress: bool) -> dict[str, Any]:
 # -- perplexity and "bank" -------------------------------------------------------------------------
 
 
-def perplexity(model: str, data: Path, shared_with: Sequence[str] = ()) -> dict[str, Any]:
-    """WikiText-2 test perplexity as ``spacy-elmo evaluate`` computes it, or why there is none; ``shared_with``:
-    counting only the predictions of words every one of these models' vocabularies holds (``--shared-vocab``)."""
+def perplexity(model: str, data: Path, split: str = "test", shared_with: Sequence[str] = ()) -> dict[str, Any]:
+    """WikiText-2 perplexity on ``split`` as ``spacy-elmo evaluate`` computes it, or why there is none;
+    ``shared_with``: counting only the predictions of words every one of these models' vocabularies holds
+    (``--shared-vocab``)."""
     from spacy_elmo.bilm.weights import WeightFileError
     from spacy_elmo.train import evaluate
 
     start = time.perf_counter()
     try:
-        result = evaluate(model, [data / "wikitext-2" / "test.txt"], shared_with=shared_with)
+        result = evaluate(model, [data / "wikitext-2" / f"{split}.txt"], shared_with=shared_with)
     except WeightFileError as err:
         return {"none": str(err)}
     result = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
     result["seconds"] = round(time.perf_counter() - start, 1)
-    print(f"{model}: perplexity {result}", file=sys.stderr, flush=True)
+    print(f"{model}: {split} perplexity {result}", file=sys.stderr, flush=True)
     return result
 
 
@@ -400,26 +403,27 @@ def bank_senses(model: str) -> list[dict[str, Any]]:
 def markdown(report: dict[str, Any]) -> str:
     """The tables RESULTS.md holds: perplexity, accuracy per task, "bank" per layer."""
     lines: list[str] = []
-    if "perplexity" in report:
+    for split, by_model in report.get("perplexity", {}).items():
         lines += [
-            "| model | WikiText-2 test ppl forward | backward | mean | predicted tokens |",
+            f"| model | WikiText-2 {split} ppl forward | backward | mean | predicted tokens |",
             "|---|---|---|---|---|",
         ]
-        for model, ppl in report["perplexity"].items():
+        for model, ppl in by_model.items():
             if "none" in ppl:
                 lines.append(f"| {model} | no softmax | - | - | - |")
             else:
                 values = f"{ppl['forward']:.2f} | {ppl['backward']:.2f} | {ppl['mean']:.2f} | {ppl['predictions']:,}"
                 lines.append(f"| {model} | {values} |")
         lines.append("")
-    if "perplexity_shared" in report:
+    for split, by_model in report.get("perplexity_shared", {}).items():
         lines += [
-            "The same, counting only the predictions of words every model's vocabulary holds (and sentence ends):",
+            f"The same on {split}, counting only the predictions of words every model's vocabulary holds "
+            "(and sentence ends):",
             "",
             "| model | forward | backward | mean | predicted tokens counted |",
             "|---|---|---|---|---|",
         ]
-        for model, ppl in report["perplexity_shared"].items():
+        for model, ppl in by_model.items():
             values = f"{ppl['forward']:.2f} | {ppl['backward']:.2f} | {ppl['mean']:.2f} | {ppl['predictions']:,}"
             lines.append(f"| {model} | {values} |")
         lines.append("")
@@ -486,6 +490,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default ../shared/data)")
     parser.add_argument("--limit", type=int, help="only N train and N test texts of each task (a seeded sample)")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}")
+    parser.add_argument("--splits", default=",".join(SPLITS), help="WikiText-2 splits for perplexity (valid,test)")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--progress", action="store_true", help="a progress bar while embedding")
     args = parser.parse_args(argv)
@@ -494,6 +499,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
         parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)}")
+    splits = [s for s in args.splits.split(",") if s]
+    if not splits or set(splits) - set(SPLITS):
+        parser.error(f"--splits {args.splits!r}: choose from {','.join(SPLITS)}")
     if args.limit is not None and args.limit < FOLDS * 6:
         parser.error(f"--limit {args.limit}: too few texts for {FOLDS}-fold CV over 6 classes (30 or more)")
     if not args.data.is_dir():
@@ -502,11 +510,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         checks = [c for c in checks if c == "bank"]
     report: dict[str, Any] = {"environment": environment(), "limit": args.limit, "models": models}
     if "perplexity" in checks:
-        report["perplexity"] = {model: perplexity(model, args.data) for model in models}
-        trained = [model for model in models if "none" not in report["perplexity"][model]]
+        report["perplexity"] = {
+            split: {model: perplexity(model, args.data, split) for model in models} for split in splits
+        }
+        trained = [model for model in models if "none" not in report["perplexity"][splits[0]][model]]
         if len(trained) > 1:  # other vocabularies: also on the predictions of the words all of them know
             report["perplexity_shared"] = {
-                model: perplexity(model, args.data, [m for m in trained if m != model]) for model in trained
+                split: {
+                    model: perplexity(model, args.data, split, [m for m in trained if m != model]) for model in trained
+                }
+                for split in splits
             }
     tasks = [
         make(args.data).limited(args.limit)

@@ -107,16 +107,31 @@ def test_the_combined_input_keeps_text_and_features_apart(bench):
 def test_markdown_names_the_baseline_and_each_model(bench):
     system = {"system": "ELMo mean", "accuracy": 0.8, "ci95": [0.7, 0.9], "chosen": "C=0.1 (CV 0.790)",
               "vs_tfidf": -0.05, "mcnemar": {"only_this": 2, "only_tfidf": 7, "p": 0.1797}}  # fmt: skip
+    valid = {"forward": 150.0, "backward": 149.0, "mean": 149.5, "predictions": 217646}
     report = {
-        "perplexity": {"default": {"forward": 138.0, "backward": 136.9, "mean": 137.4, "predictions": 251269},
-                       "original": {"none": "no softmax"}},
-        "perplexity_shared": {"default": {"forward": 120.5, "backward": 119.25, "mean": 119.87, "predictions": 230001}},
+        "perplexity": {"valid": {"default": valid},
+                       "test": {"default": {"forward": 138.0, "backward": 136.9, "mean": 137.4, "predictions": 251269},
+                                "original": {"none": "no softmax"}}},
+        "perplexity_shared": {"test": {"default": {"forward": 120.5, "backward": 119.25, "mean": 119.87,
+                                                   "predictions": 230001}}},
         "tasks": {"TREC-6": {"train": 5452, "test": 500, "models": {"default": {"systems": [system]}},
                              "tfidf": {"accuracy": 0.85, "ci95": [0.82, 0.88]}}},
     }  # fmt: skip
     text = bench.markdown(report)
-    assert "| default | 138.00 | 136.90 | 137.40 | 251,269 |" in text
+    assert text.index("WikiText-2 valid ppl") < text.index("| default | 150.00 | 149.00 | 149.50 | 217,646 |")
+    assert text.index("WikiText-2 test ppl") < text.index("| default | 138.00 | 136.90 | 137.40 | 251,269 |")
     assert "| original | no softmax |" in text
-    assert "words every model's vocabulary holds" in text and "| default | 120.50 | 119.25 | 119.87 | 230,001 |" in text
+    assert (
+        "The same on test, counting only the predictions of words every model's vocabulary holds" in text
+        and "| default | 120.50 | 119.25 | 119.87 | 230,001 |" in text
+    )
     assert "| TF-IDF + LR (C=4) | - | 0.850 | [0.820, 0.880] |" in text
     assert "| ELMo mean | default | 0.800 | [0.700, 0.900] | -0.050 | 0.18 (2 / 7) | C=0.1 (CV 0.790) |" in text
+
+
+@pytest.mark.parametrize("splits", ["train", "", "valid,dev"])
+def test_an_unknown_wikitext_split_is_refused_before_any_work(bench, splits, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--checks", "perplexity", "--splits", splits])
+    err = capsys.readouterr().err
+    assert f"--splits {splits!r}: choose from valid,test" in err
