@@ -272,6 +272,13 @@ def test_a_pipeline_saved_with_a_version_name_loads_it(tmp_path):
     assert_same(layers(spacy.load(tmp_path / "pipeline")), expected)
 
 
+def test_a_version_whose_folder_this_installation_lacks_says_so(monkeypatch, tmp_path):
+    gone = BundledVersion("default-gone", tmp_path / "default-gone", "0" * 32, "a trimmed installation's model")
+    monkeypatch.setattr(bundled_versions, "VERSIONS", {**VERSIONS, gone.name: gone})
+    with pytest.raises(WeightFileError, match=r"bundled model 'default-gone' is not part of this installation \(no "):
+        load_bilm("default-gone")
+
+
 # -- ElmoVectorizer --------------------------------------------------------------------------------
 
 

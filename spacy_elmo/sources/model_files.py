@@ -82,22 +82,11 @@ def resolve_model_files(
             raise ValueError("give both options= and weights= (or a model directory, name, archive or URL)")
         return _local(options, "options"), _local(weights, "weights")
     if is_default(model):
-        if not (DEFAULT_MODEL_DIR / OPTIONS).is_file():
-            raise WeightFileError(
-                "the bundled default ELMo model is not part of this installation; "
-                "pass a directory holding options.json and a weights .hdf5 file, or a published model name"
-            )
-        return _in_directory(DEFAULT_MODEL_DIR)
+        return _bundled(DEFAULT_MODEL_DIR, "the bundled default ELMo model")
     text = os.fspath(model)  # type: ignore[arg-type]
     version = bundled_version(text)  # a bundled version by its own name: its folder in the package, no download
     if version is not None:
-        directory = version.directory
-        if not (directory / OPTIONS).is_file():
-            raise WeightFileError(
-                f"the bundled model {text!r} is not part of this installation (no {directory / OPTIONS}); "
-                "pass a directory holding its options.json and weights, or a published model name"
-            )
-        return _in_directory(directory)
+        return _bundled(version.directory, f"the bundled model {text!r}")
     if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
         return _in_directory(Path(text).expanduser())
     entry = published_model(text)
@@ -259,6 +248,16 @@ def model_dir_in(directory: Path, name: str) -> Path:
         )
     listed = ", ".join(str(p.relative_to(directory)) for p in found)
     raise DownloadError(f"{name} holds several options.json files ({listed}); unpack it and name one folder")
+
+
+def _bundled(directory: Path, what: str) -> tuple[Path, Path]:
+    """A bundled model's files, or what to do when this installation lacks them (a trimmed or broken install)."""
+    if not (directory / OPTIONS).is_file():
+        raise WeightFileError(
+            f"{what} is not part of this installation (no {directory / OPTIONS}); "
+            "pass a directory holding options.json and a weights .hdf5 file, or a published model name"
+        )
+    return _in_directory(directory)
 
 
 def _in_directory(directory: Path) -> tuple[Path, Path]:
