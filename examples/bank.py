@@ -27,7 +27,7 @@ def main(model: str = "default") -> None:
     print(result.table())
     print(
         "Layer 0 never sees context (always 1.0); the LSTM layers do, so the two senses drift apart there.\n"
-        "In the small bundled model layer 0's vectors are 2-4x longer than the LSTM layers', so the equal mix\n"
+        "In the small bundled model layer 0's vectors are 1.5-3.5x longer than the LSTM layers', so the equal mix\n"
         "stays close to 1; a task-trained mix can weigh the context layers more. Compare: python examples/bank.py "
         "original"
     )

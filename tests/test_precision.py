@@ -43,10 +43,11 @@ from spacy_elmo.sources.model_files import resolve_model_files
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 # On the bundled TRAINED model (no cell clip: its recurrence carries rounding along a sentence instead of forgetting
 # it), ordinary sentences of up to 128 tokens, each sentence's worst layer over that layer's scale in the sentence:
-# what docs/precision.md states. Measured maxima over 1,500 WikiText-2 sentences (bench_precision_trained.py, AMD Zen
-# 5): bfloat16 0.012, int8 0.072, int8 with 7-bit activations (capped to AVX2) 0.16. Repetitive
-# input has no bound in low precision (tests/test_engines.py), which is why dtype="auto" is float32.
-TRAINED_TEXT_TOLERANCE = {"bfloat16": 2.5e-2, "int8": 0.1, "int8 7-bit": 0.2}
+# what docs/precision.md states. Measured maxima over 1,500 WikiText-2 sentences (bench_precision_trained.py,
+# default-v2 on an Intel Xeon with AMX): bfloat16 0.031, int8 0.15, int8 with 7-bit activations (capped to AVX2)
+# 0.22 (default-v1: 0.012, 0.072, 0.16). Repetitive input has no bound in low precision (tests/test_engines.py),
+# which is why dtype="auto" is float32.
+TRAINED_TEXT_TOLERANCE = {"bfloat16": 5e-2, "int8": 0.2, "int8 7-bit": 0.3}
 # float32 engines vs the reference path on the trained model: the sums' other order (1e-7) carried along the steps
 TRAINED_FLOAT32_BOUND = 1e-4
 # ordinary sentences of the kinds users embed, committed so that a plain clone measures the trained model too

@@ -180,8 +180,8 @@ def test_the_bundled_softmax_is_safetensors_and_scores_text():
         pytest.skip("the bundled default model is not in this checkout")
     assert not (DEFAULT_MODEL_DIR / "softmax.pt").exists()
     softmax = load_softmax(DEFAULT_MODEL_DIR / "softmax.safetensors")
-    assert softmax.n_classes == 36522 and softmax.cutoffs == [2000, 10000] and softmax.div_value == 2.0
-    assert softmax.state_dict["head.weight"].shape == (2002, 128)
+    assert softmax.n_classes == 80000 and softmax.cutoffs == [2000, 10000, 40000] and softmax.div_value == 2.0
+    assert softmax.state_dict["head.weight"].shape == (2003, 128)  # 2,000 words + 3 tail clusters
     model, vocab = load_language_model("default")
     assert len(vocab) == softmax.n_classes and model.softmax.n_classes == softmax.n_classes
 

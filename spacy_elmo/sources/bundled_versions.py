@@ -43,13 +43,19 @@ VERSIONS: dict[str, BundledVersion] = {
     for version in (
         BundledVersion(
             name="default-v1",
-            directory=DEFAULT_DIR,
+            directory=MODELS_DIR / "default-v1",
             files_fingerprint="6d594a3816944538e32b637b1b584ce0",
             summary="the first bundled model: 2 x 512 cells / 128 proj, trained on WikiText-2 + four novels",
         ),
+        BundledVersion(
+            name="default-v2",
+            directory=DEFAULT_DIR,
+            files_fingerprint="64ae069baa68f5fe71490884378e3916",
+            summary="2 x 512 cells / 128 proj, 103M words seen of Wikipedia, Simple English Wikipedia, Gutenberg",
+        ),
     )
 }
-DEFAULT_VERSION = "default-v1"  # the version that "default" names: its files are in models/default/
+DEFAULT_VERSION = "default-v2"  # the version that "default" names: its files are in models/default/
 # the model "default" named in every spacy-elmo up to 0.2.0, which saved no fingerprint with a pipeline saved
 # before its first doc: such a save was made with this one
 UNRECORDED_VERSION = "default-v1"

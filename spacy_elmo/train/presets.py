@@ -30,7 +30,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "activation": "relu",
         },
     },
-    # the bundled default model (3.0M parameters; its measured training speed is in models/default/README.md)
+    # the bundled default models, v1 and v2 (3.0M parameters; how they were trained: models/default*/README.md)
     "small": {
         "lstm": {
             "dim": 512,
