@@ -2,6 +2,7 @@
 
     python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work /tmp/v2]
     python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table (and the cards' paths)
+    python training/default-v2/next_stage.py --bundled-card  # only rewrite the bundled default's card
 
 Finds the newest ``stage-N`` folder beside this script, trains ``stage-N+1`` from it (``--init-from`` it,
 ``--continue-corpus`` on the three prepared corpora in ``DATA/prep``, which ``corpus.sh`` makes) into a work
@@ -30,6 +31,8 @@ CORPORA = ("gutenberg", "wiki", "simplewiki")
 FLAGS = ["--arch", "small", "--vocab-size", "80000", "--cutoffs", "2000,10000,40000", "--epochs", "1", "--seed", "0"]
 TABLE_START = "| stage | words seen (stage / all) |"
 MACHINES = HERE / "machines.json"  # stage number -> the machine it ran on (this script records it)
+BUNDLED = ROOT / "spacy_elmo" / "models" / "default"  # the bundled default, once a stage became it
+BUNDLED_NOTES = HERE / "bundled-card-notes.md"  # its card's notes: dates, commits, licences, evidence
 # a stage's card shows its commands with these paths instead of the training machine's own (metrics.json keeps those)
 _ABSOLUTE = r"(?<![^\s`])(?:/[^\s/`]+)+"  # a path from the root, starting a word
 PORTABLE_PATHS = (
@@ -109,6 +112,18 @@ def make_card_portable(card: Path) -> None:
     card.write_text(text)
 
 
+def write_bundled_card() -> Path:
+    """Write the bundled default's card from its files and ``BUNDLED_NOTES``, with portable paths.
+
+    Run again after anything rewrites it without the notes (``spacy-elmo evaluate --record`` writes a plain card).
+    """
+    from spacy_elmo.train.model_card import write_model_card
+
+    card = write_model_card(BUNDLED, title="spacy-elmo default v2", notes=BUNDLED_NOTES.read_text())
+    make_card_portable(card)
+    return card
+
+
 def table() -> str:
     recorded = json.loads(MACHINES.read_text()) if MACHINES.is_file() else {}
     lines = [
@@ -147,7 +162,13 @@ def main() -> None:
     parser.add_argument(
         "--table-only", action="store_true", help="only rewrite README.md's stage table and the cards' paths"
     )
+    parser.add_argument(
+        "--bundled-card", action="store_true", help="only rewrite the bundled default's card (with its notes)"
+    )
     args = parser.parse_args()
+    if args.bundled_card:
+        print(f"card written: {write_bundled_card()}")
+        return
     if not args.table_only:
         if args.prep is None:
             parser.error("give the folder of the prepared corpora")
