@@ -24,6 +24,7 @@ from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, encode_tokens
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
+from .padded_rows import pad_rows, padded_rows
 from .target_log_prob import target_log_prob
 
 
@@ -190,6 +191,8 @@ class LanguageModel(nn.Module):
 
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
         """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
+        if _autocast_bfloat16():  # oneDNN's kernels are compiled per shape: round the token count (padded_rows.py)
+            chars = pad_rows(chars, padded_rows(chars.shape[0]))  # rows of char id 0: zero vectors, never indexed
         tokens = encode_tokens(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
@@ -265,22 +268,29 @@ def adaptive_log_prob(
     log-softmax would round every word's log-probability to 3 significant digits; here each log-softmax
     runs on float32 logits.
     """
+    rows = target.shape[0]
+    pad = _autocast_bfloat16()  # oneDNN's kernels are compiled per shape: round the row counts (padded_rows.py)
+    if pad:
+        hidden, target = pad_rows(hidden, padded_rows(rows)), pad_rows(target, padded_rows(rows))  # word 0: the head
     output = hidden.new_zeros(target.shape[0], dtype=torch.promote_types(hidden.dtype, torch.float32))
     gather = target.new_empty(target.shape[0])
     bounds = [0, *softmax.cutoffs]
     for index in range(len(bounds) - 1):
         low, high = bounds[index], bounds[index + 1]
         in_cluster = (target >= low) & (target < high)
-        rows = in_cluster.nonzero().squeeze(1)
-        if rows.numel() == 0:
+        cluster_rows = in_cluster.nonzero().squeeze(1)
+        n = cluster_rows.numel()
+        if n == 0:
             continue
         if index == 0:
-            gather.index_copy_(0, rows, target[in_cluster])
+            gather.index_copy_(0, cluster_rows, target[in_cluster])
         else:
-            logits = softmax.tail[index - 1](hidden.index_select(0, rows))
-            gather.index_fill_(0, rows, softmax.shortlist_size + index - 1)
-            output.index_copy_(0, rows, target_log_prob(logits, target[in_cluster] - low))
-    return output + target_log_prob(softmax.head(hidden), gather)
+            # padded: repeats of the cluster's first row, whose log-probabilities are dropped (no gradient)
+            picked = pad_rows(cluster_rows, padded_rows(n), value=int(cluster_rows[0])) if pad else cluster_rows
+            logits = softmax.tail[index - 1](hidden.index_select(0, picked))
+            gather.index_fill_(0, cluster_rows, softmax.shortlist_size + index - 1)
+            output.index_copy_(0, cluster_rows, target_log_prob(logits, target.index_select(0, picked) - low)[:n])
+    return (output + target_log_prob(softmax.head(hidden), gather))[:rows]
 
 
 def _stacked(lstms: Sequence[nn.Module], name: str) -> torch.Tensor:

@@ -17,8 +17,9 @@ node:
 
 ``compute_dtype=torch.bfloat16`` (mixed precision): the GEMMs take bfloat16 operands (the
 recurrent state, cell and every elementwise gate operation stay float32; weights and their
-gradients are float32). With float32 it agrees with ``torch.nn.LSTM`` to float32 rounding
-(``tests/test_train_packed_lstm.py``).
+gradients are float32), and the whole-sequence GEMMs get a rounded row count (zero rows:
+:mod:`.padded_rows`) so that oneDNN reuses their compiled kernels. With float32 it agrees with
+``torch.nn.LSTM`` to float32 rounding (``tests/test_train_packed_lstm.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
+
+from .padded_rows import pad_rows, padded_rows
 
 
 class _PackedBiLSTMLayer(torch.autograd.Function):
@@ -66,7 +69,8 @@ def _forward(
     cell = w_hh.shape[1] // 4
     proj = w_hr.shape[1]
     low = compute_dtype != torch.float32
-    cast_x = x.to(compute_dtype)
+    # bfloat16: the whole-sequence products get a rounded row count (zero rows), so that oneDNN reuses their kernels
+    cast_x = pad_rows(x.to(compute_dtype), padded_rows(rows), dim=1) if low else x
     w_ih_c, w_hh_c, w_hr_c = (w.to(compute_dtype) for w in (w_ih, w_hh, w_hr))
     w_hh_t, w_hr_t = w_hh_c.transpose(1, 2), w_hr_c.transpose(1, 2)
     # the input's share of every step's gates, one GEMM for the whole sequence
@@ -110,6 +114,7 @@ def _forward(
         h, c = out[:, step], c_new
         start += n
     ctx.batch_sizes = list(batch_sizes)
+    ctx.rows = rows
     ctx.compute_dtype = compute_dtype
     ctx.save_for_backward(cast_x, w_ih_c, w_hh_c, w_hr_c, activations, cells, tanh_cells, h_prev)
     return out
@@ -122,7 +127,9 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
     directions, _, cell = cells.shape
     proj = w_hr_c.shape[1]
     batch_sizes: list[int] = ctx.batch_sizes
+    rows, padded = ctx.rows, activations.shape[1]  # padded > rows: the products' zero rows (bfloat16)
     grad_gates = torch.empty_like(activations)
+    grad_gates[:, rows:].zero_()
     grad_h_total = torch.empty_like(grad_out)  # each step's dL/dh: from the output and from the next step
     # the gradients flowing back from step t + 1; rows a later step did not have stay zero
     grad_h_next = grad_out.new_zeros(directions, batch_sizes[0], proj)
@@ -164,13 +171,15 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
             else:
                 torch.bmm(grad_act, w_hh_c, out=grad_h_next[:, :n])
     # every weight gradient: one GEMM over all steps
-    output_cells = (activations[..., 3 * cell :] * tanh_cells).to(compute_dtype)  # o * tanh(c), the projection's input
+    # o * tanh(c): the projection's input
+    output_cells = (activations[:, :rows, 3 * cell :] * tanh_cells).to(compute_dtype)
     grad_gates_c = grad_gates.to(compute_dtype)
-    grad_w_hr = torch.bmm(grad_h_total.to(compute_dtype).transpose(1, 2), output_cells).float()
-    grad_w_hh = torch.bmm(grad_gates_c.transpose(1, 2), h_prev.to(compute_dtype)).float()
+    grad_h_c = pad_rows(grad_h_total.to(compute_dtype), padded, dim=1)
+    grad_w_hr = torch.bmm(grad_h_c.transpose(1, 2), pad_rows(output_cells, padded, dim=1)).float()
+    grad_w_hh = torch.bmm(grad_gates_c.transpose(1, 2), pad_rows(h_prev.to(compute_dtype), padded, dim=1)).float()
     grad_w_ih = torch.bmm(grad_gates_c.transpose(1, 2), cast_x).float()
     grad_bias = grad_gates.sum(1)
-    grad_x = torch.bmm(grad_gates_c, w_ih_c).float()
+    grad_x = torch.bmm(grad_gates_c, w_ih_c).float()[:, :rows]
     return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None, None
 
 

@@ -1,0 +1,45 @@
+"""Row counts rounded up to a few sizes, so that a training step's bfloat16 products reuse compiled kernels.
+
+Under bfloat16 mixed precision torch runs a step's products on oneDNN, which compiles (JIT) a
+kernel for every new shape and keeps it in its primitive cache. The row counts of a step's
+products change with every batch (the words in it, the predictions falling in each softmax
+cluster), so without rounding most of a step's large products first compiled a kernel: 8-45 ms
+each, about 125 ms of a 0.85 s step on an Intel Xeon with AMX (benchmarks/RESULTS.md, "Training
+speed: compiled kernels reused"). :func:`padded_rows` rounds a count up to one of 16 sizes per
+power of two (at most 1/16 more rows, zeros that change no result), so that after the first steps
+the kernels are found compiled.
+
+float32 products (MKL) compile nothing per shape: the float32 path is not padded (and stays the
+exact path it was).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+# sizes per power of two: 16 keeps the padding under 1/16 of the rows and the kernels per product few
+SIZES_PER_OCTAVE = 16
+SMALLEST_STEP = 8
+
+
+def padded_rows(rows: int) -> int:
+    """``rows`` rounded up to a multiple of ``max(8, 2**k / 16)`` where ``2**k <= rows < 2**(k+1)``."""
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, not {rows}")
+    step = max(SMALLEST_STEP, (1 << max(rows.bit_length() - 1, 0)) // SIZES_PER_OCTAVE)
+    return -(-rows // step) * step
+
+
+def pad_rows(tensor: torch.Tensor, rows: int, dim: int = 0, value: float = 0) -> torch.Tensor:
+    """``tensor`` with ``value`` rows appended along ``dim`` up to ``rows`` (itself when it has them)."""
+    extra = rows - tensor.shape[dim]
+    if extra < 0:
+        raise ValueError(f"cannot pad {tensor.shape[dim]} rows to {rows}")
+    if extra == 0:
+        return tensor
+    pad = [0, 0] * (tensor.dim() - 1 - dim % tensor.dim()) + [0, extra]
+    return F.pad(tensor, pad, value=value)
+
+
+__all__ = ["SIZES_PER_OCTAVE", "pad_rows", "padded_rows"]
