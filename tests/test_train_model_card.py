@@ -210,3 +210,23 @@ def test_an_export_made_during_a_run_reports_its_stage(model):
     (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     text = section(render_model_card(model), "How it was trained")
     assert "- 1,000 steps, 3,661,810 words seen (0.02 epochs), wall time 47 min (of which 46 min in training" in text
+
+
+def test_recording_a_result_keeps_the_cards_title_and_notes(model):
+    """``spacy-elmo evaluate --record`` rewrites the card from metrics.json: the new result appears, and the title and
+    the notes someone wrote into the card (subsections and tables included) stay as they were."""
+    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.model_card import write_model_card
+
+    notes = "Stage dates below.\n\n### Evidence\n\n| check | value |\n|---|---|\n| TREC-6 | 0.906 |"
+    write_model_card(model, title="Our biLM v2", notes=notes)
+    record_result(model, "news/test.txt", {"forward": 123.44, "backward": 130.06, "mean": 126.7})
+    card = (model / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("# Our biLM v2\n")
+    assert card.split("\n## Notes\n\n", 1)[1].split("\n\n## Continue training\n")[0] == notes
+    assert "| news/test.txt | 123.4 / 130.1 |" in section(card, "Perplexity")
+    # a card without notes gets none
+    write_model_card(model)
+    record_result(model, "news/test.txt", {"forward": 1.0, "backward": 2.0, "mean": 1.5})
+    card = (model / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("# spacy-elmo biLM\n") and "## Notes" not in card

@@ -214,11 +214,12 @@ __all__ = ["evaluate", "load_language_model", "perplexity_on"]
 
 
 def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> None:
-    """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card."""
+    """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card
+    (keeping the card's title and notes)."""
     import json
 
     from ..sources.model_files import resolve_model_files
-    from .model_card import write_model_card
+    from .model_card import refresh_model_card
     from .outputs import write_metrics
 
     directory = resolve_model_files(model_dir)[0].parent
@@ -227,4 +228,4 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     metrics.setdefault("test", {})[name] = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
     write_metrics(directory, metrics)
     if "config" in metrics:
-        write_model_card(directory)
+        refresh_model_card(directory)

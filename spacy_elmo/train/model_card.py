@@ -214,7 +214,7 @@ def _validation_history(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _notes(notes: str) -> list[str]:
+def _notes(notes: str) -> list[str]:  # card_title_and_notes reads it back
     """The optional "Notes" section, the caller's text as given (stripped)."""
     return ["", "## Notes", "", notes.strip()] if notes else []
 
@@ -275,3 +275,23 @@ def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes:
     path = Path(directory) / MODEL_CARD
     write_text_atomically(path, render_model_card(directory, title, notes))
     return path
+
+
+def refresh_model_card(directory: PathLike) -> Path:
+    """Rewrite the card from the model's files (after its ``metrics.json`` changed), keeping the title and the
+    "Notes" section of the card already there: what someone wrote into a card outlives a recorded result."""
+    path = Path(directory) / MODEL_CARD
+    title, notes = card_title_and_notes(path.read_text(encoding="utf-8")) if path.is_file() else (None, "")
+    return write_model_card(directory, title or "spacy-elmo biLM", notes)
+
+
+def card_title_and_notes(text: str) -> tuple[Optional[str], str]:
+    """The title (``# ...``, None without one) and the "Notes" section's text ("" without one) of a card that
+    :func:`render_model_card` wrote: the notes run from their heading to the closing "Continue training" one."""
+    lines = text.splitlines()
+    title = next((line[2:].strip() for line in lines if line.startswith("# ")), None)
+    start, end = "\n## Notes\n", "\n## Continue training\n"
+    if start not in text:
+        return title, ""
+    notes = text.split(start, 1)[1]
+    return title, notes.rsplit(end, 1)[0].strip() if end in notes else notes.strip()

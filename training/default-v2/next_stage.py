@@ -115,7 +115,8 @@ def make_card_portable(card: Path) -> None:
 def write_bundled_card() -> Path:
     """Write the bundled default's card from its files and ``BUNDLED_NOTES``, with portable paths.
 
-    Run again after anything rewrites it without the notes (``spacy-elmo evaluate --record`` writes a plain card).
+    Run again after anything rewrites the card: ``spacy-elmo evaluate --record`` keeps its title and notes but
+    renders the training machine's paths again.
     """
     from spacy_elmo.train.model_card import write_model_card
 
