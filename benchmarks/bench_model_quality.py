@@ -20,7 +20,9 @@ For each ``--model`` (anything ``load_bilm`` and ``ElmoVectorizer`` take: "defau
    against the TF-IDF baseline on the same texts (p < 0.05: the difference is unlikely to be chance).
 3. The senses of "bank" (as ``examples/bank.py`` measures them): per layer, the mean cosine of "bank" between
    two money sentences and between a money and a river sentence, and the gap (money/money - money/river: positive
-   when the layer separates the senses).
+   when the layer separates the senses). ``senses``: the same over 12 sentences of each sense, with a
+   permutation p-value for the gap and how often each "bank" vector's nearest other one has its sense (layer 0
+   is context-free: its vectors are all equal, so 0.50 there says nothing).
 
 Prints markdown tables to stdout (progress to stderr); ``--json`` also writes every number. Seeds are fixed
 (CV folds and the bootstrap use ``SEED``); nothing is cached on disk (set ``SPACY_ELMO_CACHE_DIR`` to ask for
@@ -55,7 +57,33 @@ TFIDF_C = 4.0
 MAX_ITER = 2000
 MONEY = ("The bank will approve your loan .", "She took her savings to the bank .", "The bank raised its rates .")
 RIVER = ("They sat on the bank of the river .", "The boat drifted toward the muddy bank .", "Fish swam near the bank .")
-CHECKS = ("perplexity", "trec", "sst", "bank")
+# "senses": twelve sentences of each sense, so that a mean is over 66 and 144 pairs, not 3 and 9
+MONEY_12 = (
+    *MONEY,
+    "He opened an account at the bank yesterday .",
+    "The bank charged a fee for the transfer .",
+    "Robbers broke into the bank at night .",
+    "The central bank cut interest rates again .",
+    "My bank sent me a new credit card .",
+    "The bank lent the company two million dollars .",
+    "She works as a teller at the bank .",
+    "The bank closed three branches in the city .",
+    "They deposited the cheque at the bank on Monday .",
+)
+RIVER_12 = (
+    *RIVER,
+    "The children played on the grassy bank of the stream .",
+    "Reeds grew along the bank of the lake .",
+    "The river overflowed its bank after the storm .",
+    "We walked along the north bank of the Thames .",
+    "The canoe was pulled up onto the bank .",
+    "Willows lined the far bank of the creek .",
+    "A heron stood on the bank watching the water .",
+    "The soldiers crossed to the east bank of the river .",
+    "Erosion has worn away the steep bank .",
+)
+PERMUTATIONS = 10_000
+CHECKS = ("perplexity", "trec", "sst", "bank", "senses")
 SPLITS = ("valid", "test")  # the WikiText-2 files perplexity is measured on
 DATA_HELP = (
     "no data at {path}: WikiText-2, TREC-6 and SST-5 live in ../shared/data beside the checkout (or pass --data). "
@@ -397,6 +425,53 @@ def bank_senses(model: str) -> list[dict[str, Any]]:
     return rows
 
 
+def bank_senses_12(model: str, seed: int = 0) -> list[dict[str, Any]]:
+    """Per layer, over 12 money and 12 river sentences: the mean "bank" cosine of money/money, river/river and
+    money/river pairs, the gap money/money - money/river with a permutation p-value (the 24 sentences' senses
+    shuffled ``PERMUTATIONS`` times, one-sided), and how often a "bank" vector's nearest other one has its sense."""
+    from spacy_elmo import load_bilm
+    from spacy_elmo.runtime.mix import mix_layers
+    from spacy_elmo.runtime.windows import embed_segments
+
+    backend = load_bilm(model)
+    sentences = [s.split() for s in (*MONEY_12, *RIVER_12)]
+    sense = np.array([0] * len(MONEY_12) + [1] * len(RIVER_12))
+    layers = [layers for _, layers in embed_segments(backend, enumerate(sentences))]
+    vectors = {f"layer {k}": np.stack([x[k, s.index("bank")] for x, s in zip(layers, sentences)])
+               for k in range(layers[0].shape[0])}  # fmt: skip
+    vectors["mix (equal weights)"] = np.stack([mix_layers(x)[s.index("bank")] for x, s in zip(layers, sentences)])
+    rng = np.random.default_rng(seed)
+    shuffles = [rng.permutation(sense) for _ in range(PERMUTATIONS)]
+    rows = []
+    for label, v in vectors.items():
+        unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+        cos = unit @ unit.T
+        upper = ~np.eye(len(sense), dtype=bool)
+
+        observed = _sense_gap(cos, sense)
+        p = (1 + sum(_sense_gap(cos, labels) >= observed for labels in shuffles)) / (1 + PERMUTATIONS)
+        nearest = np.where(upper, cos, -np.inf).argmax(axis=1)
+        river = sense == 1
+        rows.append({
+            "layer": label,
+            "money/money": round(float(cos[np.ix_(~river, ~river)][upper[np.ix_(~river, ~river)]].mean()), 4),
+            "river/river": round(float(cos[np.ix_(river, river)][upper[np.ix_(river, river)]].mean()), 4),
+            "money/river": round(float(cos[np.ix_(~river, river)].mean()), 4),
+            "gap": round(observed, 4),
+            "p": round(p, 4),
+            "nearest_same_sense": round(float((sense[nearest] == sense).mean()), 3),
+        })  # fmt: skip
+    return rows
+
+
+def _sense_gap(cos: np.ndarray, labels: np.ndarray) -> float:
+    """Mean cosine over pairs of two sense-0 sentences minus over sense-0 / sense-1 pairs (``cos``: all pairs)."""
+    money = labels == 0
+    within = cos[np.ix_(money, money)]
+    pairs = within[~np.eye(len(within), dtype=bool)]
+    return float(pairs.mean() - cos[np.ix_(money, ~money)].mean())
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -457,6 +532,21 @@ def markdown(report: dict[str, Any]) -> str:
             for row in rows:
                 values = f"{row['money/money']:.3f} | {row['money/river']:.3f} | {row['gap']:+.3f}"
                 lines.append(f"| {model} | {row['layer']} | {values} |")
+    if "senses" in report:
+        lines += [
+            "",
+            f'"bank" over {len(MONEY_12)} money and {len(RIVER_12)} river sentences: mean cosines, the gap '
+            f"money/money - money/river (p: {PERMUTATIONS:,} shuffles of the senses), nearest other same sense",
+            "",
+        ]
+        lines += ["| model | layer | money/money | river/river | money/river | gap (p) | nearest same sense |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for model, rows in report["senses"].items():
+            for row in rows:
+                lines.append(
+                    f"| {model} | {row['layer']} | {row['money/money']:.3f} | {row['river/river']:.3f} | "
+                    f"{row['money/river']:.3f} | {row['gap']:+.3f} ({row['p']:.3g}) | {row['nearest_same_sense']:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -505,9 +595,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.limit is not None and args.limit < FOLDS * 6:
         parser.error(f"--limit {args.limit}: too few texts for {FOLDS}-fold CV over 6 classes (30 or more)")
     if not args.data.is_dir():
-        skipped = [c for c in checks if c != "bank"]
+        skipped = [c for c in checks if c not in ("bank", "senses")]
         print(DATA_HELP.format(path=args.data, skipped=", ".join(skipped) or "nothing"), file=sys.stderr)
-        checks = [c for c in checks if c == "bank"]
+        checks = [c for c in checks if c in ("bank", "senses")]
     report: dict[str, Any] = {"environment": environment(), "limit": args.limit, "models": models}
     if "perplexity" in checks:
         report["perplexity"] = {
@@ -530,6 +620,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         report["tasks"] = {task.name: classify(task, models, args.progress) for task in tasks}
     if "bank" in checks:
         report["bank"] = {model: bank_senses(model) for model in models}
+    if "senses" in checks:
+        report["senses"] = {model: bank_senses_12(model) for model in models}
     env = report["environment"]
     print(f"CPU: {env['cpu']}\ncommit {env['commit']}, {env['utc']} UTC: {env['command']}\n")
     print(markdown(report))

@@ -135,3 +135,18 @@ def test_an_unknown_wikitext_split_is_refused_before_any_work(bench, splits, cap
         bench.main(["--checks", "perplexity", "--splits", splits])
     err = capsys.readouterr().err
     assert f"--splits {splits!r}: choose from valid,test" in err
+
+
+def test_the_sense_gap_against_hand_computed_means(bench):
+    """Mean over pairs of two sense-0 rows minus the mean over sense-0 / sense-1 pairs, from a cosine matrix."""
+    cos = np.array(
+        [
+            [1.0, 0.8, 0.1, 0.3],
+            [0.8, 1.0, 0.2, 0.4],
+            [0.1, 0.2, 1.0, 0.9],
+            [0.3, 0.4, 0.9, 1.0],
+        ]
+    )
+    assert bench._sense_gap(cos, np.array([0, 0, 1, 1])) == pytest.approx(0.8 - (0.1 + 0.3 + 0.2 + 0.4) / 4)
+    # senses shuffled: rows 0 and 2 together
+    assert bench._sense_gap(cos, np.array([0, 1, 0, 1])) == pytest.approx(0.1 - (0.8 + 0.3 + 0.2 + 0.9) / 4)
