@@ -442,21 +442,20 @@ def bank_senses_12(model: str, seed: int = 0) -> list[dict[str, Any]]:
     vectors["mix (equal weights)"] = np.stack([mix_layers(x)[s.index("bank")] for x, s in zip(layers, sentences)])
     rng = np.random.default_rng(seed)
     shuffles = [rng.permutation(sense) for _ in range(PERMUTATIONS)]
+    money, river = sense == 0, sense == 1
+    others = ~np.eye(len(sense), dtype=bool)  # for each vector, the other 23
     rows = []
     for label, v in vectors.items():
         unit = v / np.linalg.norm(v, axis=1, keepdims=True)
         cos = unit @ unit.T
-        upper = ~np.eye(len(sense), dtype=bool)
-
         observed = _sense_gap(cos, sense)
         p = (1 + sum(_sense_gap(cos, labels) >= observed for labels in shuffles)) / (1 + PERMUTATIONS)
-        nearest = np.where(upper, cos, -np.inf).argmax(axis=1)
-        river = sense == 1
+        nearest = np.where(others, cos, -np.inf).argmax(axis=1)
         rows.append({
             "layer": label,
-            "money/money": round(float(cos[np.ix_(~river, ~river)][upper[np.ix_(~river, ~river)]].mean()), 4),
-            "river/river": round(float(cos[np.ix_(river, river)][upper[np.ix_(river, river)]].mean()), 4),
-            "money/river": round(float(cos[np.ix_(~river, river)].mean()), 4),
+            "money/money": round(_mean_within(cos, money), 4),
+            "river/river": round(_mean_within(cos, river), 4),
+            "money/river": round(float(cos[np.ix_(money, river)].mean()), 4),
             "gap": round(observed, 4),
             "p": round(p, 4),
             "nearest_same_sense": round(float((sense[nearest] == sense).mean()), 3),
@@ -464,12 +463,16 @@ def bank_senses_12(model: str, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def _mean_within(cos: np.ndarray, members: np.ndarray) -> float:
+    """Mean cosine over the pairs of two different ``members`` (``cos``: all pairs, ``members``: a bool mask)."""
+    within = cos[np.ix_(members, members)]
+    return float(within[~np.eye(len(within), dtype=bool)].mean())
+
+
 def _sense_gap(cos: np.ndarray, labels: np.ndarray) -> float:
     """Mean cosine over pairs of two sense-0 sentences minus over sense-0 / sense-1 pairs (``cos``: all pairs)."""
     money = labels == 0
-    within = cos[np.ix_(money, money)]
-    pairs = within[~np.eye(len(within), dtype=bool)]
-    return float(pairs.mean() - cos[np.ix_(money, ~money)].mean())
+    return _mean_within(cos, money) - float(cos[np.ix_(money, ~money)].mean())
 
 
 # -- report ----------------------------------------------------------------------------------------
