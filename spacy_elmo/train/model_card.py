@@ -12,6 +12,8 @@ from ..bilm.weights import parameter_count, read_options
 from .corpus import PathLike
 from .stages import describe_source
 
+DEFAULT_TITLE = "spacy-elmo biLM"  # a card's title unless the caller names the model
+
 
 def display_command(command: str) -> str:
     """The recorded ``sys.argv`` as a user would type it (``python -m spacy_elmo`` / ``spacy-elmo``), paths
@@ -28,7 +30,7 @@ def _ppl(record: dict[str, Any], prefix: str) -> str:
     return f"{record[prefix + '_forward']:.1f} / {record[prefix + '_backward']:.1f}"
 
 
-def render_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> str:
+def render_model_card(directory: PathLike, title: str = DEFAULT_TITLE, notes: str = "") -> str:
     """The Markdown text of the card for the model in ``directory``: one section after the other, each from its own
     function below, so a section can be read (and changed) without the others."""
     directory = Path(directory)
@@ -270,7 +272,7 @@ def _short(path: str) -> str:
     return str(Path(*parts[parts.index("data") :])) if "data" in parts else Path(path).name
 
 
-def write_model_card(directory: PathLike, title: str = "spacy-elmo biLM", notes: str = "") -> Path:
+def write_model_card(directory: PathLike, title: str = DEFAULT_TITLE, notes: str = "") -> Path:
     """Write ``README.md`` into ``directory`` (whole or not at all); returns its path."""
     path = Path(directory) / MODEL_CARD
     write_text_atomically(path, render_model_card(directory, title, notes))
@@ -282,7 +284,7 @@ def refresh_model_card(directory: PathLike) -> Path:
     "Notes" section of the card already there: what someone wrote into a card outlives a recorded result."""
     path = Path(directory) / MODEL_CARD
     title, notes = card_title_and_notes(path.read_text(encoding="utf-8")) if path.is_file() else (None, "")
-    return write_model_card(directory, title or "spacy-elmo biLM", notes)
+    return write_model_card(directory, title or DEFAULT_TITLE, notes)
 
 
 def card_title_and_notes(text: str) -> tuple[Optional[str], str]:
