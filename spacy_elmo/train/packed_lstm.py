@@ -5,21 +5,26 @@ On CPU, torch runs that recurrence as one autograd node per operation per time s
 backward pass of each per-step slice of the packed input allocates and zero-fills a gradient the
 size of the whole sequence: that ``fill_`` was half of a training step (benchmarks/RESULTS.md,
 "Training speed"). :func:`packed_bilstm_layer` computes the same function (``torch.nn.LSTM``'s
-gate order i, f, g, o; its four parameter tensors per direction; no clipping) as one autograd
-node:
+four parameter tensors per direction; no clipping) as one autograd node:
 
 - the forward and backward language models' layers run together, as a batch of two (one
   ``bmm`` per step serves both directions);
-- the input projection is one GEMM over every time step, before the loop;
-- the loop runs without autograd and keeps the gate activations; the backward loop computes only
-  what is recurrent (the state gradients), and every weight gradient is then one GEMM over all
-  steps.
+- each step's gates are one product of ``[input | previous state]`` with ``[w_ih | w_hh]``;
+- the gates are kept in the order (o, i, f, g) inside: one sigmoid covers o, i and f, and one
+  product with the cell gradient covers i, f and g;
+- the forward loop runs without autograd and stores, per row, the factors the backward pass
+  needs (each gate's derivative, o (1 - tanh(c)^2), f): the backward loop is then a few products
+  per step, and every weight gradient is one GEMM over all steps.
 
-``compute_dtype=torch.bfloat16`` (mixed precision): the GEMMs take bfloat16 operands (the
-recurrent state, cell and every elementwise gate operation stay float32; weights and their
-gradients are float32), and the whole-sequence GEMMs get a rounded row count (zero rows:
-:mod:`.padded_rows`) so that oneDNN reuses their compiled kernels. With float32 it agrees with
-``torch.nn.LSTM`` to float32 rounding (``tests/test_train_packed_lstm.py``).
+A training step is bound by memory traffic more than by arithmetic on a 2-core machine, so the
+loops work on small per-step tensors and write each step's record once.
+
+``compute_dtype=torch.bfloat16`` (mixed precision): the GEMMs take bfloat16 operands and the
+stored per-row records are bfloat16 (half the traffic); the recurrent cell state and every
+elementwise gate operation stay float32, and so do the weights and their gradients. Each step's
+products get a rounded row count (rows past the step are ignored; rows past the data are zeros,
+:mod:`.padded_rows`) so that oneDNN reuses their compiled kernels. With float32 everything is
+float32 and it agrees with ``torch.nn.LSTM`` to float32 rounding (``tests/test_train_packed_lstm.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any, Optional
 
 import torch
 
-from .padded_rows import pad_rows, padded_rows
+from .padded_rows import padded_rows
 
 
 class _PackedBiLSTMLayer(torch.autograd.Function):
@@ -55,6 +60,25 @@ class _PackedBiLSTMLayer(torch.autograd.Function):
             return _backward(ctx, grad_out)
 
 
+# internal gate order (o, i, f, g): the sigmoid gates are one block, and so are the three gates
+# the cell gradient reaches (i, f, g); torch's order is (i, f, g, o)
+_TO_INTERNAL = [3, 0, 1, 2]
+_TO_TORCH = [1, 2, 3, 0]
+
+
+def _reorder(blocks: torch.Tensor, cell: int, order: list[int]) -> torch.Tensor:
+    """Permute the four gate blocks of axis 1 (``4 * cell`` long)."""
+    return blocks.unflatten(1, (4, cell))[:, order].flatten(1, 2)
+
+
+def _float_view(storage: torch.Tensor, step: slice) -> tuple[torch.Tensor, bool]:
+    """A float32 tensor for ``storage[:, step]``: the slice itself, or a new one to copy in (``True``)."""
+    slab = storage[:, step]
+    if slab.dtype == torch.float32:
+        return slab, False
+    return torch.empty(slab.shape, dtype=torch.float32), True
+
+
 def _forward(
     ctx: Any,
     x: torch.Tensor,
@@ -65,72 +89,77 @@ def _forward(
     batch_sizes: Sequence[int],
     compute_dtype: torch.dtype,
 ) -> torch.Tensor:
-    directions, rows, _ = x.shape
+    directions, rows, width_in = x.shape
     cell = w_hh.shape[1] // 4
     proj = w_hr.shape[1]
     low = compute_dtype != torch.float32
-    # bfloat16: the whole-sequence products get a rounded row count (zero rows), so that oneDNN reuses their kernels
-    cast_x = pad_rows(x.to(compute_dtype), padded_rows(rows), dim=1) if low else x
-    w_ih_c, w_hh_c, w_hr_c = (w.to(compute_dtype) for w in (w_ih, w_hh, w_hr))
-    w_hh_t, w_hr_t = w_hh_c.transpose(1, 2), w_hr_c.transpose(1, 2)
-    # the input's share of every step's gates, one GEMM for the whole sequence
-    gates_x = torch.bmm(cast_x, w_ih_c.transpose(1, 2)).float() if low else torch.bmm(x, w_ih.transpose(1, 2))
-    gates_x += bias[:, None, :]
-    activations = gates_x  # overwritten step by step with the gates' activations
-    cells = x.new_empty(directions, rows, cell)
-    tanh_cells = x.new_empty(directions, rows, cell)
+    pad = padded_rows if low else int
+    # row slots: every (padded) step's product reads inside them; those past the data stay zero
+    slots = pad(rows + pad(batch_sizes[0]))
+    weights = _reorder(torch.cat([w_ih, w_hh], 2), cell, _TO_INTERNAL).to(compute_dtype)  # (2, 4 cell, in + proj)
+    weights_t = weights.transpose(1, 2)
+    bias_i = _reorder(bias, cell, _TO_INTERNAL)[:, None, :]
+    w_hr_c = w_hr.to(compute_dtype)
+    w_hr_t = w_hr_c.transpose(1, 2)
+    # each step's product reads [its input | the state it starts from]
+    inputs = x.new_zeros(directions, slots, width_in + proj, dtype=compute_dtype)
+    inputs[:, :rows, :width_in] = x
+    # what the backward pass reads, per row: the four gates' derivative factors, o (1 - tanh(c)^2), f
+    records = x.new_empty(directions, slots, 6 * cell, dtype=compute_dtype)
+    projected = x.new_zeros(directions, slots, cell, dtype=compute_dtype)  # o tanh(c), the projection's input
     out = x.new_empty(directions, rows, proj)
-    h_prev = x.new_zeros(directions, rows, proj)  # the state each step read (for the recurrent weight's gradient)
-    h: Optional[torch.Tensor] = None
     c: Optional[torch.Tensor] = None
     start = 0
-    for n in batch_sizes:
+    for index, n in enumerate(batch_sizes):
         step = slice(start, start + n)
-        gates = activations[:, step]
-        if h is not None and c is not None:
-            h_in = h[:, :n]
-            h_prev[:, step] = h_in
-            if low:
-                gates += torch.bmm(h_in.to(compute_dtype), w_hh_t)
-            else:
-                gates.baddbmm_(h_in, w_hh_t)
-        gates[..., : 2 * cell].sigmoid_()
-        g = gates[..., 2 * cell : 3 * cell].tanh_()
-        gates[..., 3 * cell :].sigmoid_()
-        i, f, o = gates[..., :cell], gates[..., cell : 2 * cell], gates[..., 3 * cell :]
-        c_new = cells[:, step]
-        if c is not None:
-            torch.mul(f, c[:, :n], out=c_new)
-            c_new.addcmul_(i, g)
+        gates = torch.bmm(inputs[:, start : start + pad(n)], weights_t)[:, :n].float()
+        gates += bias_i
+        sig = gates[..., : 3 * cell].sigmoid_()
+        g = gates[..., 3 * cell :].tanh_()
+        o, i, f = sig[..., :cell], sig[..., cell : 2 * cell], sig[..., 2 * cell :]
+        i_g = i * g
+        c_new = i_g if c is None else torch.addcmul(i_g, f, c[:, :n])
+        tanh_c = torch.tanh(c_new)
+        m = o * tanh_c
+        projected[:, step] = m
+        h = torch.bmm(projected[:, start : start + pad(n)], w_hr_t)[:, :n]
+        out[:, step] = h
+        if index + 1 < len(batch_sizes):
+            following = batch_sizes[index + 1]
+            inputs[:, start + n : start + n + following, width_in:] = h[:, :following]
+        # the derivative factors: sigmoid' = s (1 - s), tanh' = 1 - t^2
+        record, copy = _float_view(records, step)
+        slope = torch.addcmul(sig, sig, sig, value=-1)
+        torch.mul(slope[..., :cell], tanh_c, out=record[..., :cell])  # o
+        torch.mul(slope[..., cell : 2 * cell], g, out=record[..., cell : 2 * cell])  # i
+        if c is None:
+            record[..., 2 * cell : 3 * cell].zero_()
         else:
-            torch.mul(i, g, out=c_new)
-        t = tanh_cells[:, step]
-        torch.tanh(c_new, out=t)
-        m = o * t
-        if low:
-            out[:, step] = torch.bmm(m.to(compute_dtype), w_hr_t)
-        else:
-            torch.bmm(m, w_hr_t, out=out[:, step])
-        h, c = out[:, step], c_new
+            torch.mul(slope[..., 2 * cell :], c[:, :n], out=record[..., 2 * cell : 3 * cell])  # f
+        torch.addcmul(i, i_g, g, value=-1, out=record[..., 3 * cell : 4 * cell])  # g: i (1 - g^2)
+        torch.addcmul(o, m, tanh_c, value=-1, out=record[..., 4 * cell : 5 * cell])  # dh/dc through o tanh(c)
+        record[..., 5 * cell :] = f
+        if copy:
+            records[:, step] = record
+        c = c_new
         start += n
     ctx.batch_sizes = list(batch_sizes)
-    ctx.rows = rows
-    ctx.compute_dtype = compute_dtype
-    ctx.save_for_backward(cast_x, w_ih_c, w_hh_c, w_hr_c, activations, cells, tanh_cells, h_prev)
+    ctx.shape = (rows, width_in, cell, proj)
+    ctx.save_for_backward(inputs, records, projected, weights, w_hr_c)
     return out
 
 
 def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
-    cast_x, w_ih_c, w_hh_c, w_hr_c, activations, cells, tanh_cells, h_prev = ctx.saved_tensors
-    compute_dtype = ctx.compute_dtype
-    low = compute_dtype != torch.float32
-    directions, _, cell = cells.shape
-    proj = w_hr_c.shape[1]
+    inputs, records, projected, weights, w_hr_c = ctx.saved_tensors
+    low = weights.dtype != torch.float32
+    pad = padded_rows if low else int
+    rows, width_in, cell, proj = ctx.shape
     batch_sizes: list[int] = ctx.batch_sizes
-    rows, padded = ctx.rows, activations.shape[1]  # padded > rows: the products' zero rows (bfloat16)
-    grad_gates = torch.empty_like(activations)
+    directions, slots, _ = inputs.shape
+    w_hh_c = weights[..., width_in:].contiguous()  # a strided operand costs each step's product a copy
+    grad_gates = inputs.new_empty(directions, slots, 4 * cell)
     grad_gates[:, rows:].zero_()
-    grad_h_total = torch.empty_like(grad_out)  # each step's dL/dh: from the output and from the next step
+    grad_h_all = inputs.new_zeros(directions, slots, proj)
     # the gradients flowing back from step t + 1; rows a later step did not have stay zero
     grad_h_next = grad_out.new_zeros(directions, batch_sizes[0], proj)
     grad_c_next = grad_out.new_zeros(directions, batch_sizes[0], cell)
@@ -140,47 +169,26 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
     for index in range(len(batch_sizes) - 1, -1, -1):
         n, start = batch_sizes[index], ends[index]
         step = slice(start, start + n)
-        grad_h = grad_h_total[:, step]
-        torch.add(grad_out[:, step], grad_h_next[:, :n], out=grad_h)
-        if low:
-            grad_m = torch.bmm(grad_h.to(compute_dtype), w_hr_c).float()
-        else:
-            grad_m = torch.bmm(grad_h, w_hr_c)
-        act = activations[:, step]
-        i, f, g, o = act[..., :cell], act[..., cell : 2 * cell], act[..., 2 * cell : 3 * cell], act[..., 3 * cell :]
-        t = tanh_cells[:, step]
-        grad_act = grad_gates[:, step]  # first dL/d(activation), then dL/d(pre-activation)
-        torch.mul(grad_m, t, out=grad_act[..., 3 * cell :])  # d o
-        grad_c = grad_m * o * (1 - t * t)
-        grad_c += grad_c_next[:, :n]
-        torch.mul(grad_c, g, out=grad_act[..., :cell])  # d i
-        torch.mul(grad_c, i, out=grad_act[..., 2 * cell : 3 * cell])  # d g
+        torch.add(grad_out[:, step], grad_h_next[:, :n], out=grad_h_all[:, step])
+        grad_m = torch.bmm(grad_h_all[:, start : start + pad(n)], w_hr_c)[:, :n].float()
+        record = records[:, step].float()
+        grad_c = torch.addcmul(grad_c_next[:, :n], grad_m, record[..., 4 * cell : 5 * cell])
+        grad, copy = _float_view(grad_gates, step)
+        torch.mul(grad_m, record[..., :cell], out=grad[..., :cell])  # o
+        ifg = (-1, (3, cell))  # i, f, g: one product with the cell gradient
+        factor_ifg = record[..., cell : 4 * cell].unflatten(*ifg)
+        torch.mul(grad_c[:, :, None], factor_ifg, out=grad[..., cell:].unflatten(*ifg))
+        if copy:
+            grad_gates[:, step] = grad
         if index > 0:
-            c_prev = cells[:, ends[index - 1] : ends[index - 1] + n]
-            torch.mul(grad_c, c_prev, out=grad_act[..., cell : 2 * cell])  # d f
-            torch.mul(grad_c, f, out=grad_c_next[:, :n])
-        else:
-            grad_act[..., cell : 2 * cell].zero_()
-        # sigmoid' = s (1 - s) for i, f, o; tanh' = 1 - g^2 for g
-        derivative = act * (1 - act)
-        derivative[..., 2 * cell : 3 * cell] = 1 - g * g
-        grad_act *= derivative
-        if index > 0:
-            if low:
-                grad_h_next[:, :n] = torch.bmm(grad_act.to(compute_dtype), w_hh_c)
-            else:
-                torch.bmm(grad_act, w_hh_c, out=grad_h_next[:, :n])
-    # every weight gradient: one GEMM over all steps
-    # o * tanh(c): the projection's input
-    output_cells = (activations[:, :rows, 3 * cell :] * tanh_cells).to(compute_dtype)
-    grad_gates_c = grad_gates.to(compute_dtype)
-    grad_h_c = pad_rows(grad_h_total.to(compute_dtype), padded, dim=1)
-    grad_w_hr = torch.bmm(grad_h_c.transpose(1, 2), pad_rows(output_cells, padded, dim=1)).float()
-    grad_w_hh = torch.bmm(grad_gates_c.transpose(1, 2), pad_rows(h_prev.to(compute_dtype), padded, dim=1)).float()
-    grad_w_ih = torch.bmm(grad_gates_c.transpose(1, 2), cast_x).float()
-    grad_bias = grad_gates.sum(1)
-    grad_x = torch.bmm(grad_gates_c, w_ih_c).float()[:, :rows]
-    return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None, None
+            torch.mul(grad_c, record[..., 5 * cell :], out=grad_c_next[:, :n])
+            grad_h_next[:, :n] = torch.bmm(grad_gates[:, start : start + pad(n)], w_hh_c)[:, :n]
+    # the input's gradient and every weight gradient: one product over all steps (rows past the data are zeros)
+    grad_x = torch.bmm(grad_gates, weights[..., :width_in])[:, :rows].float()
+    grad_w = _reorder(torch.bmm(grad_gates.transpose(1, 2), inputs).float(), cell, _TO_TORCH)
+    grad_w_hr = torch.bmm(grad_h_all.transpose(1, 2), projected).float()
+    grad_bias = _reorder(grad_gates.sum(1).float(), cell, _TO_TORCH)
+    return grad_x, grad_w[..., :width_in], grad_w[..., width_in:], grad_bias, grad_w_hr, None, None
 
 
 def packed_bilstm_layer(
