@@ -225,6 +225,8 @@ SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
     "spacy_elmo.bilm.engine.*": ANY,  # each family's own, in its file (test_each_engine_family_keeps_its_...)
     # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
     "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
+    # the training softmax's memory blocking (rows of logits per cache-sized block): no thread or kernel choice
+    "spacy_elmo.train.target_log_prob": frozenset({"BLOCK_ELEMENTS"}),
 }
 
 
