@@ -24,7 +24,7 @@ from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, encode_tokens
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
-from .padded_rows import pad_rows, padded_rows
+from .padded_rows import pad_rows, row_rounding
 from .target_log_prob import target_log_prob
 
 
@@ -86,7 +86,7 @@ class FusedBiLSTM(nn.Module):
         ]
         first = packs[0]
         batch_sizes = first.batch_sizes.tolist()
-        compute_dtype = torch.bfloat16 if _autocast_bfloat16() else torch.float32
+        compute_dtype = _compute_dtype()
         data = torch.stack([packs[0].data, packs[1].data]).float()
         outputs: list[torch.Tensor] = []
         for index, pair in enumerate(zip(self.forward_layers, self.backward_layers)):
@@ -191,8 +191,8 @@ class LanguageModel(nn.Module):
 
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
         """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
-        if _autocast_bfloat16():  # oneDNN's kernels are compiled per shape: round the token count (padded_rows.py)
-            chars = pad_rows(chars, padded_rows(chars.shape[0]))  # rows of char id 0: zero vectors, never indexed
+        # bfloat16: oneDNN compiles its kernels per shape, so the token count is rounded (padded_rows.py)
+        chars = pad_rows(chars, row_rounding(_compute_dtype())(chars.shape[0]))  # rows of char id 0: never indexed
         tokens = encode_tokens(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
@@ -269,9 +269,8 @@ def adaptive_log_prob(
     runs on float32 logits.
     """
     rows = target.shape[0]
-    pad = _autocast_bfloat16()  # oneDNN's kernels are compiled per shape: round the row counts (padded_rows.py)
-    if pad:
-        hidden, target = pad_rows(hidden, padded_rows(rows)), pad_rows(target, padded_rows(rows))  # word 0: the head
+    rounded = row_rounding(_compute_dtype())  # bfloat16: oneDNN compiles its kernels per shape (padded_rows.py)
+    hidden, target = pad_rows(hidden, rounded(rows)), pad_rows(target, rounded(rows))  # word 0: the head
     output = hidden.new_zeros(target.shape[0], dtype=torch.promote_types(hidden.dtype, torch.float32))
     gather = target.new_empty(target.shape[0])
     bounds = [0, *softmax.cutoffs]
@@ -286,7 +285,7 @@ def adaptive_log_prob(
             gather.index_copy_(0, cluster_rows, target[in_cluster])
         else:
             # padded: repeats of the cluster's first row, whose log-probabilities are dropped (no gradient)
-            picked = pad_rows(cluster_rows, padded_rows(n), value=int(cluster_rows[0])) if pad else cluster_rows
+            picked = pad_rows(cluster_rows, rounded(n), value=int(cluster_rows[0]))
             logits = softmax.tail[index - 1](hidden.index_select(0, picked))
             gather.index_fill_(0, cluster_rows, softmax.shortlist_size + index - 1)
             output.index_copy_(0, cluster_rows, target_log_prob(logits, target.index_select(0, picked) - low)[:n])
@@ -298,9 +297,11 @@ def _stacked(lstms: Sequence[nn.Module], name: str) -> torch.Tensor:
     return torch.stack([cast(torch.Tensor, getattr(lstm, name)) for lstm in lstms])
 
 
-def _autocast_bfloat16() -> bool:
-    """Whether the caller runs under CPU autocast to bfloat16 (mixed-precision training)."""
-    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+def _compute_dtype() -> torch.dtype:
+    """The products' operand type: bfloat16 under CPU autocast to bfloat16 (mixed-precision training), else float32."""
+    if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+        return torch.bfloat16
+    return torch.float32
 
 
 def _without_clipping(options: BiLMOptions) -> BiLMOptions:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import torch
 
-from .padded_rows import padded_rows
+from .padded_rows import row_rounding
 
 
 class _PackedBiLSTMLayer(torch.autograd.Function):
@@ -95,8 +95,7 @@ def _forward(
     directions, rows, width_in = x.shape
     cell = w_hh.shape[1] // 4
     proj = w_hr.shape[1]
-    low = compute_dtype != torch.float32
-    pad = padded_rows if low else int
+    pad = row_rounding(compute_dtype)
     # row slots: every (padded) step's product reads inside them; those past the data stay zero
     slots = pad(rows + pad(batch_sizes[0]))
     # [w_ih | w_hh | bias | zeros]: the bias rides the product on a column of ones (its gradient too)
@@ -155,8 +154,7 @@ def _forward(
 
 def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
     inputs, records, projected, weights, w_hr_c = ctx.saved_tensors
-    low = weights.dtype != torch.float32
-    pad = padded_rows if low else int
+    pad = row_rounding(weights.dtype)
     rows, width_in, cell, proj = ctx.shape
     batch_sizes: list[int] = ctx.batch_sizes
     directions, slots, _ = inputs.shape

@@ -10,10 +10,12 @@ power of two (at most 1/16 more rows, zeros that change no result), so that afte
 the kernels are found compiled.
 
 float32 products (MKL) compile nothing per shape: the float32 path is not padded (and stays the
-exact path it was).
+exact path it was). :func:`row_rounding` is that choice, for every caller.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
@@ -31,6 +33,15 @@ def padded_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
+def row_rounding(dtype: torch.dtype) -> Callable[[int], int]:
+    """How a product's row count is rounded for ``dtype`` operands: :func:`padded_rows` for bfloat16, none else."""
+    return padded_rows if dtype == torch.bfloat16 else _unrounded
+
+
+def _unrounded(rows: int) -> int:
+    return rows
+
+
 def pad_rows(tensor: torch.Tensor, rows: int, dim: int = 0, value: float = 0) -> torch.Tensor:
     """``tensor`` with ``value`` rows appended along ``dim`` up to ``rows`` (itself when it has them)."""
     extra = rows - tensor.shape[dim]
@@ -42,4 +53,4 @@ def pad_rows(tensor: torch.Tensor, rows: int, dim: int = 0, value: float = 0) ->
     return F.pad(tensor, pad, value=value)
 
 
-__all__ = ["SIZES_PER_OCTAVE", "pad_rows", "padded_rows"]
+__all__ = ["SIZES_PER_OCTAVE", "pad_rows", "padded_rows", "row_rounding"]
