@@ -6,7 +6,8 @@ Extracts the baseline commit (``git archive``, into a temporary directory) and r
 ``python -m spacy_elmo train OUT --train TEXT --max-steps N --no-progress`` from each tree
 (``PYTHONPATH`` set to it) with otherwise default flags: the default (bundled) architecture,
 4,096-token batches, ``--precision auto`` and ``--processes auto`` where the code has them
-(``--processes N`` here passes that to the new tree only). The two alternate, the order
+(``--processes N`` and ``--precision P`` here pass those to the new tree only: with ``--baseline HEAD``
+they compare a choice with the default's on this CPU). The two alternate, the order
 flipping every round, so that a machine shared with other work loads both alike. Each run's
 speed is its own ``metrics.json``: ``words_seen / train_seconds`` (the optimizer steps' time;
 reading and batching the text are not in it). Prints every run, then the best and the median of
@@ -45,12 +46,19 @@ def extract(commit: str, into: Path) -> Path:
 
 
 def train_once(
-    tree: Path, text: Path, steps: int, out: Path, threads: int | None, processes: str | None = None
+    tree: Path,
+    text: Path,
+    steps: int,
+    out: Path,
+    threads: int | None,
+    processes: str | None = None,
+    precision: str | None = None,
 ) -> dict[str, object]:
     """One training run from ``tree``; its words/s, steps and the precision and processes lines it printed (if any)."""
     command = [sys.executable, "-m", "spacy_elmo", "train", str(out), "--train", str(text), "--max-steps", str(steps)]
     command += ["--no-progress"] + (["--threads", str(threads)] if threads else [])
     command += ["--processes", processes] if processes else []
+    command += ["--precision", precision] if precision else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tree)
     if result.returncode != 0:
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree, alternating")
     parser.add_argument("--threads", type=int, default=None, help="--threads of every run (default: torch's)")
     parser.add_argument("--processes", default=None, help="--processes of the new tree's runs (default: its auto)")
+    parser.add_argument("--precision", default=None, help="--precision of the new tree's runs (default: its auto)")
     args = parser.parse_args(argv)
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"CPU: {cpu_description()}")
@@ -87,8 +96,16 @@ def main(argv: list[str] | None = None) -> int:
             order = ["baseline", "new"] if round_ % 2 == 0 else ["new", "baseline"]
             for name in order:
                 out = Path(tmp) / f"{name}-{round_}"
-                processes = args.processes if name == "new" else None
-                run = train_once(trees[name], args.text, args.steps, out, args.threads, processes)
+                new = name == "new"
+                run = train_once(
+                    trees[name],
+                    args.text,
+                    args.steps,
+                    out,
+                    args.threads,
+                    args.processes if new else None,
+                    args.precision if new else None,
+                )
                 runs[name].append(run)
                 print(
                     f"round {round_ + 1} {name:8s}: {run['words_per_s']:8.0f} words/s "
