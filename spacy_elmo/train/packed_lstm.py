@@ -9,7 +9,8 @@ four parameter tensors per direction; no clipping) as one autograd node:
 
 - the forward and backward language models' layers run together, as a batch of two (one
   ``bmm`` per step serves both directions);
-- each step's gates are one product of ``[input | previous state]`` with ``[w_ih | w_hh]``;
+- each step's gates are one product of ``[input | previous state | 1]`` with ``[w_ih | w_hh | bias]``
+  (the bias's gradient then comes out of the weight-gradient product);
 - the gates are kept in the order (o, i, f, g) inside: one sigmoid covers o, i and f, and one
   product with the cell gradient covers i, f and g;
 - the forward loop runs without autograd and stores, per row, the factors the backward pass
@@ -19,9 +20,10 @@ four parameter tensors per direction; no clipping) as one autograd node:
 A training step is bound by memory traffic more than by arithmetic on a 2-core machine, so the
 loops work on small per-step tensors and write each step's record once.
 
-``compute_dtype=torch.bfloat16`` (mixed precision): the GEMMs take bfloat16 operands and the
-stored per-row records are bfloat16 (half the traffic); the recurrent cell state and every
-elementwise gate operation stay float32, and so do the weights and their gradients. Each step's
+``compute_dtype=torch.bfloat16`` (mixed precision): the GEMMs take bfloat16 operands (the bias
+too, as autocast's ``linear`` does) and the stored per-row records are bfloat16 (half the traffic);
+the recurrent cell state and every elementwise gate operation stay float32, and so do the weights
+and their gradients. Each step's
 products get a rounded row count (rows past the step are ignored; rows past the data are zeros,
 :mod:`.padded_rows`) so that oneDNN reuses their compiled kernels. With float32 everything is
 float32 and it agrees with ``torch.nn.LSTM`` to float32 rounding (``tests/test_train_packed_lstm.py``).
@@ -65,7 +67,7 @@ class _PackedBiLSTMLayer(torch.autograd.Function):
 _TO_INTERNAL = [3, 0, 1, 2]
 _TO_TORCH = [1, 2, 3, 0]
 # the bias as a weight column (its input a column of ones), widened with zero columns to a multiple of 16:
-# bfloat16 products with an odd inner dimension ran ~25% slower (Intel Xeon with AMX)
+# bfloat16 products with an odd inner dimension ran slower (benchmarks/RESULTS.md, "per-row records")
 BIAS_COLUMNS = 16
 
 
