@@ -7,9 +7,9 @@ for the log-softmax's gradient: on a tail cluster of 40,000 words that is a few 
 of memory traffic per step for a few thousand numbers. :func:`target_log_prob` keeps the logits as
 they came (bfloat16 under mixed precision) and each row's log-sum-exp, and works through the rows
 in blocks that stay in the CPU's cache: the forward pass reads the logits once, and the backward
-pass reads them once and writes the gradient ``g * (onehot(target) - softmax(logits))`` once (a
-training step on an Intel Xeon with AMX spent ~25% less time in it than with a float32 log-softmax
-of the whole tensor kept for the backward pass).
+pass reads them once and writes the gradient ``g * (onehot(target) - softmax(logits))`` once, instead
+of keeping a float32 log-softmax of the whole tensor for the backward pass (measured:
+benchmarks/RESULTS.md, "Training speed: per-row records").
 
 The arithmetic is float32 (or the logits' wider type) (bfloat16 under mixed precision: a bfloat16
 log-softmax would round every log-probability to 3 significant digits); the gradient is returned in

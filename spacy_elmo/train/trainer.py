@@ -593,9 +593,8 @@ def _comparable(value: Any) -> Any:
 def adam(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
     """Adam on torch's fused kernel where this torch has one for the parameters' device, else its default kernel.
 
-    The fused kernel updates every tensor in one pass: on CPU (torch >= 2.4) a step of the default
-    model's optimizer took 4.5-4.8 ms instead of 13-15 ms (Intel Xeon with AMX, 2 threads). It computes
-    the same update to float32 rounding, and is as deterministic.
+    The fused kernel updates every tensor in one pass (CPU: torch >= 2.4; measured in benchmarks/RESULTS.md,
+    "Training speed: per-row records"). It computes the same update to float32 rounding, and is as deterministic.
     """
     parameters = list(parameters)
     try:
