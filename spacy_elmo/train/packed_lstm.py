@@ -11,8 +11,13 @@ four parameter tensors per direction; no clipping) as one autograd node:
   ``bmm`` per step serves both directions);
 - each step's gates are one product of ``[input | previous state | 1]`` with ``[w_ih | w_hh | bias]``
   (the bias's gradient then comes out of the weight-gradient product);
-- the gates are kept in the order (o, i, f, g) inside: one sigmoid covers o, i and f, and one
-  product with the cell gradient covers i, f and g;
+- the gates are kept in the order (o, i, f, g) inside: one product with the cell gradient covers
+  i, f and g;
+- every tanh is computed as ``2 sigmoid(2x) - 1``: torch's ``tanh`` ran several times slower per
+  number than its ``sigmoid`` on the AMD CPUs measured (benchmarks/RESULTS.md, "Training speed: the
+  softmax kernels and tanh from sigmoid"). The candidate gate g's weights are kept doubled inside,
+  so that one sigmoid covers all four gates; its stored derivative and weight gradient are scaled
+  back to match (scaling by 2 is exact);
 - the forward loop runs without autograd and stores, per row, the factors the backward pass
   needs (each gate's derivative, o (1 - tanh(c)^2), f): the backward loop is then a few products
   per step, and every weight gradient is one GEMM over all steps.
@@ -66,6 +71,8 @@ class _PackedBiLSTMLayer(torch.autograd.Function):
 # the cell gradient reaches (i, f, g); torch's order is (i, f, g, o)
 _TO_INTERNAL = [3, 0, 1, 2]
 _TO_TORCH = [1, 2, 3, 0]
+# g's weights are doubled inside: tanh(x) = 2 sigmoid(2x) - 1 (the gradients are scaled back; x2 is exact)
+_G_SCALE = 2.0
 # the bias as a weight column (its input a column of ones), widened with zero columns to a multiple of 16:
 # bfloat16 products with an odd inner dimension ran slower (benchmarks/RESULTS.md, "per-row records")
 BIAS_COLUMNS = 16
@@ -74,6 +81,11 @@ BIAS_COLUMNS = 16
 def _reorder(blocks: torch.Tensor, cell: int, order: list[int]) -> torch.Tensor:
     """Permute the four gate blocks of axis 1 (``4 * cell`` long)."""
     return blocks.unflatten(1, (4, cell))[:, order].flatten(1, 2)
+
+
+def _tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (a new tensor): equal to float32 rounding, faster where tanh is slow."""
+    return torch.mul(x, 2).sigmoid_().mul_(2).sub_(1)
 
 
 def _float_view(storage: torch.Tensor, step: slice) -> tuple[torch.Tensor, bool]:
@@ -102,7 +114,9 @@ def _forward(
     slots = pad(rows + pad(batch_sizes[0]))
     # [w_ih | w_hh | bias | zeros]: the bias rides the product on a column of ones (its gradient too)
     bias_block = torch.cat([bias[..., None], bias.new_zeros(directions, 4 * cell, BIAS_COLUMNS - 1)], 2)
-    weights = _reorder(torch.cat([w_ih, w_hh, bias_block], 2), cell, _TO_INTERNAL).to(compute_dtype)
+    weights = _reorder(torch.cat([w_ih, w_hh, bias_block], 2), cell, _TO_INTERNAL)
+    weights[:, 3 * cell :] *= _G_SCALE
+    weights = weights.to(compute_dtype)
     weights_t = weights.transpose(1, 2)
     w_hr_c = w_hr.to(compute_dtype)
     w_hr_t = w_hr_c.transpose(1, 2)
@@ -118,13 +132,13 @@ def _forward(
     start = 0
     for index, n in enumerate(batch_sizes):
         step = slice(start, start + n)
-        gates = torch.bmm(inputs[:, start : start + pad(n)], weights_t)[:, :n].float()
-        sig = gates[..., : 3 * cell].sigmoid_()
-        g = gates[..., 3 * cell :].tanh_()
+        gates = torch.bmm(inputs[:, start : start + pad(n)], weights_t)[:, :n].float().sigmoid_()
+        sig = gates[..., : 3 * cell]
+        g = gates[..., 3 * cell :].mul_(2).sub_(1)  # tanh of g's pre-activation (its weights are doubled)
         o, i, f = sig[..., :cell], sig[..., cell : 2 * cell], sig[..., 2 * cell :]
         i_g = i * g
         c_new = i_g if c is None else torch.addcmul(i_g, f, c[:, :n])
-        tanh_c = torch.tanh(c_new)
+        tanh_c = _tanh(c_new)
         m = o * tanh_c
         projected[:, step] = m
         h = torch.bmm(projected[:, start : start + pad(n)], w_hr_t)[:, :n]
@@ -141,7 +155,8 @@ def _forward(
             record[..., 2 * cell : 3 * cell].zero_()
         else:
             torch.mul(slope[..., 2 * cell :], c[:, :n], out=record[..., 2 * cell : 3 * cell])  # f
-        torch.addcmul(i, i_g, g, value=-1, out=record[..., 3 * cell : 4 * cell])  # g: i (1 - g^2)
+        # g: i (1 - g^2), halved: the gradient of the doubled pre-activation the product computed
+        torch.addcmul(i, i_g, g, value=-1, out=record[..., 3 * cell : 4 * cell]).mul_(1 / _G_SCALE)
         torch.addcmul(o, m, tanh_c, value=-1, out=record[..., 4 * cell : 5 * cell])  # dh/dc through o tanh(c)
         record[..., 5 * cell :] = f
         if copy:
@@ -189,7 +204,9 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
             grad_h_next[:, :n] = torch.bmm(grad_gates[:, start : start + pad(n)], w_hh_c)[:, :n]
     # the input's gradient and every weight gradient: one product over all steps (rows past the data are zeros)
     grad_x = torch.bmm(grad_gates, weights[..., :width_in])[:, :rows].float()
-    grad_w = _reorder(torch.bmm(grad_gates.transpose(1, 2), inputs).float(), cell, _TO_TORCH)
+    grad_w = torch.bmm(grad_gates.transpose(1, 2), inputs).float()
+    grad_w[:, 3 * cell :] *= _G_SCALE  # the gradient of g's own weights, not of the doubled ones
+    grad_w = _reorder(grad_w, cell, _TO_TORCH)
     grad_w_hr = torch.bmm(grad_h_all.transpose(1, 2), projected).float()
     grad_w_ih, grad_w_hh, grad_bias = (
         grad_w[..., :width_in],

@@ -4,12 +4,13 @@ The adaptive softmax needs, for each row, only its target's log-probability. Com
 ``F.log_softmax(logits).gather(1, target)`` writes the whole log-softmax in the forward pass and,
 in the backward pass, a zero tensor of the logits' size for ``gather`` to scatter into and a third
 for the log-softmax's gradient: on a tail cluster of 40,000 words that is a few hundred megabytes
-of memory traffic per step for a few thousand numbers. :func:`target_log_prob` keeps the logits as
-they came (bfloat16 under mixed precision) and each row's log-sum-exp, and works through the rows
-in blocks that stay in the CPU's cache: the forward pass reads the logits once, and the backward
-pass reads them once and writes the gradient ``g * (onehot(target) - softmax(logits))`` once, instead
-of keeping a float32 log-softmax of the whole tensor for the backward pass (measured:
-benchmarks/RESULTS.md, "Training speed: per-row records").
+of memory traffic per step for a few thousand numbers. :func:`target_log_prob` keeps only the logits
+as they came (bfloat16 under mixed precision) and works through the rows in blocks that stay in the
+CPU's cache: the forward pass takes each block's log-softmax and keeps its targets' entries, the
+backward pass takes each block's softmax again and writes the gradient ``g * (onehot(target) -
+softmax(logits))`` once. Both are torch's fused (log-)softmax kernels, which run faster than
+``logsumexp`` and ``exp`` on the CPUs measured (benchmarks/RESULTS.md, "Training speed: the softmax
+kernels and tanh from sigmoid").
 
 The arithmetic is float32 (or the logits' wider type) (bfloat16 under mixed precision: a bfloat16
 log-softmax would round every log-probability to 3 significant digits); the gradient is returned in
@@ -39,22 +40,28 @@ class _TargetLogProb(torch.autograd.Function):
         dtype = torch.promote_types(logits.dtype, torch.float32)  # at least float32
         rows, classes = logits.shape
         index = target.unsqueeze(1)
-        log_norm = logits.new_empty(rows, dtype=dtype)
+        out = logits.new_empty(rows, 1, dtype=dtype)
         for block in _row_blocks(rows, classes):
-            torch.logsumexp(logits[block].to(dtype), dim=1, out=log_norm[block])
-        ctx.save_for_backward(logits, log_norm, index)
-        return logits.gather(1, index).squeeze(1).to(dtype) - log_norm
+            torch.gather(torch.log_softmax(logits[block], 1, dtype=dtype), 1, index[block], out=out[block])
+        ctx.save_for_backward(logits, index)
+        ctx.dtype = dtype
+        return out.squeeze(1)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], None]:  # type: ignore[override]
-        logits, log_norm, index = ctx.saved_tensors
-        grad = grad.unsqueeze(1).to(log_norm.dtype)
+        logits, index = ctx.saved_tensors
+        grad = grad.unsqueeze(1).to(ctx.dtype)
         grad_logits = torch.empty_like(logits)
+        in_place = logits.dtype == ctx.dtype  # the gradient's own rows can hold the arithmetic
         for block in _row_blocks(*logits.shape):
-            probs = logits[block].to(log_norm.dtype, copy=True)
-            probs.sub_(log_norm[block, None]).exp_().mul_(-grad[block])
+            probs = torch.softmax(logits[block], 1, dtype=ctx.dtype)
+            if in_place:
+                probs = torch.mul(probs, -grad[block], out=grad_logits[block])
+            else:
+                probs.mul_(-grad[block])
             probs.scatter_add_(1, index[block], grad[block])
-            grad_logits[block] = probs
+            if not in_place:
+                grad_logits[block] = probs
         return grad_logits, None
 
 
