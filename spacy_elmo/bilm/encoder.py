@@ -118,7 +118,7 @@ class CharCNNEncoder(nn.Module):
     def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Each filter by ``conv1d``, max over positions, activation: pooled outputs ``(n_tokens, n_filters)``."""
         chars = self.char_embed(char_ids).transpose(1, 2)
-        return torch.cat([self.activation(_max_over_positions(conv(chars))) for conv in self.convs], dim=-1)
+        return torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convs], dim=-1)
 
     def convolve_as_matmul(self, char_ids: torch.Tensor) -> torch.Tensor:
         """:meth:`convolve` as one matmul over windows of the widest filter: faster, for inference (no autograd).
@@ -154,21 +154,6 @@ class CharCNNEncoder(nn.Module):
                 column += conv.out_channels
             pooled.append(torch.cat(maxima, dim=1))
         return self.activation(torch.cat(pooled).add_(bias))
-
-
-def _max_over_positions(features: torch.Tensor) -> torch.Tensor:
-    """``features.amax(dim=-1)``; in float32 (or wider) by ``max``, whose backward pass is one scatter.
-
-    The two differ only in where a tie's gradient goes (``amax`` splits it, ``max`` gives it to one
-    position). In float32 ties come from identical windows (the padding after a word, a repeated
-    character), whose inputs are the same, so the weights' gradients agree to rounding; ``max``'s
-    backward skips ``amax``'s comparison and count passes (benchmarks/RESULTS.md, "Training speed: the
-    softmax kernels and tanh from sigmoid"). bfloat16 outputs tie between different windows often,
-    so they keep ``amax``'s even split.
-    """
-    if features.dtype in (torch.float32, torch.float64):
-        return features.max(dim=-1).values
-    return features.amax(dim=-1)
 
 
 def _window_weight(conv: nn.Conv1d, width: int) -> torch.Tensor:
