@@ -28,6 +28,11 @@ import torch
 BLOCK_ELEMENTS = 1 << 18
 
 
+def _arithmetic_dtype(logits: torch.Tensor) -> torch.dtype:
+    """The logits' type, at least float32."""
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
 def _row_blocks(rows: int, classes: int) -> Iterator[slice]:
     step = max(1, BLOCK_ELEMENTS // max(classes, 1))
     for start in range(0, rows, step):
@@ -37,31 +42,28 @@ def _row_blocks(rows: int, classes: int) -> Iterator[slice]:
 class _TargetLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        dtype = torch.promote_types(logits.dtype, torch.float32)  # at least float32
+        dtype = _arithmetic_dtype(logits)
         rows, classes = logits.shape
         index = target.unsqueeze(1)
         out = logits.new_empty(rows, 1, dtype=dtype)
         for block in _row_blocks(rows, classes):
             torch.gather(torch.log_softmax(logits[block], 1, dtype=dtype), 1, index[block], out=out[block])
         ctx.save_for_backward(logits, index)
-        ctx.dtype = dtype
         return out.squeeze(1)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], None]:  # type: ignore[override]
         logits, index = ctx.saved_tensors
-        grad = grad.unsqueeze(1).to(ctx.dtype)
+        dtype = _arithmetic_dtype(logits)
+        grad = grad.unsqueeze(1).to(dtype)
         grad_logits = torch.empty_like(logits)
-        in_place = logits.dtype == ctx.dtype  # the gradient's own rows can hold the arithmetic
+        in_place = logits.dtype == dtype  # the gradient's own rows can hold the arithmetic
         for block in _row_blocks(*logits.shape):
-            probs = torch.softmax(logits[block], 1, dtype=ctx.dtype)
-            if in_place:
-                probs = torch.mul(probs, -grad[block], out=grad_logits[block])
-            else:
-                probs.mul_(-grad[block])
-            probs.scatter_add_(1, index[block], grad[block])
+            probs = torch.softmax(logits[block], 1, dtype=dtype)
+            rows = torch.mul(probs, -grad[block], out=grad_logits[block] if in_place else probs)
+            rows.scatter_add_(1, index[block], grad[block])
             if not in_place:
-                grad_logits[block] = probs
+                grad_logits[block] = rows
         return grad_logits, None
 
 
