@@ -14,6 +14,9 @@ For each ``--model`` (anything ``load_bilm`` and ``ElmoVectorizer`` take: "defau
    - TF-IDF (word 1-2-grams, min_df 2, sublinear tf) + LogisticRegression(C=4): the baseline, no model;
    - StandardScaler + LogisticRegression on ``ElmoVectorizer(model, layers="average")``, pooling "mean" and
      "mean+max", C chosen by 5-fold stratified CV on train from ``ELMO_C``;
+   - the same on every layer's own "mean+max" row side by side (a ``FeatureUnion`` of
+     ``ElmoVectorizer(model, layers=k, pooling="mean+max")``, k = 0 .. n_layers): the layers unmixed, so that
+     the classifier weighs each (the paper's task-specific mix, learned by the linear model);
    - both: the TF-IDF features and the scaled ELMo ("mean") features side by side in one ColumnTransformer,
      C and the ELMo block's weight chosen by the same CV from ``COMBINED_C`` x ``ELMO_WEIGHT``.
    Every accuracy comes with a 95% percentile bootstrap interval over the test texts and McNemar's exact test
@@ -281,19 +284,30 @@ def text_and_features(texts: list[str], elmo: np.ndarray) -> np.ndarray:
 
 
 def elmo_features(model: str, texts: list[str], progress: bool) -> dict[str, np.ndarray]:
-    """Pooled ELMo rows for "mean" and "mean+max" from one pass ("mean" is the first half of "mean+max").
+    """Pooled ELMo rows: the layer average's "mean" and "mean+max" from one pass ("mean" is the first half of
+    "mean+max"), and "per layer": every layer's "mean+max" row, side by side (layer 0 first).
 
     The first rows are also embedded with ``pooling="mean"`` and compared, so a change of the column order
     would stop the run instead of giving wrong features.
     """
+    from sklearn.pipeline import FeatureUnion
+
     from spacy_elmo.sklearn import ElmoVectorizer
 
-    both = ElmoVectorizer(model=model, layers="average", pooling="mean+max", verbose=progress).fit_transform(texts)
+    average = ElmoVectorizer(model=model, layers="average", pooling="mean+max", verbose=progress)
+    both = average.fit_transform(texts)
     dim = both.shape[1] // 2
     probe = ElmoVectorizer(model=model, layers="average", pooling="mean").fit_transform(texts[:16])
     if not np.allclose(probe, both[:16, :dim], rtol=1e-5, atol=1e-6):
         raise RuntimeError('pooling="mean+max" no longer starts with the "mean" columns: cannot reuse its rows')
-    return {"mean": both[:, :dim], "mean+max": both}
+    # each layer's own row (the sentence cache serves the layers after the first: one biLM pass in all)
+    layers = FeatureUnion(
+        [
+            (f"layer{k}", ElmoVectorizer(model=model, layers=k, pooling="mean+max"))
+            for k in range(len(average.layer_weights_))
+        ]
+    )
+    return {"mean": both[:, :dim], "mean+max": both, "per layer": layers.fit_transform(texts)}
 
 
 @dataclass
@@ -368,6 +382,9 @@ def classify(task: Task, models: list[str], progress: bool) -> dict[str, Any]:
             score(f"ELMo {pooling}", elmo_pipeline(), train[pooling], y_train, test[pooling], y_test)
             for pooling in ("mean", "mean+max")
         ]
+        rows.append(
+            score("ELMo per layer, mean+max", elmo_pipeline(), train["per layer"], y_train, test["per layer"], y_test)
+        )
         combined = combined_pipeline(train["mean"].shape[1])
         x_train = text_and_features(task.train_texts, train["mean"])
         x_test = text_and_features(task.test_texts, test["mean"])

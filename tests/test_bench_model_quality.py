@@ -1,5 +1,6 @@
-"""benchmarks/bench_model_quality.py's pure parts: the TREC-6 / SST-5 readers against the data's READMEs, and the
-bootstrap interval and McNemar test against hand-computed numbers. Nothing here embeds text."""
+"""benchmarks/bench_model_quality.py's parts: the TREC-6 / SST-5 readers against the data's READMEs, the
+bootstrap interval and McNemar test against hand-computed numbers, and the ELMo feature blocks against the backend's
+own activations (the small fixture model)."""
 
 import importlib.util
 import sys
@@ -150,3 +151,17 @@ def test_the_sense_gap_against_hand_computed_means(bench):
     assert bench._sense_gap(cos, np.array([0, 0, 1, 1])) == pytest.approx(0.8 - (0.1 + 0.3 + 0.2 + 0.4) / 4)
     # senses shuffled: rows 0 and 2 together
     assert bench._sense_gap(cos, np.array([0, 1, 0, 1])) == pytest.approx(0.1 - (0.8 + 0.3 + 0.2 + 0.9) / 4)
+
+
+def test_the_feature_blocks_are_the_pooled_layers_of_the_backends_activations(bench, fixture_dir):
+    from spacy_elmo import load_bilm
+
+    texts = [["The", "bank", "approved", "the", "loan", "."], ["We", "sat", "on", "the", "river", "bank", "."]]
+    features = bench.elmo_features(str(fixture_dir), texts, progress=False)
+    for i, layers in enumerate(load_bilm(fixture_dir).embed(texts)):  # (n_layers + 1, tokens, dim)
+        average = layers.mean(axis=0)
+        np.testing.assert_allclose(features["mean"][i], average.mean(axis=0), rtol=1e-5, atol=1e-6)
+        mean_max = np.concatenate([average.mean(axis=0), average.max(axis=0)])
+        np.testing.assert_allclose(features["mean+max"][i], mean_max, rtol=1e-5, atol=1e-6)
+        per_layer = np.concatenate([np.concatenate([layer.mean(axis=0), layer.max(axis=0)]) for layer in layers])
+        np.testing.assert_allclose(features["per layer"][i], per_layer, rtol=1e-5, atol=1e-6)
