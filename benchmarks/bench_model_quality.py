@@ -300,7 +300,7 @@ def elmo_features(model: str, texts: list[str], progress: bool) -> dict[str, np.
     probe = ElmoVectorizer(model=model, layers="average", pooling="mean").fit_transform(texts[:16])
     if not np.allclose(probe, both[:16, :dim], rtol=1e-5, atol=1e-6):
         raise RuntimeError('pooling="mean+max" no longer starts with the "mean" columns: cannot reuse its rows')
-    # each layer's own row (the sentence cache serves the layers after the first: one biLM pass in all)
+    # each layer's own row: the backend's sentence cache (bounded) spares the passes it still holds, not all
     layers = FeatureUnion(
         [
             (f"layer{k}", ElmoVectorizer(model=model, layers=k, pooling="mean+max"))
