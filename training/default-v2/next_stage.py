@@ -1,19 +1,25 @@
-"""Train the next stage of the bundled model "default" v2, keep its export, and list every stage in README.md.
+"""Train the next stage of the bundled model "default" v2 (or train a recorded stage again), and list every stage.
 
     python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work /tmp/v2]
+    python training/default-v2/next_stage.py DATA/prep --reproduce N [--work /tmp/v2]  # stage N again, step for step
     python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table (and the cards' paths)
     python training/default-v2/next_stage.py --bundled-card  # only rewrite the bundled default's card
 
-Finds the newest ``stage-N`` folder beside this script, trains ``stage-N+1`` from it (``--init-from`` it,
-``--continue-corpus`` on the three prepared corpora in ``DATA/prep``, which ``corpus.sh`` makes) into a work
-folder, then copies the export (never the checkpoint) to ``stage-N+1/`` with its model card, and rewrites the
-"Stages so far" table of README.md from every stage's ``metrics.json``. The machine line of a stage comes from
-the CPU this script runs on.
+Each ``stage-N`` folder beside this script is the record of a stage (its model card ``README.md``, ``metrics.json``
+and ``options.json``); the exported weights are not kept in the repository (``exports.json`` holds their sha256).
+A stage trains from the export of the stage before (``--init-from``, ``--continue-corpus`` on the three prepared
+corpora in ``DATA/prep``, which ``corpus.sh`` makes): from ``WORK/stage-N`` when this script trained or reproduced
+it there, or, for the newest stage, from the bundled default when that is its export (the same sha256). The new
+stage's export stays in ``WORK/stage-N+1``; its record is written here and the "Stages so far" table of README.md
+is rewritten from every stage's ``metrics.json``. ``--reproduce N`` trains stage N again for its recorded number
+of steps from stage N-1's export into ``WORK/stage-N`` and compares the result with the recorded sha256 (equal
+only on the same kind of CPU and precision). The machine line of a stage comes from the CPU this script runs on.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -27,6 +33,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SHARED = ROOT.parent / "shared"
 EXPORT = ("options.json", "weights.hdf5", "softmax.safetensors", "vocab.txt", "metrics.json")
+RECORD = ("options.json", "metrics.json")  # what a stage keeps here, beside its card
+EXPORTS = HERE / "exports.json"  # stage number -> sha256 of its exported files (the files are not committed)
 CORPORA = ("gutenberg", "wiki", "simplewiki")
 FLAGS = ["--arch", "small", "--vocab-size", "80000", "--cutoffs", "2000,10000,40000", "--epochs", "1", "--seed", "0"]
 TABLE_START = "| stage | words seen (stage / all) |"
@@ -67,33 +75,101 @@ def machine() -> str:
     return f"{name}{family} ({' '.join(wanted)}), {os.cpu_count()} cores"
 
 
-def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) -> Path:
-    previous = stages()[-1]
-    number = int(previous.name.split("-", 1)[1]) + 1
-    out = work / f"stage-{number}"
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def recorded_exports() -> dict[str, dict[str, str]]:
+    return json.loads(EXPORTS.read_text()) if EXPORTS.is_file() else {}
+
+
+def matches_record(folder: Path, number: int) -> bool:
+    """Whether ``folder`` holds stage ``number``'s export, byte for byte as recorded in ``exports.json``."""
+    recorded = recorded_exports().get(str(number), {})
+    return bool(recorded) and all(
+        (folder / name).is_file() and sha256(folder / name) == digest for name, digest in recorded.items()
+    )
+
+
+def export_of(number: int, work: Path) -> Path:
+    """Where stage ``number``'s exported model is: trained or reproduced in ``work``, or the bundled default."""
+    trained = work / f"stage-{number}"
+    if (trained / "weights.hdf5").is_file():
+        return trained
+    if matches_record(BUNDLED, number):
+        return BUNDLED
+    sys.exit(
+        f"stage {number}'s export is in neither {trained} nor the bundled default: train it again first "
+        f"(python {Path(__file__).name} DATA/prep --reproduce {number} --work {work}), which needs stage "
+        f"{number - 1}'s export the same way"
+    )
+
+
+def stage_command(prep: Path, out: Path, previous: Path | None, threads: int, processes: int) -> list[str]:
     # several processes of one thread each (torchrun, gloo) keep 2 cores busier than one process of 2 threads
     launcher = [sys.executable]
     if processes > 1:
         launcher += ["-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-    command = [*launcher, "-m", "spacy_elmo", "train", str(out), "--init-from", str(previous), "--continue-corpus"]
+    command = [*launcher, "-m", "spacy_elmo", "train", str(out)]
+    if previous is not None:
+        command += ["--init-from", str(previous), "--continue-corpus"]
     for corpus in CORPORA:
         command += ["--corpus", str(prep / corpus)]
     command += ["--valid", str(SHARED / "data" / "wikitext-2" / "valid.txt"), *FLAGS]
-    command += ["--eval-every", "1000", "--max-minutes", str(minutes), "--threads", str(threads), "--no-progress"]
+    return [*command, "--eval-every", "1000", "--threads", str(threads), "--no-progress"]
+
+
+def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) -> Path:
+    number = int(stages()[-1].name.split("-", 1)[1]) + 1
+    out = work / f"stage-{number}"
+    command = stage_command(prep, out, export_of(number - 1, work), threads, processes)
+    command += ["--max-minutes", str(minutes)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
     target = HERE / f"stage-{number}"
     target.mkdir()
-    for name in EXPORT:
+    for name in RECORD:
         shutil.copyfile(out / name, target / name)
     from spacy_elmo.train.model_card import write_model_card
 
-    write_model_card(target, title=f"spacy-elmo default v2, stage {number} (in training)")  # main makes it portable
+    write_model_card(out, title=f"spacy-elmo default v2, stage {number} (in training)")
+    shutil.copyfile(out / "README.md", target / "README.md")  # main makes it portable
     recorded = json.loads(MACHINES.read_text()) if MACHINES.is_file() else {}
     per_process = f"{processes} processes of {threads} thread(s)" if processes > 1 else f"{threads} thread(s)"
     recorded[str(number)] = f"{machine()}, {per_process}"
     MACHINES.write_text(json.dumps(recorded, indent=2) + "\n")
+    exports = recorded_exports()
+    exports[str(number)] = {name: sha256(out / name) for name in ("weights.hdf5", "softmax.safetensors", "vocab.txt")}
+    EXPORTS.write_text(json.dumps(exports, indent=2) + "\n")
+    print(f"export in {out}; record in {target}")
     return target
+
+
+def reproduce(prep: Path, number: int, threads: int, processes: int, work: Path) -> Path:
+    """Train recorded stage ``number`` again for its recorded steps into ``work``; say whether it is byte-equal."""
+    record = HERE / f"stage-{number}" / "metrics.json"
+    if not record.is_file():
+        sys.exit(f"no stage {number} is recorded here ({record} is missing)")
+    steps = json.loads(record.read_text())["stages"][-1]["steps"]
+    out = work / f"stage-{number}"
+    previous = export_of(number - 1, work) if number > 1 else None
+    command = [*stage_command(prep, out, previous, threads, processes), "--max-steps", str(steps)]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=True)
+    same = matches_record(out, number)
+    print(
+        f"stage {number} trained again in {out}: "
+        + (
+            "byte-equal to the record"
+            if same
+            else "not byte-equal to the record (expected on another kind of CPU or precision: float sums differ)"
+        )
+    )
+    return out
 
 
 def portable(text: str) -> str:
@@ -160,6 +236,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--processes", type=int, default=1, help="training processes (torchrun); with --threads 1")
     parser.add_argument("--work", type=Path, default=Path("/tmp/default-v2"), help="where the run writes")
+    parser.add_argument("--reproduce", type=int, metavar="N", help="train recorded stage N again (its steps)")
     parser.add_argument(
         "--table-only", action="store_true", help="only rewrite README.md's stage table and the cards' paths"
     )
@@ -173,7 +250,10 @@ def main() -> None:
     if not args.table_only:
         if args.prep is None:
             parser.error("give the folder of the prepared corpora")
-        print(f"stage kept in {train(args.prep, args.minutes, args.threads, args.processes, args.work)}")
+        if args.reproduce is not None:
+            reproduce(args.prep, args.reproduce, args.threads, args.processes, args.work)
+            return
+        print(f"stage recorded in {train(args.prep, args.minutes, args.threads, args.processes, args.work)}")
     for folder in stages():
         make_card_portable(folder / "README.md")
     rewrite_readme()
