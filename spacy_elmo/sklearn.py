@@ -19,7 +19,7 @@ from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_
 from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .runtime.validation import PRECISION_NAMES, optional_windows, positive_int, resolve_device
+from .runtime.validation import VECTOR_PRECISIONS, optional_windows, positive_int, resolve_device
 from .sources.bundled_versions import bundled_version, follow_saved, moved_on_advice, precision_fingerprint
 from .sources.model_files import bundled_name
 from .spacy.extensions import fresh_layers
@@ -186,10 +186,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         key = self._resolution_key(str(fingerprint))
         if resolved is not None and resolved[0] == key:
             return resolved[1]
-        version = follow_saved(name, fingerprint, "this ElmoVectorizer was fitted", PRECISION_NAMES)
+        version = follow_saved(name, fingerprint, "this ElmoVectorizer was fitted", VECTOR_PRECISIONS)
         if version is None:
             current = load_bilm(self.model, device=self.device, dtype=self.dtype).files_fingerprint
-            if fingerprint not in {precision_fingerprint(current, p) for p in PRECISION_NAMES}:
+            if fingerprint not in {precision_fingerprint(current, p) for p in VECTOR_PRECISIONS}:
                 where = f"ElmoVectorizer(model={os.fspath(self.model)!r})"
                 raise WeightFileError(f"{where}: {self._moved_on(fingerprint)}")
             version = name

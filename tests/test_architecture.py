@@ -776,6 +776,13 @@ PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
     "spacy_elmo.bilm.engine.int8.kernels": {"torch.backends.quantized.engine"},
+    # TF32 off on CUDA while the package's own products run (counted across threads), put back by the last to leave
+    "spacy_elmo.bilm.exact": {
+        "torch.backends.cuda.matmul.fp32_precision",
+        "torch.backends.cudnn.conv.fp32_precision",
+        "torch.backends.cuda.matmul.allow_tf32",
+        "torch.backends.cudnn.allow_tf32",
+    },
     # glibc's malloc keeps freed memory for reuse: called only by the train and adapt commands in their own processes
     "spacy_elmo.train.allocator": {"mallopt"},
 }
@@ -842,6 +849,8 @@ def process_wide_changes(source: str) -> list[tuple[int, str]]:
             targets = list(node.targets)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
             targets = [node.target]
+        while any(isinstance(target, (ast.Tuple, ast.List)) for target in targets):  # a, b = ...: each one
+            targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
         for target in targets:
             name = _dotted(target, aliases)
             if name.startswith(PROCESS_WIDE_TARGETS):
@@ -866,6 +875,7 @@ def predict():
     filterwarnings("ignore")
     np.seterr(all="ignore")
     torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32, x = True, 1
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     libc = ctypes.CDLL("libc.so.6")
@@ -876,6 +886,7 @@ def predict():
         "warnings.filterwarnings",
         "numpy.seterr",
         "torch.backends.cudnn.benchmark",
+        "torch.backends.cuda.matmul.allow_tf32",
         "os.environ",
         "torch.set_num_threads",
         "mallopt",

@@ -235,7 +235,7 @@ def test_cuda_embed_and_training_step(fixture_dir, fixture_sentences, backend):
     gpu = load_bilm(fixture_dir, device="cuda")
     assert gpu.device.type == "cuda"
     for a, b in zip(gpu.embed(fixture_sentences[:8]), backend.embed(fixture_sentences[:8])):
-        np.testing.assert_allclose(a, b, atol=1e-4)  # GPU matmuls may use TF32: not a summation-order bound
+        np.testing.assert_allclose(a, b, atol=1e-5)  # float32 on both: sums in another order, never TF32
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").cuda().train()
     acts, _, _ = model(torch.as_tensor(batch_to_char_ids(fixture_sentences[:4])).cuda())
     acts.sum().backward()

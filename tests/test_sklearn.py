@@ -370,8 +370,8 @@ def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
 def test_cuda_rows_match_cpu(fixture_dir):
     cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
     np.testing.assert_allclose(
-        ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-4
-    )  # GPU matmuls may use TF32
+        ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-5
+    )  # float32 on both: sums in another order, never TF32
 
 
 def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):

@@ -6,7 +6,7 @@ use, and the inference path (:mod:`.inference`), which is faster and records no 
 inference path runs whenever no gradient is needed (:func:`needs_autograd`); the two agree to
 float32 rounding. Each step has one name on every level: ``model.<step>`` chooses between the module's own
 ``forward`` and ``inference.<step>`` (:func:`encode_tokens`, :func:`bilstm_outputs`); :meth:`BiLM.encode_tokens`
-adds the distinct-token dedup on top.
+adds the distinct-token dedup on top. On a GPU both run with full float32 products, never TF32 (:mod:`.exact`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from torch import nn
 
 from . import inference
 from .encoder import CharCNNEncoder
+from .exact import exact_float32
 from .lstm import BiLSTMState, ElmoBiLSTM
 
 
@@ -109,9 +110,10 @@ def _check_weights_kept(module: nn.Module) -> None:
 def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
     """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, by the inference path
     (:func:`.inference.encode_tokens`) when no gradient is needed."""
-    if needs_autograd(encoder, char_ids):
-        return encoder(char_ids)
-    return inference.encode_tokens(encoder, char_ids)
+    with exact_float32(char_ids.device):  # no TF32 on a GPU, whatever the process set (:mod:`.exact`)
+        if needs_autograd(encoder, char_ids):
+            return encoder(char_ids)
+        return inference.encode_tokens(encoder, char_ids)
 
 
 def bilstm_outputs(
@@ -119,9 +121,10 @@ def bilstm_outputs(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], BiLSTMState]:
     """``lstm(inputs, lengths, initial_state)``, by the inference path (:func:`.inference.bilstm_outputs`) when no
     gradient is needed."""
-    if needs_autograd(lstm, inputs, initial_state):
-        return lstm(inputs, lengths, initial_state)
-    return inference.bilstm_outputs(lstm, inputs, lengths, initial_state)
+    with exact_float32(inputs.device):
+        if needs_autograd(lstm, inputs, initial_state):
+            return lstm(inputs, lengths, initial_state)
+        return inference.bilstm_outputs(lstm, inputs, lengths, initial_state)
 
 
 class BiLM(nn.Module):
@@ -223,6 +226,12 @@ class BiLM(nn.Module):
         state is returned. Two steps fewer per layer; every other position agrees with the full
         computation to float32 rounding (fewer rows at some steps can take another GEMM kernel).
         """
+        with exact_float32(tokens.device):
+            return self._contextualize_vectors(tokens, lengths, initial_state, boundaries)
+
+    def _contextualize_vectors(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, initial_state: Optional[BiLSTMState], boundaries: bool
+    ) -> tuple[torch.Tensor, Optional[BiLSTMState]]:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         valid = (positions[None, :] < lengths.to(tokens.device)[:, None]).to(tokens.dtype)
         token_layer = torch.cat([tokens, tokens], dim=-1) * valid[..., None]  # layer 0: the token vectors, twice

@@ -24,7 +24,15 @@ from ..sources.download import cache_advice
 from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
-from .validation import AUTO, PRECISION_NAMES, check_dtype, positive_int, resolve_device, validate_sentences
+from .validation import (
+    AUTO,
+    PRECISION_NAMES,
+    check_dtype,
+    positive_int,
+    resolve_device,
+    validate_sentences,
+    vectors_precision,
+)
 from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
@@ -68,7 +76,7 @@ class ElmoBackend:
         self.dtype = dtype
         self.files_fingerprint = fingerprint(options_path, weights_path)  # the model's identity, whatever the precision
         # the vectors' identity (cache keys, Doc data): other precisions give other vectors, never shared entries
-        self.fingerprint = precision_fingerprint(self.files_fingerprint, dtype_name(dtype))
+        self.fingerprint = precision_fingerprint(self.files_fingerprint, vectors_precision(dtype_name(dtype), device))
         self.token_budget = DEFAULT_TOKEN_BUDGET
         self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
         self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)

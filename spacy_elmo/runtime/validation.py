@@ -20,6 +20,20 @@ import torch
 PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
 AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
 DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
+# the names vectors are identified by (cache keys, saved pipelines): float32 is one on every device (CPU and CUDA
+# agree to float32 rounding), while bfloat16 and float16 on a GPU run other kernels than on a CPU (other sums and
+# roundings, far beyond float32's), so their vectors get names of their own
+VECTOR_PRECISIONS = (*PRECISION_NAMES, "bfloat16-cuda", "float16-cuda")
+
+
+def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
+    """The name in :data:`VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in :data:`PRECISION_NAMES`) gives on
+    ``device``."""
+    if dtype in ("bfloat16", "float16") and torch.device(device).type == "cuda":
+        return f"{dtype}-cuda"
+    return dtype
+
+
 _DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}
 
 

@@ -34,7 +34,7 @@ from ..runtime.settings import (
     DEFAULT_OVERLAP,
     DEFAULT_PIPE_BATCH_SIZE,
 )
-from ..runtime.validation import PRECISION_NAMES, check_dtype, check_window_config, positive_int
+from ..runtime.validation import VECTOR_PRECISIONS, check_dtype, check_window_config, positive_int
 from ..runtime.windows import embed_segments
 from ..sources.bundled_versions import bundled_version, follow_saved, moved_on_advice, saved_fingerprint
 from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
@@ -436,7 +436,7 @@ class ElmoComponent(Pipe):
         names if that is a folder or a published name (where the error below sends users), else that error."""
         name = saved.get("model", "default")
         fingerprint = saved_fingerprint(saved)
-        path = follow_saved(name, fingerprint, f"component {self.name!r} was saved", PRECISION_NAMES)
+        path = follow_saved(name, fingerprint, f"component {self.name!r} was saved", VECTOR_PRECISIONS)
         if path is None and self.model_ref.bundled_name is None:
             path = self.model_ref.path  # the user's choice: the saved model's files, checked by their fingerprint
         if path is None:
