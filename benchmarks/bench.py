@@ -56,14 +56,16 @@ def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list
     return out
 
 
-def write_weight_sets(directory: Path) -> dict[str, Path]:
-    """Random weights at a realistic scale in the standard format (options.json + weights.hdf5)."""
+def write_weight_sets(directory: Path, archs: tuple[str, ...] = tuple(ARCHS)) -> dict[str, Path]:
+    """Random weights at a realistic scale in the standard format (options.json + weights.hdf5), for each of
+    ``archs``, and the fixture's folder."""
     from spacy_elmo.bilm import BiLM, BiLMOptions
     from spacy_elmo.bilm.weights import save_model
 
     sets = {"fixture": ROOT / "tests" / "fixtures" / "allennlp_elmo"}
     torch.manual_seed(0)
-    for name, arch in ARCHS.items():
+    for name in archs:
+        arch = ARCHS[name]
         options = BiLMOptions(
             filters=FILTERS,
             char_embed_dim=16,

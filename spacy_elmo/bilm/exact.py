@@ -46,13 +46,14 @@ class _Tf32Switch:
     @staticmethod
     def _read() -> tuple[Any, Any]:
         if _PER_BACKEND:
-            return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+            conv = torch.backends.cudnn.conv  # type: ignore[attr-defined]  # torch 2.9+, untyped
+            return torch.backends.cuda.matmul.fp32_precision, conv.fp32_precision
         return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
 
     @staticmethod
     def _put(settings: tuple[Any, Any]) -> None:
         if _PER_BACKEND:
-            torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = settings
+            torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = settings  # type: ignore[attr-defined]
         else:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings
 
