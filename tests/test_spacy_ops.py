@@ -177,10 +177,16 @@ def cupy():
 
 
 @pytest.mark.gpu
-def test_fine_tune_on_the_gpu_equals_the_cpu(fixture_dir, cupy):
-    got = run_fine_tune(fixture_dir, lambda: use_ops("cupy"))
-    assert_all_of_the_ops(got, cupy.ndarray)
-    assert_same_numbers(got, run_fine_tune(fixture_dir, numpy_ops), cupy_to_numpy, GPU_TOLERANCE)
+@pytest.mark.parametrize(
+    "ops_name, device",
+    [("cupy", None), ("cupy", "cpu"), ("numpy", "cuda:0")],
+    ids=["cupy-ops-biLM-follows", "cupy-ops-biLM-on-cpu", "numpy-ops-biLM-on-cuda"],
+)
+def test_fine_tune_on_the_gpu_equals_the_cpu(fixture_dir, cupy, ops_name, device):
+    """Whichever of the ops and the biLM is on the GPU, the layer's arrays are the ops' and its numbers the CPU's."""
+    got = run_fine_tune(fixture_dir, lambda: use_ops(ops_name), device=device)
+    assert_all_of_the_ops(got, cupy.ndarray if ops_name == "cupy" else np.ndarray)
+    assert_same_numbers(got, run_fine_tune(fixture_dir, numpy_ops, device="cpu"), cupy_to_numpy, GPU_TOLERANCE)
 
 
 @pytest.mark.gpu
