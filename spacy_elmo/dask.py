@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
+import torch
 
 try:  # absolute imports: this module's own name is "dask" too
     import dask
@@ -32,7 +33,7 @@ from .runtime.pooling import pooled_dim
 from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
 from .runtime.tokenize import TokenizerSpec
-from .runtime.validation import optional_windows
+from .runtime.validation import optional_windows, resolve_device
 from .sklearn import ElmoVectorizer
 from .sources.model_files import model_shape, resolve_model_files
 
@@ -162,8 +163,8 @@ def _vectorizer_params(
     window_overlap: int,
 ) -> dict[str, Any]:
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    if dtype == AUTO:  # chosen once, here: workers on other CPUs must not each pick their own precision
-        dtype = dtype_name(resolve_dtype(dtype, device))
+    if dtype == AUTO and _on_cpu(device):  # chosen once, here: workers on other CPUs must not each pick their own
+        dtype = dtype_name(resolve_dtype(dtype, device))  # (for a GPU, each worker resolves it where the GPU is)
     return dict(
         model=model,
         layers=layers,
@@ -180,8 +181,19 @@ def _vectorizer_params(
 def _checked_dim(params: dict[str, Any]) -> int:
     """The model's output width from its options file (the weights stay unread), every parameter checked against it."""
     n_layers, dim = model_shape(*resolve_model_files(params["model"]))
-    ElmoVectorizer(**params).check_settings(n_layers)
+    on_client = params if _on_cpu(params["device"]) else {**params, "device": None}  # the GPU is the workers'
+    ElmoVectorizer(**on_client).check_settings(n_layers)
     return dim
+
+
+def _on_cpu(device: Optional[str]) -> bool:
+    """Whether ``device`` is the CPU (None too). Any other device is resolved by the worker that loads the model (a
+    client without a GPU may send work to GPU workers); only its spelling is checked here."""
+    try:
+        return torch.device("cpu" if device is None else device).type == "cpu"
+    except (RuntimeError, TypeError):
+        resolve_device(device)  # raises the one error that names a device torch does not know
+        raise
 
 
 def _partitions(texts: Any) -> list[Any]:

@@ -20,8 +20,9 @@ from typing import Callable, Optional, Union
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model
+from thinc.api import CupyOps, Model, get_current_ops
 from thinc.types import Floats2d
+from thinc.util import get_torch_default_device
 
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
@@ -66,8 +67,9 @@ class ElmoModelRef:
         return resolve_model_files(self.path)
 
     def load(self, device: Union[str, torch.device, None] = None, dtype: Optional[str] = None) -> ElmoBackend:
-        """The shared :class:`ElmoBackend` for this model on ``device`` in ``dtype`` (loaded once per process)."""
-        return load_bilm(self.path, device=device, dtype=dtype)
+        """The shared :class:`ElmoBackend` for this model on ``device`` in ``dtype`` (loaded once per process);
+        ``device=None``: thinc's current ops' device (:func:`component_device`)."""
+        return load_bilm(self.path, device=component_device(device), dtype=dtype)
 
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
@@ -121,8 +123,28 @@ def as_model_ref(model: Union[str, ElmoModelRef, None]) -> ElmoModelRef:
 
 
 def optional_device(device: Optional[str]) -> Optional[str]:
-    """Normalise the config's ``device`` (``None``/``""`` mean CPU)."""
+    """Normalise the config's ``device`` (``None``/``""``: follow thinc's ops, :func:`component_device`)."""
     return None if device in (None, "") else str(device)
+
+
+def component_device(device: Union[str, torch.device, None]) -> Union[str, torch.device, None]:
+    """The torch device an ``elmo`` component loads its biLM on: ``device`` when set; for ``None``, the device of
+    thinc's current ops, so ``spacy.require_gpu()`` / ``spacy train --gpu-id N`` put the biLM on that GPU.
+
+    Under ``CupyOps``: ``"cuda:N"``, thinc's own choice of torch device (the GPU ``require_gpu`` made current for
+    CuPy and torch alike); under any other ops (numpy, Apple's MPS): ``None``, the CPU.
+    """
+    if device is not None:
+        return device
+    if not isinstance(get_current_ops(), CupyOps):
+        return None
+    try:
+        return str(get_torch_default_device())
+    except (AssertionError, RuntimeError) as err:  # torch without CUDA: an AssertionError; no GPU: a RuntimeError
+        raise ValueError(
+            f"thinc's current ops are CupyOps (spacy.require_gpu() or spacy train --gpu-id), but torch sees no CUDA "
+            f'device ({err}): install a CUDA build of torch, or set the elmo component\'s device = "cpu"'
+        ) from err
 
 
 @registry.architectures("spacy_elmo.ElmoScalarMix.v2")

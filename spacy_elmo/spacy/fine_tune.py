@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple, Optional, cast
 import numpy as np
 import torch
 from spacy.tokens import Doc
-from thinc.api import Model, torch2xp, xp2torch
+from thinc.api import Model, Ops, torch2xp, xp2torch
 from thinc.types import Floats2d
 
 from ..bilm.model import BiLM
@@ -184,8 +184,17 @@ def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d
     bilm = _own_bilm(model)
     model.attrs[BASE] = _base_backend(model).files_fingerprint
     for name, param in _trained(bilm).items():
-        model.set_param(name, cast(Any, torch2xp(param.detach() / model.attrs["learn_rate_factor"])))
+        model.set_param(name, _as_ops_array(model.ops, param.detach() / model.attrs["learn_rate_factor"]))
     return model
+
+
+def _as_ops_array(ops: Ops, tensor: torch.Tensor) -> Any:
+    """``tensor`` as an array of ``ops`` (numpy under NumpyOps, CuPy under CupyOps), wherever the biLM runs.
+
+    ``torch2xp`` alone follows the tensor's device, so a CUDA biLM under NumpyOps, or a CPU one under
+    ``spacy.require_gpu()``, would put CuPy arrays among numpy ones (or the reverse).
+    """
+    return ops.asarray(torch2xp(tensor, ops=ops))
 
 
 def _sync(model: Model, bilm: BiLM) -> None:
@@ -250,7 +259,7 @@ def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats
         for batch in batches:
             layers = _run(bilm, [[docs[pieces[i].doc][t].text for t in pieces[i].positions] for i in batch])
             results.append((batch, layers))
-            values: Any = torch2xp(layers.detach())
+            values: Any = _as_ops_array(model.ops, layers.detach())
             for row, i in enumerate(batch):
                 piece = pieces[i]
                 inputs[piece.doc][:, piece.positions[piece.keep]] = values[:, row, piece.keep]
@@ -272,7 +281,7 @@ def _forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats
         torch.autograd.backward(tensors, grads)
         for name, param in trained.items():
             if param.grad is not None:
-                model.inc_grad(name, cast(Any, torch2xp(param.grad.clone())))
+                model.inc_grad(name, _as_ops_array(model.ops, param.grad.clone()))
                 param.grad = None
         return []
 

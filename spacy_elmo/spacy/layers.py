@@ -27,6 +27,7 @@ MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds it
 LEARNED = "mix"  # the ``layers`` value for the paper's learned softmax weights
 LINK = "elmo_component"  # attr holding the linked component (a _Link, which Thinc cannot serialize and skips)
 OWN_BILM = "own_bilm"  # attr: True for the mix inside ElmoFineTune, whose layers come from its own biLM
+ENCODER = "elmo_encoder"  # attr holding the encoder the mix feeds directly (an _Encoder, which Thinc skips)
 LayerChoice = Union[str, int]
 
 
@@ -90,15 +91,48 @@ def _check_options(layers: Any, gamma: Any, dropout: Any, l2_coef: Any, upstream
         raise ValueError(f"upstream={upstream!r}: expected the elmo component's name or '*'")
 
 
+class _Encoder:
+    """The width the encoder a mix feeds takes, and its component's name: skipped by Thinc's serialization."""
+
+    __slots__ = ("component", "width")
+
+    def __init__(self, component: str, width: int) -> None:
+        self.component = component
+        self.width = width
+
+    def __deepcopy__(self, memo: dict) -> _Encoder:
+        return self
+
+
 # -- linking to the elmo component ---------------------------------------------------------------
 
 
 def listening_layers(component: Any, upstream_name: str) -> list[Model]:
-    """The mix layers in ``component``'s model that read from the component named ``upstream_name``."""
+    """The mix layers in ``component``'s model that read from the component named ``upstream_name``.
+
+    A mix that is a ``spacy.Tok2Vec``'s whole ``embed`` (no projection after it) notes the width that Tok2Vec's
+    ``encode`` takes, so initialize can say what is missing rather than leave Thinc's dimension error.
+    """
     model = getattr(component, "model", None)
     if not isinstance(model, Model):
         return []
-    return [n for n in model.walk() if n.name == MIX_NAME and n.attrs.get("upstream") in ("*", upstream_name)]
+    mixes = [n for n in model.walk() if n.name == MIX_NAME and n.attrs.get("upstream") in ("*", upstream_name)]
+    for node in model.walk():
+        if node.has_ref("embed") and node.has_ref("encode"):  # spacy.Tok2Vec.v1/v2: chain(embed, encode)
+            embed, width = node.get_ref("embed"), _input_width(node.get_ref("encode"))
+            for mix in mixes:
+                fine_tune = mix.attrs.get(OWN_BILM) and len(embed.layers) == 1 and embed.layers[0] is mix
+                if width is not None and (embed is mix or fine_tune):
+                    mix.attrs[ENCODER] = _Encoder(str(getattr(component, "name", "?")), width)
+    return mixes
+
+
+def _input_width(encoder: Model) -> Optional[int]:
+    """The width ``encoder`` takes: its ``nI``, else its ``nO`` (spaCy's encoders keep their width); None unknown."""
+    for dim in ("nI", "nO"):
+        if encoder.has_dim(dim) is True:
+            return int(encoder.get_dim(dim))
+    return None
 
 
 def link(model: Model, component: Any) -> None:
@@ -148,12 +182,27 @@ def _init(model: Model, X: Optional[list[Doc]] = None, Y: Optional[list[Floats2d
     if model.attrs["n_outputs"] is not None and model.has_dim("nO") is True:
         _check_shape(model, n_outputs, width, "the ELMo model")
     model.attrs["n_outputs"] = n_outputs
+    _check_encoder(model, width)
     model.set_dim("nO", width)
     if model.attrs["layers"] != LEARNED:
         layer_weights(model.attrs["layers"], n_outputs)  # an index beyond the model's layers fails here
     model.set_param("s", model.ops.alloc1f(n_outputs))
     model.set_param("gamma", model.ops.asarray1f([model.attrs["initial_gamma"] - model.attrs["gamma_anchor"]]))
     return model
+
+
+def _check_encoder(model: Model, width: int) -> None:
+    """The error for a mix of ``width`` that is a Tok2Vec's ``embed`` whose ``encode`` takes another width."""
+    encoder = model.attrs.get(ENCODER)
+    if encoder is None or encoder.width == width:
+        return
+    layer = "ElmoFineTune" if model.attrs.get(OWN_BILM) else "ElmoScalarMix"
+    raise ValueError(
+        f"{layer} gives vectors as wide as the ELMo model's layers ({width}: 2 x its projection_dim), but it is the "
+        f"whole embed of a spacy.Tok2Vec in component {encoder.component!r} whose encode takes width "
+        f"{encoder.width}: project the mix to that width, embed = chain({layer}, with_array(Maxout.v1 with "
+        f"nO = {encoder.width})) as in docs/training.md, or make the encoder {width} wide"
+    )
 
 
 def _source_shape(model: Model, X: Optional[list[Doc]]) -> tuple[int, int]:

@@ -122,7 +122,8 @@ class ElmoComponent(Pipe):
     use_sentences (bool): embed sentence by sentence when the doc has sentence boundaries (passed to get_positions).
     set_vectors (bool): make .vector/.has_vector/.similarity use ELMo: vector hooks, and ``doc.tensor`` set to the
         mixed vectors, which ``Doc.to_bytes`` and ``nlp.pipe(n_process=...)`` keep (see :func:`set_hooks`).
-    device (str | None): torch device for the biLM, e.g. "cuda:0"; None = CPU.
+    device (str | None): torch device for the biLM, e.g. "cuda:0" or "cpu"; None follows thinc's current ops when
+        the model loads: "cuda:N" under CupyOps (``spacy.require_gpu()``, ``spacy train --gpu-id N``), else the CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
     dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest
