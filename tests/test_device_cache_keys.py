@@ -1,5 +1,6 @@
 """Vectors are identified per device only where devices give other vectors: bfloat16 / float16 on a GPU."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,3 +44,21 @@ def test_a_cuda_backend_keys_bfloat16_apart_and_float32_together(fixture_dir):
         load_bilm(fixture_dir, device="cuda", dtype="bfloat16").fingerprint
         != load_bilm(fixture_dir, dtype="bfloat16").fingerprint
     )
+
+
+def test_float16_that_overflows_is_refused_not_handed_out(tmp_path, fixture_sentences):
+    """A model whose values pass float16's largest (65504) gives an error naming the fix, never inf / nan vectors."""
+    from test_inference_path import _options
+
+    from spacy_elmo import load_bilm
+    from spacy_elmo.bilm import BiLM, BiLMOptions
+    from spacy_elmo.bilm.weights import save_model
+
+    torch.manual_seed(0)
+    model = BiLM(BiLMOptions(**{**_options().__dict__, "cell_clip": None, "proj_clip": None}))
+    with torch.no_grad():
+        model.token_encoder.projection.weight.mul_(1e6)  # token vectors far beyond 65504
+    folder = save_model(model, tmp_path / "loud")
+    assert all(np.isfinite(a).all() for a in load_bilm(folder, cache_mb=0).embed(fixture_sentences[:3]))
+    with pytest.warns(Warning), pytest.raises(FloatingPointError, match=r"dtype='float16' overflowed .* no cell clip"):
+        load_bilm(folder, dtype="float16", cache_mb=0).embed(fixture_sentences[:3])

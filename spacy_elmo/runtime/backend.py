@@ -250,7 +250,19 @@ class ElmoBackend:
                 tokens, lengths, boundaries=False
             )  # <S>, </S> dropped below
             layers = activations.float().cpu().numpy()
+        if self.dtype in (torch.float16, torch.bfloat16) and not np.isfinite(layers).all():
+            self._refuse_overflow(len(batch))
         return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
+
+    def _refuse_overflow(self, rows: int) -> None:
+        """Low precision ran out of range (float16's largest value is 65504): never hand out inf / nan vectors."""
+        clip = self.model.options.cell_clip
+        why = "this model has no cell clip, so its LSTM cells can grow past that" if clip is None else ""
+        raise FloatingPointError(
+            f"{self._name()}: dtype={dtype_name(self.dtype)!r} overflowed (inf or nan in the vectors of a batch of "
+            f"{rows} sentences; float16's largest value is 65504{', and ' + why if why else ''}): use "
+            "dtype='float32', or 'bfloat16' (float32's range)"
+        )
 
     def _threads_for(self, rows: int) -> Optional[int]:
         """Small CPU batches run on ``small_work_threads`` threads of the calling thread (``None``: torch's setting).
