@@ -156,3 +156,93 @@ def test_the_readme_and_the_index_link_every_migration_page():
     for name in pages:
         assert f"](docs/{name})" in readme, name
         assert f"]({name})" in index, name
+
+
+# -- what the README says of the bundled model: each figure recomputed here or quoted from its model card ----------
+
+
+def _unit(vector):
+    import numpy as np
+
+    return vector / np.linalg.norm(vector)
+
+
+def test_the_tours_bank_figures_are_the_bundled_models():
+    """The tour's cosines, and the pair the README gives where sentence shape outweighs the sense, recomputed."""
+    import spacy
+
+    readme = _page("README.md")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    river, money, lake, savings, boat = nlp.pipe(
+        [
+            "They sat on the bank of the river.",
+            "The bank will approve your loan.",
+            "Reeds grew along the bank of the lake.",
+            "She took her savings to the bank.",
+            "The boat drifted toward the muddy bank.",
+        ]
+    )
+    bank = {doc: next(t for t in doc if t.text == "bank") for doc in (river, money, lake, savings, boat)}
+
+    def top(a, b):  # the top LSTM layer's cosine of two docs' "bank"
+        return float(_unit(a._.elmo_layers[2, bank[a].i]) @ _unit(b._.elmo_layers[2, bank[b].i]))
+
+    mix = [bank[river].similarity(bank[money]), bank[river].similarity(bank[lake])]
+    assert f"# (256,) {mix[0]:.3f} {mix[1]:.3f}\n" in readme
+    assert f"# {top(river, money):.3f} {top(river, lake):.3f}\n" in readme
+    assert top(river, money) < top(river, lake) and mix[0] < mix[1]  # what the tour shows: the senses apart
+    shape = (bank[savings].similarity(bank[boat]), bank[savings].similarity(bank[money]))
+    shape_top = (top(savings, boat), top(savings, money))
+    assert shape[0] > shape[1] and shape_top[0] > shape_top[1]  # the other sense closer, in both: as the README says
+    said = " ".join(readme.split())
+    assert (
+        f"in the mix ({shape[0]:.3f} against {shape[1]:.3f}) and in the top layer ({shape_top[0]:.3f} against "
+        f"{shape_top[1]:.3f})" in said
+    )
+
+
+def test_the_bundled_model_paragraph_quotes_its_files_and_its_card():
+    import json
+
+    from spacy_elmo.bilm.weights import parameter_count, read_options
+    from spacy_elmo.sources.bundled_versions import DEFAULT_VERSION, MODELS_DIR
+    from spacy_elmo.sources.published import PUBLISHED
+
+    said = " ".join(_page("README.md").split())
+    paragraph = said[said.index("**The bundled model**") :]
+    folder = MODELS_DIR / "default"
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    seen, record = 0, metrics
+    while record and record.get("command"):
+        seen, record = seen + record["words_seen"], record.get("init_from")
+    test = metrics["test"]["wikitext-2/test.txt"]
+    computed = [
+        f"(`default`, now `{DEFAULT_VERSION}`)",
+        f"a {parameter_count(read_options(folder / 'options.json')) / 1e6:.1f}M-parameter biLM",
+        f"({(folder / 'weights.hdf5').stat().st_size / 1e6:.0f} MB;",
+        f"on {seen / 1e6:.1f}M words seen of a {metrics['corpus']['words'] / 1e6:.1f}M-word corpus",
+        f"perplexity {test['forward']:.1f} / {test['backward']:.1f}",
+        f"({PUBLISHED['original'].parameters_m}M parameters, ~{PUBLISHED['original'].approx_mb} MB,",
+    ]
+    for text in computed:
+        assert text in paragraph, text
+    card = (folder / "README.md").read_text(encoding="utf-8").splitlines()
+    for row, figures in [
+        ("TREC-6, TF-IDF + ELMo mean", ("0.906", "p = 0.043", "0.884")),
+        ("WNUT-17 entity F", ("0.294", "0.148")),
+        ("SST-5, each layer's own mean+max row", ("0.363", "0.391")),
+    ]:
+        line = next(line for line in card if line.startswith(f"| {row}") or (row in line and line.startswith("|")))
+        for figure in figures:
+            assert figure in line and figure in paragraph, (row, figure)
+    assert "gap +0.042, p = 0.043" in paragraph and "**+0.042 (0.043)**" in _page("benchmarks/RESULTS.md")
+
+
+def test_the_readmes_batch_bound_is_the_tests():
+    """The README's "float32 rounding" is the bound the batch, n_process and CPU tests hold (tests/numerics.py)."""
+    import numerics
+
+    said = " ".join(_page("README.md").split())
+    assert numerics.RTOL == numerics.SCALE_ATOL == 1e-5
+    assert "equal to float32 rounding: within 1e-5 relative plus 1e-5 of the largest activation" in said
