@@ -1,5 +1,6 @@
-"""Every Python code block of the README and of the user guide (docs/*.md) runs as written (offline: they use
-the bundled default model). docs/api.md is left out: it is generated, and its blocks are signatures."""
+"""Every Python code block and every offline shell command of the README and of the user guide (docs/*.md) runs as
+written (offline: they use the bundled default model); the README's figures are recomputed or quoted from the model
+card. docs/api.md is left out: it is generated, and its blocks are signatures."""
 
 import re
 import textwrap
