@@ -67,7 +67,7 @@ def test_block_runs(page, index, block, tmp_path, monkeypatch, logging_restored)
         )
     for extra in OPTIONAL_MODULES:
         if f"from {extra}" in block:
-            pytest.importorskip(extra, reason=f"the block needs {extra} (pip install 'spacy-elmo[test]')")
+            pytest.importorskip(extra, reason=f"the block needs {extra} (pip install -e '.[test]' in the checkout)")
     code = compile(block, f"{page} python block {index}", "exec")
     if any(line.lstrip().startswith(PEER_IMPORTS) for line in block.splitlines()):
         pytest.skip("the peer's own code, shown for comparison (compiled, not run)")
@@ -192,7 +192,8 @@ def test_the_tours_bank_figures_are_the_bundled_models():
     mix = [bank[river].similarity(bank[money]), bank[river].similarity(bank[lake])]
     assert f"# (256,) {mix[0]:.3f} {mix[1]:.3f}\n" in readme
     assert f"# {top(river, money):.3f} {top(river, lake):.3f}\n" in readme
-    assert top(river, money) < top(river, lake) and mix[0] < mix[1]  # what the tour shows: the senses apart
+    assert top(river, money) < top(river, lake) and mix[0] < mix[1]  # what the tour shows: the senses apart,
+    assert top(river, lake) - top(river, money) > mix[1] - mix[0]  # more so in the top layer than in the mix
     shape = (bank[savings].similarity(bank[boat]), bank[savings].similarity(bank[money]))
     shape_top = (top(savings, boat), top(savings, money))
     assert shape[0] > shape[1] and shape_top[0] > shape_top[1]  # the other sense closer, in both: as the README says
