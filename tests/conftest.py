@@ -1,7 +1,11 @@
+import contextlib
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from spacy_elmo.sources.download import HOME_ENV, home
 
 # The small AllenNLP test ELMo (620 KB, Apache-2.0; README.md and NOTICE beside it) travels with the tests,
 # so a plain clone runs the parity tests. The corpora (about 28 MB) stay in ../shared beside the checkout.
@@ -16,6 +20,53 @@ CORPORA_HELP = (
     "(word_language_model/data/wikitext-2/), TREC-6 in harvardnlp/sent-conv-torch; the README of each folder "
     "of ../shared/data gives source, commit and licence"
 )
+
+
+# The package's home as the user has it (SPACY_ELMO_HOME, else the user cache directory), read before any test runs:
+# no test may write there (downloads, unpacked archives, locks all go to the temporary home below).
+REAL_HOME = home()
+
+
+def files_under(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root`` with its size and modification time (folders: (-1, -1)); {} if absent."""
+    found: dict[str, tuple[int, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(folder, name), root)] = (-1, -1)
+        for name in files:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):  # removed meanwhile
+                stat = os.stat(path)
+                found[os.path.relpath(path, root)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def writes_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The paths that appeared or changed between two :func:`files_under` listings, sorted."""
+    return sorted(path for path, state in after.items() if before.get(path) != state)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_home(tmp_path_factory) -> Path:
+    """The package's home (SPACY_ELMO_HOME) is a temporary folder for the whole run: downloads, unpacked archives
+    and locks never land in the user's cache. Subprocesses inherit it; a test may point it elsewhere itself."""
+    path = tmp_path_factory.mktemp("spacy-elmo-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOME_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def the_real_home_untouched(temporary_home):
+    """Fails the test (at teardown) that wrote under the user's real home, naming what it wrote."""
+    before = files_under(REAL_HOME)
+    yield
+    written = writes_between(before, files_under(REAL_HOME))
+    if written:
+        pytest.fail(
+            f"this test wrote under the user's real spacy-elmo home {REAL_HOME}: {', '.join(written[:5])} "
+            f"(the temporary home is {HOME_ENV}={temporary_home}; a subprocess given a fresh env= loses it)"
+        )
 
 
 @contextmanager

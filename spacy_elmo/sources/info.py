@@ -91,12 +91,31 @@ def describe_published(entry: PublishedModel) -> str:
     )
 
 
+def corpus_names(corpus: dict[str, Any]) -> list[str]:
+    """The training text a ``metrics.json`` names: its text files (``folder/file``) and its prepared corpus folders
+    (``spacy-elmo prepare-corpus``'s output, which a run given ``--corpus`` records under ``"prepared"``)."""
+    files = [f"{Path(source['path']).parent.name}/{Path(source['path']).name}" for source in corpus.get("train", [])]
+    return files + [Path(folder).name for folder in corpus.get("prepared", [])]
+
+
+def training_totals(metrics: dict[str, Any]) -> tuple[float, int, int]:
+    """Wall seconds, words seen and runs of the whole training history a ``metrics.json`` records (a run started
+    from an earlier one, ``--init-from``, counts that one's too)."""
+    wall, words, runs, previous = metrics["wall_time_s"], metrics.get("words_seen", 0), 1, metrics.get("init_from")
+    while previous and previous.get("command"):
+        wall += previous.get("wall_time_s") or 0
+        words += previous.get("words_seen") or 0
+        runs += 1
+        previous = previous.get("init_from")
+    return wall, words, runs
+
+
 def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     corpus = metrics.get("corpus", {})
-    files = [Path(s["path"]).name for s in corpus.get("train", [])]
-    if files:
-        lines.append(f"corpus:       {', '.join(files)} ({corpus.get('words', 0):,} words)")
+    names = corpus_names(corpus)
+    if names:
+        lines.append(f"corpus:       {', '.join(names)} ({corpus.get('words', 0):,} words)")
     if "vocab_size" in metrics:
         lines.append(
             f"softmax:      {metrics['vocab_size']:,} words, {metrics.get('parameters', {}).get('softmax', 0):,} "
@@ -111,14 +130,7 @@ def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
     for name, result in (metrics.get("test") or {}).items():
         lines.append(f"test ppl:     forward {result['forward']:.2f}, backward {result['backward']:.2f} ({name})")
     if "wall_time_s" in metrics:
-        wall, words, runs, previous = metrics["wall_time_s"], metrics.get("words_seen", 0), 1, metrics.get("init_from")
-        while previous and previous.get("command"):  # fine-tuned from an earlier run: count the whole history
-            wall, words, runs = (
-                wall + (previous.get("wall_time_s") or 0),
-                words + (previous.get("words_seen") or 0),
-                runs + 1,
-            )
-            previous = previous.get("init_from")
+        wall, words, runs = training_totals(metrics)
         lines.append(
             f"train time:   {wall / 60:.1f} min wall, {words:,} words seen ({runs} run{'s' if runs > 1 else ''})"
         )

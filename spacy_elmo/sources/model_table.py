@@ -18,6 +18,7 @@ from typing import Optional
 from ..bilm.files import METRICS, OPTIONS
 from ..bilm.weights import parameter_count, read_options
 from . import bundled_versions
+from .info import corpus_names, training_totals
 from .model_files import DEFAULT_MODEL_DIR, find_weights
 from .published import PUBLISHED, PublishedModel
 
@@ -73,14 +74,18 @@ def _default_row(directory: Path = DEFAULT_MODEL_DIR) -> Optional[tuple[str, ...
     """The bundled model's row, from its own files (``None`` when this installation has none)."""
     if not (directory / OPTIONS).is_file():
         return None
-    trained = "trained by spacy-elmo train"
+    trained = "spacy-elmo train"
     if (directory / METRICS).is_file():
-        corpus = json.loads((directory / METRICS).read_text(encoding="utf-8")).get("corpus", {})
-        sources = sorted({Path(source["path"]).parent.name for source in corpus.get("train", [])})
-        if corpus.get("words"):
-            trained = f"{corpus['words'] / 1e6:.1f}M words of {', '.join(sources)}; spacy-elmo train"
+        metrics = json.loads((directory / METRICS).read_text(encoding="utf-8"))
+        corpus, seen = metrics.get("corpus", {}), training_totals(metrics)[1] if "wall_time_s" in metrics else 0
+        text = f"a {corpus['words'] / 1e6:.1f}M-word corpus" if corpus.get("words") else "a corpus"
+        names = corpus_names(corpus)
+        text += f" ({', '.join(names)})" if names else ""
+        trained = f"{seen / 1e6:.1f}M words seen of {text}" if seen else text
+        trained += "; spacy-elmo train"
+    version = f"{bundled_versions.DEFAULT_VERSION}: " if directory == DEFAULT_MODEL_DIR else ""
     licence = "licence: see its README.md (spacy-elmo info default)"
-    return ("default", "English", *_bundled_size(directory), "bundled", f"{trained}; {licence}")
+    return ("default", "English", *_bundled_size(directory), "bundled", f"{version}{trained}; {licence}")
 
 
 def _bundled_size(directory: Path) -> tuple[str, str]:
@@ -97,7 +102,7 @@ def _table(rows: list[tuple[str, ...]], width: int) -> list[str]:
     lines = []
     for row in rows:
         head = GAP.join(cell.ljust(w) for cell, w in zip(row, widths)) + GAP
-        wrapped = textwrap.wrap(row[-1], last) or [""]
+        wrapped = textwrap.wrap(row[-1], last, break_on_hyphens=False) or [""]
         lines.append((head + wrapped[0]).rstrip())
         lines += [" " * indent + more for more in wrapped[1:]]
     return lines

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from typing import Optional
 
 import torch
 
+from ...sources.download import HOME_ENV, OFFLINE_ENV, DownloadError, is_offline
 from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
 
 SUBCOMMAND = "elmo"  # AllenNLP's name of this command: ``allennlp elmo`` / ``main()`` with ``sys.argv[1] == "elmo"``
@@ -82,7 +84,12 @@ def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
     for package in args.include_package:
         importlib.import_module(package)
     output_format = "all" if args.all else "top" if args.top else "average"
-    embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device, stateful=not args.stateless)
+    try:
+        embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device, stateful=not args.stateless)
+    except DownloadError as err:
+        if {args.options_file, args.weight_file}.isdisjoint({DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE}):
+            raise
+        raise DownloadError(default_model_unavailable(err)) from err
     with torch.no_grad():
         embedder.embed_file(
             args.input_file,
@@ -92,3 +99,21 @@ def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
             args.forget_sentences,
             args.use_sentence_keys,
         )
+
+
+def default_model_unavailable(err: DownloadError) -> str:
+    """One complete line for when AllenNLP's default model (the published ``original``) can be neither read from the
+    cache nor downloaded: why, in a few words, and the ways out (a local model, or a download where there is a network).
+    """
+    network = re.search(r"failed: (could not connect|the transfer was cut off) \(", str(err))
+    if is_offline():
+        reason = f"{OFFLINE_ENV}=1"
+    elif network:  # the fetcher's text goes on with the network library's long description, clipped: not kept
+        reason = f"{network.group(1)}; {OFFLINE_ENV}=1 never tries"
+    else:  # a checksum, a full disk...: the fetcher's own line says which
+        reason = str(err)
+    return (
+        f"the default model (AllenNLP's 'original', used without --options-file/--weight-file) is not in the cache "
+        f"and could not be downloaded ({reason}): pass a local model with --options-file FILE --weight-file FILE, "
+        f"or run `spacy-elmo download original` where there is a network (same {HOME_ENV})"
+    )
