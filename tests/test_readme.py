@@ -278,6 +278,7 @@ NOT_RUN = {  # a command's start -> why no test runs it as written
     "torchrun ": "starts training processes on your text (tests/test_distributed.py)",
     "python -m build ": "pip's build isolation downloads setuptools (tests/test_packaging.py builds without it)",
     "pip install ": "installs packages",
+    "python benchmarks/gpu_check.py ": "needs a CUDA device (tests/test_gpu_check.py runs its CPU smoke run)",
 }
 RUN_STARTS = (  # commands run as written, in page order, in one fresh folder per page
     "spacy-elmo embed sentences.txt vectors.hdf5",
