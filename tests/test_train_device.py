@@ -333,3 +333,68 @@ def test_the_fused_adam_runs_on_the_gpu():
     optimizer.step()
     # the first Adam step moves each weight by lr (m / sqrt(v) = 1 after bias correction, eps aside)
     torch.testing.assert_close(params[0].detach().cpu(), torch.full((3,), 0.9), rtol=0, atol=1e-6)
+
+
+@GPU
+def test_more_processes_than_gpus_are_refused_in_one_line(tmp_path):
+    count = torch.cuda.device_count()
+    args = ["train", str(tmp_path / "m"), "--train", str(tmp_path), "--processes", str(count + 1), "--device", "cuda"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {count + 1} training processes on this machine need a GPU each, and torch sees {count}: start at "
+        f"most {count}"
+    ]
+
+
+@GPU
+def test_a_rank_on_a_gpu_talks_nccl_on_its_own_gpu(texts, tmp_path):
+    """An nccl group of one process, seen by the trainer as rank 0 of 2: every collective (the step's loss sums, the
+    time limit's maximum, the digest check, the barrier) runs over nccl with tensors on the rank's GPU, and
+    DistributedDataParallel wraps the model already there. (Two ranks need two GPUs: the next test.)"""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from spacy_elmo.train.distributed import _bound_to
+
+    gpu = torch.device("cuda", 0)
+    dist.init_process_group("nccl", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1, **_bound_to(gpu))
+    try:
+        world = World(0, 2, 0, 1, "nccl", gpu)
+        total = world.total(torch.tensor([1.5, 2.0], device=gpu))
+        assert total.device == gpu and total.dtype == torch.float64 and total.tolist() == [1.5, 2.0]
+        assert world.sum([3.0]) == [3.0] and world.max(4.0) == 4.0
+        world.barrier()
+        trainer = Trainer(tiny_config(texts, max_steps=2, valid=[], max_minutes=5), tmp_path / "m", world=world)
+        trainer.progress = False
+        assert isinstance(trainer.network, DistributedDataParallel)
+        assert trainer.device == gpu and next(trainer.network.parameters()).device == gpu
+        metrics = trainer.run()
+        assert metrics["steps"] == 2 and metrics["processes"] == 2
+    finally:
+        dist.destroy_process_group()
+
+
+@GPU
+@pytest.mark.distributed
+def test_two_processes_on_two_gpus_train_the_one_gpu_model(texts, tmp_path):
+    """`--processes 2 --device cuda`: nccl, process k on cuda:k; the weights agree with one GPU's run to float32
+    rounding after 4 steps (as on CPUs with gloo, tests/test_distributed.py)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    import subprocess
+    import sys
+
+    args = ["--arch", "tiny", "--min-count", "2", "--token-budget", "256", "--max-length", "40", "--lr", "5e-3"]
+    args += ["--warmup-steps", "2", "--seed", "3", "--max-steps", "4", "--precision", "float32", "--no-progress"]
+    command = [sys.executable, "-m", "spacy_elmo", "train", str(tmp_path / "two"), "--train", str(texts[0])]
+    result = subprocess.run(
+        [*command, *args, "--processes", "2", "--device", "cuda"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "world size 2 (nccl)" in result.stdout
+    config = tiny_config(texts, valid=[], token_budget=256, max_steps=4)
+    train(config, tmp_path / "one", progress=False, device="cuda")
+    two, one = _state(tmp_path / "two"), _state(tmp_path / "one")
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-4, msg=name)
