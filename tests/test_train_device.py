@@ -19,7 +19,7 @@ from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train import precision as precision_module
 from spacy_elmo.train.distributed import World, training_device
 from spacy_elmo.train.packed_lstm import packed_bilstm_layer
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train.storage import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +171,26 @@ def test_processes_on_gpus_need_one_gpu_each_before_any_starts(tmp_path, two_gpu
     )
     assert result.exit_code == 2, result.output
     assert "3 training processes on this machine need a GPU each, and torch sees 2" in result.output
+
+
+def test_a_gpu_checkpoint_resumes_on_the_cpu_without_the_gpus_generator(texts, tmp_path):
+    """A GPU run's checkpoint holds the GPU generator's state besides the CPU's. Resumed on the CPU it is set aside
+    (dropout there draws from the CPU's generator, restored as always): the run continues as the uninterrupted CPU run
+    does, bit for bit, and its own checkpoints no longer carry a GPU state."""
+    config = dict(dropout=0.1, checkpoint_every=1, valid=[])
+    with torch_threads(1):
+        train(tiny_config(texts, **config, max_steps=4), tmp_path / "straight", progress=False)
+        train(tiny_config(texts, **config, max_steps=2), tmp_path / "split", progress=False)
+        path = tmp_path / "split" / "checkpoint.safetensors"
+        saved = load_checkpoint(path)
+        state = {**saved.info["state"], "cuda_rng_state": list(range(16))}  # as a GPU run writes it
+        save_checkpoint(path, saved.model, saved.optimizer, saved.rng, {**saved.info, "state": state})
+        train(tiny_config(texts, **config, max_steps=4), tmp_path / "split", resume=True, progress=False, device="cpu")
+    resumed = load_checkpoint(path)
+    assert resumed.info["state"]["step"] == 4 and "cuda_rng_state" not in resumed.info["state"]
+    straight = _state(tmp_path / "straight")
+    for name in straight:
+        assert torch.equal(resumed.model[name], straight[name]), name
 
 
 # -- precision on a GPU ------------------------------------------------------------------------------------------

@@ -522,7 +522,10 @@ class Trainer:
         0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
         if self.world.is_main:
-            export_model(self.model, self.output_dir, self.vocab)
+            # the exported biLM is built fresh (random init, then overwritten): dropout's stream must not see it, or a
+            # resumed run would draw other masks than the uninterrupted one
+            with torch.random.fork_rng(devices=[]):
+                export_model(self.model, self.output_dir, self.vocab)
 
     def wall_time_s(self) -> float:
         """Wall time of every run of this model so far: the runs before a --resume and this one until now."""
