@@ -261,10 +261,10 @@ def test_the_fused_layer_on_cuda_matches_the_cpu_and_ignores_a_users_autocast():
 
 @GPU
 def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts, tmp_path):
-    """Three float32 steps on the GPU and on the CPU from the same seed and batches. Adam's update of a weight is at
-    most about the learning rate per step (m / sqrt(v) is +-1 at the first step, and stays near that while gradients
-    keep their sign), so however the two devices round, no weight can differ by more than twice the sum of the
-    warm-up's learning rates (a weight whose gradient is at rounding level may step either way); the validation
+    """Three float32 steps on the GPU and on the CPU from the same seed and batches. In its first three steps Adam moves
+    a weight by at most 1.004 x the learning rate (|m / sqrt(v)| after bias correction, by Cauchy-Schwarz over the two
+    averages' weights), so however the two devices round, no weight can differ by more than twice that, summed over
+    the warm-up's learning rates (a weight whose gradient is at rounding level may step either way); the validation
     perplexity agrees to 1%."""
     config = dict(max_steps=3, warmup_steps=3, lr=5e-3, checkpoint_every=0)
     metrics = {}
@@ -272,7 +272,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
         with torch_threads(1):
             metrics[device] = train(tiny_config(texts, **config), tmp_path / device, progress=False, device=device)
     assert metrics["cuda"]["device"].startswith("cuda:0 (") and metrics["cpu"]["device"] == "cpu"
-    bound = 2 * sum(5e-3 * step / 3 for step in (1, 2, 3))
+    bound = 2 * 1.004 * sum(5e-3 * step / 3 for step in (1, 2, 3))
     cpu, gpu = _state(tmp_path / "cpu"), _state(tmp_path / "cuda")
     assert cpu.keys() == gpu.keys()
     for name in cpu:
