@@ -70,6 +70,7 @@ def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
 
 
 _TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults prepare-corpus and adapt share
+_DEVICE_HELP = "cpu, cuda, cuda:N, or auto (CUDA when torch sees a GPU, else the CPU)"
 
 
 # TrainConfig fields whose option has another type than the field: (the option's type, the field's default as the
@@ -147,6 +148,7 @@ def train(
             "over gloo, as under torchrun; each with --threads threads, by default the cores shared out)"
         ),
     ),
+    device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
     **options: Any,
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
@@ -160,7 +162,7 @@ def train(
     from .train.distributed import join_world, leave_world, run_processes, training_processes
 
     with _errors_exit_2():
-        count = training_processes(processes)
+        count = training_processes(processes, device)
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
         valid_sources = make_sources(valid_files, "lines", tokenizer)
         if not train_sources and not corpus_dirs and not resume:
@@ -178,12 +180,13 @@ def train(
     run = _TrainRun(config, output_dir, resume, overwrite, progress)
     if count > 1:
         typer.echo(f"training processes: {count}")
-        status = run_processes(count, _train_process, dataclasses.replace(run, errors_from_rank_0_only=True))
+        run = dataclasses.replace(run, errors_from_rank_0_only=True)
+        status = run_processes(count, _train_process, run, device=device)
         if status:
             raise typer.Exit(status)
         return
     with _errors_exit_2():
-        world = join_world()
+        world = join_world(device)  # under torchrun: nccl between GPUs, gloo between CPUs
     try:
         run(world)
     finally:
@@ -248,7 +251,7 @@ _OWN = list(inspect.signature(train).parameters.values())[:-1]  # without **opti
 _RUN_FLAGS = [
     p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
     for p in _OWN
-    if p.name in ("resume", "overwrite", "progress", "processes")
+    if p.name in ("resume", "overwrite", "progress", "processes", "device")
 ]
 train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [p for p in _OWN if p.name not in {f.name for f in _RUN_FLAGS}] + _config_options() + _RUN_FLAGS
@@ -342,6 +345,7 @@ def adapt(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
+    device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Domain adaptation: fine-tune a biLM's LM on the text of a task's .spacy docs, for the elmo component.
 
@@ -356,7 +360,9 @@ def adapt(
         _set_threads(threads)
         keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
-        result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite)
+        result = run_adapt(
+            output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite, device=device
+        )
     before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
     typer.echo(
         f"saved to {output_dir}; dev perplexity (mean of both directions) {before['mean']:.2f} -> {after['mean']:.2f}"
@@ -382,6 +388,7 @@ def evaluate(
         help="Another trained model (repeatable): count only the predictions of words every one's vocabulary holds "
         "(and sentence ends), to compare models with different vocabularies on the same predictions",
     ),
+    device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from .train import evaluate as run_evaluate
@@ -397,6 +404,7 @@ def evaluate(
             tokenizer=tokenizer,
             max_length=max_length,
             shared_with=[model_name(other) for other in shared_vocab],
+            device=device,
         )
     counted = f"{result['predictions']} predictions of words in every vocabulary, " if shared_vocab else ""
     typer.echo(

@@ -32,6 +32,7 @@ from ..sources.download import is_url
 from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
+from ..train.distributed import training_device
 from ..train.outputs import refuse_another_model
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
@@ -91,6 +92,7 @@ def adapt(
     options: Optional[AdaptOptions] = None,
     progress: bool = False,
     overwrite: bool = False,
+    device: Optional[str] = None,
 ) -> dict[str, Any]:
     """Fine-tune ``init_from``'s LM on the text of ``train_docs``; returns (and saves) the dev perplexity before/after.
 
@@ -101,7 +103,10 @@ def adapt(
         model is refused before it is downloaded (:func:`require_adaptable`).
     overwrite: replace the model ``output_dir`` already holds (refused otherwise, before anything is written);
         the previous model stays whole until the adapted one is written in full.
+    device: where the fine-tuning and both perplexities run: "cpu" (the default), "cuda", "cuda:N" or "auto"
+        (CUDA when available); a GPU that is not there is refused before anything is written.
     """
+    training_device(device)
     require_adaptable(init_from)
     options = options or AdaptOptions()
     out = Path(output_dir)
@@ -110,7 +115,7 @@ def adapt(
     n_train = write_doc_text(train_docs, text_dir / ADAPT_TRAIN_TEXT)
     n_dev = write_doc_text(dev_docs, text_dir / ADAPT_DEV_TEXT)
     start_dir = resolve_model_files(init_from)[0].parent
-    before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT])
+    before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT], device=device)
     config = TrainConfig(
         train=[s.to_json() for s in make_sources([text_dir / ADAPT_TRAIN_TEXT])],
         valid=[s.to_json() for s in make_sources([text_dir / ADAPT_DEV_TEXT])],
@@ -122,8 +127,8 @@ def adapt(
         init_from=init_from,
         **options.extra,
     )
-    metrics = Trainer(config, out, progress=progress, overwrite=overwrite).run()
-    after = evaluate(out, [text_dir / ADAPT_DEV_TEXT])
+    metrics = Trainer(config, out, progress=progress, overwrite=overwrite, device=device).run()
+    after = evaluate(out, [text_dir / ADAPT_DEV_TEXT], device=device)
     result = {
         "init_from": init_from,
         "train_docs": str(train_docs),

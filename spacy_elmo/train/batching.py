@@ -135,6 +135,18 @@ class Batch:
         """Predicted tokens per direction: each word plus one boundary token per sentence."""
         return self.n_words + int(self.lengths.numel())
 
+    def to(self, device: torch.device) -> Batch:
+        """This batch's tensors on ``device`` (itself on the device it is on)."""
+        if self.lengths.device == device:
+            return self
+        return Batch(
+            self.chars.to(device),
+            self.token_index.to(device),
+            self.word_ids.to(device),
+            self.lengths.to(device),
+            self.n_words,
+        )
+
 
 class CharCache:
     """Character ids per token string, computed once (bounded, so a streamed corpus cannot blow it up)."""

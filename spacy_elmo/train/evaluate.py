@@ -6,10 +6,11 @@ import itertools
 import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
+from ..bilm.exact import exact_float32
 from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
 from .batching import (
     BOS_TOKEN,
@@ -79,9 +80,10 @@ def nll_sums(
     """Summed forward and backward NLL and the counts behind them; ``part=(k, n)``: only every n-th batch from the k-th.
 
     The parts of ``n`` processes, summed, are the whole (to float rounding): see :mod:`.distributed`.
-    ``counted``: only the predictions of these vocabulary ids (:func:`counted_ids`).
+    ``counted``: only the predictions of these vocabulary ids (:func:`counted_ids`). Runs where ``model`` is.
     """
     index, parts = part
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     if crop_width is None:
@@ -89,11 +91,11 @@ def nll_sums(
     nll_f = nll_b = 0.0
     n = 0
     words = sentences = 0
-    with torch.inference_mode():
+    with torch.inference_mode(), exact_float32(device):  # no TF32 on a GPU (bilm/exact.py)
         batches = bucket_batches(ordered_sentences(sources, max_length), token_budget)
         for batch_sentences in itertools.islice(batches, index, None, parts):
-            batch = tensorize(batch_sentences, vocab, char_cache, crop_width)
-            extra = {} if counted is None else {"counted": counted}
+            batch = tensorize(batch_sentences, vocab, char_cache, crop_width).to(device)
+            extra = {} if counted is None else {"counted": counted.to(device)}
             f, b, count = model(batch.chars, batch.token_index, batch.word_ids, batch.lengths, **extra)
             nll_f += float(f)
             nll_b += float(b)
@@ -183,16 +185,21 @@ def evaluate(
     token_budget: int = 4096,
     max_length: Optional[int] = None,
     shared_with: Sequence[PathLike] = (),
+    device: Union[str, torch.device, None] = None,
 ) -> dict[str, float]:
     """Forward, backward and mean perplexity of the model in ``model_dir`` on text files.
 
     ``max_length`` defaults to the one the model was trained with (from its ``metrics.json``), else 100.
     ``shared_with``: other trained models; only the predictions of words in every one's vocabulary count
     (:func:`counted_ids`), so models with different vocabularies compare on the same predictions.
+    ``device``: "cpu" (the default), "cuda", "cuda:N" or "auto", as ``spacy-elmo evaluate --device``.
     """
     from .corpus import make_sources
+    from .distributed import training_device
 
+    where = training_device(device)  # a GPU that is not there: said before the model is read
     model, vocab = load_language_model(model_dir)
+    model.to(where)
     if max_length is None:
         max_length = trained_max_length(model_dir)
     sources = make_sources(paths, format, tokenizer)

@@ -74,7 +74,7 @@ class FusedBiLSTM(nn.Module):
         """Per-layer forward and backward outputs ``(batch, time, dim)`` in natural time order.
 
         Both directions of a layer run together (:func:`~.packed_lstm.packed_bilstm_layer`, on this
-        module's ``torch.nn.LSTM`` parameters); under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+        module's ``torch.nn.LSTM`` parameters); under bfloat16 autocast of the inputs' device (CPU or CUDA)
         its GEMMs take bfloat16 operands.
         """
         time = inputs.shape[1]
@@ -86,7 +86,7 @@ class FusedBiLSTM(nn.Module):
         ]
         first = packs[0]
         batch_sizes = first.batch_sizes.tolist()
-        compute_dtype = _compute_dtype()
+        compute_dtype = _compute_dtype(inputs.device)
         data = torch.stack([packs[0].data, packs[1].data]).float()
         outputs: list[torch.Tensor] = []
         for index, pair in enumerate(zip(self.forward_layers, self.backward_layers)):
@@ -192,7 +192,8 @@ class LanguageModel(nn.Module):
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):
         """Token vectors ``(batch, time, dim)`` and the per-layer forward/backward LSTM outputs."""
         # bfloat16: oneDNN compiles its kernels per shape, so the token count is rounded (padded_rows.py)
-        chars = pad_rows(chars, row_rounding(_compute_dtype())(chars.shape[0]))  # rows of char id 0: never indexed
+        rounded = row_rounding(_compute_dtype(chars.device))
+        chars = pad_rows(chars, rounded(chars.shape[0]))  # rows of char id 0: never indexed
         tokens = encode_tokens(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
@@ -269,7 +270,8 @@ def adaptive_log_prob(
     runs on float32 logits.
     """
     rows = target.shape[0]
-    rounded = row_rounding(_compute_dtype())  # bfloat16: oneDNN compiles its kernels per shape (padded_rows.py)
+    # bfloat16: oneDNN compiles its kernels per shape (padded_rows.py)
+    rounded = row_rounding(_compute_dtype(hidden.device))
     hidden, target = pad_rows(hidden, rounded(rows)), pad_rows(target, rounded(rows))  # word 0: the head
     output = hidden.new_zeros(target.shape[0], dtype=torch.promote_types(hidden.dtype, torch.float32))
     gather = target.new_empty(target.shape[0])
@@ -297,9 +299,11 @@ def _stacked(lstms: Sequence[nn.Module], name: str) -> torch.Tensor:
     return torch.stack([cast(torch.Tensor, getattr(lstm, name)) for lstm in lstms])
 
 
-def _compute_dtype() -> torch.dtype:
-    """The products' operand type: bfloat16 under CPU autocast to bfloat16 (mixed-precision training), else float32."""
-    if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+def _compute_dtype(device: torch.device) -> torch.dtype:
+    """The products' operand type on ``device``: bfloat16 under that device type's autocast to bfloat16 (mixed-precision
+    training: ``torch.autocast("cpu")`` or ``torch.autocast("cuda")``), else float32."""
+    kind = device.type
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
         return torch.bfloat16
     return torch.float32
 

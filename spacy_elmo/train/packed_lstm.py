@@ -36,6 +36,7 @@ float32 and it agrees with ``torch.nn.LSTM`` to float32 rounding (``tests/test_t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -58,13 +59,23 @@ class _PackedBiLSTMLayer(torch.autograd.Function):
         batch_sizes: Sequence[int],
         compute_dtype: torch.dtype,
     ) -> torch.Tensor:
-        with torch.autocast("cpu", enabled=False):
+        with _without_autocast(x.device):
             return _forward(ctx, x, w_ih, w_hh, bias, w_hr, batch_sizes, compute_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        with torch.autocast("cpu", enabled=False):
+        with _without_autocast(grad_out.device):
             return _backward(ctx, grad_out)
+
+
+def _without_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The autocast of ``device``'s type turned off: the products' precision is ``compute_dtype``'s, never an
+    autocast's (a user's ``torch.autocast("cuda")`` would run the forward products in float16, the backward's in
+    float32). Nothing for a device type without autocast (``meta``)."""
+    available = getattr(torch.amp, "is_autocast_available", lambda kind: kind in ("cpu", "cuda"))
+    if not available(device.type):
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, enabled=False)
 
 
 # internal gate order (o, i, f, g): the sigmoid gates are one block, and so are the three gates
@@ -94,11 +105,12 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def _float_view(storage: torch.Tensor, step: slice) -> tuple[torch.Tensor, bool]:
-    """A float32 tensor for ``storage[:, step]``: the slice itself, or a new one to copy in (``True``)."""
+    """A float32 tensor for ``storage[:, step]`` (on its device): the slice itself, or a new one to copy in
+    (``True``)."""
     slab = storage[:, step]
     if slab.dtype == torch.float32:
         return slab, False
-    return torch.empty(slab.shape, dtype=torch.float32), True
+    return slab.new_empty(slab.shape, dtype=torch.float32), True
 
 
 def _forward(

@@ -31,18 +31,19 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from tqdm import tqdm
 
+from ..bilm.exact import exact_float32
 from ..bilm.files import LEGACY_CHECKPOINT, WEIGHTS
 from ..bilm.model import BiLMOptions
 from ..bilm.weights import options_from_dict
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
-from .distributed import SINGLE, World, weights_digest
+from .distributed import SINGLE, World, training_device, weights_digest
 from .evaluate import nll_sums, perplexities, perplexity
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
@@ -89,6 +90,8 @@ class Trainer:
 
     ``world``: this process's place among several training processes (:func:`~.distributed.join_world`
     under torchrun); every rank then builds the same trainer, and rank 0 alone writes and prints.
+    ``device``: where the model trains, as ``--device`` says (:func:`~.distributed.training_device`: "cpu",
+    "cuda", "cuda:N", "auto"); default the world's (one process: the CPU). A checkpoint resumes on any device.
     """
 
     def __init__(
@@ -100,20 +103,22 @@ class Trainer:
         progress: bool = True,
         world: World = SINGLE,
         overwrite: bool = False,
+        device: Union[str, torch.device, None] = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.world = world
         self.progress = progress and world.is_main
         checkpoint = None
         check_config(config)
+        self.device = _device(world, device)
         if resume:
             path = require_file(self.output_dir, CHECKPOINT, LEGACY_CHECKPOINT, "a training checkpoint", "--resume: ")
             checkpoint = load_checkpoint(path)
             config = _resumed_config(checkpoint, config, path)
         self.config = config
-        self.dtype = training_dtype(config.precision)
-        self.precision_note = describe(config.precision, self.dtype)  # printed by the CLI, kept in metrics.json
-        warn_if_emulated(self.dtype)
+        self.dtype = training_dtype(config.precision, self.device)
+        self.precision_note = describe(config.precision, self.dtype, self.device)  # printed by the CLI
+        warn_if_emulated(self.dtype, self.device)
         self.train_sources = _sources(config.train)
         self.valid_sources = _sources(config.valid)
         # a prepared corpus (spacy-elmo prepare-corpus) replaces the text files, never joins them
@@ -148,6 +153,7 @@ class Trainer:
         else:
             self._start()
         self.metrics["precision"] = str(self.dtype).replace("torch.", "")
+        self.metrics["device"] = _device_name(self.device)
         if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
             self.metrics["processes"] = world.size
         if world.size > 1:
@@ -243,7 +249,7 @@ class Trainer:
         self.crop_width = max(w for w, _ in options.filters)
         return LanguageModel(
             options, len(self.vocab), config.cutoffs, config.div_value, config.dropout, config.lstm_impl
-        )
+        ).to(self.device)
 
     def _restore(self, checkpoint: Checkpoint, path: Path) -> None:
         """Model, optimizer, position, metrics and RNG from a checkpoint; a mismatch is a TrainingFileError."""
@@ -261,6 +267,9 @@ class Trainer:
             self.corpus = {k: self.metrics["corpus"][k] for k in ("words", "distinct_words")}
             self.best_valid = math.inf if info["best_valid"] is None else float(info["best_valid"])
             torch.set_rng_state(checkpoint.rng)
+            cuda_rng = self.state.pop(CUDA_RNG, None)  # a GPU's generator: continued on a GPU, unused on the CPU
+            if cuda_rng is not None and self.device.type == "cuda":
+                torch.cuda.set_rng_state(torch.tensor(cuda_rng, dtype=torch.uint8), self.device)
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             problem = f"{type(err).__name__}: {err}"
             raise TrainingFileError(f"{path} does not hold a usable training state ({problem})") from err
@@ -350,7 +359,7 @@ class Trainer:
                 if epoch_words_done >= words_in_epoch:
                     break
                 mine, weight = self.world.share(sentences)
-                batch = tensorize(mine, self.vocab, self.char_cache, self.crop_width)
+                batch = tensorize(mine, self.vocab, self.char_cache, self.crop_width).to(self.device)
                 tick = time.time()
                 nll_f, nll_b, n, words = self.train_step(batch, sentences, weight)
                 if isinstance(batches, CorpusBatches):  # where --resume continues: the batch after this one
@@ -408,26 +417,33 @@ class Trainer:
         self.network.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        with autocast(self.dtype):
-            nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
         n = sum(len(s) + 1 for s in sentences)  # predictions per direction: each word and one sentence end
         words = sum(len(s) for s in sentences)
-        mine = [float(nll_f.detach()), float(nll_b.detach())] if weight else [0.0, 0.0]
-        sum_f, sum_b = self.world.sum(mine)
+        # every float32 product of the step, forward and backward, without TF32 on a GPU (bilm/exact.py)
+        with exact_float32(self.device):
+            with autocast(self.dtype, self.device):
+                nll_f, nll_b, _ = self.network(batch.chars, batch.token_index, batch.word_ids, batch.lengths)
+            # the mean over the global batch: DistributedDataParallel averages the ranks' gradients
+            loss = (nll_f + nll_b) / (2 * n / self.world.size)
+            if not weight:
+                loss = loss * 0.0
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = None
+            if self.config.clip_norm:
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        # the step's one wait for the device: the global loss sums (and the gradient norm) read together
+        mine = torch.stack([nll_f.detach(), nll_b.detach()]) if weight else nll_f.new_zeros(2)
+        read = self.world.total(mine)
+        if norm is not None:
+            read = torch.cat([read, norm.detach().to(read.device, torch.float64)[None]])
+        sum_f, sum_b, *norm_read = read.tolist()
         for direction, total in (("forward", sum_f), ("backward", sum_b)):
             if not math.isfinite(perplexity(total / n)):
                 what = f"the {direction} training loss is {total / n:.4g} per token"
                 raise self._diverged(what, self.state["step"] + 1)
-        # the mean over the global batch: DistributedDataParallel averages the ranks' gradients
-        loss = (nll_f + nll_b) / (2 * n / self.world.size)
-        if not weight:
-            loss = loss * 0.0
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.clip_norm:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
-            if not math.isfinite(float(norm)):
-                raise self._diverged(f"the gradient norm is {float(norm)}", self.state["step"] + 1)
+        if norm_read and not math.isfinite(norm_read[0]):
+            raise self._diverged(f"the gradient norm is {norm_read[0]}", self.state["step"] + 1)
         self.optimizer.step()
         self.state["step"] += 1
         self.state["batch_in_epoch"] += 1
@@ -506,7 +522,10 @@ class Trainer:
         0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
         if self.world.is_main:
-            export_model(self.model, self.output_dir, self.vocab)
+            # the exported biLM is built fresh (random init, then overwritten): dropout's stream must not see it, or a
+            # resumed run would draw other masks than the uninterrupted one
+            with torch.random.fork_rng(devices=[]):
+                export_model(self.model, self.output_dir, self.vocab)
 
     def wall_time_s(self) -> float:
         """Wall time of every run of this model so far: the runs before a --resume and this one until now."""
@@ -518,6 +537,13 @@ class Trainer:
         if self.world.is_main:
             write_metrics(self.output_dir, self.metrics)
 
+    def _state_to_save(self) -> dict[str, Any]:
+        """The position in training as the checkpoint keeps it; on a GPU with its random generator's state too
+        (dropout's masks: torch's CPU generator is saved beside it, :func:`~.outputs.write_checkpoint`)."""
+        if self.device.type != "cuda":
+            return self.state
+        return {**self.state, CUDA_RNG: torch.cuda.get_rng_state(self.device).tolist()}
+
     def save_checkpoint(self) -> None:
         """Write checkpoint.safetensors (finite weights only; rank 0), replacing the last one."""
         self._require_finite_weights()
@@ -526,7 +552,7 @@ class Trainer:
                 self.output_dir,
                 self.config,
                 self.vocab.words,
-                self.state,
+                self._state_to_save(),
                 # this run's time so far too: a run stopped after this checkpoint and resumed still counts it
                 {**self.metrics, "wall_time_s": round(self.wall_time_s(), 1)},
                 self.best_valid,
@@ -552,6 +578,26 @@ def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> 
         raise TrainingFileError(f"{path} holds no valid training config ({type(err).__name__}: {err})") from err
     _warn_of_ignored_options(config, saved)
     return saved
+
+
+# the checkpoint's state key for the GPU's random generator (a list of bytes; the CPU's is a tensor of its own)
+CUDA_RNG = "cuda_rng_state"
+
+
+def _device(world: World, requested: Union[str, torch.device, None]) -> torch.device:
+    """The trainer's device: ``requested`` (checked, :func:`~.distributed.training_device`), else the world's; with
+    several processes it must be the world's (each rank on its own GPU)."""
+    if requested is None:
+        return world.device
+    device = training_device(requested, world.local_rank, world.local_size if world.size > 1 else 1)
+    if world.size > 1 and device != world.device:
+        raise ValueError(f"--device {requested}: the training processes joined their group on {world.device}")
+    return device
+
+
+def _device_name(device: torch.device) -> str:
+    """The device as metrics.json records it: "cpu", or "cuda:0 (NVIDIA H200)"."""
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
 
 
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every")
@@ -636,9 +682,13 @@ def train(
     progress: bool = True,
     world: World = SINGLE,
     overwrite: bool = False,
+    device: Union[str, torch.device, None] = None,
 ) -> dict[str, Any]:
     """Train a biLM as ``config`` says and write it to ``output_dir``; returns the metrics.
 
-    A new run (not ``resume``) refuses a folder that already holds a model unless ``overwrite``.
+    A new run (not ``resume``) refuses a folder that already holds a model unless ``overwrite``. ``device``: "cpu"
+    (the default), "cuda", "cuda:N" or "auto" (CUDA when available), as ``spacy-elmo train --device``.
     """
-    return Trainer(config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite).run()
+    return Trainer(
+        config, output_dir, resume=resume, progress=progress, world=world, overwrite=overwrite, device=device
+    ).run()
