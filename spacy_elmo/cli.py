@@ -418,6 +418,7 @@ def adapt(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
+    progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
 ) -> None:
     """Domain adaptation: fine-tune a biLM's LM on the text of a task's .spacy docs, for the elmo component.
 
@@ -434,7 +435,15 @@ def adapt(
         _set_threads(threads)
         keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
-        result = run_adapt(output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite)
+        result = run_adapt(
+            output_dir,
+            train_docs,
+            dev_docs,
+            init_from=init_from,
+            options=options,
+            overwrite=overwrite,
+            progress=progress,
+        )
     before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
     typer.echo(
         f"saved to {output_dir}; dev perplexity (mean of both directions) {before['mean']:.2f} -> {after['mean']:.2f}"

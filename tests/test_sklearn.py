@@ -419,8 +419,9 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     example = runpy.run_path(
         str(Path(__file__).resolve().parents[1] / "examples" / "sklearn_classify.py"), run_name="__main__"
     )
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "trec: 60 train / 20 test" in out
+    assert "ELMo: 100%" in err and "60/60" in err and "20/20" in err  # embedding shows its progress
     printed = {
         line.split("test accuracy")[0].strip(): float(line.split("test accuracy")[1].split()[0])
         for line in out.splitlines()
