@@ -111,10 +111,11 @@ def adapt(
     text_dir = out / TEXT_DIR
     n_train = write_doc_text(train_docs, text_dir / ADAPT_TRAIN_TEXT)
     n_dev = write_doc_text(dev_docs, text_dir / ADAPT_DEV_TEXT)
-    start_dir = resolve_model_files(init_from)[0].parent
     say = tqdm.write if progress else _quiet  # what each phase is doing, beside the training's progress bar
     say(f"dev perplexity of {init_from} before adapting ({n_dev} dev docs)")
+    start_dir = resolve_model_files(init_from)[0].parent
     before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT])
+    say(f"fine-tuning {init_from} on the text of {n_train} training docs")
     config = TrainConfig(
         train=[s.to_json() for s in make_sources([text_dir / ADAPT_TRAIN_TEXT])],
         valid=[s.to_json() for s in make_sources([text_dir / ADAPT_DEV_TEXT])],
@@ -126,7 +127,6 @@ def adapt(
         init_from=init_from,
         **options.extra,
     )
-    say(f"fine-tuning {init_from} on the text of {n_train} training docs")
     metrics = Trainer(config, out, progress=progress, overwrite=overwrite).run()
     say("dev perplexity after adapting")
     after = evaluate(out, [text_dir / ADAPT_DEV_TEXT])

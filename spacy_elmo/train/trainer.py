@@ -511,8 +511,8 @@ class Trainer:
         """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only; rank
         0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
+        self._say(f"step {self.state['step']}: the best model so far: writing it to {self.output_dir}")
         if self.world.is_main:
-            self._say(f"step {self.state['step']}: the best model so far: writing it to {self.output_dir}")
             export_model(self.model, self.output_dir, self.vocab)
 
     def wall_time_s(self) -> float:
