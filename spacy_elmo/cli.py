@@ -414,11 +414,11 @@ def adapt(
     lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
+    progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
-    progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
 ) -> None:
     """Domain adaptation: fine-tune a biLM's LM on the text of a task's .spacy docs, for the elmo component.
 

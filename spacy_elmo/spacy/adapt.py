@@ -115,7 +115,7 @@ def adapt(
     say(f"dev perplexity of {init_from} before adapting ({n_dev} dev docs)")
     start_dir = resolve_model_files(init_from)[0].parent
     before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT])
-    say(f"fine-tuning {init_from} on the text of {n_train} training docs")
+    say(f"fine-tuning {init_from} on the text of {n_train} training docs, then the dev perplexity after")
     config = TrainConfig(
         train=[s.to_json() for s in make_sources([text_dir / ADAPT_TRAIN_TEXT])],
         valid=[s.to_json() for s in make_sources([text_dir / ADAPT_DEV_TEXT])],
@@ -128,7 +128,6 @@ def adapt(
         **options.extra,
     )
     metrics = Trainer(config, out, progress=progress, overwrite=overwrite).run()
-    say("dev perplexity after adapting")
     after = evaluate(out, [text_dir / ADAPT_DEV_TEXT])
     result = {
         "init_from": init_from,
