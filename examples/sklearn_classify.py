@@ -81,6 +81,7 @@ def build_models(args: argparse.Namespace) -> dict:
             batch_size=args.batch_size,
             device=args.device,
             tokenizer=str.split,
+            verbose=True,  # a progress bar while the texts are embedded (the long part of the run)
         )
 
     def logreg() -> LogisticRegression:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
@@ -20,11 +21,79 @@ if TYPE_CHECKING:  # pragma: no cover
     from .output.embed_file import EmbedChunks
     from .train.distributed import World
 
+# The command listing of `spacy-elmo --help`, in the order a new user needs the commands (embedding first, training
+# later): each command's one-sentence summary, and the examples its --help ends with.
+COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "embed": (
+        "Embed each line of a text file into an HDF5 file.",
+        (
+            "spacy-elmo embed sentences.txt vectors.hdf5",
+            "spacy-elmo embed sentences.txt vectors.hdf5 --model original --average",
+        ),
+    ),
+    "info": ("Describe a model: architecture, size, corpus, perplexity.", ("spacy-elmo info default",)),
+    "models": ("List the bundled and published models, and which are cached.", ("spacy-elmo models",)),
+    "download": ("Fetch models into the download cache ahead of use.", ("spacy-elmo download original",)),
+    "similarity": (
+        "Compare one word's vectors in two sentences, layer by layer.",
+        ('spacy-elmo similarity "They sat on the bank ." "The bank approved the loan ." --word bank',),
+    ),
+    "train": (
+        "Train or fine-tune a biLM on text and export it.",
+        ("spacy-elmo train my_elmo --train corpus.txt --valid dev.txt --arch small --max-minutes 60",),
+    ),
+    "prepare-corpus": (
+        "Tokenize a large corpus once into shards for training.",
+        ("spacy-elmo prepare-corpus prepared --source wiki_dump --format wikiextractor",),
+    ),
+    "evaluate": ("Measure a trained biLM's perplexity on text files.", ("spacy-elmo evaluate my_elmo test.txt",)),
+    "adapt": (
+        "Fine-tune a biLM on the text of a spaCy task's docs.",
+        ("spacy-elmo adapt adapted_elmo --train train.spacy --dev dev.spacy",),
+    ),
+    "plot-mix": (
+        "Plot the layer weights a trained spaCy pipeline learned.",
+        ("spacy-elmo plot-mix training/model-best mix.png",),
+    ),
+    "allennlp-elmo": ("Run AllenNLP 0.9's `allennlp elmo` command on this package.", ()),  # --help: AllenNLP's
+}
+
+
+def _examples(lines: tuple[str, ...]) -> str:
+    """A help text's example block, kept as written (click rewraps paragraphs, but not those marked with \\b)."""
+    return "\b\n" + ("Example:" if len(lines) == 1 else "Examples:") + "".join(f"\n  {line}" for line in lines)
+
+
+class _Commands(TyperGroup):
+    """The command group: its commands listed in :data:`COMMANDS`' order."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        order = list(COMMANDS)
+        return sorted(super().list_commands(ctx), key=lambda name: order.index(name) if name in order else len(order))
+
+
+class _Command(TyperCommand):
+    """A command whose arguments are spelled as usage lines spell them: ``embed [OPTIONS] INPUT_FILE OUTPUT_FILE``,
+    upper case, optional ones in brackets (typer writes required ones as ``{input_file}``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument) and param.metavar is None and param.name:
+                param.metavar = param.name.upper()
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [piece[1:].replace("}", "", 1) if piece.startswith("{") else piece for piece in pieces]
+
+
 app = typer.Typer(
     name="spacy-elmo",
+    cls=_Commands,
     help=(
         "ELMo contextual word vectors for spaCy and scikit-learn: embed text files, train, evaluate and inspect biLMs."
     ),
+    epilog=_examples(("spacy-elmo embed sentences.txt vectors.hdf5", "spacy-elmo embed --help")),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # help texts are plain: rich markup would swallow "spacy-elmo[dask]" as a tag
@@ -67,6 +136,13 @@ def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
         if not quiet:
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
+
+
+def _require_inputs(*paths: Path) -> None:
+    """Say a missing input file at once, before a model loads or any work starts (``-`` is standard input)."""
+    for path in paths:
+        if str(path) != "-" and not path.exists():
+            raise FileNotFoundError(f"input file {path} does not exist")
 
 
 _TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults prepare-corpus and adapt share
@@ -341,6 +417,7 @@ def adapt(
     lr: float = typer.Option(_TRAIN_DEFAULTS.lr, help="Adam learning rate"),
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
+    progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
@@ -352,6 +429,8 @@ def adapt(
     Writes OUTPUT_DIR (use it as [components.elmo.model] path) and OUTPUT_DIR/adaptation.json with the
     dev perplexity before and after.
     """
+    with _errors_exit_2():
+        _require_inputs(train_docs, dev_docs)
     from .spacy.adapt import AdaptOptions
     from .spacy.adapt import adapt as run_adapt
     from .train.allocator import keep_freed_memory
@@ -361,7 +440,14 @@ def adapt(
         keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
         result = run_adapt(
-            output_dir, train_docs, dev_docs, init_from=init_from, options=options, overwrite=overwrite, device=device
+            output_dir,
+            train_docs,
+            dev_docs,
+            init_from=init_from,
+            options=options,
+            overwrite=overwrite,
+            device=device,
+            progress=progress,
         )
     before, after = result["dev_perplexity_before"], result["dev_perplexity_after"]
     typer.echo(
@@ -391,6 +477,8 @@ def evaluate(
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
+    with _errors_exit_2():
+        _require_inputs(*text_files)
     from .train import evaluate as run_evaluate
 
     def model_name(path: Path) -> Union[str, Path]:
@@ -475,6 +563,8 @@ def embed(
     ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
+    with _errors_exit_2():
+        _require_inputs(input_file)
     from .output.embed_file import embed_file
     from .runtime.backend import dtype_name, load_bilm
 
@@ -602,6 +692,8 @@ def plot_mix(
     output: Path = typer.Argument(..., help="The figure to write, e.g. mix.png"),
 ) -> None:
     """Bar chart of the layer weights and gamma that each ElmoScalarMix in a trained pipeline learned."""
+    with _errors_exit_2():
+        _require_inputs(pipeline)
     import spacy
 
     from .similarity import plot_mixes
@@ -644,6 +736,13 @@ def allennlp_elmo(ctx: typer.Context) -> None:
             allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
         except ConfigurationError as err:  # AllenNLP's error type (a blank line...): one line here, as everywhere
             raise ValueError(err.message) from err
+
+
+for _info in app.registered_commands:  # each command's summary, examples and usage line, from COMMANDS
+    _name = _info.name or typer.main.get_command_name(getattr(_info.callback, "__name__", ""))
+    _info.short_help, _lines = COMMANDS[_name]
+    _info.epilog = _examples(_lines) if _lines else None
+    _info.cls = _Command if _info.cls in (None, TyperCommand) else _info.cls
 
 
 def main() -> None:

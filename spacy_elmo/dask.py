@@ -13,7 +13,8 @@ Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -37,7 +38,23 @@ from .runtime.validation import optional_windows, resolve_device
 from .sklearn import ElmoVectorizer
 from .sources.model_files import model_shape, resolve_model_files
 
-__all__ = ["embed_texts", "embed_tokens"]
+__all__ = ["embed_texts", "embed_tokens", "local_cluster"]
+
+
+@contextmanager
+def local_cluster(n_workers: int = 2, **cluster_options: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` on a LocalCluster of ``n_workers`` worker processes here, closed cleanly on exit.
+
+    Each worker runs one thread (``cluster_options`` go to ``LocalCluster``). On exit the client closes, then each
+    worker process is given time to exit before the cluster closes: plain ``LocalCluster.close`` kills a worker that
+    takes more than 4 s to exit, with a warning per worker, and a worker that has imported torch can take that
+    long on a busy machine. ``spacy-elmo embed --scheduler local:N`` starts and closes its cluster the same way
+    (:func:`spacy_elmo.output.cluster.local_cluster`).
+    """
+    from .output.cluster import local_cluster as start  # needs distributed, which the rest of this module does not
+
+    with start(n_workers, **cluster_options) as client:
+        yield client
 
 
 def embed_texts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any, Optional, Union
 
@@ -25,6 +26,11 @@ from .sources.model_files import bundled_name
 from .spacy.extensions import fresh_layers
 
 FEATURE_PREFIX = "elmo"
+
+
+class EmptyTextWarning(UserWarning):
+    """Some samples had no tokens (empty or whitespace only): their rows are zeros, as documented, but a column of
+    them usually means the wrong column or an unread file. Shown once per process (Python's default filter)."""
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):
@@ -72,7 +78,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     or one-column DataFrame), token lists, or spaCy ``Doc`` objects. A ``Doc`` whose
     ``doc._.elmo_layers`` the spaCy ``elmo`` component filled with this model is pooled from
     those stored layers, not recomputed. Whitespace tokens (spaCy's ``" "``, ``"\\n"``) are
-    dropped before embedding: ELMo never saw them. A text with no tokens gives a row of zeros.
+    dropped before embedding: ELMo never saw them. A text with no tokens gives a row of zeros (and, once per
+    process, an :class:`EmptyTextWarning`).
     Identical samples within one call are embedded once.
 
     Attributes
@@ -140,10 +147,11 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         tags.input_tags.string = True
         tags.input_tags.two_d_array = False
         tags.requires_fit = False
+        tags.transformer_tags.preserves_dtype = ["float32"]  # every row is float32, whatever the input
         return tags
 
     def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
-        return {"X_types": ["string"], "requires_fit": False, "stateless": True}
+        return {"X_types": ["string"], "requires_fit": False, "stateless": True, "preserves_dtype": [np.float32]}
 
     # -- internals -------------------------------------------------------------------------
 
@@ -239,10 +247,12 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def _transform(self, samples: list[Any], backend: ElmoBackend) -> np.ndarray:
         kind = sample_kind(samples)
         out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
+        empty = 0  # samples with no tokens
         if kind == "doc":
             pending: Rows = {}  # unique token sequence -> rows that need it
             for i, doc in enumerate(samples):
                 keep = [token.i for token in doc if not is_whitespace(token.text)]
+                empty += not keep
                 stored = fresh_layers(doc, backend.fingerprint, (backend.n_layers + 1, backend.dim))
                 if stored is None:
                     pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
@@ -250,6 +260,14 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
                     out[i] = self._pool(stored[:, keep])
         else:
             pending = token_rows(samples, kind, self.tokenizer)
+            empty = len(pending.get((), []))
+        if empty:
+            warnings.warn(  # one message for every call, so that Python's default filter shows it once
+                "spacy_elmo: ElmoVectorizer was given samples with no tokens (empty or whitespace only); "
+                "their rows are zeros",
+                EmptyTextWarning,
+                stacklevel=1,
+            )
         for tokens, row in self._pooled(pending, backend):  # window by window: memory flat in the text's length
             out[pending[tokens]] = row
         # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)

@@ -2,9 +2,13 @@
 """spacy_elmo.dask on a LocalCluster of 2 worker processes: the same rows as ElmoVectorizer, in order;
 `embed --scheduler`."""
 
+import atexit
+import logging
 import pickle
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 
 import h5py
 import numpy as np
@@ -19,14 +23,13 @@ import dask.array as da
 import dask.bag as db
 import dask.dataframe as dd
 import pandas as pd
-from distributed import Client, LocalCluster
 from numerics import assert_recomputed_close
 from test_embed_file import assert_same_vectors
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
-from spacy_elmo.dask import embed_texts, embed_tokens
+from spacy_elmo.dask import embed_texts, embed_tokens, local_cluster
 from spacy_elmo.output.cluster import connect
 from spacy_elmo.runtime.mix import mix_layers
 
@@ -37,8 +40,7 @@ GRAPH_BYTES_PER_PARTITION = 4096  # options and the texts themselves; the weight
 def client():
     """One LocalCluster (2 worker processes, 1 thread each) for the whole module: starting one takes seconds
     (so the tests that use it are marked slow)."""
-    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
-    with cluster, Client(cluster) as client:
+    with local_cluster(2, dashboard_address=":0") as client:
         yield client
 
 
@@ -224,6 +226,45 @@ def test_bad_scheduler_is_a_clear_error(scheduler, fixture_dir, tmp_path):
     assert not (tmp_path / "out.hdf5").exists()
     with pytest.raises(ValueError, match="local:N"):
         connect(scheduler)
+
+
+@contextmanager
+def cli_cluster(n_workers):
+    """The cluster of `spacy-elmo embed --scheduler local:N`, closed as the command closes it."""
+    client, close = connect(f"local:{n_workers}")
+    try:
+        yield client
+    finally:
+        close()
+
+
+class Said(logging.Handler):
+    """Every message a logger (and its children) handles."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opened", [local_cluster, cli_cluster])
+def test_a_local_cluster_closes_without_killing_a_worker_that_exits_slowly(opened):
+    """distributed's own close kills a worker process still there after 4 s, with a warning per worker; a worker
+    that has imported torch can take that long on a busy machine. Here each one's exit takes longer for sure."""
+    said, nanny_log = Said(), logging.getLogger("distributed.nanny")
+    nanny_log.addHandler(said)
+    try:
+        with opened(2) as client:
+            assert len(client.run(atexit.register, time.sleep, 4.5)) == 2  # each worker sleeps at exit
+            start = time.perf_counter()
+        waited = time.perf_counter() - start
+    finally:
+        nanny_log.removeHandler(said)
+    assert not [m for m in said.messages if "still alive" in m or "killing" in m], said.messages
+    assert waited >= 4.5  # the workers were given their time, not killed
 
 
 @pytest.mark.slow

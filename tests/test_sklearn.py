@@ -4,6 +4,7 @@ import pickle
 import runpy
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import FeatureUnion, make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils import estimator_checks
+from sklearn.utils import estimator_checks, get_tags
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
 from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from spacy_elmo.runtime.windows import embed_segments
+from spacy_elmo.sklearn import EmptyTextWarning
 
 TEXTS = ["The bank approved the loan .", "I sat on the river bank .", "", "Birds  fly\n south ."]
 
@@ -97,6 +99,31 @@ def test_token_lists_whitespace_and_empty_rows(vec, backend):
     assert_recomputed_close(X_text[0], expected)
     assert not X_text[1:].any() and X_text[0].any()  # empty / whitespace-only text -> zero row
     assert vec.transform(np.array([["a", "b"], ["c", "d"]], dtype=object).tolist()).shape == (2, backend.dim)
+
+
+def test_samples_without_tokens_warn_once_and_keep_their_zero_rows(vec, blank_en, backend):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own filter: each warning once per place it is raised from
+        X = vec.fit_transform(["", "   "])
+        again = vec.transform(["a b", "\n"])
+        docs = vec.transform([blank_en(""), blank_en("a b")])
+    assert X.shape == (2, backend.dim) and not X.any()  # the documented zero rows, still
+    assert not again[1].any() and again[0].any() and not docs[0].any()
+    (warning,) = [w for w in caught if issubclass(w.category, EmptyTextWarning)]
+    assert "no tokens" in str(warning.message) and "zeros" in str(warning.message)
+    for samples in (["", "a"], [blank_en(" ")]):  # each kind of input says it (a fresh filter state each time)
+        with pytest.warns(EmptyTextWarning):
+            vec.transform(samples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmptyTextWarning)
+        vec.transform(["a b", "c"])  # every sample has tokens: nothing to say
+
+
+def test_tags_state_the_float32_rows(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir))
+    out = est.fit_transform(TEXTS[:2])
+    assert get_tags(est).transformer_tags.preserves_dtype == [out.dtype.name] == ["float32"]
+    assert est._more_tags()["preserves_dtype"] == [out.dtype.type]  # scikit-learn < 1.6 reads these
 
 
 def test_identical_texts_are_embedded_once(vec, embed_spy):
@@ -392,8 +419,9 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     example = runpy.run_path(
         str(Path(__file__).resolve().parents[1] / "examples" / "sklearn_classify.py"), run_name="__main__"
     )
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "trec: 60 train / 20 test" in out
+    assert "ELMo: 100%" in err and "60/60" in err and "20/20" in err  # embedding shows its progress
     printed = {
         line.split("test accuracy")[0].strip(): float(line.split("test accuracy")[1].split()[0])
         for line in out.splitlines()

@@ -46,6 +46,11 @@ def test_adapt_writes_a_model_the_elmo_component_loads(tmp_path):
     assert record["steps"] == 3 and record["n_train_docs"] == len(TEXTS)
     assert after < before  # three steps on the dev text itself lower its perplexity
     assert f"{before:.2f} -> {after:.2f}" in result.output
+    said = [line for line in result.output.splitlines() if "dev perplexity" in line or "fine-tuning" in line]
+    assert said[:2] == [
+        f"dev perplexity of default before adapting ({len(TEXTS)} dev docs)",
+        f"fine-tuning default on the text of {len(TEXTS)} training docs, then the dev perplexity after",
+    ]
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(out)})
     default = spacy.blank("en")
@@ -151,7 +156,7 @@ def test_a_full_disk_while_adapting_leaves_the_previous_model_whole(tmp_path, fi
     corpus = write_corpus(tmp_path / "data.spacy", "textcat")
     out = tmp_path / "model"
     before = _another_model(out, fixture_dir)
-    args = _adapt_args(out, corpus, "--overwrite")
+    args = _adapt_args(out, corpus, "--overwrite", "--no-progress")  # stderr: the error alone
     done = subprocess.run(
         [sys.executable, "-c", _DISK_FULL, str(4_000_000), *args], capture_output=True, text=True, timeout=300
     )

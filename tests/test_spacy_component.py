@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from spacy.tokens import Doc
 from spacy_elmo import WeightFileError, load_bilm
 from spacy_elmo.runtime import windows
 from spacy_elmo.spacy import ElmoComponent
+from spacy_elmo.spacy.hooks import EmptyVectorWarning
 
 
 def make_nlp(fixture_dir, **config):
@@ -121,6 +123,21 @@ def test_empty_and_whitespace_only_docs(nlp, text):
     zero_tokens = Doc(nlp.vocab, words=[])
     assert nlp.get_pipe("elmo")(zero_tokens)._.elmo_layers.shape == (3, 0, 32)
     assert next(iter(nlp.pipe([text, "", "a"])))._.elmo_layers.shape == (3, len(doc), 32)
+
+
+def test_similarity_with_an_empty_doc_warns_once(nlp):
+    hello, empty, spaces = nlp("hello"), nlp(""), nlp("a  b")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own filter: each warning once per place it is raised from
+        assert empty.similarity(hello) == 0.0 and hello.similarity(empty) == 0.0  # the value stays as documented
+        assert spaces[1].similarity(hello) == 0.0  # a whitespace token
+        assert 0.0 < spaces[0].similarity(hello) < 1.0 and hello.similarity(hello) == pytest.approx(1.0)
+    (warning,) = [w for w in caught if issubclass(w.category, EmptyVectorWarning)]
+    assert "no ELMo vector" in str(warning.message) and "0.0" in str(warning.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmptyVectorWarning)
+        spaces[0].similarity(hello)  # two real vectors: nothing to say
+        spaces[0:1].similarity(hello[0:1])
 
 
 def test_hooks_vectors_and_similarity(nlp):

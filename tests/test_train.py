@@ -385,3 +385,16 @@ def test_model_card_shows_the_command_as_typed():
 
     assert display_command("/x/spacy_elmo/__main__.py train out --seed 0") == "python -m spacy_elmo train out --seed 0"
     assert display_command("/venv/bin/spacy-elmo train 'my dir'") == "spacy-elmo train my dir"
+
+
+def test_the_run_says_when_it_validates_and_writes_the_model(texts, tmp_path, capsys):
+    """Long phases between the progress bar's steps say what they do (tqdm.write, on stdout), unless it is hidden."""
+    out = tmp_path / "shown"
+    Trainer(tiny_config(texts, max_steps=2, epochs=1), out, progress=True).run()
+    shown = capsys.readouterr().out.splitlines()
+    validating = shown.index("step 2: computing the validation perplexity")
+    assert shown[validating + 1].startswith("step 2: ") and "valid_ppl_mean=" in shown[validating + 1]
+    assert shown[validating + 2] == f"step 2: the best model so far: writing it to {out}"
+    assert (out / "weights.hdf5").is_file()
+    Trainer(tiny_config(texts, max_steps=2, epochs=1), tmp_path / "quiet", progress=False).run()
+    assert not capsys.readouterr().out

@@ -11,9 +11,11 @@ extra (``distributed``).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import deque
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -31,8 +33,9 @@ from ..runtime.windows import embed_segments
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
 SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
 EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)
+WORKER_EXIT_S = 30.0  # how long closing a LocalCluster waits for each worker process to exit before killing it
 
-__all__ = ["EMBED_FILE_TASK_LINES", "cluster_chunks", "connect"]
+__all__ = ["EMBED_FILE_TASK_LINES", "WORKER_EXIT_S", "cluster_chunks", "connect", "local_cluster"]
 
 
 def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
@@ -41,21 +44,16 @@ def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
     ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
     a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``.
     """
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     text = str(scheduler).strip()
     local = LOCAL_SCHEDULER.fullmatch(text)
     if text == "local" or text.startswith("local:"):  # not localhost:8786
         if not local or int(local[1]) < 1:
             raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
-        cluster = LocalCluster(n_workers=int(local[1]), processes=True, threads_per_worker=1, dashboard_address=":0")
-        client = Client(cluster)
-
-        def close() -> None:
-            client.close()
-            cluster.close()
-
-        return client, close
+        opened = ExitStack()
+        client = opened.enter_context(local_cluster(int(local[1]), dashboard_address=":0"))
+        return client, opened.close
     if not SCHEDULER_ADDRESS.fullmatch(text):
         raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
     try:
@@ -63,6 +61,32 @@ def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
     except (OSError, TimeoutError) as err:
         raise ValueError(f"scheduler {scheduler!r}: cannot connect to a Dask scheduler there ({err})") from err
     return client, client.close
+
+
+@contextmanager
+def local_cluster(n_workers: int, worker_exit_s: float = WORKER_EXIT_S, **cluster_options: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` on a LocalCluster of ``n_workers`` worker processes, one thread each; closed on exit
+    with each worker process given ``worker_exit_s`` seconds to exit.
+
+    ``LocalCluster.close`` alone gives a worker process 4 s to exit, then kills it with a warning per worker
+    ("Worker process still alive after 4.0 seconds, killing"): a process that has imported torch can take longer
+    than that to exit on a busy machine. So the client closes, then each worker is asked to close and given time
+    to exit, and only then the cluster closes, with nothing left to kill.
+    """
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=n_workers, **{"processes": True, "threads_per_worker": 1, **cluster_options})
+    try:
+        with Client(cluster) as client:
+            yield client
+        cluster.sync(_close_workers, list(cluster.workers.values()), worker_exit_s)
+    finally:
+        cluster.close()
+
+
+async def _close_workers(nannies: list[Any], timeout: float) -> None:
+    """Close each worker's nanny, its worker process allowed ``timeout`` seconds to exit (all at once)."""
+    await asyncio.gather(*(nanny.close(timeout=timeout) for nanny in nannies))
 
 
 def cluster_chunks(

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
+from tqdm import tqdm
 
 from ..bilm.files import (
     ADAPT_DEV_TEXT,
@@ -101,6 +102,7 @@ def adapt(
     init_from: the model to start from; it must ship its vocabulary and softmax (as "default" and models
         written by ``spacy-elmo train`` do), or the perplexity before adaptation cannot be measured; a published
         model is refused before it is downloaded (:func:`require_adaptable`).
+    progress: say what each phase is doing (a line each) and show the training's progress bar.
     overwrite: replace the model ``output_dir`` already holds (refused otherwise, before anything is written);
         the previous model stays whole until the adapted one is written in full.
     device: where the fine-tuning and both perplexities run: "cpu" (the default), "cuda", "cuda:N" or "auto"
@@ -114,8 +116,11 @@ def adapt(
     text_dir = out / TEXT_DIR
     n_train = write_doc_text(train_docs, text_dir / ADAPT_TRAIN_TEXT)
     n_dev = write_doc_text(dev_docs, text_dir / ADAPT_DEV_TEXT)
+    say = tqdm.write if progress else _quiet  # what each phase is doing, beside the training's progress bar
+    say(f"dev perplexity of {init_from} before adapting ({n_dev} dev docs)")
     start_dir = resolve_model_files(init_from)[0].parent
     before = evaluate(start_dir, [text_dir / ADAPT_DEV_TEXT], device=device)
+    say(f"fine-tuning {init_from} on the text of {n_train} training docs, then the dev perplexity after")
     config = TrainConfig(
         train=[s.to_json() for s in make_sources([text_dir / ADAPT_TRAIN_TEXT])],
         valid=[s.to_json() for s in make_sources([text_dir / ADAPT_DEV_TEXT])],
@@ -142,3 +147,7 @@ def adapt(
     }
     write_text_atomically(out / ADAPTATION, json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _quiet(line: str) -> None:
+    """Say nothing (``progress=False``)."""

@@ -33,6 +33,12 @@ class NoElmoLayersWarning(UserWarning):
     docs the ``elmo`` component never ran on): their vectors stay empty."""
 
 
+class EmptyVectorWarning(UserWarning):
+    """``.similarity`` compared an object with no ELMo vector (an empty or whitespace-only doc, span or token, or a
+    doc without ELMo layers): the result is 0.0, not a measure of the texts. Shown once per process (Python's default
+    filter), as spaCy's W008."""
+
+
 def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
     """Make ``.vector`` & co of ``docs`` (a Doc or an iterable of Docs) use ELMo: hooks, and ``doc.tensor``.
 
@@ -107,12 +113,20 @@ def token_has_vector(token: Token) -> bool:
 
 
 def similarity(obj: Any, other: Any) -> float:
-    """Cosine similarity of the two objects' ``.vector`` (0.0 when either is a zero vector)."""
+    """Cosine similarity of the two objects' ``.vector``; 0.0 when either has none (no tokens but whitespace, no ELMo
+    layers), with an :class:`EmptyVectorWarning`."""
     a = np.asarray(obj.vector, dtype=np.float64)
     b = np.asarray(other.vector, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(
             f"cannot compare a {a.shape[0]}-d vector with a {b.shape[0]}-d one "
             f"(is the other object from a doc without ELMo vectors?)"
+        )
+    if not (a.any() and b.any()):
+        warnings.warn(  # one message for every object, so that Python's default filter shows it once
+            "spacy_elmo: .similarity with a doc, span or token that has no ELMo vector (empty, whitespace only, or "
+            "without ELMo layers) is 0.0",
+            EmptyVectorWarning,
+            stacklevel=1,
         )
     return cosine(a, b)

@@ -464,6 +464,7 @@ class Trainer:
             record["train_ppl_backward"] = round(perplexity(totals["nll_b"] / totals["n"]), 2)
             record["tokens_per_s"] = round(totals["words"] / max(totals["seconds"], 1e-9), 1)
         if self.valid_sources:
+            self._say(f"step {record['step']}: computing the validation perplexity")
             part = (self.world.rank, self.world.size)  # each rank a share of the batches, summed
             sums = nll_sums(
                 self.model,
@@ -486,8 +487,7 @@ class Trainer:
             score = result["mean"]
         else:
             score = -self.state["step"]  # no validation data: the latest model is the best
-        if self.progress:
-            tqdm.write(f"step {record['step']}: " + ", ".join(f"{k}={v}" for k, v in record.items() if "ppl" in k))
+        self._say(f"step {record['step']}: " + ", ".join(f"{k}={v}" for k, v in record.items() if "ppl" in k))
         (self.metrics["epochs"] if epoch_end else self.metrics["evaluations"]).append(record)
         if score < self.best_valid:
             self.best_valid = score
@@ -495,6 +495,12 @@ class Trainer:
             self.export()
         self.write_metrics()
         return record
+
+    def _say(self, line: str) -> None:
+        """One line of what the run is doing, beside the progress bar (only when the bar is shown: rank 0, not
+        --no-progress)."""
+        if self.progress:
+            tqdm.write(line)
 
     def _diverged(self, what: str, step: int) -> TrainingDiverged:
         """The error for a non-finite loss, perplexity or weight: where, what to change, what the files still hold."""
@@ -521,6 +527,7 @@ class Trainer:
         """Write options.json, weights.hdf5 and softmax.safetensors for the current model (finite weights only; rank
         0)."""
         self._require_finite_weights()  # on every rank: all raise together (their weights are the same)
+        self._say(f"step {self.state['step']}: the best model so far: writing it to {self.output_dir}")
         if self.world.is_main:
             # the exported biLM is built fresh (random init, then overwritten): dropout's stream must not see it, or a
             # resumed run would draw other masks than the uninterrupted one
