@@ -146,6 +146,7 @@ def test_a_trainer_on_a_world_takes_its_device_and_refuses_another(texts, tmp_pa
 )
 def test_the_commands_refuse_a_missing_gpu_in_one_line_and_write_nothing(texts, tmp_path, no_cuda, command):
     out = tmp_path / "model"
+    Path(f"{texts[0]}.spacy").touch()  # adapt's inputs exist (a missing one is refused first, by name)
     args = [part.format(out=out, train=texts[0]) for part in command]
     result = CliRunner().invoke(app, [*args, "--device", "cuda"])
     assert result.exit_code == 2, result.output
