@@ -221,7 +221,8 @@ def train(
         "--processes",
         help=(
             "Training processes on this machine, each training its share of every batch (one model, gradients summed "
-            "over gloo, as under torchrun; each with --threads threads, by default the cores shared out)"
+            "over gloo between CPUs or nccl between GPUs, one GPU each, as under torchrun; each with --threads "
+            "threads, by default the cores shared out)"
         ),
     ),
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
@@ -555,7 +556,7 @@ def embed(
         None,
         help=(
             "Compute on a Dask cluster: a scheduler address (tcp://HOST:8786) or local:N (N worker processes here); "
-            "needs spacy-elmo[dask]"
+            "needs the [dask] extra"
         ),
     ),
     threads: Optional[int] = typer.Option(
@@ -758,10 +759,12 @@ def _dask_chunks(
     if scheduler is None:
         yield None
         return
+    from .about import install_extra
+
     try:
         from .output.cluster import cluster_chunks, connect
     except ImportError as err:  # the message names the extra to install
-        raise ValueError(f"--scheduler {scheduler}: {err}") from err
+        raise ValueError(f"--scheduler {scheduler}: {err}: {install_extra('dask')}") from err
 
     client, close = connect(scheduler)
     try:

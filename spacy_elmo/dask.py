@@ -1,7 +1,7 @@
 """ELMo on Dask collections: pooled vectors of a Bag or Series as a dask Array, token vectors as a dask Bag.
 
-Install with ``pip install 'spacy-elmo[dask]'``. The task graph carries the model's *name or path*
-and the options, never the weights: each worker process loads the model once through
+Needs the ``[dask]`` extra (``pip install -e '.[dask]'`` in a checkout). The task graph carries the model's *name or
+path* and the options, never the weights: each worker process loads the model once through
 :func:`spacy_elmo.load_bilm`'s process-wide cache (a published model is downloaded once per
 machine, under a file lock in ``SPACY_ELMO_HOME``) and uses the embedding disk cache named by
 its own ``SPACY_ELMO_CACHE_DIR`` or by ``cache_dir=``. Nothing here sets torch's thread count:
@@ -20,12 +20,14 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from .about import install_extra
+
 try:  # absolute imports: this module's own name is "dask" too
     import dask
     import dask.array as da
     import dask.bag as db
 except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError(f"spacy_elmo.dask needs Dask ({err}); install the extra: pip install 'spacy-elmo[dask]'") from err
+    raise ImportError(f"spacy_elmo.dask needs Dask ({err}): {install_extra('dask')}") from err
 
 from .bilm.files import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype

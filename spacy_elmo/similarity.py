@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .about import install_extra
 from .bilm.files import PathLike, atomic_path
 from .runtime.backend import ElmoBackend
 from .runtime.cosine import cosine
@@ -84,7 +85,7 @@ def new_figure(**subplots: Any) -> tuple[Any, Any]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("plots need matplotlib: pip install 'spacy-elmo[plot]'") from None
+        raise ImportError(f"plots need matplotlib: {install_extra('plot')}") from None
     figsize = subplots.pop("figsize", None)
     figure = Figure(figsize=figsize)
     return figure, figure.subplots(**subplots)

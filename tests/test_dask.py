@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 import pytest
 
-pytest.importorskip("dask", reason="Dask is not installed (pip install 'spacy-elmo[dask]')")
-pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'spacy-elmo[dask]')")
+pytest.importorskip("dask", reason="Dask is not installed (pip install -e '.[dask]')")
+pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install -e '.[dask]')")
 
 pytestmark = pytest.mark.dask
 
@@ -81,7 +81,7 @@ def _backends_loaded():
 def test_without_dask_the_error_names_the_extra():
     code = "import sys; sys.modules['dask'] = None; import spacy_elmo.dask"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode != 0 and "pip install 'spacy-elmo[dask]'" in result.stderr
+    assert result.returncode != 0 and "pip install -e '.[dask]'" in result.stderr
 
 
 def test_without_distributed_embed_on_a_cluster_names_the_extra(fixture_dir, tmp_path):
@@ -93,7 +93,7 @@ def test_without_distributed_embed_on_a_cluster_names_the_extra(fixture_dir, tmp
         f"sys.argv = {[*argv, '--no-progress', '--scheduler', 'local:2']!r}; main()"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 2 and "pip install 'spacy-elmo[dask]'" in result.stderr, result.stderr
+    assert result.returncode == 2 and "pip install -e '.[dask]'" in result.stderr, result.stderr
     assert "--scheduler local:2" in result.stderr and not (tmp_path / "out.hdf5").exists()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("dask", reason="Dask is not installed (pip install 'spacy-elmo[dask]')")
+pytest.importorskip("dask", reason="Dask is not installed (pip install -e '.[dask]')")
 
 pytestmark = pytest.mark.dask
 

@@ -23,9 +23,7 @@ import numpy as np
 try:  # checked on import, so that a missing extra is named before any work
     import distributed  # noqa: F401
 except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"spacy_elmo.output.cluster needs Dask's distributed ({err}); install the extra: pip install 'spacy-elmo[dask]'"
-    ) from err
+    raise ImportError(f"spacy_elmo.output.cluster needs Dask's distributed ({err}), in the [dask] extra") from err
 
 from ..runtime.backend import load_bilm
 from ..runtime.windows import embed_segments
