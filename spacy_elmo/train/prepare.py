@@ -178,9 +178,12 @@ def prepare_corpus(
     except BaseException:
         writer.abort()
         raise
-    with atomic_path(out / COUNTS) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+    counts_digest = hashlib.sha256()
+    with atomic_path(out / COUNTS) as tmp, open(tmp, "wb") as handle:
         for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            handle.write(f"{word}\t{count}\n")
+            line = f"{word}\t{count}\n".encode()
+            handle.write(line)
+            counts_digest.update(line)
     seconds = time.perf_counter() - started
     words = sum(r["words"] for r in records)
     manifest = {
@@ -196,6 +199,7 @@ def prepare_corpus(
         "seconds": round(seconds, 2),
         "words_per_s": round(words / max(seconds, 1e-9), 1),
         "counts": COUNTS,
+        "counts_sha256": counts_digest.hexdigest(),  # checked as the shards' are (shards.verify_counts)
         "sources": records,
         "shards": writer.shards,
     }
