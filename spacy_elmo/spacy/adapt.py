@@ -32,6 +32,7 @@ from ..sources.download import is_url
 from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
+from ..train.folder_lock import holds_output_folder
 from ..train.outputs import refuse_another_model
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
@@ -82,6 +83,7 @@ def require_adaptable(init_from: str) -> None:
         )
 
 
+@holds_output_folder  # no other run writes into output_dir until this one ends
 def adapt(
     output_dir: PathLike,
     train_docs: PathLike,
