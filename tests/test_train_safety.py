@@ -639,3 +639,30 @@ def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, 
     result = cli_train(out, "--resume", "--max-steps", "4")
     assert result.exit_code == 0, result.output
     assert load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"] == 4
+
+
+def test_evaluate_record_refuses_a_bad_metrics_file_before_evaluating(texts, trained, tmp_path):
+    """A string wall_time_s: metrics.json got the record, then a 70-line TypeError left the card behind it."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
+    (model / "metrics.json").write_text(json.dumps({**metrics, "wall_time_s": "12"}), encoding="utf-8")
+    (model / "README.md").write_text("# the card\n", encoding="utf-8")
+    before = _files(model)
+    args = ["evaluate", str(model), str(texts / "valid.txt"), "--record", "valid"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f'error: {model / "metrics.json"}: wall_time_s is "12", not a number: correct it, then record again '
+        "(nothing was changed)\n"
+    )
+    assert _files(model) == before
+    (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    result = CliRunner().invoke(app, [*args[:-1], "valid | wiki"])
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((model / "metrics.json").read_text(encoding="utf-8"))["test"]["valid | wiki"]
+    assert f"| valid \\| wiki | {recorded['forward']:.1f} / {recorded['backward']:.1f} |" in (
+        model / "README.md"
+    ).read_text(encoding="utf-8")
