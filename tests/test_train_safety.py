@@ -624,6 +624,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, 
             ["train", str(out), "--train", str(texts / "train.txt"), "--arch", "tiny", "--seed", "2", "--overwrite"],
             ["train", str(out), "--resume"],
             ["adapt", str(out), "--train", str(tmp_path / "train.spacy"), "--dev", str(tmp_path / "dev.spacy")],
+            ["evaluate", str(out), str(texts / "valid.txt"), "--record", "valid"],
+            ["prepare-corpus", str(out), "--source", str(texts / "train.txt")],
         ):
             result = CliRunner().invoke(app, [*args, "--no-progress"] if args[0] == "train" else args)
             assert result.exit_code == 2, result.output

@@ -214,9 +214,11 @@ __all__ = ["check_record", "evaluate", "load_language_model", "perplexity_on", "
 
 def check_record(model_dir: PathLike, name: str) -> Path:
     """Whether a result can be recorded under ``name`` for the model in ``model_dir``, checked before anything is
-    computed or changed: the name (one line of text) and the model's ``metrics.json`` (a JSON object whose values the
-    card can show). Returns the model's folder; a ValueError naming the problem otherwise."""
+    computed or changed: the name (one line of text), the model's ``metrics.json`` (a JSON object whose values the
+    card can show) and that no run holds the folder. Returns the model's folder; a ValueError naming the problem
+    otherwise."""
     from ..sources.model_files import resolve_model_files
+    from .folder_lock import folder_claimed
     from .model_card import check_card_metrics, read_metrics
 
     if not isinstance(name, str) or not name.strip() or any(not c.isprintable() for c in name):
@@ -228,6 +230,8 @@ def check_record(model_dir: PathLike, name: str) -> Path:
         if not isinstance(metrics.get("test", {}), dict):
             raise ValueError(f"{path}: test is {json.dumps(metrics['test'])}, not an object of recorded results")
         check_card_metrics(metrics, path)
+    with folder_claimed(directory):  # a run writing the folder now refuses the record: say so before evaluating
+        pass
     return directory
 
 
