@@ -90,6 +90,8 @@ def claim_folder(directory: PathLike) -> FolderClaim:
     """Claim ``directory`` (made if missing) for this run: a :class:`FolderInUseError` if another run holds it;
     else stale temporaries of killed runs in it are removed (:func:`remove_stale_temporaries`)."""
     path = Path(directory).expanduser()
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} is a file, not a folder: write into a folder")
     created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     key = path.resolve()
@@ -170,7 +172,10 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
 
 
 def _running(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine (one of another user's counts as running)."""
+    """Whether a process ``pid`` runs on this machine (one of another user's counts as running; on Windows, where
+    signal 0 would end the process, every one)."""
+    if os.name == "nt":
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
