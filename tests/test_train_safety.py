@@ -668,3 +668,54 @@ def test_evaluate_record_refuses_a_bad_metrics_file_before_evaluating(texts, tra
     assert f"| valid \\| wiki | {recorded['forward']:.1f} / {recorded['backward']:.1f} |" in (
         model / "README.md"
     ).read_text(encoding="utf-8")
+
+
+_KILLED_WHILE_WRITING = """
+import sys, time
+from pathlib import Path
+from spacy_elmo.cli import app
+from spacy_elmo.train import storage
+
+real_save_file = storage.save_file
+
+def stalls(tensors, filename, metadata=None):  # a checkpoint write that is under way when the process is killed
+    if metadata["format"] != "spacy-elmo checkpoint":
+        return real_save_file(tensors, filename, metadata=metadata)
+    Path(filename).write_bytes(b"part of a checkpoint")
+    print("writing", flush=True)
+    time.sleep(300)
+
+storage.save_file = stalls
+app(["train", sys.argv[1], "--resume", "--max-steps", "4", "--no-progress", "--threads", "1"])
+"""
+
+
+def test_a_run_killed_while_writing_a_checkpoint_leaves_nothing_after_resume(texts, trained, tmp_path):
+    """Each kill during a checkpoint write left a checkpoint-sized hidden temporary (two after two kills), which no
+    --resume removed."""
+    import itertools
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    shutil.copytree(trained, out)
+    before = (out / "checkpoint.safetensors").read_bytes()
+    for _ in range(2):
+        run = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_WHILE_WRITING, str(out)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            said = [line.strip() for line in itertools.takewhile(lambda line: line.strip() != "writing", run.stdout)]
+            assert run.poll() is None, said  # stopped in the checkpoint write, not ended
+        finally:
+            run.send_signal(signal.SIGKILL)
+            run.wait()
+        left = [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # the second run removed the first's
+        assert len(left) == 1 and left[0].startswith(f".checkpoint.safetensors.{run.pid}."), left
+    assert (out / "checkpoint.safetensors").read_bytes() == before
+    result = cli_train(out, "--resume", "--max-steps", "4")
+    assert result.exit_code == 0, result.output
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"] == 4
