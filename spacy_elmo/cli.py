@@ -486,6 +486,10 @@ def evaluate(
         return "default" if str(path) == "default" else path
 
     with _errors_exit_2():
+        if record:  # a bad name or metrics.json is said before the evaluation, and changes nothing
+            from .train.evaluate import check_record
+
+            check_record(model_dir, record)
         result = run_evaluate(
             model_name(model_dir),
             text_files,
@@ -507,7 +511,8 @@ def evaluate(
     if record:
         from .train.evaluate import record_result
 
-        record_result(model_dir, record, result)
+        with _errors_exit_2():
+            record_result(model_dir, record, result)
 
 
 @app.command()

@@ -90,3 +90,61 @@ def test_a_directory_stands_for_its_layouts_files(tmp_path):
     with pytest.raises(ValueError, match="unknown text layout 'xml'"):
         layout_files(tmp_path, "xml")
     assert set(LAYOUTS) == {"lines", "raw", "gutenberg", "wikiextractor", "jsonl"}
+
+
+def _long_text(n_words: int, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choices("abcdefgh", k=rng.randint(1, 9))) for _ in range(n_words)]
+
+
+@pytest.mark.parametrize("layout", ["lines", "raw", "wikiextractor", "gutenberg", "jsonl"])
+def test_blocks_never_exceed_the_limit_and_keep_every_token(tmp_path, monkeypatch, layout):
+    """A line (or paragraph) of any length was read whole: a 2 GiB line without a newline ended in a MemoryError.
+    Now no block is longer than the limit, and the blocks hold the text's tokens in order, none lost or split
+    (the cuts fall after spaces)."""
+    import json
+
+    from spacy_elmo.train import layouts
+
+    monkeypatch.setattr(layouts, "MAX_BLOCK_CHARS", 60)
+    words = _long_text(400)
+    one_line = " ".join(words)  # about 2,000 characters, no newline at its end
+    wrapped = "\n".join(" ".join(words[i : i + 3]) for i in range(0, len(words), 3))  # one paragraph of short lines
+    text = {
+        "lines": one_line,
+        "raw": wrapped,
+        "wikiextractor": f'<doc id="1">\nTitle\n{one_line}\n</doc>\n',
+        "gutenberg": wrapped,
+        "jsonl": json.dumps({"text": one_line}) + "\n",
+    }[layout]
+    path = tmp_path / "text"
+    path.write_text(text, encoding="utf-8")
+    blocks = list(text_blocks(path, layout))
+    assert len(blocks) >= len(one_line) // 60
+    assert max(len(b) for b in blocks) <= 60
+    assert " ".join(blocks).split() == words
+
+
+def test_a_line_without_spaces_is_cut_at_the_limit(tmp_path, monkeypatch):
+    from spacy_elmo.train import layouts
+
+    monkeypatch.setattr(layouts, "MAX_BLOCK_CHARS", 64)
+    path = tmp_path / "dump.txt"
+    path.write_text("x" * 1000 + "\nlast line\n", encoding="utf-8")
+    blocks = list(text_blocks(path, "lines"))
+    assert [len(b) for b in blocks[:-1]] == [64] * 15 + [40 + 1]  # 1000 = 15 x 64 + 40, then its newline
+    assert blocks[-1] == "last line\n" and "".join(blocks[:-1]) == "x" * 1000 + "\n"
+
+
+def test_a_json_line_over_the_limit_is_refused_by_file_line_and_limit(tmp_path, monkeypatch):
+    from spacy_elmo.train import layouts
+
+    monkeypatch.setattr(layouts, "MAX_JSON_LINE_CHARS", 100)
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": "short"}\n' + '{"text": "' + "y " * 60 + '"}\n', encoding="utf-8")
+    blocks = text_blocks(path, "jsonl")
+    assert next(blocks) == "short"
+    with pytest.raises(ValueError, match=r"a\.jsonl:2 is a JSON line longer than 100 characters, the most read whole"):
+        next(blocks)

@@ -4,6 +4,7 @@ The numbers below are the inputs' own, formatted as the card promises (one decim
 thousands separators for counts, minutes or seconds for wall times); each expectation is written out
 from the inputs, not from a previous rendering."""
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -230,3 +231,76 @@ def test_recording_a_result_keeps_the_cards_title_and_notes(model):
     record_result(model, "news/test.txt", {"forward": 1.0, "backward": 2.0, "mean": 1.5})
     card = (model / "README.md").read_text(encoding="utf-8")
     assert card.startswith("# spacy-elmo biLM\n") and "## Notes" not in card
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a Markdown table row, split at the pipes that are not escaped."""
+    import re
+
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def test_names_and_paths_with_pipes_or_line_breaks_keep_the_tables_whole(model):
+    """A record named "a|b" split its row into three cells: the card's table broke."""
+    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.model_card import write_model_card
+
+    metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
+    metrics["corpus"]["train"][0]["path"] = "/x/data/a|b.txt"
+    metrics["stages"][1]["sources"][0]["info"]["licence"] = "CC|BY\nSA"
+    (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    write_model_card(model)
+    record_result(model, "dev|test set", {"forward": 12.34, "backward": 5.67, "mean": 8.0})
+    card = (model / "README.md").read_text(encoding="utf-8")
+    for title, width in (("Training data", 3), ("Perplexity", 2), ("Training stages", 5)):
+        lines = section(card, title).splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+        rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[first:]))
+        assert len(rows) > 2 and all(len(_cells(row)) == width for row in rows), (title, rows)
+    assert "| dev\\|test set | 12.3 / 5.7 |" in section(card, "Perplexity")
+    assert "| `data/a\\|b.txt` | lines | whitespace |" in section(card, "Training data")
+    assert "CC\\|BY SA" in section(card, "Training stages")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.update(wall_time_s="12"), r'metrics\.json: wall_time_s is "12", not a number'),
+        (lambda m: m["stages"][1].update(words_seen=[1]), r"metrics\.json: stages\[1\]\.words_seen is \[1\], not a"),
+        (lambda m: m["test"]["wiki/test.txt"].update(forward="77"), r'test\.wiki/test\.txt\.forward is "77", not a'),
+        (lambda m: m.update(test=["x"]), r'metrics\.json: test is \["x"\], not an object of recorded results'),
+    ],
+)
+def test_recording_checks_everything_before_a_file_changes(model, change, message):
+    """A string wall_time_s: metrics.json got the result, then the card crashed with a TypeError (they disagreed)."""
+    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.model_card import write_model_card
+
+    write_model_card(model)
+    metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
+    change(metrics)
+    (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    with pytest.raises(ValueError, match=message):
+        record_result(model, "news", {"forward": 1.0, "backward": 2.0, "mean": 1.5})
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    ("name", "result", "message"),
+    [
+        ("two\nlines", {"forward": 1.0, "backward": 2.0}, "a record name is one line of printable text"),
+        ("", {"forward": 1.0, "backward": 2.0}, "a record name is one line of printable text"),
+        ("news", {"forward": "1.0", "backward": 2.0}, "has no number 'forward'"),
+        ("news", {"backward": 2.0}, "has no number 'forward'"),
+    ],
+)
+def test_a_bad_record_name_or_result_changes_nothing(model, name, result, message):
+    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.model_card import write_model_card
+
+    write_model_card(model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    with pytest.raises(ValueError, match=message):
+        record_result(model, name, result)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before

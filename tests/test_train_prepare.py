@@ -193,3 +193,65 @@ def test_the_cli_trains_on_a_prepared_corpus(wiki_sample, tmp_path):
     vocab = (tmp_path / "m" / "vocab.txt").read_text("utf-8").split("\n")
     counts = [line.split("\t")[0] for line in (out / "counts.tsv").read_text("utf-8").splitlines()]
     assert vocab[3 : len(counts) + 3] == counts  # the counting pass's order, min count 1: every word
+
+
+def test_a_failed_run_leaves_none_of_its_shards(tmp_path, monkeypatch):
+    """A JSON line over the limit, after shards were written already: one line naming file, line and limit, exit 2,
+    and the folder as it was (the shards written before are removed)."""
+    from spacy_elmo.train import layouts
+
+    monkeypatch.setattr(layouts, "MAX_JSON_LINE_CHARS", 1000)
+    path = tmp_path / "dump.jsonl"
+    path.write_text('{"text": "One. Two. Three."}\n' * 5 + '{"text": "' + "long " * 300 + '"}\n', encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine\n")
+    args = ["prepare-corpus", str(out), "-s", str(path), "-f", "jsonl", "--shard-sentences", "2", "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: {path}:6 is a JSON line longer than 1,000 characters, the most read whole: split the record into "
+        "several lines\n"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["notes.md"]
+    monkeypatch.setattr(layouts, "MAX_JSON_LINE_CHARS", 2000)
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert len(json.loads((out / "corpus.json").read_text())["shards"]) == 9  # 15 sentences + 1, 2 a shard
+
+
+LONG_LINE = textwrap.dedent(
+    """
+    import re, sys
+    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    prepare_corpus(sys.argv[2], [SourceSpec(sys.argv[1], "lines")], progress=False)
+    # this process's own peak (ru_maxrss would count the parent's resident memory at the fork)
+    print(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the peak from /proc (Linux)")
+def test_memory_is_flat_in_the_length_of_a_line(tmp_path):
+    """Peak memory of prepare-corpus on 40 MB in one line without a newline (a minified dump) vs 4 MB of ordinary
+    lines: the line held whole, and its tokens, would cost hundreds of MB more."""
+    peaks = {}
+    for megabytes, one_line in ((4, False), (40, True)):
+        text = tmp_path / f"{megabytes}.txt"
+        write_corpus(text, megabytes)
+        if one_line:  # its newlines as spaces, a MB at a time
+            with open(text, "rb") as source, open(tmp_path / "one-line.txt", "wb") as target:
+                for piece in iter(lambda: source.read(1 << 20), b""):
+                    target.write(piece.replace(b"\n", b" "))
+            text = tmp_path / "one-line.txt"
+        result = subprocess.run(
+            [sys.executable, "-c", LONG_LINE, str(text), str(tmp_path / f"corpus-{megabytes}")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        )
+        peaks[megabytes] = int(result.stdout.split()[-1]) / 1024  # MiB
+        manifest = json.loads((tmp_path / f"corpus-{megabytes}" / "corpus.json").read_text())
+        assert manifest["words"] > megabytes * 60_000
+    assert peaks[40] - peaks[4] < 30, peaks  # MiB

@@ -493,3 +493,229 @@ def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tm
         train(config(texts, max_steps=1), model, progress=False, overwrite=True)
     assert {name: data for name, data in _files(model).items() if name in kept} == kept
     assert not [name for name in _files(model) if name.endswith(".tmp")]
+
+
+_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+import torch
+from spacy_elmo.train.storage import write_tensor_file
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+write_tensor_file(Path(sys.argv[1]), {"w": torch.ones(100_000)}, "spacy-elmo checkpoint", {})
+"""
+
+
+def test_a_full_disk_while_writing_a_tensor_file_names_it_and_keeps_the_old_one(tmp_path):
+    """safetensors raised its own SafetensorError ("File too large", no file named): a 105-line traceback."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "checkpoint.safetensors"
+    path.write_bytes(b"the previous checkpoint")
+    done = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMIT, str(path)], capture_output=True, text=True)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"spacy_elmo.bilm.files.WriteFailedError: cannot write {path}: file too large (errno EFBIG)", last
+    assert path.read_bytes() == b"the previous checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary left
+
+
+@pytest.mark.parametrize("name", ["checkpoint.safetensors", "softmax.safetensors"])
+def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_path, monkeypatch, name):
+    """A checkpoint or softmax that the disk refuses: one line naming it, exit 2, the previous files whole."""
+    import shutil
+
+    from safetensors import SafetensorError
+
+    from spacy_elmo.train import storage
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    before = _files(model)
+    real_save_file = storage.save_file
+
+    def full_disk(tensors, filename, metadata=None):
+        if metadata["format"] == ("spacy-elmo checkpoint" if name.startswith("checkpoint") else "spacy-elmo softmax"):
+            Path(filename).write_bytes(b"part of the file")
+            # what safetensors raises when the disk is full (its Rust I/O error as text)
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        real_save_file(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(storage, "save_file", full_disk)
+    result = cli_train(model, "--resume", "--max-steps", "4")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: cannot write {model / name}: no space left on device (errno ENOSPC)"
+    )
+    assert (model / name).read_bytes() == before[name]
+    assert not [p for p in _files(model) if p.endswith(".tmp")]
+
+
+def _pid_of_an_ended_process() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(child.stdout)
+
+
+def test_resume_removes_the_temporaries_of_killed_runs(texts, trained, tmp_path):
+    """A SIGKILL during a checkpoint write left its hidden temporary, checkpoint-sized, which --resume never
+    removed (two after four kills). A live process's temporary stays."""
+    import os
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    size = (model / "checkpoint.safetensors").stat().st_size
+    dead = [
+        model / f".checkpoint.safetensors.{_pid_of_an_ended_process()}.0123abcd.tmp",
+        model / f"..softmax.safetensors.{_pid_of_an_ended_process()}.89abcdef.tmp.{os.getpid()}.00ff00ff.tmp",
+    ]
+    alive = model / f".checkpoint.safetensors.{os.getppid()}.4567cdef.tmp"  # pytest's parent: running
+    for path in (*dead, alive):
+        path.write_bytes(b"\0" * size)
+    result = cli_train(model, "--resume", "--max-steps", "4")
+    assert result.exit_code == 0, result.output
+    assert not any(path.exists() for path in dead)
+    assert alive.exists()
+
+
+def test_a_resumed_runs_warning_points_at_its_caller(texts, trained, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    with pytest.warns(UserWarning, match="ignored: lr=0.5") as caught:
+        Trainer(config(texts, lr=0.5), model, resume=True, progress=False)
+    assert caught[0].filename == __file__
+
+
+_HOLDS_THE_FOLDER = """
+import sys
+from spacy_elmo.train import TrainConfig, Trainer
+trainer = Trainer(TrainConfig(train=[]), sys.argv[1], resume=True, progress=False)  # a live run: it holds the folder
+print("holding", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, trained, tmp_path):
+    """`train out ... & train out --seed 2`: both said "saved to out" and the folder held one run's model."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    shutil.copytree(trained, out)
+    live = subprocess.Popen(
+        [sys.executable, "-c", _HOLDS_THE_FOLDER, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert live.stdout.readline().strip() == "holding"
+        before = _files(out)
+        message = f"error: {out} is in use by another spacy-elmo run (it holds .lock there): wait for it to end"
+        for args in (
+            ["train", str(out), "--train", str(texts / "train.txt"), "--arch", "tiny", "--seed", "2", "--overwrite"],
+            ["train", str(out), "--resume"],
+            ["adapt", str(out), "--train", str(tmp_path / "train.spacy"), "--dev", str(tmp_path / "dev.spacy")],
+            ["evaluate", str(out), str(texts / "valid.txt"), "--record", "valid"],
+            ["prepare-corpus", str(out), "--source", str(texts / "train.txt")],
+        ):
+            result = CliRunner().invoke(app, [*args, "--no-progress"] if args[0] == "train" else args)
+            assert result.exit_code == 2, result.output
+            assert result.output.startswith(message), result.output
+            assert len(result.output.strip().splitlines()) == 1
+        with pytest.raises(ValueError, match="is in use by another spacy-elmo run"):
+            train(config(texts, max_steps=1), out, progress=False, overwrite=True)
+        assert _files(out) == before
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait()
+    # the killed run's lock is the kernel's to release: the next run goes ahead (its empty lock file stays)
+    result = cli_train(out, "--resume", "--max-steps", "4")
+    assert result.exit_code == 0, result.output
+    assert load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"] == 4
+
+
+def test_evaluate_record_refuses_a_bad_metrics_file_before_evaluating(texts, trained, tmp_path):
+    """A string wall_time_s: metrics.json got the record, then a 70-line TypeError left the card behind it."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained, model)
+    metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
+    (model / "metrics.json").write_text(json.dumps({**metrics, "wall_time_s": "12"}), encoding="utf-8")
+    (model / "README.md").write_text("# the card\n", encoding="utf-8")
+    before = _files(model)
+    args = ["evaluate", str(model), str(texts / "valid.txt"), "--record", "valid"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f'error: {model / "metrics.json"}: wall_time_s is "12", not a number: correct it, then record again '
+        "(nothing was changed)\n"
+    )
+    assert _files(model) == before
+    (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    result = CliRunner().invoke(app, [*args[:-1], "valid | wiki"])
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((model / "metrics.json").read_text(encoding="utf-8"))["test"]["valid | wiki"]
+    assert f"| valid \\| wiki | {recorded['forward']:.1f} / {recorded['backward']:.1f} |" in (
+        model / "README.md"
+    ).read_text(encoding="utf-8")
+
+
+_KILLED_WHILE_WRITING = """
+import sys, time
+from pathlib import Path
+from spacy_elmo.cli import app
+from spacy_elmo.train import storage
+
+real_save_file = storage.save_file
+
+def stalls(tensors, filename, metadata=None):  # a checkpoint write that is under way when the process is killed
+    if metadata["format"] != "spacy-elmo checkpoint":
+        return real_save_file(tensors, filename, metadata=metadata)
+    Path(filename).write_bytes(b"part of a checkpoint")
+    print("writing", flush=True)
+    time.sleep(300)
+
+storage.save_file = stalls
+app(["train", sys.argv[1], "--resume", "--max-steps", "4", "--no-progress", "--threads", "1"])
+"""
+
+
+def test_a_run_killed_while_writing_a_checkpoint_leaves_nothing_after_resume(texts, trained, tmp_path):
+    """Each kill during a checkpoint write left a checkpoint-sized hidden temporary (two after two kills), which no
+    --resume removed."""
+    import itertools
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    shutil.copytree(trained, out)
+    before = (out / "checkpoint.safetensors").read_bytes()
+    for _ in range(2):
+        run = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_WHILE_WRITING, str(out)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            said = [line.strip() for line in itertools.takewhile(lambda line: line.strip() != "writing", run.stdout)]
+            assert run.poll() is None, said  # stopped in the checkpoint write, not ended
+        finally:
+            run.send_signal(signal.SIGKILL)
+            run.wait()
+        left = [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # the second run removed the first's
+        assert len(left) == 1 and left[0].startswith(f".checkpoint.safetensors.{run.pid}."), left
+    assert (out / "checkpoint.safetensors").read_bytes() == before
+    result = cli_train(out, "--resume", "--max-steps", "4")
+    assert result.exit_code == 0, result.output
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"] == 4

@@ -1,5 +1,7 @@
 """A prepared corpus streamed: seeded shard order, every sentence once per epoch, bounded groups, exact resume."""
 
+import hashlib
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -7,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import torch_threads
+from typer.testing import CliRunner
 
+from spacy_elmo.cli import app
 from spacy_elmo.train import TrainConfig, Trainer, train
 from spacy_elmo.train.batching import Vocabulary
 from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
@@ -181,3 +185,51 @@ def test_text_files_and_a_corpus_together_are_refused(prepared, tmp_path):
     config = corpus_config(prepared[0], train=[{"path": str(text), "format": "lines", "tokenizer": "whitespace"}])
     with pytest.raises(ValueError, match="not both"):
         Trainer(config, tmp_path / "out", progress=False)
+
+
+def _copy(directory: Path, target: Path) -> Path:
+    target.mkdir()
+    for path in directory.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+def test_the_counts_file_is_checked_against_the_manifest(prepared, tmp_path):
+    """counts.tsv cut to 4 lines was trusted: the run trained on a 4-word vocabulary (the rest <UNK>), exit 0."""
+    directory, lines = prepared
+    manifest = json.loads((directory / "corpus.json").read_text())
+    counts_text = (directory / "counts.tsv").read_text(encoding="utf-8")
+    assert manifest["counts_sha256"] == hashlib.sha256(counts_text.encode("utf-8")).hexdigest()
+    assert manifest["distinct_words"] == len({w for line in lines for w in line}) == len(counts_text.splitlines())
+
+    truncated = _copy(directory, tmp_path / "truncated")
+    (truncated / "counts.tsv").write_text("".join(counts_text.splitlines(keepends=True)[:4]), encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"truncated/counts\.tsv does not match its sha256 in corpus\.json"):
+        PreparedCorpus([truncated])
+    result = CliRunner().invoke(
+        app, ["train", str(tmp_path / "model"), "--corpus", str(truncated), "--arch", "tiny", "--no-progress"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {truncated / 'counts.tsv'} does not match its sha256")
+    assert not (tmp_path / "model").exists()
+
+    # two counts swapped: the totals still agree, the sha256 does not
+    swapped = _copy(directory, tmp_path / "swapped")
+    rows = [line.split("\t") for line in counts_text.splitlines()]
+    rows[0][1], rows[-1][1] = rows[-1][1], rows[0][1]
+    (swapped / "counts.tsv").write_text("".join(f"{w}\t{c}\n" for w, c in rows), encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"swapped/counts\.tsv does not match its sha256"):
+        PreparedCorpus([swapped])
+
+    # a corpus of an older version (no counts_sha256): its totals are checked
+    older = _copy(directory, tmp_path / "older")
+    del manifest["counts_sha256"]
+    (older / "corpus.json").write_text(json.dumps(manifest))
+    PreparedCorpus([older])  # intact: accepted
+    (older / "counts.tsv").write_text("".join(counts_text.splitlines(keepends=True)[:4]), encoding="utf-8")
+    words = sum(int(line.split("\t")[1]) for line in counts_text.splitlines()[:4])
+    with pytest.raises(CorpusError, match=rf"older/counts\.tsv holds 4 words counted {words:,} times, where"):
+        PreparedCorpus([older])
+    (older / "counts.tsv").unlink()
+    with pytest.raises(CorpusError, match=r"the word counts .*older/counts\.tsv are missing"):
+        PreparedCorpus([older])

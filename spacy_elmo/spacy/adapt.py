@@ -34,6 +34,7 @@ from ..sources.model_files import VOCAB, check_model_name, is_model_dir, resolve
 from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.distributed import training_device
+from ..train.folder_lock import holds_output_folder
 from ..train.outputs import refuse_another_model
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
@@ -84,6 +85,7 @@ def require_adaptable(init_from: str) -> None:
         )
 
 
+@holds_output_folder  # no other run writes into output_dir until this one ends
 def adapt(
     output_dir: PathLike,
     train_docs: PathLike,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -166,8 +167,6 @@ def _not_a_trained_model(directory: Path, name: str) -> Exception:
 
 def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
-    import json
-
     from ..sources.model_files import resolve_model_files
 
     metrics = resolve_model_files(model_dir)[0].parent / METRICS
@@ -217,22 +216,60 @@ def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     return Vocabulary.load(_vocab_file(resolve_model_files(model_dir)[0].parent))
 
 
-__all__ = ["evaluate", "load_language_model", "perplexity_on"]
+__all__ = ["check_record", "evaluate", "load_language_model", "perplexity_on", "record_result"]
+
+
+def check_record(model_dir: PathLike, name: str) -> Path:
+    """Whether a result can be recorded under ``name`` for the model in ``model_dir``, checked before anything is
+    computed or changed: the name (one line of text), the model's ``metrics.json`` (a JSON object whose values the
+    card can show) and that no run holds the folder. Returns the model's folder; a ValueError naming the problem
+    otherwise."""
+    from ..sources.model_files import resolve_model_files
+    from .folder_lock import folder_claimed
+    from .model_card import check_card_metrics, read_metrics
+
+    if not isinstance(name, str) or not name.strip() or any(not c.isprintable() for c in name):
+        raise ValueError(f"--record {name!r}: a record name is one line of printable text (e.g. the test file's name)")
+    directory = resolve_model_files(model_dir)[0].parent
+    path = directory / METRICS
+    if path.is_file():
+        metrics = read_metrics(path)
+        if not isinstance(metrics.get("test", {}), dict):
+            raise ValueError(f"{path}: test is {json.dumps(metrics['test'])}, not an object of recorded results")
+        check_card_metrics(metrics, path)
+    with folder_claimed(directory):  # a run writing the folder now refuses the record: say so before evaluating
+        pass
+    return directory
 
 
 def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> None:
     """Add a perplexity result to the model's ``metrics.json`` under ``test`` and refresh its ``README.md`` card
-    (keeping the card's title and notes)."""
-    import json
+    (keeping the card's title and notes).
 
-    from ..sources.model_files import resolve_model_files
-    from .model_card import refresh_model_card
-    from .outputs import write_metrics
+    Everything is checked first (:func:`check_record`, the result's perplexities numbers) and the card rendered
+    before either file changes; both are then replaced together, so metrics and card never disagree. The folder is
+    held meanwhile (:mod:`.folder_lock`): a training run writing it refuses the record.
+    """
+    from ..bilm.files import MODEL_CARD, atomic_paths, reported_as
+    from .folder_lock import folder_claimed
+    from .model_card import read_metrics, refreshed_card
+    from .outputs import jsonable
 
-    directory = resolve_model_files(model_dir)[0].parent
-    path = directory / METRICS
-    metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    metrics.setdefault("test", {})[name] = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
-    write_metrics(directory, metrics)
-    if "config" in metrics:
-        refresh_model_card(directory)
+    directory = check_record(model_dir, name)
+    for key in ("forward", "backward"):
+        value = result.get(key) if isinstance(result, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"the result to record under {name!r} has no number {key!r} (it has {value!r})")
+    with folder_claimed(directory):
+        path = directory / METRICS
+        metrics = read_metrics(path) if path.is_file() else {}
+        recorded = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
+        metrics = {**metrics, "test": {**metrics.get("test", {}), name: recorded}}
+        card = refreshed_card(directory, metrics) if "config" in metrics else None  # checks what it shows
+        targets = [path] if card is None else [path, directory / MODEL_CARD]
+        with atomic_paths(*targets) as temporaries:
+            with reported_as(path):
+                temporaries[0].write_text(json.dumps(jsonable(metrics), indent=2) + "\n", encoding="utf-8")
+            if card is not None:
+                with reported_as(directory / MODEL_CARD):
+                    temporaries[1].write_text(card, encoding="utf-8")

@@ -18,15 +18,24 @@
 
 A directory stands for the files of its layout under it, recursively, in sorted order
 (:func:`layout_files`). Text is read as UTF-8; undecodable bytes become U+FFFD.
+
+Memory is bounded whatever the lines' length: a text block (line, paragraph) longer than
+:data:`MAX_BLOCK_CHARS` characters comes in pieces of at most that many, each cut after its last space or tab
+(a line without any: at the limit), read piece by piece (:func:`bounded_lines`), never held whole. So a
+minified dump without a newline streams like any text (only the one sentence across each cut is split in
+two). A ``jsonl`` line is parsed whole, so one longer than :data:`MAX_JSON_LINE_CHARS` characters is refused
+with a ValueError naming the file, the line and the limit.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from ..bilm.files import SOURCE_INFO, PathLike
 
@@ -49,6 +58,10 @@ GUTENBERG_END = re.compile(
     r"^\s*(\*{3}\s*END OF (THIS|THE) PROJECT GUTENBERG|END OF (THE |THIS )?PROJECT GUTENBERG)", re.IGNORECASE
 )
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# the longest text block handed on whole: spaCy's own default for the longest text it takes (Language.max_length)
+MAX_BLOCK_CHARS = 1_000_000
+MAX_JSON_LINE_CHARS = 1 << 26  # a JSON line is parsed whole: at most 64 Mi characters (a book-sized record fits)
+GUTENBERG_HEADER_LINES = 2000  # no header is longer (in lines, or in MAX_BLOCK_CHARS characters)
 SIDECARS = frozenset({SOURCE_INFO})  # provenance notes beside the text, never text themselves
 
 
@@ -86,26 +99,67 @@ def text_blocks(path: PathLike, layout: str) -> Iterator[str]:
     check_layout(layout)
     with open(path, encoding="utf-8", errors="replace") as handle:
         if layout == "lines":
-            yield from (line for line in handle if line.strip())
+            yield from (line for line in bounded_lines(handle) if line.strip())
         elif layout == "raw":
-            yield from paragraphs(handle)
+            yield from paragraphs(bounded_lines(handle))
         elif layout == "gutenberg":
-            yield from paragraphs(gutenberg_body(handle))
+            yield from paragraphs(gutenberg_body(bounded_lines(handle)))
         elif layout == "wikiextractor":
-            yield from wikiextractor_paragraphs(handle)
+            yield from wikiextractor_paragraphs(bounded_lines(handle))
         else:
-            yield from jsonl_paragraphs(handle, str(path))
+            yield from jsonl_paragraphs(json_lines(handle, str(path)), str(path))
+
+
+def bounded_lines(handle: TextIO) -> Iterator[str]:
+    """The lines of ``handle``; one longer than :data:`MAX_BLOCK_CHARS` in pieces of at most that many characters,
+    each cut after its last space or tab (without any: at the limit), only the last piece ending in ``"\\n"``.
+    Memory: one piece, whatever the line's length."""
+    limit = MAX_BLOCK_CHARS
+    rest = ""
+    while True:
+        text = handle.readline(limit - len(rest))
+        piece = rest + text
+        rest = ""
+        if not piece:
+            return
+        if len(piece) < limit or piece.endswith("\n"):  # a whole line (or the file's end)
+            yield piece
+            if not text:
+                return
+            continue
+        cut = max(piece.rfind(" "), piece.rfind("\t")) + 1
+        if cut > 0:
+            piece, rest = piece[:cut], piece[cut:]
+        yield piece
+
+
+def split_long(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most :data:`MAX_BLOCK_CHARS` characters, cut as :func:`bounded_lines` cuts."""
+    limit = MAX_BLOCK_CHARS
+    while len(text) > limit:
+        cut = max(text.rfind(" ", 0, limit), text.rfind("\t", 0, limit)) + 1
+        cut = cut if cut > 0 else limit
+        yield text[:cut]
+        text = text[cut:]
+    yield text
 
 
 def paragraphs(lines: Iterable[str]) -> Iterator[str]:
-    """Blank-line separated paragraphs with their hard line wraps joined by spaces."""
+    """Blank-line separated paragraphs with their hard line wraps joined by spaces; one longer than
+    :data:`MAX_BLOCK_CHARS` characters in pieces of whole lines (the lines themselves: :func:`bounded_lines`)."""
     paragraph: list[str] = []
+    size = 0
     for line in lines:
-        if line.strip():
-            paragraph.append(line.strip())
+        stripped = line.strip()
+        if stripped:
+            if paragraph and size + len(stripped) > MAX_BLOCK_CHARS:
+                yield " ".join(paragraph)
+                paragraph, size = [], 0
+            paragraph.append(stripped)
+            size += len(stripped) + 1
         elif paragraph:
             yield " ".join(paragraph)
-            paragraph = []
+            paragraph, size = [], 0
     if paragraph:
         yield " ".join(paragraph)
 
@@ -118,6 +172,7 @@ def gutenberg_body(lines: Iterable[str]) -> Iterator[str]:
     because its header is unusual.
     """
     buffered: list[str] = []  # the lines before a START marker, kept until one is seen
+    held = 0  # their characters
     started = False
     closing = 0  # lines left of a START marker that wraps onto more lines
     for line in lines:
@@ -127,7 +182,7 @@ def gutenberg_body(lines: Iterable[str]) -> Iterator[str]:
         if GUTENBERG_END.match(line):
             break
         if not started and GUTENBERG_START.match(line):
-            started, buffered = True, []
+            started, buffered, held = True, [], 0
             wraps = "SMALL PRINT" not in line.upper() and "***" not in line.strip().lstrip("*")
             closing = 3 if wraps else 0
             continue
@@ -135,8 +190,9 @@ def gutenberg_body(lines: Iterable[str]) -> Iterator[str]:
             yield line
         else:
             buffered.append(line)
-            if len(buffered) > 2000:  # no header is this long: the file has no START marker
-                yield from buffered
+            held += len(line)
+            if len(buffered) > GUTENBERG_HEADER_LINES or held > MAX_BLOCK_CHARS:  # no header is this long: the file
+                yield from buffered  # has no START marker
                 buffered, started = [], True
     yield from buffered
 
@@ -160,8 +216,25 @@ def wikiextractor_paragraphs(lines: Iterable[str]) -> Iterator[str]:
         yield html.unescape(stripped)
 
 
+def json_lines(handle: TextIO, name: str) -> Iterator[str]:
+    """The lines of ``handle``, each read whole; one longer than :data:`MAX_JSON_LINE_CHARS` characters is a
+    ValueError naming it (``name:line``) and the limit, before it is held."""
+    limit = MAX_JSON_LINE_CHARS
+    for number in itertools.count(1):
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith("\n"):
+            raise ValueError(
+                f"{name}:{number} is a JSON line longer than {limit:,} characters, the most read whole: split the "
+                "record into several lines"
+            )
+        yield line
+
+
 def jsonl_paragraphs(lines: Iterable[str], name: str = "<jsonl>", field: str = "text") -> Iterator[str]:
-    """The paragraphs (non-blank lines) of each JSON object's ``field``; a bad line is a ValueError naming it."""
+    """The paragraphs (non-blank lines, each at most :data:`MAX_BLOCK_CHARS` characters: :func:`split_long`) of each
+    JSON object's ``field``; a bad line is a ValueError naming it."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -173,7 +246,18 @@ def jsonl_paragraphs(lines: Iterable[str], name: str = "<jsonl>", field: str = "
             raise ValueError(f"{name}:{number} has no {field!r} string")
         # JSON can spell lone surrogates, which no UTF-8 file can hold: replaced like undecodable bytes
         text = LONE_SURROGATE.sub("\ufffd", record[field])
-        yield from (part.strip() for part in text.split("\n") if part.strip())
+        for part in text.split("\n"):
+            if part.strip():
+                yield from split_long(part.strip())
 
 
-__all__ = ["LAYOUTS", "check_layout", "layout_files", "paragraphs", "text_blocks"]
+__all__ = [
+    "LAYOUTS",
+    "MAX_BLOCK_CHARS",
+    "MAX_JSON_LINE_CHARS",
+    "bounded_lines",
+    "check_layout",
+    "layout_files",
+    "paragraphs",
+    "text_blocks",
+]

@@ -30,24 +30,108 @@ def _ppl(record: dict[str, Any], prefix: str) -> str:
     return f"{record[prefix + '_forward']:.1f} / {record[prefix + '_backward']:.1f}"
 
 
-def render_model_card(directory: PathLike, title: str = DEFAULT_TITLE, notes: str = "") -> str:
+def render_model_card(
+    directory: PathLike, title: str = DEFAULT_TITLE, notes: str = "", metrics: Optional[dict[str, Any]] = None
+) -> str:
     """The Markdown text of the card for the model in ``directory``: one section after the other, each from its own
-    function below, so a section can be read (and changed) without the others."""
+    function below, so a section can be read (and changed) without the others.
+
+    ``metrics``: what to show instead of the folder's ``metrics.json`` (a result about to be recorded). A value the
+    card shows as a number that is not one is a ValueError naming it (:func:`check_card_metrics`).
+    """
     directory = Path(directory)
     options = json.loads((directory / OPTIONS).read_text(encoding="utf-8"))
-    metrics = json.loads((directory / METRICS).read_text(encoding="utf-8"))
+    if metrics is None:
+        metrics = read_metrics(directory / METRICS)
+    check_card_metrics(metrics, directory / METRICS)
     stages = metrics.get("stages") or []
-    lines = [
-        *_introduction(title),
-        *_architecture(directory, options, metrics),
-        *_training_data(metrics, stages),
-        *_how_it_was_trained(metrics),
-        *_stage_lines(stages, metrics.get("total_words_seen")),
-        *_perplexity(metrics),
-        *_notes(notes),
-        *_continue_training(),
-    ]
+    try:
+        lines = [
+            *_introduction(title),
+            *_architecture(directory, options, metrics),
+            *_training_data(metrics, stages),
+            *_how_it_was_trained(metrics),
+            *_stage_lines(stages, metrics.get("total_words_seen")),
+            *_perplexity(metrics),
+            *_notes(notes),
+            *_continue_training(),
+        ]
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # a shape no check above foresaw
+        problem = f"{type(err).__name__}: {err}"
+        raise ValueError(
+            f"the model card of {directory} cannot be written from its {OPTIONS} and {METRICS} ({problem})"
+        ) from err
     return "\n".join(lines)
+
+
+# the keys whose values the card shows as numbers, wherever metrics.json holds them (outside "config", which it
+# shows as written): a value of another type is refused by name before a file changes, not a TypeError half-way
+NUMBER_KEYS = frozenset(
+    {
+        "wall_time_s",
+        "train_seconds",
+        "steps",
+        "step",
+        "words_seen",
+        "total_words_seen",
+        "vocab_size",
+        "epoch",
+        "words",
+        "distinct_words",
+        "softmax",
+        "tokens_per_s",
+        "forward",
+        "backward",
+        "train_ppl_forward",
+        "train_ppl_backward",
+        "valid_ppl_forward",
+        "valid_ppl_backward",
+    }
+)
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """A model's ``metrics.json``: a JSON object, else a ValueError naming the file."""
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err})") from err
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err})") from err
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return metrics
+
+
+def check_card_metrics(metrics: dict[str, Any], path: PathLike = METRICS) -> None:
+    """A ValueError naming the first value the card would show as a number that is not one (nor null), and where in
+    ``path`` it is (``best.valid_ppl_forward``, ``test.NAME.forward``, ``stages[1].wall_time_s``)."""
+    problem = _first_non_number(metrics, "")
+    if problem:
+        where, value = problem
+        raise ValueError(
+            f"{path}: {where} is {json.dumps(value)}, not a number: correct it, then record again (nothing was changed)"
+        )
+
+
+def _first_non_number(value: Any, where: str) -> Optional[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}" if where else str(key)
+            if key == "config" and not where:
+                continue
+            shown = key in NUMBER_KEYS and item is not None and not isinstance(item, dict)  # (a result's name)
+            if shown and (isinstance(item, bool) or not isinstance(item, (int, float))):
+                return inner, item
+            found = _first_non_number(item, inner)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _first_non_number(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
 
 
 def _introduction(title: str) -> list[str]:
@@ -94,10 +178,13 @@ def _training_data(metrics: dict[str, Any], stages: list[dict[str, Any]]) -> lis
     corpus = metrics.get("corpus", {})
     lines = ["", "## Training data", "", "| file | format | tokenizer |", "|---|---|---|"]
     for source in corpus.get("train", []):
-        lines.append(f"| `{_short(source['path'])}` | {source['format']} | {source['tokenizer']} |")
+        lines.append(
+            f"| `{_cell(_short(source['path']))}` | {_cell(source['format'])} | {_cell(source['tokenizer'])} |"
+        )
     if corpus.get("prepared") and stages:
         for source in stages[-1].get("sources", []):
-            lines.append(f"| {describe_source(source)} | {source.get('layout')} | {source.get('tokenizer')} |")
+            layout, tokenizer = source.get("layout"), source.get("tokenizer")
+            lines.append(f"| {_cell(describe_source(source))} | {_cell(layout)} | {_cell(tokenizer)} |")
     return [
         *lines,
         "",
@@ -187,11 +274,11 @@ def _perplexity(metrics: dict[str, Any]) -> list[str]:
     ]
     if "valid_ppl_forward" in best:
         lines.append(
-            f"| validation ({', '.join(_short(s['path']) for s in corpus.get('valid', []))}) | "
+            f"| validation ({_cell(', '.join(_short(s['path']) for s in corpus.get('valid', [])))}) | "
             f"{_ppl(best, 'valid_ppl')} |"
         )
     for name, result in (metrics.get("test") or {}).items():
-        lines.append(f"| {name} | {result['forward']:.1f} / {result['backward']:.1f} |")
+        lines.append(f"| {_cell(name)} | {result['forward']:.1f} / {result['backward']:.1f} |")
     return lines + _validation_history(metrics.get("evaluations", []) + metrics.get("epochs", []))
 
 
@@ -250,9 +337,9 @@ def _stage_lines(stages: list[dict[str, Any]], total: Any) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for number, stage in enumerate(stages, 1):
-        data = "<br>".join(describe_source(s) for s in stage.get("sources") or [])
+        data = "<br>".join(_cell(describe_source(s)) for s in stage.get("sources") or [])
         if not data and stage.get("command"):
-            data = f"`{display_command(stage['command'])}`"
+            data = f"`{_cell(display_command(stage['command']))}`"
         wall = stage.get("wall_time_s")
         ppl = stage.get("valid_perplexity") or {}
         lines.append(
@@ -264,6 +351,12 @@ def _stage_lines(stages: list[dict[str, Any]], total: Any) -> list[str]:
         )
     lines += ["", f"Words seen over all stages: **{int(total or 0):,}**."]
     return lines
+
+
+def _cell(value: Any) -> str:
+    """``value`` as the text of one Markdown table cell: a ``|`` escaped (in code spans too), line breaks as spaces,
+    so a name or path holding them cannot break the table."""
+    return " ".join(str(value).replace("|", "\\|").splitlines())
 
 
 def _short(path: str) -> str:
@@ -283,8 +376,15 @@ def refresh_model_card(directory: PathLike) -> Path:
     """Rewrite the card from the model's files (after its ``metrics.json`` changed), keeping the title and the
     "Notes" section of the card already there: what someone wrote into a card outlives a recorded result."""
     path = Path(directory) / MODEL_CARD
+    write_text_atomically(path, refreshed_card(directory))
+    return path
+
+
+def refreshed_card(directory: PathLike, metrics: Optional[dict[str, Any]] = None) -> str:
+    """The card :func:`refresh_model_card` writes, of ``metrics`` (default: the folder's ``metrics.json``)."""
+    path = Path(directory) / MODEL_CARD
     title, notes = card_title_and_notes(path.read_text(encoding="utf-8")) if path.is_file() else (None, "")
-    return write_model_card(directory, title or DEFAULT_TITLE, notes)
+    return render_model_card(directory, title or DEFAULT_TITLE, notes, metrics)
 
 
 def card_title_and_notes(text: str) -> tuple[Optional[str], str]:

@@ -25,6 +25,7 @@ from ..bilm.files import SOURCE_INFO, atomic_path, write_json_atomically
 from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import split_sentences
+from .folder_lock import folder_claimed
 from .layouts import PathLike, check_layout, layout_files, text_blocks
 from .shards import COUNTS, KIND, MANIFEST, VERSION, shard_name
 
@@ -114,11 +115,15 @@ class ShardWriter:
         self._stack = self._handle = None
 
     def abort(self) -> None:
-        """Drop the open shard (its temporary file is removed)."""
+        """Drop the open shard (its temporary file is removed) and the shards written so far: a run that fails leaves
+        no part of a corpus behind."""
         if self._stack is not None:
             error = RuntimeError("aborted")
             self._stack.__exit__(RuntimeError, error, None)
             self._stack = self._handle = None
+        for shard in self.shards:
+            (self.directory / shard["file"]).unlink(missing_ok=True)
+        self.shards = []
 
 
 def clean_tokens(tokens: Sequence[str]) -> list[str]:
@@ -156,7 +161,9 @@ def prepare_corpus(
     """Tokenize ``sources`` once into a prepared corpus in ``output_dir``; returns its manifest.
 
     ``output_dir`` may exist but must not hold a prepared corpus already (its manifest): a finished
-    corpus is never overwritten by a run that might then fail half-way.
+    corpus is never overwritten by a run that might then fail half-way. A run that fails leaves none of its
+    files behind, and the folder is held while it runs (:mod:`.folder_lock`: a second run into it is refused).
+    Memory is bounded whatever the length of the files' lines (:mod:`.layouts`).
     """
     if not sources:
         raise ValueError("give at least one --source")
@@ -166,21 +173,39 @@ def prepare_corpus(
     if (out / MANIFEST).exists():
         raise ValueError(f"{out} already holds a prepared corpus ({MANIFEST}): choose another directory or remove it")
     files_of = [layout_files(source.path, source.layout) for source in sources]  # every file found before any work
-    out.mkdir(parents=True, exist_ok=True)
+    with folder_claimed(out):
+        if (out / MANIFEST).exists():  # a run that ended in between
+            raise ValueError(f"{out} already holds a prepared corpus ({MANIFEST}): choose another directory")
+        return _prepare(out, sources, files_of, max_length, shard_sentences, progress, command)
+
+
+def _prepare(
+    out: Path,
+    sources: Sequence[SourceSpec],
+    files_of: list[list[Path]],
+    max_length: int,
+    shard_sentences: int,
+    progress: bool,
+    command: str,
+) -> dict[str, Any]:
+    """:func:`prepare_corpus`'s work, in the folder it holds."""
     started = time.perf_counter()
     counts: Counter = Counter()
     writer = ShardWriter(out, shard_sentences)
     records: list[dict[str, Any]] = []
+    counts_digest = hashlib.sha256()
     try:
         for source, files in zip(sources, files_of):
             records.append(_prepare_source(source, files, writer, counts, max_length, progress))
         writer.close_shard()
+        with atomic_path(out / COUNTS) as tmp, open(tmp, "wb") as handle:
+            for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+                line = f"{word}\t{count}\n".encode()
+                handle.write(line)
+                counts_digest.update(line)
     except BaseException:
         writer.abort()
         raise
-    with atomic_path(out / COUNTS) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            handle.write(f"{word}\t{count}\n")
     seconds = time.perf_counter() - started
     words = sum(r["words"] for r in records)
     manifest = {
@@ -196,10 +221,16 @@ def prepare_corpus(
         "seconds": round(seconds, 2),
         "words_per_s": round(words / max(seconds, 1e-9), 1),
         "counts": COUNTS,
+        "counts_sha256": counts_digest.hexdigest(),  # checked as the shards' are (shards.verify_counts)
         "sources": records,
         "shards": writer.shards,
     }
-    write_json_atomically(out / MANIFEST, manifest)
+    try:
+        write_json_atomically(out / MANIFEST, manifest)
+    except BaseException:
+        writer.abort()
+        (out / COUNTS).unlink(missing_ok=True)
+        raise
     return manifest
 
 

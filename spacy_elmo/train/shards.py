@@ -2,7 +2,8 @@
 
 A prepared corpus directory holds::
 
-    corpus.json          the manifest: sources (files, sha256, provenance, counts), tokenizer, shards
+    corpus.json          the manifest: sources (files, sha256, provenance, counts), tokenizer, shards, and
+                         counts.tsv's sha256 (``counts_sha256``; corpora of older versions: its totals only)
     counts.tsv           every word and its count (``word<TAB>count``), by falling count, ties alphabetical
     shard-00000.txt ...  the tokenized text: one sentence a line, tokens joined by single spaces
                          (no token holds whitespace), a fixed number of sentences per shard
@@ -13,6 +14,10 @@ consecutive shards of that order form a group of about ``buffer_size`` sentences
 batches shuffled, all from seeds of (seed, epoch, group). So memory is bounded by one group, the
 order is a function of the seed alone, and a position ``(epoch, group start, batch)`` in a checkpoint
 resumes at exactly the next batch without reading anything before it.
+
+Every file is checked against the manifest before it is trusted: the counts file when the corpus is opened
+(its sha256, and its totals: one line per distinct word, the counts summing to the words), each shard when it
+is read (its sha256). A changed, truncated or missing file is a :class:`CorpusError` naming it.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ def read_manifest(directory: PathLike) -> dict[str, Any]:
             for s in shards
         )
         ok = ok and all(isinstance(manifest[k], int) for k in ("words", "sentences", "distinct_words"))
+        ok = ok and isinstance(manifest.get("counts_sha256", ""), str)
     except (KeyError, TypeError) as err:
         raise CorpusError(f"{path} lacks {err} or has it in the wrong form") from err
     if not ok:
@@ -107,6 +113,8 @@ class PreparedCorpus:
         missing = [str(s.path) for s in self.shards if not s.path.is_file()]
         if missing:
             raise CorpusError(f"prepared corpus shards are missing: {', '.join(missing[:3])}")
+        for directory, manifest in zip(self.directories, self.manifests):
+            verify_counts(directory / COUNTS, manifest)
         digest = hashlib.sha256()
         for shard in self.shards:
             digest.update(shard.sha256.encode())
@@ -196,16 +204,54 @@ class PreparedCorpus:
         return CorpusBatches(self, seed, epoch, token_budget, buffer_size, max_length, start)
 
 
+def counts_digest_and_totals(path: Path) -> tuple[str, int, int]:
+    """The sha256 of a counts file, its lines (distinct words) and the sum of its counts (words), in one streamed
+    pass; a malformed line is a CorpusError naming it."""
+    digest = hashlib.sha256()
+    lines = words = 0
+    if not path.is_file():
+        raise CorpusError(f"the word counts {path} are missing: prepare the corpus again")
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            digest.update(raw)
+            _, count = _counts_line(raw.decode("utf-8", errors="replace"), path, number)
+            lines += 1
+            words += count
+    return digest.hexdigest(), lines, words
+
+
+def verify_counts(path: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a counts file that is not the one the manifest was written with: its sha256 (recorded since the
+    manifest holds ``counts_sha256``) and its totals (one line per distinct word, counts summing to the words)."""
+    digest, lines, words = counts_digest_and_totals(path)
+    recorded = manifest.get("counts_sha256")
+    if recorded is not None and recorded != digest:
+        problem = f"does not match its sha256 in {MANIFEST}"
+    elif (lines, words) != (manifest["distinct_words"], manifest["words"]):
+        problem = (
+            f"holds {lines:,} words counted {words:,} times, where {MANIFEST} says "
+            f"{manifest['distinct_words']:,} words counted {manifest['words']:,} times"
+        )
+    else:
+        return
+    raise CorpusError(f"{path} {problem}: the counts were changed or truncated; prepare the corpus again")
+
+
+def _counts_line(line: str, path: Path, number: int) -> tuple[str, int]:
+    """``(word, count)`` of one ``word<TAB>count`` line; a CorpusError naming it otherwise."""
+    word, _, count = line.rstrip("\n").partition("\t")
+    if not word or not count.isdigit():
+        raise CorpusError(f"{path}:{number} is not a 'word<TAB>count' line")
+    return word, int(count)
+
+
 def _read_counts(path: Path) -> Iterator[tuple[str, int]]:
     """The ``word<TAB>count`` lines of a counts file; a malformed line is a CorpusError naming it."""
     if not path.is_file():
         raise CorpusError(f"the word counts {path} are missing: prepare the corpus again")
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            word, _, count = line.rstrip("\n").partition("\t")
-            if not word or not count.isdigit():
-                raise CorpusError(f"{path}:{number} is not a 'word<TAB>count' line")
-            yield word, int(count)
+            yield _counts_line(line, path, number)
 
 
 class CorpusBatches:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,13 +70,27 @@ class SoftmaxFile:
 
 
 def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
-    """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole)."""
+    """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole; a full disk
+    too, and is a :class:`~spacy_elmo.bilm.files.WriteFailedError` naming ``path``)."""
     metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
     with atomic_path(path) as tmp:
         tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600
         mode = stat.S_IMODE(tmp.stat().st_mode)
-        save_file(_standalone(tensors), str(tmp), metadata=metadata)
+        try:
+            save_file(_standalone(tensors), str(tmp), metadata=metadata)
+        except SafetensorError as err:
+            raise _os_error(err) from err
         os.chmod(tmp, mode)
+
+
+def _os_error(err: SafetensorError) -> Exception:
+    """The OSError behind a failed safetensors write (its Rust I/O error ends "(os error N)"), so a full disk is
+    reported as every other write's; ``err`` itself when it was not the operating system's."""
+    found = re.search(r"\(os error (\d+)\)", str(err))
+    if found is None:
+        return err
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number))
 
 
 def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

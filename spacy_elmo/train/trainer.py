@@ -45,6 +45,7 @@ from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
 from .distributed import SINGLE, World, training_device, weights_digest
 from .evaluate import nll_sums, perplexities, perplexity
+from .folder_lock import claim_folder, hold_claim_while, release_claim_on_error
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
 from .network import LanguageModel, count_parameters
@@ -94,6 +95,7 @@ class Trainer:
     "cuda", "cuda:N", "auto"); default the world's (one process: the CPU). A checkpoint resumes on any device.
     """
 
+    @release_claim_on_error
     def __init__(
         self,
         config: TrainConfig,
@@ -134,6 +136,8 @@ class Trainer:
             _require_tokens(self.train_sources, "--train/--raw", "train", config.max_length)
         if self.valid_sources:
             _require_tokens(self.valid_sources, "--valid", "validate", config.max_length)
+        # the folder is this run's until run() ends (rank 0 holds it, the one that writes): another run is refused
+        self.folder_claim = claim_folder(self.output_dir) if world.is_main else None
         if not resume:  # a new run: never into another model's folder unless asked to replace it (every rank)
             refuse_another_model(self.output_dir, overwrite)
         if world.is_main:
@@ -304,6 +308,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------
 
+    @hold_claim_while
     def run(self) -> dict[str, Any]:
         """Train until ``epochs`` (or ``max_steps`` / ``max_minutes``); returns the metrics.
 
@@ -634,7 +639,7 @@ def _warn_of_ignored_options(given: TrainConfig, saved: TrainConfig) -> None:
             + ", ".join(ignored)
             + f". Only {', '.join(RESUME_MAY_CHANGE)} and threads may change; start a new run (--init-from the "
             "exported model) to train with other settings.",
-            stacklevel=4,  # the caller of Trainer(...)
+            stacklevel=5,  # the caller of Trainer(...) (past its release_claim_on_error)
         )
 
 
