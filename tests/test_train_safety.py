@@ -610,6 +610,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, 
 
     out = tmp_path / "out"
     shutil.copytree(trained, out)
+    for name in ("train.spacy", "dev.spacy"):  # adapt's inputs exist: a missing one is refused first, by name
+        (tmp_path / name).touch()
     live = subprocess.Popen(
         [sys.executable, "-c", _HOLDS_THE_FOLDER, str(out)],
         stdin=subprocess.PIPE,
