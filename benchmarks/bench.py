@@ -40,10 +40,13 @@ RTOL, ATOL = 1e-4, 1e-5
 MAX_PASSES = 10
 
 
-def read_sentences(limit: int, min_len: int = 3, max_len: int = 60) -> list[list[str]]:
-    """Real sentences from wikitext-2 train (split at ' . '), in corpus order, lengths min_len..max_len."""
+def read_sentences(
+    limit: int, min_len: int = 3, max_len: int = 60, path: Path = SHARED / "data" / "wikitext-2" / "train.txt"
+) -> list[list[str]]:
+    """Real sentences from ``path`` (wikitext-2 train by default; paragraphs split at ' . ', headings skipped), in
+    corpus order, lengths min_len..max_len."""
     out: list[list[str]] = []
-    for line in (SHARED / "data" / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if not line or line.startswith("="):
             continue

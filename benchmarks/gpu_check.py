@@ -40,7 +40,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench import ROOT, SHARED, cpu_description, model_files, write_weight_sets  # noqa: E402
+from bench import ROOT, SHARED, cpu_description, model_files, read_sentences, write_weight_sets  # noqa: E402
 
 from spacy_elmo import load_bilm  # noqa: E402
 
@@ -49,22 +49,6 @@ DTYPES = ("float32", "bfloat16", "float16")
 # sentences (for parity: of each model), and the trainer's run
 FULL = dict(model="original", batches=(1, 32, 256), rounds=5, parity_sentences=32, train_steps=60, train_budget=65536)
 QUICK = dict(model="fixture", batches=(1, 4), rounds=2, parity_sentences=4, train_steps=2, train_budget=512)
-
-
-def read_sentences(path: Path, limit: int, min_len: int = 3, max_len: int = 60) -> list[list[str]]:
-    """Sentences of ``path`` (WikiText-2's layout: paragraphs, headings starting with "="), split at " . "."""
-    out: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("="):
-            continue
-        for part in line.split(" . "):
-            tokens = [*part.split(), "."]
-            if min_len <= len(tokens) <= max_len:
-                out.append(tokens)
-                if len(out) == limit:
-                    return out
-    return out
 
 
 def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> np.ndarray:
@@ -386,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report["environment"]), flush=True)
     report["tests"] = {"skipped": "--skip-tests"} if args.skip_tests else run_gpu_tests(device, args.tests_timeout)
     print("tests:", report["tests"].get("summary") or report["tests"].get("skipped"), flush=True)
-    sentences = read_sentences(args.text, 768)
+    sentences = read_sentences(768, path=args.text)
     n = sizes["parity_sentences"]
     with tempfile.TemporaryDirectory() as tmp:
         sets = write_weight_sets(Path(tmp), () if sizes["model"] == "fixture" else (sizes["model"],))

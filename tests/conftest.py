@@ -136,3 +136,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def tf32_allowed():
+    """The process asked for TF32 (what ``set_float32_matmul_precision("high")`` and cuDNN's default do); put back
+    afterwards. The settings can be read and written without a GPU."""
+    import torch
+
+    from spacy_elmo.bilm import exact
+
+    before = exact._SWITCH._read()
+    torch.set_float32_matmul_precision("high")
+    exact._SWITCH._put(("tf32", "tf32") if exact._PER_BACKEND else (True, True))
+    yield
+    exact._SWITCH._put(before)
+    torch.set_float32_matmul_precision("highest")

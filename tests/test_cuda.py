@@ -12,23 +12,12 @@ import torch
 from test_precision import ORDINARY, TOLERANCE, TRAINED_TEXT_TOLERANCE, layer_errors, sentence_errors
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, exact
+from spacy_elmo.bilm import BiLM, BiLMOptions
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
 
 pytestmark = pytest.mark.gpu
 FLOAT32_ON_CUDA = 1e-5
-
-
-@pytest.fixture
-def process_allows_tf32():
-    """What a user's ``torch.set_float32_matmul_precision("high")`` (and cuDNN's default) asks for."""
-    before = exact._SWITCH._read()
-    torch.set_float32_matmul_precision("high")
-    exact._SWITCH._put(("tf32", "tf32") if exact._PER_BACKEND else (True, True))
-    yield
-    exact._SWITCH._put(before)
-    torch.set_float32_matmul_precision("highest")
 
 
 def _original_size_random(tmp_path_factory):
@@ -61,8 +50,8 @@ def original_size(tmp_path_factory):
     return _original_size_random(tmp_path_factory)
 
 
-def test_float32_on_cuda_matches_the_cpu_even_when_the_process_allows_tf32(
-    fixture_dir, fixture_sentences, backend, process_allows_tf32
+def test_float32_on_cuda_matches_the_cpu_even_when_the_tf32_allowed(
+    fixture_dir, fixture_sentences, backend, tf32_allowed
 ):
     gpu = load_bilm(fixture_dir, device="cuda", cache_mb=0)
     assert gpu.device.type == "cuda"
@@ -70,9 +59,7 @@ def test_float32_on_cuda_matches_the_cpu_even_when_the_process_allows_tf32(
     assert torch.get_float32_matmul_precision() == "high"  # the process's setting, put back
 
 
-def test_the_reference_path_on_cuda_matches_the_cpu_forward_and_backward(
-    fixture_dir, fixture_sentences, process_allows_tf32
-):
+def test_the_reference_path_on_cuda_matches_the_cpu_forward_and_backward(fixture_dir, fixture_sentences, tf32_allowed):
     """Training and fine-tuning use the autograd path (the char CNN as a cuDNN convolution): no TF32 there either."""
     ids = torch.as_tensor(batch_to_char_ids(fixture_sentences[:4]))
     results = []

@@ -12,17 +12,6 @@ from spacy_elmo.bilm import exact
 from spacy_elmo.bilm.exact import exact_float32
 
 
-@pytest.fixture
-def tf32_allowed():
-    """The process asked for TF32 (what ``set_float32_matmul_precision("high")`` does); put back afterwards."""
-    before = exact._SWITCH._read()
-    torch.set_float32_matmul_precision("high")
-    exact._SWITCH._put(("tf32", "tf32") if exact._PER_BACKEND else (True, True))
-    yield
-    exact._SWITCH._put(before)
-    torch.set_float32_matmul_precision("highest")
-
-
 def _tf32_on() -> tuple[bool, bool]:
     matmul, conv = exact._SWITCH._read()
     return (matmul in ("tf32", True), conv in ("tf32", True))
