@@ -132,3 +132,17 @@ def write_text_atomically(path: PathLike, text: str) -> None:
 def write_json_atomically(path: PathLike, data: Any, indent: int = 2) -> None:
     """Write ``data`` as JSON (and a final newline) to ``path`` through :func:`atomic_path`."""
     write_text_atomically(path, json.dumps(data, indent=indent) + "\n")
+
+
+def process_exists(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine, for telling a dead writer's temporary files from a live one's
+    (another user's process counts as running; on Windows, where ``os.kill(pid, 0)`` would end it, every one)."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True

@@ -39,7 +39,7 @@ from typing import (
 
 import numpy as np
 
-from ..bilm.files import PathLike
+from ..bilm.files import PathLike, process_exists
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.windows import embed_segments
@@ -234,22 +234,9 @@ def _remove_stale_partials(output_path: Path) -> None:
     for candidate in candidates:
         found = re.search(r"\.(\d+)\.partial$", candidate.name)
         pid = int(found[1]) if found else None
-        if pid is not None and candidate.name == _partial_path(output_path, pid).name and not _alive(pid):
+        if pid is not None and candidate.name == _partial_path(output_path, pid).name and not process_exists(pid):
             with contextlib.suppress(OSError):  # another run removed it first, or it is not ours to remove
                 candidate.unlink()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists; assumed so on Windows, where ``os.kill(pid, 0)`` would end it."""
-    if os.name == "nt":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from filelock import FileLock, Timeout
 
-from ..bilm.files import PathLike
+from ..bilm.files import PathLike, process_exists
 
 LOCK_NAME = ".lock"  # in the claimed folder; hidden, never a model file
 # atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (bilm/files.py writes them)
@@ -164,24 +164,11 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
         if match is None or not path.is_file() or path.is_symlink():
             continue
         pid = int(match["pid"])
-        if pid == os.getpid() or not _running(pid):
+        if pid == os.getpid() or not process_exists(pid):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)
     return removed
-
-
-def _running(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine (one of another user's counts as running; on Windows, where
-    signal 0 would end the process, every one)."""
-    if os.name == "nt":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True
     return True
 
 
