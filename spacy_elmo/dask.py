@@ -12,6 +12,7 @@ Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,13 +32,9 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from .bilm.files import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
-from .runtime.mix import LayerSpec, mix_layers
-from .runtime.pooling import pooled_dim
-from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .runtime.text_rows import DOC, Tokens, embedded_rows, row_tokens, sample_kind, token_rows
-from .runtime.tokenize import TokenizerSpec
-from .runtime.validation import optional_windows, resolve_device
-from .sklearn import ElmoVectorizer
+from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
+from .runtime.text_rows import pooled_matrix, token_records
+from .runtime.validation import resolve_device
 from .sources.model_files import model_shape, resolve_model_files
 
 __all__ = ["embed_texts", "embed_tokens", "local_cluster"]
@@ -63,27 +60,21 @@ def embed_texts(
     texts: Any,
     *,
     model: PathLike = "default",
-    layers: LayerSpec = DEFAULT_LAYERS,
-    pooling: str = "mean",
-    tokenizer: TokenizerSpec = None,
-    batch_size: Optional[int] = None,
-    device: Optional[str] = None,
-    dtype: Optional[str] = None,
-    max_length: Optional[int] = DEFAULT_MAX_LENGTH,
-    window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
     lengths: Union[bool, Sequence[int]] = True,
+    **settings: Any,
 ) -> da.Array:
     """Pooled ELMo vectors of a dask Bag or dask DataFrame Series, as a float32 dask Array ``(n, features)``.
 
     Each row holds exactly what :class:`spacy_elmo.ElmoVectorizer` with the same parameters gives
-    for that text (each partition goes through its ``transform``; to float32 rounding, as
-    another process may block its sums differently), in the input's order, one chunk of rows
+    for that text (each partition goes through the vectorizer's computation, ``text_rows.pooled_matrix``; to
+    float32 rounding, as another process may block its sums differently), in the input's order, one chunk of rows
     per input partition. ``texts`` holds strings or token lists. An input with no texts gives a
     ``(0, features)`` array.
 
-    ``model``, ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``dtype``,
-    ``max_length``, ``window_overlap``: as for ``ElmoVectorizer`` (a callable tokenizer is pickled into the graph).
+    ``model`` and the settings ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``dtype``,
+    ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults (declared once in
+    ``spacy_elmo.runtime.front_settings``; a callable tokenizer is pickled into the graph).
     ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
     ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
     ``lengths``: ``True`` computes the partitions' lengths now (one pass over the input, running
@@ -92,17 +83,15 @@ def embed_texts(
     a sequence of ints gives them.
 
     The model is not loaded here: its files are found (a published model is downloaded) and the
-    parameters checked against the shape its options file gives (``model_files.model_shape``).
+    settings checked against the shape its options file gives (``model_files.model_shape``).
     """
-    params = _vectorizer_params(
-        model, layers, pooling, tokenizer, batch_size, device, dtype, max_length, window_overlap
-    )
-    features = pooled_dim(_checked_dim(params), pooling)  # errors here, where the input enters, not in a worker
+    model, checked = _client_settings(model, given_settings(settings, DASK_SETTINGS, "embed_texts"))
+    features = _checked_width(model, checked)  # errors here, where the input enters, not in a worker
     partitions = _partitions(texts)
     sizes = _partition_lengths(texts, partitions, lengths)
     if not partitions or (sizes is not None and sum(sizes) == 0):
         return da.zeros((0, features), dtype=np.float32, chunks=((0,), (features,)))
-    embedded = [dask.delayed(_pooled_partition, pure=True)(part, params, cache_dir) for part in partitions]
+    embedded = [dask.delayed(_pooled_partition, pure=True)(part, model, checked, cache_dir) for part in partitions]
     blocks = [
         da.from_delayed(block, shape=(np.nan if sizes is None else sizes[i], features), dtype=np.float32)
         for i, block in enumerate(embedded)
@@ -114,95 +103,67 @@ def embed_tokens(
     texts: Any,
     *,
     model: PathLike = "default",
-    layers: LayerSpec = DEFAULT_LAYERS,
-    tokenizer: TokenizerSpec = None,
-    batch_size: Optional[int] = None,
-    device: Optional[str] = None,
-    dtype: Optional[str] = None,
-    max_length: Optional[int] = DEFAULT_MAX_LENGTH,
-    window_overlap: int = DEFAULT_OVERLAP,
     cache_dir: Optional[PathLike] = None,
+    **settings: Any,
 ) -> db.Bag:
     """Token vectors of a dask Bag or dask DataFrame Series: a dask Bag of one record per text, in order.
 
-    Each record is ``{"tokens": [str, ...], "vectors": float32 array (n_tokens, dim)}``: the
+    Each record is ``{"tokens": [str, ...], "vectors": float32 array (n_tokens, width)}``: the
     tokens ``ElmoVectorizer`` embeds (whitespace tokens dropped) and their mixed layers (the
-    rows that ``pooling="mean"`` would average). A text with no tokens gives ``(0, dim)``.
-    The Bag has one partition per input partition; ``bag.pluck("vectors")`` gives the arrays
-    alone. Parameters as for :func:`embed_texts`.
+    rows that ``pooling="mean"`` would average; ``layers="all"``: every layer side by side). A text with no tokens
+    gives ``(0, width)``. The Bag has one partition per input partition; ``bag.pluck("vectors")`` gives the arrays
+    alone. ``model``, ``cache_dir`` and the settings as for :func:`embed_texts`, but for ``pooling``.
     """
-    params = _vectorizer_params(model, layers, "mean", tokenizer, batch_size, device, dtype, max_length, window_overlap)
-    _checked_dim(params)
+    model, checked = _client_settings(model, given_settings(settings, DASK_TOKEN_SETTINGS, "embed_tokens"))
+    _checked_width(model, checked)
     partitions = _partitions(texts)
-    embedded = [dask.delayed(_token_partition, pure=True)(part, params, cache_dir) for part in partitions]
+    embedded = [dask.delayed(_token_partition, pure=True)(part, model, checked, cache_dir) for part in partitions]
     return db.from_delayed(embedded) if embedded else db.from_sequence([], npartitions=1)
 
 
 # -- what runs on the workers ------------------------------------------------------------------
 
 
-def _pooled_partition(texts: Any, params: dict[str, Any], cache_dir: Optional[PathLike]) -> np.ndarray:
-    """One partition through ``ElmoVectorizer.transform`` (the worker's shared backend)."""
-    _worker_backend(params, cache_dir)
-    return ElmoVectorizer(**params).transform(_as_list(texts))
+def _pooled_partition(
+    texts: Any, model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]
+) -> np.ndarray:
+    """One partition through the vectorizer's computation (the worker's shared backend)."""
+    return pooled_matrix(_as_list(texts), _worker_backend(model, settings, cache_dir), settings)
 
 
-def _token_partition(texts: Any, params: dict[str, Any], cache_dir: Optional[PathLike]) -> list[dict[str, Any]]:
+def _token_partition(
+    texts: Any, model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]
+) -> list[dict[str, Any]]:
     """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does (``text_rows``), mixed."""
-    backend = _worker_backend(params, cache_dir)
-    samples = _as_list(texts)
-    kind = sample_kind(samples)
-    if kind == DOC:
-        raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
-    rows = token_rows(samples, kind, params["tokenizer"])
-    windows = optional_windows(params["max_length"], params["window_overlap"])
-    vectors: dict[Tokens, np.ndarray] = {(): np.zeros((0, backend.dim), dtype=np.float32)}
-    embedded = embedded_rows(rows, backend, max_length=windows[0], overlap=windows[1], batch_size=params["batch_size"])
-    for tokens, layers in embedded:
-        vectors[tokens] = np.ascontiguousarray(mix_layers(layers, params["layers"]), dtype=np.float32)
-    return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in row_tokens(rows, len(samples))]
+    return token_records(_as_list(texts), _worker_backend(model, settings, cache_dir), settings)
 
 
-def _worker_backend(params: dict[str, Any], cache_dir: Optional[PathLike]) -> ElmoBackend:
-    return load_bilm(params["model"], device=params["device"], dtype=params["dtype"], cache_dir=cache_dir)
+def _worker_backend(model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]) -> ElmoBackend:
+    return load_bilm(model, device=settings.device, dtype=settings.dtype, cache_dir=cache_dir)
 
 
 # -- on the client ------------------------------------------------------------------------------
 
 
-def _vectorizer_params(
-    model: PathLike,
-    layers: LayerSpec,
-    pooling: str,
-    tokenizer: TokenizerSpec,
-    batch_size: Optional[int],
-    device: Optional[str],
-    dtype: Optional[str],
-    max_length: Optional[int],
-    window_overlap: int,
-) -> dict[str, Any]:
+def _client_settings(model: PathLike, settings: FrontSettings) -> tuple[PathLike, FrontSettings]:
+    """The model as a plain string and the settings as the graph carries them: ``dtype="auto"`` on a CPU chosen
+    once, here (workers on other CPUs must not each pick their own; for a GPU, each worker resolves it where the GPU
+    is)."""
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model={model!r}: expected 'default' or a path to an ELMo directory")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    if dtype == AUTO and _on_cpu(device):  # chosen once, here: workers on other CPUs must not each pick their own
-        dtype = dtype_name(resolve_dtype(dtype, device))  # (for a GPU, each worker resolves it where the GPU is)
-    return dict(
-        model=model,
-        layers=layers,
-        pooling=pooling,
-        tokenizer=tokenizer,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        max_length=max_length,
-        window_overlap=window_overlap,
-    )
+    if settings.dtype == AUTO and _on_cpu(settings.device):
+        settings = dataclasses.replace(settings, dtype=dtype_name(resolve_dtype(settings.dtype, settings.device)))
+    return model, settings
 
 
-def _checked_dim(params: dict[str, Any]) -> int:
-    """The model's output width from its options file (the weights stay unread), every parameter checked against it."""
-    n_layers, dim = model_shape(*resolve_model_files(params["model"]))
-    on_client = params if _on_cpu(params["device"]) else {**params, "device": None}  # the GPU is the workers'
-    ElmoVectorizer(**on_client).check_settings(n_layers)
-    return dim
+def _checked_width(model: PathLike, settings: FrontSettings) -> int:
+    """The width of one row (pooled, for ``embed_texts``) from the model's options file (the weights stay unread),
+    every setting checked against it."""
+    n_layers, dim = model_shape(*resolve_model_files(model))
+    if _on_cpu(settings.device):  # a GPU is the workers': only its spelling was checked
+        resolve_dtype(settings.dtype, resolve_device(settings.device))  # what load_bilm would refuse, named here
+    return settings.width(n_layers, dim)
 
 
 def _on_cpu(device: Optional[str]) -> bool:

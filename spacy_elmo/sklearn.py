@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Iterator
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -13,24 +11,20 @@ from spacy.tokens import Doc
 
 from .about import __version__
 from .bilm.files import PathLike
-from .bilm.weights import WeightFileError
 from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_dtype
-from .runtime.mix import LayerSpec, layer_weights, mix_layers
-from .runtime.pooling import PoolSink, check_pooling, pool, pooled_dim, pooling_parts
-from .runtime.settings import DEFAULT_LAYERS, DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .runtime.text_rows import Rows, Tokens, pooled_rows, sample_kind, token_rows
-from .runtime.tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .runtime.validation import VECTOR_PRECISIONS, optional_windows, positive_int, resolve_device
-from .sources.bundled_versions import bundled_version, follow_saved, moved_on_advice, precision_fingerprint
-from .sources.model_files import bundled_name
-from .spacy.extensions import fresh_layers
+from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
+from .runtime.mix import ALL, LayerMix, layer_weights
+from .runtime.pooling import pooling_parts
+from .runtime.text_rows import EmptyTextWarning, pooled_matrix, sample_kind
+from .runtime.tokenize import TokenizerSpec
+from .runtime.validation import resolve_device
+from .sources.model_files import model_shape, resolve_model_files
+from .sources.pinned_model import PinnedModel
+
+__all__ = ["ElmoVectorizer", "EmptyTextWarning"]
 
 FEATURE_PREFIX = "elmo"
-
-
-class EmptyTextWarning(UserWarning):
-    """Some samples had no tokens (empty or whitespace only): their rows are zeros, as documented, but a column of
-    them usually means the wrong column or an unread file. Shown once per process (Python's default filter)."""
+DEFAULTS = FrontSettings()  # the vectorizer's defaults: runtime/front_settings.py declares every shared setting
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):
@@ -47,8 +41,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         (``"original"``, ...), an archive or URL,
         or a model directory (ELMo's ``options.json`` + weights ``.hdf5``, or an ELMoForManyLangs model), as
         :func:`spacy_elmo.load_bilm` takes.
-    layers : "average", "top", int or list of float, default="average"
-        Which biLM layers to use, as in the spaCy component (see :func:`spacy_elmo.mix_layers`).
+    layers : "average", "top", "all", int or list of float, default="average"
+        Which biLM layers to use, as in the spaCy component (see :func:`spacy_elmo.mix_layers`); ``"all"``: every
+        layer's pooled row side by side (``n_layers + 1`` times as many features), for the classifier to weigh.
     pooling : {"mean", "max", "mean+max"}, default="mean"
         How token vectors become one row; ``"mean+max"`` concatenates both (``2 * dim`` features).
     batch_size : int or None, default=None
@@ -90,22 +85,25 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         names a newer one (a clear error if this spacy-elmo no longer bundles it).
     dtype_ : str
         The precision ``fit`` loaded the biLM in ("float32", "int8", ...; what ``dtype="auto"`` chose).
-    layer_weights_ : ndarray of shape (n_layers + 1,)
-        The normalised layer weights that ``layers`` resolves to.
+    layer_weights_ : ndarray of shape (n_layers + 1,) or None
+        The normalised layer weights that ``layers`` resolves to (None for ``layers="all"``: no mix).
+    model_pin_ : spacy_elmo.sources.pinned_model.PinnedModel
+        The model ``fit`` used, pinned: what ``model`` named and the fingerprints of its files and vectors, which
+        ``transform`` resolves (the bundled version it was, should ``"default"`` name a newer one).
     """
 
     def __init__(
         self,
         model: PathLike = "default",
-        layers: LayerSpec = DEFAULT_LAYERS,
-        pooling: str = "mean",
-        batch_size: Optional[int] = None,
-        device: Optional[str] = None,
-        tokenizer: TokenizerSpec = None,
-        max_length: Optional[int] = DEFAULT_MAX_LENGTH,
-        window_overlap: int = DEFAULT_OVERLAP,
-        verbose: Union[bool, int] = 0,
-        dtype: Optional[str] = None,
+        layers: LayerMix = DEFAULTS.layers,
+        pooling: str = DEFAULTS.pooling,
+        batch_size: Optional[int] = DEFAULTS.batch_size,
+        device: Optional[str] = DEFAULTS.device,
+        tokenizer: TokenizerSpec = DEFAULTS.tokenizer,
+        max_length: Optional[int] = DEFAULTS.max_length,
+        window_overlap: int = DEFAULTS.window_overlap,
+        verbose: Union[bool, int] = DEFAULTS.verbose,
+        dtype: Optional[str] = DEFAULTS.dtype,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -121,26 +119,34 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     # -- scikit-learn API ------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> ElmoVectorizer:
-        """Check the parameters and the input, load the backend; nothing is learned."""
+        """Check the parameters and the input, load the backend and pin its model; nothing is learned."""
         self._fit(_as_samples(X))
         return self
 
     def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> np.ndarray:
         """``fit`` then ``transform``, reading ``X`` once (so a generator works)."""
         samples = _as_samples(X)
-        return self._transform(samples, self._fit(samples))
+        settings, backend = self._fit(samples)
+        return pooled_matrix(samples, backend, settings)
 
     def transform(self, X: Any) -> np.ndarray:
         """Float32 array ``(n_samples, n_features)``: each sample's mixed, pooled ELMo vectors."""
-        samples = _as_samples(X)
-        return self._transform(samples, self._check_params())
+        settings = self._settings()
+        backend = self._load(self._model_to_load(), settings)
+        return pooled_matrix(_as_samples(X), backend, settings)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
-        """``elmo0, elmo1, ...``; with ``pooling="mean+max"``: ``elmo_mean0, ..., elmo_max0, ...``."""
-        backend = self._check_params()
-        parts = pooling_parts(self.pooling)
+        """``elmo0, elmo1, ...``; with ``pooling="mean+max"``: ``elmo_mean0, ..., elmo_max0, ...``; with
+        ``layers="all"``: ``elmo_layer0_0, ...`` (``elmo_mean_layer0_0, ...``). Read from the model's options file:
+        the weights stay unread."""
+        settings = self._settings()
+        n_layers, dim = model_shape(*resolve_model_files(self._model_to_load()))
+        settings.mixed_width(n_layers, dim)  # layers checked against the model's
+        parts = pooling_parts(settings.pooling)
         prefixes = [FEATURE_PREFIX] if len(parts) == 1 else [f"{FEATURE_PREFIX}_{part}" for part in parts]
-        return np.asarray([f"{prefix}{i}" for prefix in prefixes for i in range(backend.dim)], dtype=object)
+        if settings.layers == ALL:
+            prefixes = [f"{prefix}_layer{k}_" for prefix in prefixes for k in range(n_layers + 1)]
+        return np.asarray([f"{prefix}{i}" for prefix in prefixes for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):  # scikit-learn >= 1.6
         tags = super().__sklearn_tags__()
@@ -153,145 +159,70 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
         return {"X_types": ["string"], "requires_fit": False, "stateless": True, "preserves_dtype": [np.float32]}
 
+    def check_settings(self, n_layers: Optional[int] = None) -> None:
+        """Check the parameters without loading the model; with ``n_layers`` (the model's LSTM layers) ``layers`` and
+        ``dtype`` on ``device`` too. ``TypeError`` or ``ValueError`` names a bad one."""
+        settings = self._settings()
+        if n_layers is not None:
+            resolve_dtype(self.dtype, resolve_device(self.device))  # what load_bilm would refuse, named here
+            settings.mixed_width(n_layers, 1)
+
     # -- internals -------------------------------------------------------------------------
 
-    def _fit(self, samples: list[Any]) -> ElmoBackend:
-        backend = self._check_params(fitting=True)
+    def _settings(self) -> FrontSettings:
+        """The parameters as the shared settings, checked (``TypeError``/``ValueError`` names a bad one)."""
+        if not isinstance(self.model, (str, os.PathLike)):
+            raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
+        return FrontSettings.of(self, VECTORIZER_SETTINGS).checked()
+
+    def _load(self, model: PathLike, settings: FrontSettings) -> ElmoBackend:
+        """The shared backend of ``model``, ``layers`` checked against its layers."""
+        backend = load_bilm(model, device=settings.device, dtype=settings.dtype)  # a bad dtype: ValueError naming it
+        settings.mixed_width(backend.n_layers, backend.dim)
+        return backend
+
+    def _fit(self, samples: list[Any]) -> tuple[FrontSettings, ElmoBackend]:
+        settings = self._settings()
+        backend = self._load(self.model, settings)
         sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
         self.dtype_ = dtype_name(backend.dtype)
-        self.layer_weights_ = layer_weights(self.layers, backend.n_layers + 1)
-        self._resolved_model = (self._resolution_key(backend.fingerprint), self.model)
-        return backend
-
-    def _check_params(self, fitting: bool = False) -> ElmoBackend:
-        """Validate every parameter (loading the shared backend) and return the backend.
-
-        ``fitting``: load what ``model`` names now; else, for a fitted vectorizer, the model it was fitted with
-        (:meth:`_model_to_load`).
-        """
-        self.check_settings()
-        model = self.model if fitting else self._model_to_load()
-        backend = load_bilm(model, device=self.device, dtype=self.dtype)  # a bad dtype: ValueError naming it
-        layer_weights(self.layers, backend.n_layers + 1)
-        return backend
+        self.layer_weights_ = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
+        self.model_pin_ = PinnedModel(
+            os.fspath(self.model), backend.files_fingerprint, backend.fingerprint, saved_by=__version__
+        )
+        return settings, backend
 
     def _model_to_load(self) -> PathLike:
-        """``model``, unless it names a bundled model and the vectorizer was fitted with another bundled version
-        than the one it names now (this spacy-elmo's default is newer than the one it was fitted with, perhaps in
-        another process that pickled it): then that version's name, so transform gives the vectors fit saw.
-
-        The choice is kept in ``_resolved_model`` (``(key, what to load)``; ``fit`` sets it), for as long as its key
-        holds: the same ``model`` and ``model_fingerprint_``, and the same bundled version behind ``model``'s name.
-        ``model`` changed since fit (``set_params``) loads what it names, as an unfitted vectorizer does. A
-        fingerprint of no bundled version: ``WeightFileError`` saying what to do.
-        """
-        fingerprint = getattr(self, "model_fingerprint_", None)
-        name = bundled_name(self.model)
-        resolved = getattr(self, "_resolved_model", None)
-        if fingerprint is None or name is None or (resolved is not None and resolved[0][0] != os.fspath(self.model)):
+        """``model``, unless the vectorizer was fitted with a bundled model that the name means no longer (this
+        spacy-elmo's default is newer than the one it was fitted with, perhaps in another process that pickled it):
+        then that bundled version, so transform gives the vectors fit saw (:meth:`PinnedModel.resolve`; a
+        ``WeightFileError`` says what to do when this spacy-elmo no longer bundles it). ``model`` changed since fit
+        (``set_params``) loads what it names, as an unfitted vectorizer does."""
+        pin: Optional[PinnedModel] = getattr(self, "model_pin_", None)
+        if pin is None or pin.name != os.fspath(self.model):
             return self.model
-        key = self._resolution_key(str(fingerprint))
-        if resolved is not None and resolved[0] == key:
-            return resolved[1]
-        version = follow_saved(name, fingerprint, "this ElmoVectorizer was fitted", VECTOR_PRECISIONS)
-        if version is None:
-            current = load_bilm(self.model, device=self.device, dtype=self.dtype).files_fingerprint
-            if fingerprint not in {precision_fingerprint(current, p) for p in VECTOR_PRECISIONS}:
-                where = f"ElmoVectorizer(model={os.fspath(self.model)!r})"
-                raise WeightFileError(f"{where}: {self._moved_on(fingerprint)}")
-            version = name
-        model = self.model if version == name else version
-        self._resolved_model = (key, model)
-        return model
-
-    def _resolution_key(self, fingerprint: str) -> tuple[str, str, Optional[str]]:
-        """What ``_resolved_model`` holds for: ``model``, the fitted fingerprint, the files ``model`` names now."""
-        name = bundled_name(self.model)
-        version = bundled_version(name) if name is not None else None
-        return os.fspath(self.model), fingerprint, version.files_fingerprint if version else None
-
-    def _moved_on(self, fingerprint: str) -> str:
-        return moved_on_advice(
-            bundled_name(self.model) or "default",
-            fingerprint,
-            None,
-            __version__,
+        return pin.resolve(
+            "this ElmoVectorizer was fitted",
+            f"ElmoVectorizer(model={os.fspath(self.model)!r})",
+            installed=__version__,
             set_model="set its model to the files it was fitted with: set_params(model=FOLDER) (in a Pipeline, "
             "set_params(STEP__model=FOLDER))",
             redo="fit the vectorizer and the estimators after it again on this version's default",
             done="fitted",
+            still_current=lambda: load_bilm(self.model, device=self.device, dtype=self.dtype).files_fingerprint,
         )
 
-    def check_settings(self, n_layers: Optional[int] = None) -> None:
-        """Check the parameters without loading the model; with ``n_layers`` (the model's LSTM layers) ``layers`` too.
-
-        ``TypeError`` or ``ValueError`` names a bad one. A client that must not load the model
-        (``spacy_elmo.dask``) reads ``n_layers`` from the model's options (``model_files.model_shape``).
-        """
-        if not isinstance(self.model, (str, os.PathLike)):
-            raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
-        check_pooling(self.pooling)
-        if self.batch_size is not None:
-            positive_int(self.batch_size, "batch_size")
-        resolve_tokenizer(self.tokenizer)  # a bad type is a TypeError, an unknown language code a ValueError, here
-        self._windows()
-        if n_layers is not None:
-            resolve_dtype(self.dtype, resolve_device(self.device))  # what load_bilm would refuse, named here
-            layer_weights(self.layers, n_layers + 1)
-
-    def _windows(self) -> tuple[Optional[int], int]:
-        """``(max_length, window_overlap)`` as plain ints (numpy integers from a parameter grid are fine)."""
-        return optional_windows(self.max_length, self.window_overlap)
-
-    def _transform(self, samples: list[Any], backend: ElmoBackend) -> np.ndarray:
-        kind = sample_kind(samples)
-        out = np.zeros((len(samples), pooled_dim(backend.dim, self.pooling)), dtype=np.float32)
-        empty = 0  # samples with no tokens
-        if kind == "doc":
-            pending: Rows = {}  # unique token sequence -> rows that need it
-            for i, doc in enumerate(samples):
-                keep = [token.i for token in doc if not is_whitespace(token.text)]
-                empty += not keep
-                stored = fresh_layers(doc, backend.fingerprint, (backend.n_layers + 1, backend.dim))
-                if stored is None:
-                    pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
-                else:
-                    out[i] = self._pool(stored[:, keep])
-        else:
-            pending = token_rows(samples, kind, self.tokenizer)
-            empty = len(pending.get((), []))
-        if empty:
-            warnings.warn(  # one message for every call, so that Python's default filter shows it once
-                "spacy_elmo: ElmoVectorizer was given samples with no tokens (empty or whitespace only); "
-                "their rows are zeros",
-                EmptyTextWarning,
-                stacklevel=1,
-            )
-        for tokens, row in self._pooled(pending, backend):  # window by window: memory flat in the text's length
-            out[pending[tokens]] = row
-        # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
-        return out
-
-    def _pooled(self, pending: Rows, backend: ElmoBackend) -> Iterator[tuple[Tokens, np.ndarray]]:
-        """The mixed, pooled row of each unique non-empty token sequence, folded window by window (never stitched)."""
-
-        def new_sink(shape: tuple[int, int, int], windows: int) -> PoolSink:
-            return PoolSink(shape, windows, self.pooling, lambda layers: mix_layers(layers, self.layers))
-
-        max_length, overlap = self._windows()
-        return pooled_rows(
-            pending,
-            backend,
-            new_sink,
-            max_length=max_length,
-            overlap=overlap,
-            batch_size=self.batch_size,
-            verbose=self.verbose,
-        )
-
-    def _pool(self, activations: np.ndarray) -> np.ndarray:
-        return pool(mix_layers(activations, self.layers), self.pooling)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a vectorizer fitted by an earlier spacy-elmo (``model_fingerprint_`` but no ``model_pin_``) gets
+        the pin its fingerprint makes, and its cached resolution (``_resolved_model``) is dropped."""
+        state = dict(state)
+        state.pop("_resolved_model", None)
+        if "model_fingerprint_" in state and "model_pin_" not in state:
+            model = state.get("model", "default")
+            name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(model)
+            state["model_pin_"] = PinnedModel(name, fingerprint=str(state["model_fingerprint_"]))
+        super().__setstate__(state)
 
 
 # -- input handling --------------------------------------------------------------------------

@@ -286,16 +286,19 @@ def test_a_fitted_vectorizer_keeps_its_vectors_after_the_default_changes(monkeyp
     vectorizer = ElmoVectorizer().fit(TEXTS)
     expected = vectorizer.transform(TEXTS)
     pickled = pickle.dumps(vectorizer)
-    legacy = pickle.loads(pickled)
-    del legacy._resolved_model  # as one pickled before the resolution was kept
+    older = pickle.loads(pickled)  # as earlier versions pickled it: a fingerprint and a cached resolution, no pin
+    del older.__dict__["model_pin_"]
+    older.__dict__["_resolved_model"] = (("default", older.model_fingerprint_, None), "default")
+    legacy = pickle.dumps(older)
 
     swap_default(monkeypatch, next_dir)
-    for restored in (pickle.loads(pickled), legacy):
+    for restored in (pickle.loads(pickled), pickle.loads(legacy)):
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="spacy_elmo"):
             np.testing.assert_array_equal(restored.transform(TEXTS), expected)
         assert any(f"ElmoVectorizer was fitted with the bundled model {TODAY}" in m for m in followed(caplog))
         assert restored.get_params()["model"] == "default"  # the parameter is the user's, untouched
+        assert restored.model_pin_.name == "default" and not hasattr(restored, "_resolved_model")
         assert list(restored.get_feature_names_out())[:2] == ["elmo0", "elmo1"]
     refitted = pickle.loads(pickled).fit(TEXTS)  # fit again: the new default
     assert refitted.model_fingerprint_ == bundled_versions.VERSIONS[NEXT].files_fingerprint

@@ -288,13 +288,11 @@ def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentenc
 
 def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir, texts, monkeypatch, backend):
     import spacy_elmo.dask as elmo_dask
-    import spacy_elmo.sklearn as elmo_sklearn
 
     def refuse(*args, **kwargs):
         raise AssertionError("the client loaded the model")
 
     monkeypatch.setattr(elmo_dask, "load_bilm", refuse)
-    monkeypatch.setattr(elmo_sklearn, "load_bilm", refuse)
     bag = db.from_sequence(texts, npartitions=2)
     array = embed_texts(bag, model=fixture_dir, pooling="mean+max", lengths=False)
     assert array.shape[1] == 2 * backend.dim and array.dtype == np.float32

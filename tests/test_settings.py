@@ -2,6 +2,7 @@
 (read from the source), each setting is used, and what the front ends and the backend start with is its value."""
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -119,7 +120,11 @@ def test_front_ends_take_their_defaults_from_settings(path):
 
 
 def test_the_spacy_config_takes_its_values_from_settings():
-    """The component's default config is an f-string of settings: no setting's value written into its text."""
+    """The component's default config is an f-string whose settings lines come from the shared settings' spec
+    (``front_settings.config_lines``): no setting's value written into its text."""
+    from spacy_elmo.runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS
+    from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG
+
     path = PACKAGE / "spacy" / "pipeline_component.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     (config,) = [
@@ -129,10 +134,11 @@ def test_the_spacy_config_takes_its_values_from_settings():
     ]
     assert isinstance(config, ast.JoinedStr)
     text = "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in config.values)
-    settings_lines = [line.split(" = ") for line in text.splitlines() if line.split(" = ")[0] in SETTING_NAMES]
-    assert len(settings_lines) == 6
-    written = [f"{key} = {value}" for key, value in settings_lines if value.strip('"') != "{}"]
-    assert not written, f"write these from settings: {written}"
+    written = [line for line in text.splitlines() if line.split(" = ")[0] in SETTING_NAMES]
+    assert not written, f"write these from the settings' spec: {written}"
+    assert {name: DEFAULT_CONFIG["elmo"][name] for name in COMPONENT_SETTINGS} == {
+        name: getattr(COMPONENT_DEFAULTS, name) for name in COMPONENT_SETTINGS
+    }
 
 
 def test_every_setting_is_used_outside_settings():
@@ -166,3 +172,104 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
         16384,
     )
     assert settings.DEFAULT_PIPE_BATCH_SIZE == 128
+
+
+# -- the front ends' shared settings: declared once (runtime/front_settings.py), spelled out only where conventions
+# require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
+
+
+def disagreements(function, names, defaults, own=()) -> list[str]:
+    """How ``function``'s parameters differ from the settings ``names`` at ``defaults`` (``own``: its other
+    parameters): a setting missing, one more than declared, a default not the declaration's."""
+    import inspect
+
+    from spacy_elmo.runtime.front_settings import FrontSettings
+
+    parameters = {name: p for name, p in inspect.signature(function).parameters.items() if p.kind is not p.VAR_KEYWORD}
+    fields = {field.name for field in dataclasses.fields(FrontSettings)}
+    found = []
+    for name in names:
+        if name not in parameters:
+            found.append(f"{name}: declared but not a parameter")
+        elif parameters[name].default is not inspect.Parameter.empty and parameters[name].default != getattr(
+            defaults, name
+        ):
+            found.append(f"{name}: default {parameters[name].default!r}, declared {getattr(defaults, name)!r}")
+    for name in set(parameters) - set(names) - set(own):
+        found.append(f"{name}: a parameter no declaration names" + (" (a shared setting)" if name in fields else ""))
+    return found
+
+
+def test_the_front_ends_signatures_agree_with_the_settings_spec():
+    from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.dask import embed_texts, embed_tokens
+    from spacy_elmo.runtime import front_settings as spec
+    from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG, ElmoComponent, make_elmo
+
+    component_own = ("self", "vocab", "nlp", "name", "model", "use_sentences", "set_vectors", "get_positions")
+    problems = {
+        "ElmoVectorizer": disagreements(
+            ElmoVectorizer.__init__, spec.VECTORIZER_SETTINGS, spec.FrontSettings(), ("self", "model")
+        ),
+        "ElmoComponent": disagreements(
+            ElmoComponent.__init__, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, component_own
+        ),
+        "make_elmo": disagreements(make_elmo, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, component_own),
+        "the config": sorted(set(DEFAULT_CONFIG["elmo"]) ^ {*spec.COMPONENT_SETTINGS, *component_own[5:], "model"}),
+        # Dask passes the settings on (**settings): it spells none of them
+        "embed_texts": disagreements(embed_texts, (), spec.FrontSettings(), ("texts", "model", "cache_dir", "lengths")),
+        "embed_tokens": disagreements(embed_tokens, (), spec.FrontSettings(), ("texts", "model", "cache_dir")),
+    }
+    assert not {where: found for where, found in problems.items() if found}
+    declared = {field.name for field in dataclasses.fields(spec.FrontSettings)}
+    used = set(spec.VECTORIZER_SETTINGS) | set(spec.COMPONENT_SETTINGS)
+    assert declared == used, f"declared but no front end takes them: {declared - used}"
+
+
+def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
+    from spacy_elmo.runtime import front_settings as spec
+
+    def added_here_only(
+        self,
+        model="default",
+        layers="average",
+        pooling="mean",
+        batch_size=None,
+        device=None,
+        tokenizer=None,
+        max_length=128,
+        window_overlap=32,
+        verbose=0,
+        dtype=None,
+        stride=2,
+    ):
+        pass
+
+    def other_default(
+        self,
+        model="default",
+        layers="top",
+        pooling="mean",
+        batch_size=None,
+        device=None,
+        tokenizer=None,
+        max_length=128,
+        window_overlap=32,
+        verbose=0,
+        dtype=None,
+    ):
+        pass
+
+    assert disagreements(added_here_only, spec.VECTORIZER_SETTINGS, spec.FrontSettings(), ("self", "model")) == [
+        "stride: a parameter no declaration names"
+    ]
+    assert disagreements(other_default, spec.VECTORIZER_SETTINGS, spec.FrontSettings(), ("self", "model")) == [
+        "layers: default 'top', declared 'average'"
+    ]
+
+
+def test_dask_refuses_a_setting_it_does_not_take():
+    from spacy_elmo.runtime.front_settings import DASK_TOKEN_SETTINGS, given_settings
+
+    with pytest.raises(TypeError, match="embed_tokens\\(\\) got an unexpected setting 'pooling'"):
+        given_settings({"pooling": "max"}, DASK_TOKEN_SETTINGS, "embed_tokens")

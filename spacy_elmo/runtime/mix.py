@@ -1,4 +1,4 @@
-"""Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``.
+"""Layer selection and the paper's scalar mix: ``gamma * sum_j softmax(s)_j * h_j``, or every layer side by side.
 
 The one check of each mix setting (:func:`check_layer_spec`, :func:`check_gamma`), for every front end and the
 spaCy mix layers: kept here, beside the computation that reads them, rather than in ``validation.py``.
@@ -15,29 +15,33 @@ import numpy as np
 
 from .settings import DEFAULT_GAMMA, DEFAULT_LAYERS
 
-LayerSpec = Union[str, int, Sequence[float]]
+LayerMix = Union[str, int, Sequence[float]]  # the ``layers`` setting: which layers, mixed how
+ALL = "all"  # every layer's vectors side by side (simple_elmo's name): ``n_outputs * dim`` wide, no weights
+_NAMED = ("average", "top", ALL)
+_EXPECTED = "expected 'average', 'top', 'all', a layer index or a list of weights"
 
 
-def check_layer_spec(layers: Any) -> LayerSpec:
-    """``layers`` after every check that needs no model: ``"average"``, ``"top"``, an int, or finite numbers.
+def check_layer_spec(layers: Any) -> LayerMix:
+    """``layers`` after every check that needs no model: ``"average"``, ``"top"``, ``"all"``, an int, or finite
+    numbers.
 
     Returns the spec in plain Python types (an ``int``, a list of ``float``); ``ValueError`` or
     ``TypeError`` names a bad one. Whether an index or the number of weights fits a model is
     :func:`layer_weights`'s to check.
     """
     if isinstance(layers, str):
-        if layers not in ("average", "top"):
-            raise ValueError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+        if layers not in _NAMED:
+            raise ValueError(f"layers={layers!r}: {_EXPECTED}")
         return layers
     if isinstance(layers, (bool, np.bool_)):
-        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights")
+        raise TypeError(f"layers={layers!r}: {_EXPECTED}")
     if isinstance(layers, (int, np.integer)):
         return int(layers)
     try:
         items = list(layers)
         values = [float(x) for x in items if not isinstance(x, (bool, np.bool_))]
     except (TypeError, ValueError) as err:
-        raise TypeError(f"layers={layers!r}: expected 'average', 'top', a layer index or a list of weights") from err
+        raise TypeError(f"layers={layers!r}: {_EXPECTED}") from err
     if len(values) != len(items) or not all(np.isfinite(values)):
         raise ValueError(f"layers={items!r}: expected finite numbers, one per layer")
     return values
@@ -50,14 +54,20 @@ def check_gamma(gamma: Any) -> float:
     return float(gamma)
 
 
-def layer_weights(layers: LayerSpec, n_outputs: int) -> np.ndarray:
+def layer_weights(layers: LayerMix, n_outputs: int) -> np.ndarray:
     """Normalised weights over the ``n_outputs`` ELMo layers (layer 0 = token layer).
 
     ``"average"``: equal weights; ``"top"``: the last layer; an int: that layer (negative counts
     from the top); a list of ``n_outputs`` numbers: the paper's unnormalised scalars ``s``,
-    softmax-normalised. The spec is checked by :func:`check_layer_spec` first.
+    softmax-normalised. The spec is checked by :func:`check_layer_spec` first. ``"all"`` weighs nothing (the layers
+    stay side by side): ``ValueError`` here, for a reader that must have one mixed layer (a scalar mix to train).
     """
     layers = check_layer_spec(layers)
+    if layers == ALL:
+        raise ValueError(
+            f"layers={ALL!r} keeps every layer side by side and has no weights: a mix here needs 'average', 'top', "
+            "a layer index or a list of weights"
+        )
     if layers == "average":
         return np.full(n_outputs, 1.0 / n_outputs, dtype=np.float64)
     if layers == "top":
@@ -79,7 +89,21 @@ def _one_hot(index: int, n: int) -> np.ndarray:
     return weights
 
 
-def mix_layers(activations: np.ndarray, layers: LayerSpec = DEFAULT_LAYERS, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
-    """Collapse ``(n_outputs, n_tokens, dim)`` activations to float32 ``(n_tokens, dim)``."""
+def mixed_width(layers: LayerMix, n_outputs: int, dim: int) -> int:
+    """The width of :func:`mix_layers`'s rows for a model of ``n_outputs`` layers of ``dim``, ``layers`` checked against
+    them (``ValueError`` naming a bad one): ``dim``, or ``n_outputs * dim`` for ``"all"``."""
+    if check_layer_spec(layers) == ALL:
+        return n_outputs * dim
+    layer_weights(layers, n_outputs)
+    return dim
+
+
+def mix_layers(activations: np.ndarray, layers: LayerMix = DEFAULT_LAYERS, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
+    """Collapse ``(n_outputs, n_tokens, dim)`` activations to float32 ``(n_tokens, dim)``; ``layers="all"``: each
+    token's layers side by side, layer 0 first, float32 ``(n_tokens, n_outputs * dim)`` (times ``gamma``)."""
+    if check_layer_spec(layers) == ALL:
+        n_outputs, n_tokens, dim = activations.shape
+        side_by_side = np.moveaxis(np.asarray(activations, dtype=np.float32), 0, 1).reshape(n_tokens, n_outputs * dim)
+        return side_by_side * np.float32(gamma) if float(gamma) != 1.0 else np.ascontiguousarray(side_by_side)
     weights = layer_weights(layers, activations.shape[0]) * float(gamma)
     return np.tensordot(weights.astype(np.float32), activations, axes=(0, 0)).astype(np.float32, copy=False)

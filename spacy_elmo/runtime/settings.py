@@ -25,3 +25,4 @@ DEFAULT_GAMMA = 1.0  # the mix's scale (and the initial gamma of the spaCy mix l
 DEFAULT_MEMORY_MB = 256.0  # the backend's in-memory LRU of sentence activations, MiB (load_bilm's cache_mb)
 DEFAULT_DISK_MB = 4096.0  # the disk cache's bound, MiB (disk_cache_mb; SPACY_ELMO_CACHE_MB overrides it)
 DEFAULT_TOKEN_CACHE = 20000  # char-CNN token vectors kept between batches (token_cache_size)
+DEFAULT_POOLING = "mean"  # how ElmoVectorizer and spacy_elmo.dask pool token vectors into one row per text

@@ -1,25 +1,34 @@
-"""Texts -> unique token sequences -> layers: the steps ``ElmoVectorizer`` and ``spacy_elmo.dask`` share.
+"""Texts -> unique token sequences -> layers -> rows: what ``ElmoVectorizer`` and ``spacy_elmo.dask`` compute.
 
 A column of samples (strings, token lists, or spaCy ``Doc`` objects: one kind per column) becomes
 a map from each unique token sequence to the rows that hold it (:func:`token_rows`), so identical
 samples are embedded once; whitespace tokens are dropped (``tokenize.is_whitespace``). The unique
 sequences then go through ``windows.embed_segments`` (or ``fold_segments``), longest first
-(:func:`embedded_rows`, :func:`folded_rows`).
+(:func:`embedded_rows`, :func:`folded_rows`). :func:`pooled_matrix` is the whole trip for one column (the
+vectorizer's ``transform``, one Dask partition), :func:`token_records` its token-level sibling (``embed_tokens``).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
 from spacy.tokens import Doc
 from tqdm import tqdm
 
+from .front_settings import FrontSettings
+from .mix import mix_layers
+from .pooling import PoolSink, pool
+from .stored_layers import fresh_layers
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
+
+if TYPE_CHECKING:
+    from .backend import ElmoBackend
 
 Tokens = tuple[str, ...]
 Rows = dict[Tokens, list[int]]  # unique token sequence -> the rows (sample indices) that hold it
@@ -27,6 +36,84 @@ T = TypeVar("T")
 
 TEXT, TOKENS, DOC = "text", "tokens", "doc"
 _KIND_NAMES = {TEXT: "a string", TOKENS: "a token list", DOC: "a spaCy Doc"}
+
+
+class EmptyTextWarning(UserWarning):
+    """Some samples had no tokens (empty or whitespace only): their rows are zeros, as documented, but a column of
+    them usually means the wrong column or an unread file. Shown once per process (Python's default filter)."""
+
+
+def pooled_matrix(samples: Sequence[Any], backend: ElmoBackend, settings: FrontSettings) -> np.ndarray:
+    """Float32 ``(len(samples), settings.width(...))``: each sample's mixed, pooled row, identical samples embedded
+    once, long ones window by window (memory flat in a text's length; never stitched).
+
+    ``settings`` are checked (:meth:`FrontSettings.checked`). A ``Doc`` whose ``doc._.elmo_layers`` this model made
+    (same fingerprint and shape) is pooled from them, not recomputed. A sample with no tokens gives zeros and an
+    :class:`EmptyTextWarning`.
+    """
+    n_outputs = backend.n_layers + 1
+    kind = sample_kind(samples)
+    out = np.zeros((len(samples), settings.width(backend.n_layers, backend.dim)), dtype=np.float32)
+
+    def pooled(activations: np.ndarray) -> np.ndarray:
+        return pool(mix_layers(activations, settings.layers, settings.gamma), settings.pooling)
+
+    empty = 0  # samples with no tokens
+    if kind == DOC:
+        pending: Rows = {}  # unique token sequence -> rows that need it
+        for i, doc in enumerate(samples):
+            keep = [token.i for token in doc if not is_whitespace(token.text)]
+            empty += not keep
+            stored = fresh_layers(doc, backend.fingerprint, (n_outputs, backend.dim))
+            if stored is None:
+                pending.setdefault(tuple(doc[j].text for j in keep), []).append(i)
+            else:
+                out[i] = pooled(stored[:, keep])
+    else:
+        pending = token_rows(samples, kind, settings.tokenizer)
+        empty = len(pending.get((), []))
+    if empty:
+        warnings.warn(  # one message for every call, so that Python's default filter shows it once
+            "spacy_elmo: ElmoVectorizer was given samples with no tokens (empty or whitespace only); "
+            "their rows are zeros",
+            EmptyTextWarning,
+            stacklevel=1,
+        )
+
+    def new_sink(shape: tuple[int, int, int], windows: int) -> PoolSink:
+        return PoolSink(
+            shape, windows, settings.pooling, lambda layers: mix_layers(layers, settings.layers, settings.gamma)
+        )
+
+    rows = pooled_rows(
+        pending,
+        backend,
+        new_sink,
+        max_length=settings.max_length,
+        overlap=settings.window_overlap,
+        batch_size=settings.batch_size,
+        verbose=settings.verbose,
+    )
+    for tokens, row in rows:
+        out[pending[tokens]] = row
+    return out  # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
+
+
+def token_records(samples: Sequence[Any], backend: SentenceEmbedder, settings: FrontSettings) -> list[dict[str, Any]]:
+    """``{"tokens": [str, ...], "vectors": float32 (n_tokens, width)}`` per sample: the tokens :func:`pooled_matrix`
+    embeds and their mixed layers (the rows ``pooling="mean"`` would average); strings or token lists only."""
+    kind = sample_kind(samples)
+    if kind == DOC:
+        raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
+    rows = token_rows(samples, kind, settings.tokenizer)
+    width = settings.mixed_width(backend.n_layers, backend.dim)
+    vectors: dict[Tokens, np.ndarray] = {(): np.zeros((0, width), dtype=np.float32)}
+    embedded = embedded_rows(
+        rows, backend, max_length=settings.max_length, overlap=settings.window_overlap, batch_size=settings.batch_size
+    )
+    for tokens, layers in embedded:
+        vectors[tokens] = np.ascontiguousarray(mix_layers(layers, settings.layers, settings.gamma), dtype=np.float32)
+    return [{"tokens": list(tokens), "vectors": vectors[tokens].copy()} for tokens in row_tokens(rows, len(samples))]
 
 
 def sample_kind(samples: Sequence[Any]) -> str:

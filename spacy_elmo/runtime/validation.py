@@ -17,13 +17,11 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
+from ..sources.pinned_model import PRECISION_NAMES
+from ..sources.pinned_model import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
+
 AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
 DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
-# the names vectors are identified by (cache keys, saved pipelines): float32 is one on every device (CPU and CUDA
-# agree to float32 rounding), while bfloat16 and float16 on a GPU run other kernels than on a CPU (other sums and
-# roundings, far beyond float32's), so their vectors get names of their own
-VECTOR_PRECISIONS = (*PRECISION_NAMES, "bfloat16-cuda", "float16-cuda")
 
 
 def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:

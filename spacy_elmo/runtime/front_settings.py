@@ -1,0 +1,125 @@
+"""The settings the front ends share, declared once: names, types, defaults and checks.
+
+``ElmoVectorizer``, the spaCy ``elmo`` component (its factory, ``__init__`` and default config) and
+``spacy_elmo.dask`` take the same settings: which layers and how they are mixed, pooling, batches, windows, device,
+precision and tokenizer. :class:`FrontSettings` is their one declaration: a field is a setting's name, type and
+default (scikit-learn's and Dask's; :data:`COMPONENT_DEFAULTS` where the spaCy component's config differs), and
+:meth:`FrontSettings.checked` holds every check that needs no model, :meth:`FrontSettings.width` the checks that
+need its shape. Only the signatures that conventions require spell the settings out (scikit-learn's ``__init__``,
+spaCy's factory and component), taking their defaults from here; ``tests/test_settings.py`` holds them
+against this declaration. Adding a setting: a field here (and its check), those signatures, the docs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
+from .pooling import check_pooling, pooled_dim
+from .settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DTYPE,
+    DEFAULT_GAMMA,
+    DEFAULT_LAYERS,
+    DEFAULT_MAX_LENGTH,
+    DEFAULT_OVERLAP,
+    DEFAULT_POOLING,
+)
+from .tokenize import TokenizerSpec, resolve_tokenizer
+from .validation import check_dtype, optional_windows, positive_int
+
+
+@dataclass(frozen=True)
+class FrontSettings:
+    """One value of each shared setting; the field defaults are ``ElmoVectorizer``'s and ``spacy_elmo.dask``'s.
+
+    layers: "average", "top", "all" (every layer side by side), a layer index or one weight per layer (mix.py).
+    gamma: the mix's scale (the spaCy component's).
+    pooling: "mean", "max" or "mean+max": token vectors into one row per text (the vectorizer's and Dask's).
+    batch_size: sentences (or windows) per biLM batch; None: the backend's default under its padded-token budget.
+    max_length: longest biLM input in tokens, longer ones cut into overlapping windows; None: no windows.
+    window_overlap: tokens shared by neighbouring windows.
+    device: a torch device ("cuda:0"); None: the CPU (the spaCy component: thinc's current ops).
+    dtype: the biLM's precision ("float32", "bfloat16", "float16", "int8", "auto"); None: float32.
+    tokenizer: how strings are split: None (blank English spaCy), a spaCy language code, or a callable.
+    verbose: a progress bar over the texts (the vectorizer's).
+    """
+
+    layers: LayerMix = DEFAULT_LAYERS
+    gamma: float = DEFAULT_GAMMA
+    pooling: str = DEFAULT_POOLING
+    batch_size: Optional[int] = None
+    max_length: Optional[int] = DEFAULT_MAX_LENGTH
+    window_overlap: int = DEFAULT_OVERLAP
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    tokenizer: TokenizerSpec = None
+    verbose: Union[bool, int] = 0
+
+    @classmethod
+    def of(cls, owner: Any, names: tuple[str, ...]) -> FrontSettings:
+        """The settings ``owner`` holds as attributes (an estimator's parameters), the others at their defaults."""
+        return cls(**{name: getattr(owner, name) for name in names})
+
+    def checked(self) -> FrontSettings:
+        """These settings in plain Python types after every check that needs no model; a ``TypeError`` or
+        ``ValueError`` names the first bad one."""
+        max_length, overlap = optional_windows(self.max_length, self.window_overlap)
+        if self.tokenizer is not None:  # a bad type is a TypeError, an unknown language code a ValueError
+            resolve_tokenizer(self.tokenizer)
+        check_dtype(self.dtype)  # the device is checked where the model loads (a client may send work to GPU workers)
+        return dataclasses.replace(
+            self,
+            layers=check_layer_spec(self.layers),
+            gamma=check_gamma(self.gamma),
+            pooling=check_pooling(self.pooling),
+            batch_size=None if self.batch_size is None else positive_int(self.batch_size, "batch_size"),
+            max_length=max_length,
+            window_overlap=overlap,
+        )
+
+    def mixed_width(self, n_layers: int, dim: int) -> int:
+        """The width of one token's vector for a model of ``n_layers`` LSTM layers of ``dim`` (``layers`` checked
+        against them): ``dim``, or ``(n_layers + 1) * dim`` for ``layers="all"``."""
+        return mixed_width(self.layers, n_layers + 1, dim)
+
+    def width(self, n_layers: int, dim: int) -> int:
+        """The width of one pooled row (``layers`` and ``pooling``) for a model of ``n_layers`` layers of ``dim``."""
+        return pooled_dim(self.mixed_width(n_layers, dim), self.pooling)
+
+
+# the spaCy component's defaults where its config differs: 64 sentences per batch, the precision spelled out
+COMPONENT_DEFAULTS = FrontSettings(batch_size=DEFAULT_BATCH_SIZE, dtype=DEFAULT_DTYPE)
+
+# which settings each front end takes
+VECTORIZER_SETTINGS = (
+    "layers",
+    "pooling",
+    "batch_size",
+    "device",
+    "tokenizer",
+    "max_length",
+    "window_overlap",
+    "verbose",
+    "dtype",
+)
+DASK_SETTINGS = tuple(name for name in VECTORIZER_SETTINGS if name != "verbose")  # embed_texts
+DASK_TOKEN_SETTINGS = tuple(name for name in DASK_SETTINGS if name != "pooling")  # embed_tokens: no pooling
+COMPONENT_SETTINGS = ("layers", "gamma", "batch_size", "max_length", "window_overlap", "device", "dtype")
+
+
+def given_settings(settings: dict[str, Any], names: tuple[str, ...], where: str) -> FrontSettings:
+    """:class:`FrontSettings` of keyword arguments that name settings among ``names`` (a front end that passes
+    them on, such as ``spacy_elmo.dask``), checked; ``TypeError`` names one that is no setting of ``where``."""
+    unknown = sorted(set(settings) - set(names))
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected setting {unknown[0]!r}; its settings: {', '.join(names)}")
+    return FrontSettings(**settings).checked()
+
+
+def config_lines(names: tuple[str, ...] = COMPONENT_SETTINGS, defaults: FrontSettings = COMPONENT_DEFAULTS) -> str:
+    """``name = value`` lines of the settings ``names`` at ``defaults``, in a spaCy config's syntax (JSON values)."""
+    return "\n".join(f"{name} = {json.dumps(getattr(defaults, name))}" for name in names)
