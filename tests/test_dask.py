@@ -301,6 +301,25 @@ def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir
         embed_texts(bag, model=fixture_dir, layers=5, lengths=False)
     with pytest.raises(ValueError, match="dtype"):
         embed_tokens(bag, model=fixture_dir, dtype="float8")
+    # layers="all": every layer side by side, the width the vectorizer's feature names count, from the options
+    wide = embed_texts(bag, model=fixture_dir, layers="all", pooling="mean+max", lengths=False)
+    assert wide.shape[1] == 2 * (backend.n_layers + 1) * backend.dim
+    assert wide.shape[1] == len(
+        ElmoVectorizer(model=fixture_dir, layers="all", pooling="mean+max").get_feature_names_out()
+    )
+    with pytest.raises(TypeError, match="unexpected setting 'pooling'"):  # a setting embed_tokens does not take
+        embed_tokens(bag, model=fixture_dir, pooling="max")
+
+
+def test_all_layers_rows_equal_the_vectorizer(fixture_dir, backend, texts):
+    """Without a cluster (the synchronous scheduler): ``layers="all"`` rows and token records, as the vectorizer."""
+    bag = db.from_sequence(texts, npartitions=2)
+    want = ElmoVectorizer(model=fixture_dir, layers="all").transform(texts)
+    got = embed_texts(bag, model=fixture_dir, layers="all").compute(scheduler="sync")
+    assert got.shape == want.shape == (len(texts), (backend.n_layers + 1) * backend.dim)
+    assert_recomputed_close(got, want)
+    records = embed_tokens(bag, model=fixture_dir, layers="all").compute(scheduler="sync")
+    assert all(r["vectors"].shape == (len(r["tokens"]), (backend.n_layers + 1) * backend.dim) for r in records)
 
 
 class _FakeCluster:

@@ -70,3 +70,18 @@ def test_one_gamma_check():
     spacy = pytest.importorskip("spacy")
     with pytest.raises(ValueError, match="gamma=nan"):
         ElmoComponent(spacy.blank("en").vocab, gamma=float("nan"))
+
+
+def test_all_keeps_every_layer_side_by_side_and_has_no_weights():
+    from spacy_elmo.runtime.mix import mixed_width
+
+    activations = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)  # (layers, tokens, dim)
+    side_by_side = mix_layers(activations, "all")
+    assert side_by_side.shape == (2, 12) and side_by_side.dtype == np.float32
+    np.testing.assert_array_equal(side_by_side[1], np.concatenate([activations[k, 1] for k in range(3)]))
+    np.testing.assert_array_equal(mix_layers(activations, "all", gamma=2.0), 2 * side_by_side)
+    assert mixed_width("all", 3, 4) == 12 and mixed_width("average", 3, 4) == 4
+    with pytest.raises(ValueError, match="'all' keeps every layer side by side and has no weights"):
+        layer_weights("all", 3)
+    with pytest.raises(ValueError, match="this model has 3 layers"):
+        mixed_width(5, 3, 4)

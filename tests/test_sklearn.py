@@ -568,3 +568,59 @@ def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend)
     segments = [(0, sentences[0].split())]
     ((_, stitched),) = embed_segments(backend, segments, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
     assert_recomputed_close(rows[0], stitched.mean(axis=0).mean(axis=0))
+
+
+# -- layers="all": every layer's pooled row side by side ------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["mean", "mean+max"])
+def test_all_layers_are_each_layers_row_side_by_side(fixture_dir, backend, pooling):
+    """``layers="all"`` gives what a FeatureUnion of one vectorizer per layer gives: within each pooling block
+    (mean, then max) layer 0's columns, then layer 1's, ...; the feature names say which is which."""
+    est = ElmoVectorizer(model=str(fixture_dir), layers="all", pooling=pooling)
+    rows = est.fit_transform(TEXTS)
+    n_outputs, dim, parts = backend.n_layers + 1, backend.dim, pooling.split("+")
+    assert rows.shape == (len(TEXTS), len(parts) * n_outputs * dim) and rows.dtype == np.float32
+    per_layer = [
+        ElmoVectorizer(model=str(fixture_dir), layers=k, pooling=pooling).transform(TEXTS) for k in range(n_outputs)
+    ]
+    expected = np.hstack(
+        [per_layer[k][:, p * dim : (p + 1) * dim] for p in range(len(parts)) for k in range(n_outputs)]
+    )
+    np.testing.assert_allclose(rows, expected, rtol=1e-6, atol=1e-7)
+    names = est.get_feature_names_out()
+    assert len(names) == rows.shape[1] and len(set(names)) == len(names)
+    prefix = "elmo" if len(parts) == 1 else "elmo_mean"
+    assert names[0] == f"{prefix}_layer0_0" and names[dim] == f"{prefix}_layer1_0"
+    assert est.layer_weights_ is None  # nothing mixed
+
+
+def test_all_layers_in_a_pipeline_and_from_stored_doc_layers(fixture_dir, backend, blank_en):
+    est = ElmoVectorizer(model=str(fixture_dir), layers="all")
+    clf = make_pipeline(est, StandardScaler(), LogisticRegression(max_iter=200)).fit(TEXTS[:2] + TEXTS[3:], [0, 1, 1])
+    assert clf.predict(["The bank ."]).shape == (1,)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
+    docs = [nlp(text) for text in TEXTS[:2]]
+    np.testing.assert_allclose(est.transform(docs), est.transform(TEXTS[:2]), rtol=1e-5, atol=1e-6)
+
+
+def test_feature_names_read_the_options_only(fixture_dir, backend, monkeypatch):
+    """``get_feature_names_out`` needs the width alone: the model's options file gives it, the weights stay unread."""
+    import spacy_elmo.sklearn as elmo_sklearn
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("get_feature_names_out loaded the model")
+
+    monkeypatch.setattr(elmo_sklearn, "load_bilm", refuse)
+    names = ElmoVectorizer(model=str(fixture_dir), layers="all", pooling="mean+max").get_feature_names_out()
+    assert len(names) == 2 * (backend.n_layers + 1) * backend.dim
+
+
+def test_transform_leaves_the_fitted_state_as_fit_set_it(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir)).fit(TEXTS)
+    fitted = dict(vars(est))
+    est.transform(TEXTS)
+    est.get_feature_names_out()
+    assert vars(est) == fitted
+    assert est.model_pin_.name == str(fixture_dir) and est.model_pin_.fingerprint == est.model_fingerprint_

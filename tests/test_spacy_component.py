@@ -342,3 +342,13 @@ def test_position_getter_from_the_config(fixture_dir, backend, tmp_path):
     )  # another backend (the copied files)
     with pytest.raises(TypeError, match="get_positions=3"):
         ElmoComponent(nlp.vocab, str(fixture_dir), get_positions=3)
+
+
+def test_all_layers_side_by_side_on_the_doc(fixture_dir, backend):
+    """``layers="all"``: ``doc._.elmo`` (and the vectors) hold every layer side by side, as ``mix_layers`` and
+    ``ElmoVectorizer(layers="all")`` do; the layers stored on the doc are the same raw layers."""
+    doc = make_nlp(fixture_dir, layers="all")("The bank approved the loan .")
+    layers = doc._.elmo_layers
+    assert doc._.elmo.shape == (len(doc), (backend.n_layers + 1) * backend.dim)
+    np.testing.assert_array_equal(doc[1]._.elmo, np.concatenate([layers[k, 1] for k in range(backend.n_layers + 1)]))
+    assert doc._.elmo_mix["layers"] == "all" and doc.vector.shape == ((backend.n_layers + 1) * backend.dim,)
