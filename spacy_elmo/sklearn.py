@@ -120,14 +120,17 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any = None) -> ElmoVectorizer:
         """Check the parameters and the input, load the backend and pin its model; nothing is learned."""
-        self._fit(_as_samples(X))
+        settings = self._settings()
+        sample_kind(_as_samples(X))  # one kind of sample, or a TypeError naming the first that breaks it
+        self._fit(settings)
         return self
 
     def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> np.ndarray:
         """``fit`` then ``transform``, reading ``X`` once (so a generator works)."""
+        settings = self._settings()
         samples = _as_samples(X)
-        settings, backend = self._fit(samples)
-        return pooled_matrix(samples, backend, settings)
+        sample_kind(samples)  # checked before the fitted state is set, as fit does
+        return pooled_matrix(samples, self._fit(settings), settings)
 
     def transform(self, X: Any) -> np.ndarray:
         """Float32 array ``(n_samples, n_features)``: each sample's mixed, pooled ELMo vectors."""
@@ -181,17 +184,16 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         settings.mixed_width(backend.n_layers, backend.dim)
         return backend
 
-    def _fit(self, samples: list[Any]) -> tuple[FrontSettings, ElmoBackend]:
-        settings = self._settings()
+    def _fit(self, settings: FrontSettings) -> ElmoBackend:
+        """Load what ``model`` names now and set the fitted state from it."""
         backend = self._load(self.model, settings)
-        sample_kind(samples)
         self.model_fingerprint_ = backend.fingerprint
         self.dtype_ = dtype_name(backend.dtype)
         self.layer_weights_ = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
         self.model_pin_ = PinnedModel(
             os.fspath(self.model), backend.files_fingerprint, backend.fingerprint, saved_by=__version__
         )
-        return settings, backend
+        return backend
 
     def _model_to_load(self) -> PathLike:
         """``model``, unless the vectorizer was fitted with a bundled model that the name means no longer (this

@@ -21,8 +21,8 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 
 from .front_settings import FrontSettings
-from .mix import mix_layers
-from .pooling import PoolSink, pool
+from .mix import mix_layers, mixed_width
+from .pooling import PoolSink, pool, pooled_dim
 from .stored_layers import fresh_layers
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
@@ -53,7 +53,8 @@ def pooled_matrix(samples: Sequence[Any], backend: ElmoBackend, settings: FrontS
     """
     n_outputs = backend.n_layers + 1
     kind = sample_kind(samples)
-    out = np.zeros((len(samples), settings.width(backend.n_layers, backend.dim)), dtype=np.float32)
+    width = pooled_dim(mixed_width(settings.layers, n_outputs, backend.dim), settings.pooling)
+    out = np.zeros((len(samples), width), dtype=np.float32)
 
     def pooled(activations: np.ndarray) -> np.ndarray:
         return pool(mix_layers(activations, settings.layers, settings.gamma), settings.pooling)
