@@ -8,6 +8,7 @@ import numpy as np
 from spacy.tokens import Doc, Span, Token
 
 from ..runtime.mix import mix_layers
+from ..runtime.settings import DEFAULT_GAMMA, DEFAULT_LAYERS
 from ..runtime.stored_layers import LAYERS, MIX, MODEL, StaleLayersError, fresh_layers, stored_layers
 
 __all__ = ["LAYERS", "MIX", "MIXED", "MODEL", "StaleLayersError", "fresh_layers", "install_extensions", "stored_layers"]
@@ -15,7 +16,7 @@ __all__ = ["LAYERS", "MIX", "MIXED", "MODEL", "StaleLayersError", "fresh_layers"
 # Getters.
 MIXED = "elmo"  # Doc (n_tokens, dim), Span (span_len, dim), Token (dim,)
 
-DEFAULT_MIX: dict[str, Any] = {"layers": "average", "gamma": 1.0}
+DEFAULT_MIX: dict[str, Any] = {"layers": DEFAULT_LAYERS, "gamma": DEFAULT_GAMMA}  # a doc with layers but no mix
 
 
 def install_extensions() -> None:

@@ -216,7 +216,7 @@ class ElmoComponent(Pipe):
     @property
     def listeners(self) -> list[Model]:
         """Every linked mix layer."""
-        return [layer for layers in self.listener_map.values() for layer in layers]
+        return [layer for linked in self.listener_map.values() for layer in linked]
 
     @property
     def listening_components(self) -> list[str]:
@@ -225,18 +225,18 @@ class ElmoComponent(Pipe):
 
     def add_listener(self, listener: Model, component_name: str) -> None:
         """Link a mix layer of ``component_name``; a trained layer must fit this component's model."""
-        layers = self.listener_map.setdefault(component_name, [])
-        if listener not in layers:
-            layers.append(listener)
+        linked = self.listener_map.setdefault(component_name, [])
+        if listener not in linked:
+            linked.append(listener)
         link(listener, self)
 
     def remove_listener(self, listener: Model, component_name: str) -> bool:
         """Unlink a mix layer; False when it was not linked."""
-        layers = self.listener_map.get(component_name, [])
-        if listener not in layers:
+        linked = self.listener_map.get(component_name, [])
+        if listener not in linked:
             return False
-        layers.remove(listener)
-        if not layers:
+        linked.remove(listener)
+        if not linked:
             del self.listener_map[component_name]
         unlink(listener)
         return True
@@ -278,10 +278,10 @@ class ElmoComponent(Pipe):
             for d, doc in enumerate(docs)
             for positions in self.get_positions(doc, self.use_sentences)
         )
-        for (d, positions), layers in embed_segments(
+        for (d, positions), activations in embed_segments(
             backend, segments, max_length=self.max_length, overlap=self.window_overlap, batch_size=self.batch_size
         ):
-            outputs[d][:, positions, :] = layers
+            outputs[d][:, positions, :] = activations
         return outputs
 
     def set_annotations(self, docs: Sequence[Doc], activations: Sequence[np.ndarray]) -> None:
