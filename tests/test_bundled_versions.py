@@ -329,3 +329,31 @@ def test_the_fine_tune_base_error_names_the_bundled_version(fixture_dir):
     message = _base_mismatch(VERSIONS[TODAY].files_fingerprint, load_bilm(fixture_dir), "elmo")
     assert f"set the elmo component's model to '{TODAY}'" in message
     assert "use the model it was trained from" in _base_mismatch("0" * 32, load_bilm(fixture_dir), "elmo")
+
+
+# -- the pinned model itself ---------------------------------------------------------------------
+
+
+def test_a_pin_of_a_folder_or_published_name_resolves_to_it_untouched(fixture_dir):
+    from spacy_elmo.sources.pinned_model import PinnedModel
+
+    for name in (str(fixture_dir), "original"):
+        pin = PinnedModel(name, files_fingerprint="0" * 32)
+        assert pin.resolve("x was saved", "x", installed=__version__, set_model="s", redo="r") == name
+
+
+def test_a_pin_finds_todays_bundled_version_by_name_or_by_fingerprint(monkeypatch, next_dir, caplog):
+    from spacy_elmo.sources.pinned_model import PinnedModel
+
+    today = VERSIONS[TODAY].files_fingerprint
+    assert PinnedModel("default", today).bundled("x was saved") == "default"
+    assert PinnedModel("default", None, None, saved_by=None).recorded == VERSIONS[UNRECORDED_VERSION].files_fingerprint
+    assert PinnedModel("default", None, None, saved_by="0.2.0").recorded is None  # recorded nothing, said so
+    swap_default(monkeypatch, next_dir)
+    with caplog.at_level(logging.INFO, logger="spacy_elmo"):
+        assert PinnedModel("default", today).bundled("x was saved") == TODAY
+    assert any(f"x was saved with the bundled model {TODAY}" in m for m in followed(caplog))
+    gone = PinnedModel("default", "0" * 32, saved_by="0.1.0")
+    with pytest.raises(WeightFileError, match=r"^x: it was saved with .*pip install 'spacy-elmo==0.1.0'.*\(3\) r$"):
+        gone.resolve("x was saved", "x", installed=__version__, set_model="s", redo="r")
+    assert gone.resolve("x was saved", "x", installed=__version__, set_model="s", redo="r", fallback="here") == "here"
