@@ -214,7 +214,7 @@ def test_a_precision_auto_picks_holds_its_bound_on_repetitive_input(cls, device,
 
     @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(sentence=DEGENERATE)
-    @example(sentence=["."] * 50)  # the cases measured in benchmarks/bench_precision_trained.py, always run
+    @example(sentence=["."] * 50)  # the cases measured in `benchmarks/bench_precision.py trained`, always run
     @example(sentence=["the", "cat", "sat"] * 30)
     def holds(sentence):
         ids = torch.as_tensor(batch_to_char_ids([sentence]))

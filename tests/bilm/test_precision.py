@@ -43,7 +43,7 @@ from tests.numerics import assert_recomputed_close
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
 # On the bundled TRAINED model (no cell clip: its recurrence carries rounding along a sentence instead of forgetting
 # it), ordinary sentences of up to 128 tokens, each sentence's worst layer over that layer's scale in the sentence:
-# what docs/precision.md states. Measured maxima over 1,500 WikiText-2 sentences (bench_precision_trained.py,
+# what docs/precision.md states. Measured maxima over 1,500 WikiText-2 sentences (bench_precision.py trained,
 # default-v2 on an Intel Xeon with AMX): bfloat16 0.031, int8 0.15, int8 with 7-bit activations (capped to AVX2)
 # 0.22 (default-v1: 0.012, 0.072, 0.16). Repetitive input has no bound in low precision (tests/bilm/test_engines.py),
 # which is why dtype="auto" is float32.

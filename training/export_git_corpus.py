@@ -6,15 +6,18 @@ adapters of prepare-corpus strip their boilerplate), and writes ``source-info.js
 repository, commit, paths and licence, which prepare-corpus records as the source's provenance and
 the model card lists. Nothing is committed: the corpora are GBs.
 
-    python benchmarks/export_git_corpus.py /data/gutenberg \\
-        --git-dir /work/.mirror/rcdm-uga+Gutenberg_Text/repo --repository github:rcdm-uga/Gutenberg_Text \\
+    python training/export_git_corpus.py DATA/raw/gutenberg \\
+        --git-dir MIRRORS/rcdm-uga+Gutenberg_Text/repo --repository github:rcdm-uga/Gutenberg_Text \\
         --include '*.txt' --licence 'public domain (Project Gutenberg texts)' --max-mb 200 --seed 0
-    spacy-elmo prepare-corpus /data/prepared/gutenberg --source /data/gutenberg --format gutenberg
+    spacy-elmo prepare-corpus DATA/prep/gutenberg --source DATA/raw/gutenberg --format gutenberg
 
-    python benchmarks/export_git_corpus.py /data/wiki --git-dir /work/.mirror/jason-feng+wikiVisual/repo \\
+    python training/export_git_corpus.py DATA/raw/wiki --git-dir MIRRORS/jason-feng+wikiVisual/repo \\
         --commit 1c0fac92f29f17c1603bfffbe864e0dfdff66897 --under text --include 'wiki_*' \\
         --repository github:jason-feng/wikiVisual --licence 'CC BY-SA 3.0 (English Wikipedia, May 2015)'
-    spacy-elmo prepare-corpus /data/prepared/wiki --source /data/wiki --format wikiextractor
+    spacy-elmo prepare-corpus DATA/prep/wiki --source DATA/raw/wiki --format wikiextractor
+
+DATA is a folder with room for the corpora, MIRRORS a folder of bare clones (``git clone --bare
+https://github.com/OWNER/NAME MIRRORS/OWNER+NAME/repo``), as ``training/default-v2/corpus.sh`` takes them.
 
 ``--max-mb`` / ``--max-files`` take a slice: the files in path order, or in a seeded random order
 with ``--seed`` (a sample across the whole repository, e.g. across all authors).
