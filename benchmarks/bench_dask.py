@@ -1,6 +1,6 @@
 """Throughput of ``spacy_elmo.dask.embed_texts`` with 1 vs 2 Dask worker processes, and in this process.
 
-    flock /tmp/bench.lock .venv/bin/python benchmarks/bench_dask.py [--texts 2000] [--model default]
+    python benchmarks/bench_dask.py [--texts 2000] [--model default]
 
 The same wikitext-2 sentences (as strings, spaCy-tokenized by the vectorizer) go through: a
 LocalCluster of 1 worker process, one of 2 worker processes (one thread each: Dask's nanny starts

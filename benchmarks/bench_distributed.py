@@ -1,6 +1,6 @@
 """1 vs 2 training processes (torchrun, DistributedDataParallel on gloo): throughput and validation perplexity.
 
-    flock /tmp/bench.lock .venv/bin/python benchmarks/bench_distributed.py [--steps 150] [--lines 6000]
+    python benchmarks/bench_distributed.py [--steps 150] [--lines 6000]
 
 Trains the tiny preset on the first ``--lines`` lines of WikiText-2 train for ``--steps`` steps
 with the same global batch (``--token-budget``, split across the ranks under torchrun) and seed,

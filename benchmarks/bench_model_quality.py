@@ -1,7 +1,7 @@
 """Does a model help? Perplexity, TREC-6 / SST-5 accuracy and the two senses of "bank", models side by side.
 
-    nice /work/venv/bin/python benchmarks/bench_model_quality.py --model default --model /path/to/v2 --json out.json
-    nice /work/venv/bin/python benchmarks/bench_model_quality.py --limit 500   # a quick run on 500 texts of each split
+    python benchmarks/bench_model_quality.py --model default --model MODEL_DIR --json out.json
+    python benchmarks/bench_model_quality.py --limit 500   # a quick run on 500 texts of each split
 
 For each ``--model`` (anything ``load_bilm`` and ``ElmoVectorizer`` take: "default", a published name, a folder):
 

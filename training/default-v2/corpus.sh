@@ -14,7 +14,7 @@ set -euo pipefail
 DATA=${1:?DATA folder}
 MIRRORS=${2:?folder of the bare mirrors}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-export_corpus() { python "$HERE/benchmarks/export_git_corpus.py" "$@"; }
+export_corpus() { python "$HERE/training/export_git_corpus.py" "$@"; }
 
 export_corpus "$DATA/raw/gutenberg" --git-dir "$MIRRORS/rcdm-uga+Gutenberg_Text/repo" \
     --commit a0b16d35a9851168ce9ac649851c17b7ab08d48e --repository github:rcdm-uga/Gutenberg_Text --include '*.txt' \

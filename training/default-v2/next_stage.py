@@ -1,7 +1,7 @@
 """Train the next stage of the bundled model "default" v2 (or train a recorded stage again), and list every stage.
 
-    python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work /tmp/v2]
-    python training/default-v2/next_stage.py DATA/prep --reproduce N [--work /tmp/v2]  # stage N again, step for step
+    python training/default-v2/next_stage.py DATA/prep --minutes 90 [--threads 2 | --processes 2] [--work DIR]
+    python training/default-v2/next_stage.py DATA/prep --reproduce N [--work DIR]  # stage N again, step for step
     python training/default-v2/next_stage.py --table-only    # only rewrite README.md's table (and the cards' paths)
     python training/default-v2/next_stage.py --bundled-card  # only rewrite the bundled default's card
 
@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -235,7 +236,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=90.0, help="--max-minutes of the stage")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--processes", type=int, default=1, help="training processes (torchrun); with --threads 1")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/default-v2"), help="where the run writes")
+    parser.add_argument(
+        "--work", type=Path, default=Path(tempfile.gettempdir()) / "default-v2", help="where the run writes"
+    )
     parser.add_argument("--reproduce", type=int, metavar="N", help="train recorded stage N again (its steps)")
     parser.add_argument(
         "--table-only", action="store_true", help="only rewrite README.md's stage table and the cards' paths"

@@ -1,6 +1,6 @@
 """How much of WikiText-2's validation and test text v2's Wikipedia training text holds.
 
-    python training/default-v2/wikitext_overlap.py /work/data/raw [--n 10] [--write-without DIR]
+    python training/default-v2/wikitext_overlap.py DATA/raw [--n 10] [--write-without DIR]
 
 WikiText-2 (valid 60 articles, test 62) comes from English Wikipedia's Good and Featured articles, and
 v2 trained on a May 2015 English Wikipedia dump (``wiki``: github:jason-feng/wikiVisual) and Simple
