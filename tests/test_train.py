@@ -17,7 +17,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.corpus import read_sentences
-from spacy_elmo.train.evaluate import evaluate, load_language_model
+from spacy_elmo.train.evaluation import evaluate, load_language_model
 
 
 @pytest.fixture(scope="module")

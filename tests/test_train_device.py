@@ -282,7 +282,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
     for key in ("valid_ppl_forward", "valid_ppl_backward"):
         assert metrics["cuda"]["best"][key] == pytest.approx(metrics["cpu"]["best"][key], rel=1e-2)
     # the exported model is an ordinary float32 model: the CPU evaluates it
-    from spacy_elmo.train.evaluate import evaluate
+    from spacy_elmo.train.evaluation import evaluate
 
     on_cpu = evaluate(tmp_path / "cuda", [texts[1]], device="cpu")
     on_gpu = evaluate(tmp_path / "cuda", [texts[1]], device="cuda")
