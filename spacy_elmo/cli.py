@@ -241,7 +241,7 @@ def train(
         if not train_sources and not corpus_dirs and not resume:
             raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
         options = {name: ctx.params[name] for name in _CONFIG_OPTIONS}
-        options["cutoffs"] = tuple(int(c) for c in cutoffs.split(",") if c.strip())
+        options["cutoffs"] = _word_ranks(cutoffs)
         options["init_from"] = str(init_from) if init_from else None
         config = TrainConfig(
             train=[s.to_json() for s in train_sources],
@@ -256,6 +256,14 @@ def train(
     status = run_training(run, processes, device)
     if status:
         raise typer.Exit(status)
+
+
+def _word_ranks(text: str) -> tuple[int, ...]:
+    """``--cutoffs 2000,10000`` as its word ranks."""
+    try:
+        return tuple(int(rank) for rank in text.split(",") if rank.strip())
+    except ValueError:
+        raise ValueError(f"--cutoffs must be word ranks separated by commas (e.g. 2000,10000), not {text!r}") from None
 
 
 @app.command("prepare-corpus")
@@ -291,6 +299,11 @@ def prepare_corpus(
     import shlex
     import sys
 
+    from .train.layouts import check_layout
+
+    with _errors_exit_2():  # the arguments, checked before torch is imported
+        _require_inputs(*sources)
+        check_layout(layout)
     from .train.prepare import SourceSpec, read_source_info
     from .train.prepare import prepare_corpus as run_prepare
 
@@ -393,8 +406,12 @@ def evaluate(
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
-    with _errors_exit_2():
+    from .output.checks import check_output_path
+
+    with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(*text_files)
+        if output:
+            check_output_path(output)
     from .train import evaluate as run_evaluate
 
     def model_name(path: Path) -> Union[str, Path]:
@@ -597,6 +614,11 @@ def similarity(
     ),
 ) -> None:
     """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
+    from .output.checks import check_output_path
+
+    if plot is not None:
+        with _errors_exit_2():  # before the model loads
+            check_output_path(plot)
     from .runtime.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
@@ -619,15 +641,23 @@ def plot_mix(
     output: Path = typer.Argument(..., help="The figure to write, e.g. mix.png"),
 ) -> None:
     """Bar chart of the layer weights and gamma that each ElmoScalarMix in a trained pipeline learned."""
-    with _errors_exit_2():
+    from .output.checks import check_output_path
+
+    with _errors_exit_2():  # the arguments, checked before spaCy is imported
         _require_inputs(pipeline)
+        if not pipeline.is_dir():
+            raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
+        check_output_path(output)
     import spacy
 
     from .similarity import plot_mixes
     from .spacy import learned_mix
 
     with _errors_exit_2():
-        nlp = spacy.load(pipeline)
+        try:
+            nlp = spacy.load(pipeline)
+        except OSError as err:  # spaCy's "[E053] Could not read meta.json ...": no pipeline there
+            raise ValueError(f"{pipeline}: not a spaCy pipeline ({err})") from err
         mixes = {}
         for name, pipe in nlp.pipeline:
             try:

@@ -138,6 +138,13 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["train", "out", "--train", "in.txt", "--lr", "-1"], "--lr must be a number > 0, not -1.0"),
         (["train", "out", "--train", "in.txt", "--dropout", "1"], "--dropout must be in [0, 1), not 1.0"),
         (["train", "out"], "give training text with --train FILE"),
+        (["train", "out", "--train", "in.txt", "--cutoffs", "2000;10000"], "--cutoffs must be word ranks separated"),
+        (["prepare-corpus", "out", "--source", "missing.txt"], "input file missing.txt does not exist"),
+        (["prepare-corpus", "out", "--source", "in.txt", "--format", "csv"], "unknown text layout 'csv'"),
+        (["evaluate", "default", "in.txt", "--output", "no_folder/r.json"], "the directory no_folder does not exist"),
+        (["plot-mix", "in.txt", "mix.png"], "in.txt is not a directory: give a trained spaCy pipeline's directory"),
+        (["plot-mix", ".", "no_folder/mix.png"], "cannot write no_folder/mix.png: the directory no_folder does not"),
+        (["similarity", "a b", "b c", "--word", "b", "--plot", "no_folder/s.png"], "the directory no_folder does"),
     ],
 )
 def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message, tmp_path):
@@ -177,3 +184,9 @@ def test_no_lazy_public_name_is_also_a_submodule(package):
         assert getattr(module, name) is not None
     with pytest.raises(AttributeError):
         module.no_such_name
+
+
+def test_plot_mix_says_a_folder_that_is_no_pipeline_in_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["plot-mix", str(tmp_path), str(tmp_path / "mix.png")])
+    assert result.exit_code == 2 and "not a spaCy pipeline" in result.output, result.output
+    assert not (tmp_path / "mix.png").exists()

@@ -1,6 +1,7 @@
-"""The checks of an embedding run's arguments that need neither torch nor Dask: where the file goes and which
-cluster computes it. ``spacy-elmo embed`` runs them before it imports anything heavy (a bad path is said at once),
-and :mod:`.embed_file` and :mod:`.cluster` run the same ones, so each message has one home."""
+"""The checks of an output's arguments that need neither torch nor Dask: where a file goes (an embedding file, a
+figure, a result) and which cluster computes it. The command line runs them before it imports anything heavy (a
+bad path is said at once), and :mod:`.embed_file` and :mod:`.cluster` run the same ones: each message has one
+home."""
 
 from __future__ import annotations
 
