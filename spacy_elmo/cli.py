@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from .bilm.files import WriteFailedError
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
@@ -115,28 +116,28 @@ def _options(
     """ELMo contextual word vectors for spaCy and scikit-learn."""
 
 
+# the errors that are the user's to fix, their message naming what and how: a bad value, a missing or unusable path,
+# a failed write (not any other OSError: a lost connection keeps its traceback)
+_ONE_LINE_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    WriteFailedError,
+)
+
+
 @contextmanager
 def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
     """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and
     exit 2 (``quiet``: no message; a training process other than rank 0, whose rank 0 says the same)."""
     try:
         yield
-    except (ValueError, OSError) as err:
-        if not _said_in_one_line(err):
-            raise
+    except _ONE_LINE_ERRORS as err:
         if not quiet:
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
-
-
-def _said_in_one_line(err: BaseException) -> bool:
-    """Whether ``err`` is the user's to fix, its message naming what and how: a bad value, a missing or unusable
-    path, a failed write (not any other OSError: a lost connection keeps its traceback)."""
-    if isinstance(err, (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
-        return True
-    from .bilm.files import WriteFailedError  # loaded already where one was raised; here only for an OSError
-
-    return isinstance(err, WriteFailedError)
 
 
 def _require_inputs(*paths: Path) -> None:
@@ -146,7 +147,7 @@ def _require_inputs(*paths: Path) -> None:
             raise FileNotFoundError(f"input file {path} does not exist")
 
 
-_TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults train, prepare-corpus and adapt share
+_TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults prepare-corpus and adapt share
 _DEVICE_HELP = "cpu, cuda, cuda:N, or auto (CUDA when torch sees a GPU, else the CPU)"
 # the TrainConfig fields that are `spacy-elmo train` options (train, valid and corpus: the command's own sources)
 _CONFIG_OPTIONS = {field.name: field for field in dataclasses.fields(TrainConfig) if "help" in field.metadata}
