@@ -1,4 +1,5 @@
-"""Worst-layer error of each low precision vs float32 on this CPU's kernels (the figures of tests/test_precision.py).
+"""Worst-layer error of each low precision vs float32 on this CPU's kernels
+(the figures of tests/bilm/test_precision.py).
 
     .venv/bin/python benchmarks/bench_precision_errors.py                      # this CPU's kernels
     ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
@@ -22,9 +23,9 @@ from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
 from spacy_elmo.bilm.weights import save_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_cpu_support import ORIGINAL
-from test_inference_path import _options, _random_batch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.bilm.test_cpu_support import ORIGINAL
+from tests.bilm.test_inference_path import _options, _random_batch
 
 
 def err(low, exact):

@@ -41,7 +41,7 @@ from spacy_elmo.sources.model_files import resolve_model_files
 
 ROOT = Path(__file__).resolve().parents[1]
 WIKITEXT = ROOT.parent / "shared" / "data" / "wikitext-2" / "valid.txt"
-BOUND = {"float32": 1e-4, "bfloat16": 2.5e-2, "float16": 2e-3, "int8": 4e-2}  # tests/test_precision.py
+BOUND = {"float32": 1e-4, "bfloat16": 2.5e-2, "float16": 2e-3, "int8": 4e-2}  # tests/bilm/test_precision.py
 
 
 def degenerate_inputs() -> dict[str, list[str]]:

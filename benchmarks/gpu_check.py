@@ -2,7 +2,7 @@
 against AllenNLP 0.9.0's ELMo code on the same GPU, the trainer's words/s, and peak GPU memory.
 
     python benchmarks/gpu_check.py [--peer ../shared/peers/allennlp_oracle.py] [--out DIR]
-    python benchmarks/gpu_check.py --device cpu --quick --out DIR    # the CPU smoke run (tests/test_gpu_check.py)
+    python benchmarks/gpu_check.py --device cpu --quick --out DIR  # CPU smoke run (tests/benchmarks/test_gpu_check.py)
 
 Needs torch (a CUDA build for ``--device cuda``), numpy, h5py, pytest; not spaCy (the tests that need it are
 reported as not collected where it is missing). AllenNLP's side runs its unmodified 0.9.0 ELMo modules
@@ -87,7 +87,7 @@ def gpu_test_files() -> list[str]:
     """The test files with gpu-marked tests."""
     return sorted(
         str(p.relative_to(ROOT))
-        for p in (ROOT / "tests").glob("test_*.py")
+        for p in (ROOT / "tests").rglob("test_*.py")
         if re.search(r"mark\.gpu\b", p.read_text(encoding="utf-8"))
     )
 

@@ -22,7 +22,7 @@ weight, gate order or mask) moves values by 1e-3 of the scale or more.
 ``TWO_FORMULAS_SCALE_ATOL`` is for the inference path against the autograd reference path on
 random weights: the inference path also computes tanh as 2 sigmoid(2x) - 1 (1e-7 apart), and weights of
 +-0.5 amplify that over the steps; the worst seen was 7.9e-6 of the scale (6x margin). The
-published and fixture weights agree with the AllenNLP reference to 1e-6 (tests/test_parity.py,
+published and fixture weights agree with the AllenNLP reference to 1e-6 (tests/bilm/test_parity.py,
 which keeps its own fixed tolerance).
 """
 

@@ -3,10 +3,9 @@ that writes under the real one fails (tests/conftest.py)."""
 
 from pathlib import Path
 
-from conftest import FIXTURE_DIR, REAL_HOME, files_under, writes_between
-
 import spacy_elmo
 from spacy_elmo.sources.download import home
+from tests.conftest import FIXTURE_DIR, REAL_HOME, files_under, writes_between
 
 
 def test_the_package_home_is_a_temporary_folder(temporary_home, tmp_path_factory):

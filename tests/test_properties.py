@@ -10,9 +10,9 @@ import pytest
 import spacy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from numerics import assert_recomputed_close
 
 from spacy_elmo import ElmoVectorizer, load_bilm
+from tests.numerics import assert_recomputed_close
 
 ANY_CHAR = st.characters(exclude_categories=())  # every code point, lone surrogates included
 SPECIAL = st.sampled_from(

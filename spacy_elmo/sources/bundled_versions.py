@@ -9,7 +9,7 @@ has it any more.
 Replacing the default is a change of files and of this table only: move the current default's files from
 ``models/default/`` to ``models/<its version name>/`` and point its row there, put the new model in
 ``models/default/``, add the new model's row (its fingerprint: ``model_files.fingerprint`` of its files, which
-``tests/test_bundled_versions.py`` checks) and name it in :data:`DEFAULT_VERSION`.
+``tests/sources/test_bundled_versions.py`` checks) and name it in :data:`DEFAULT_VERSION`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ the recurrent cell state and every elementwise gate operation stay float32, and 
 and their gradients. Each step's
 products get a rounded row count (rows past the step are ignored; rows past the data are zeros,
 :mod:`.padded_rows`) so that oneDNN reuses their compiled kernels. With float32 everything is
-float32 and it agrees with ``torch.nn.LSTM`` to float32 rounding (``tests/test_train_packed_lstm.py``).
+float32 and it agrees with ``torch.nn.LSTM`` to float32 rounding (``tests/train/test_train_packed_lstm.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ in :data:`ENGINES`:
 
 Shared by all: ``step_loop.py``, the one LSTM time loop (:class:`LayerSteps`; compiled by TorchScript for the
 low-precision engines), ``packs.py``, the packs an engine holds (remade when a weight changes), ``base.py``,
-the interface and the one attribute the engines keep on a module. ``tests/test_engines.py`` checks every engine
+the interface and the one attribute the engines keep on a module. ``tests/bilm/test_engines.py`` checks every engine
 available here against float32 by the same conformance test, on every device present.
 """
 

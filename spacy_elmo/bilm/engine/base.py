@@ -78,7 +78,7 @@ class Engine(ABC):
     """How one module's inference products run on one :class:`Target`; one subclass per kernel family.
 
     Adding one (fp16 on CPU, a CUDA graph) is one subclass and one line in :data:`.registry.ENGINES`; its
-    ``tolerance`` is what ``tests/test_engines.py`` holds it to against float32, on every device it serves.
+    ``tolerance`` is what ``tests/bilm/test_engines.py`` holds it to against float32, on every device it serves.
     """
 
     name: ClassVar[str]  # shown in logs and test ids

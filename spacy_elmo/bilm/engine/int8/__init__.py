@@ -23,7 +23,7 @@ says so). ``keep_float32=True`` keeps the parameters: the engine then makes pack
 and remakes them whenever a parameter changes (a new ``(data_ptr, _version)``: an optimizer step, an
 in-place edit under ``torch.no_grad()``). A weight with no pack takes the plain float32 product.
 The result is an approximation of the float32 model, not a rounding of it: see
-``tests/test_precision.py`` for the measured and allowed error per CPU family. Not batch-invariant to
+``tests/bilm/test_precision.py`` for the measured and allowed error per CPU family. Not batch-invariant to
 float32 rounding: a sentence's activations may take other activation ranges in another batch; they agree
 within the tolerance. On CUDA int8 is refused.
 """

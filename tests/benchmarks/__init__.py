@@ -1,0 +1,1 @@
+"""Tests of the scripts in benchmarks/: their parts and smoke runs."""

@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/compat/: the AllenNLP, simple_elmo and ELMoForManyLangs APIs against the peers' numbers."""

@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/dask.py: embedding on a Dask cluster."""

@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/hub.py: the TF-Hub-style module."""

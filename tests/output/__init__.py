@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/output/: embedding files (`spacy-elmo embed`)."""

@@ -1,0 +1,122 @@
+"""A module's tests are found by its name: ``spacy_elmo/**/X.py`` is tested in ``tests/**/test_X.py`` (or, in a
+subpackage, ``test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``tests/compat/test_compat_simple_elmo.py``).
+Modules whose tests are shared with others, or named after what they test rather than the file, are listed in
+SHARED below (test files by name, in whichever folder of tests/ they are): a new module with neither fails here, and
+so does an entry left behind by a rename."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "spacy_elmo"
+TESTS = ROOT / "tests"
+# every test file by its name, in whichever folder of tests/ it is (tests/<group>/test_X.py)
+TEST_FILES = {path.name for path in TESTS.rglob("test_*.py")}
+
+# module (its path under spacy_elmo/) -> the test files that hold its tests, the main one first
+SHARED: dict[str, tuple[str, ...]] = {
+    # the top level: the public names, the entry points, the version
+    "__init__.py": ("test_backend.py", "test_api_docs.py", "test_sklearn.py"),
+    "__main__.py": ("test_embed_file.py", "test_distributed.py"),
+    "about.py": ("test_packaging.py", "test_hub.py"),
+    "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
+    "runtime/validation.py": (
+        "test_windows.py",
+        "test_train.py",
+        "test_compat_simple_elmo.py",
+        "test_compat_allennlp.py",
+    ),
+    "sources/info.py": ("test_weight_validation.py", "test_train.py"),
+    "sources/model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
+    "sources/published.py": ("test_download.py", "test_manylangs.py"),
+    "sources/download_checks.py": ("test_download.py",),
+    "output/write_guard.py": ("test_embed_file.py", "test_train_safety.py"),
+    "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
+    "output/cluster.py": ("test_dask.py",),
+    "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
+    "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
+    "runtime/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
+    "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
+    # the groups: docstrings only (their modules are tested by name)
+    "sources/__init__.py": ("test_download.py",),
+    "runtime/__init__.py": ("test_backend.py",),
+    "output/__init__.py": ("test_embed_file.py",),
+    # bilm/: the exact biLM, its inference path and its files
+    "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
+    "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
+    "bilm/encoder.py": ("test_char_cnn_trim.py", "test_inference_path.py", "test_mkl_prepacked.py"),
+    "bilm/lstm.py": ("test_inference_path.py",),
+    "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
+    "bilm/vocab_cache.py": ("test_inference_path.py", "test_logging.py"),
+    "bilm/manylangs_files.py": ("test_manylangs.py",),
+    # bilm/engine/: one conformance test over every engine
+    "bilm/engine/__init__.py": ("test_engines.py",),
+    "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py"),
+    "bilm/engine/registry.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
+    "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
+    "bilm/engine/int8/__init__.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
+    "bilm/engine/int8/kernels.py": ("test_cpu_support.py", "test_precision.py", "test_engines.py"),
+    "bilm/engine/bf16.py": ("test_engines.py", "test_precision.py"),
+    "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),
+    "bilm/engine/packs.py": ("test_engines.py", "test_mkl_prepacked.py"),
+    # compat/: the peers' APIs
+    "compat/__init__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/__init__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/__main__.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/command.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/embedder.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/modules.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/stateful_lstm.py": ("test_compat_allennlp.py",),
+    "compat/allennlp/util.py": ("test_compat_allennlp.py",),
+    # spacy/: the component, its layers and its saved form
+    "spacy/__init__.py": ("test_spacy_component.py",),
+    "spacy/pipeline_component.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
+    "spacy/extensions.py": ("test_stored_layers.py", "test_spacy_component.py"),
+    "spacy/hooks.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
+    "spacy/architectures.py": ("test_spacy_layers.py", "test_spacy_training.py"),
+    # train/: training, its data and its files
+    "train/__init__.py": ("test_train.py",),
+    "train/config.py": ("test_train.py", "test_train_safety.py"),
+    "train/batching.py": ("test_train_data.py",),
+    "train/corpus.py": ("test_train_data.py",),
+    "train/presets.py": ("test_train_data.py",),
+    "train/network.py": ("test_train.py",),
+    "train/trainer.py": ("test_train.py", "test_train_safety.py"),
+    "train/launch.py": ("test_distributed.py", "test_train.py", "test_cli_help.py"),
+    "train/evaluation.py": ("test_train.py", "test_train_safety.py"),
+    "train/init_from.py": ("test_train.py", "test_train_safety.py"),
+    "train/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
+    "train/storage.py": ("test_train_safety.py", "test_train.py"),
+}
+
+
+def modules() -> list[str]:
+    return sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
+
+
+def by_name(module: str) -> list[str]:
+    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py``."""
+    *folders, file = module[: -len(".py")].split("/")
+    if file == "__init__":
+        return []
+    names = [f"test_{file}.py"] + ([f"test_{'_'.join(folders)}_{file}.py"] if folders else [])
+    return [name for name in names if name in TEST_FILES]
+
+
+def test_every_module_has_its_test_file_or_an_entry():
+    missing = [m for m in modules() if m not in SHARED and not by_name(m)]
+    assert not missing, f"no tests/**/test_X.py and no entry in tests/project/test_layout.py's SHARED: {missing}"
+
+
+def test_every_entry_names_an_existing_module_and_existing_test_files():
+    gone = [m for m in SHARED if not (PACKAGE / m).is_file()]
+    assert not gone, f"SHARED lists modules that no longer exist: {gone}"
+    absent = {m: [t for t in tests if t not in TEST_FILES] for m, tests in SHARED.items()}
+    assert not any(absent.values()), {m: t for m, t in absent.items() if t}
+
+
+def test_no_entry_for_a_module_that_has_its_own_test_file():
+    redundant = [m for m in SHARED if by_name(m)]
+    assert not redundant, f"these have tests/**/test_X.py: drop their SHARED entry: {redundant}"

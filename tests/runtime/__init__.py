@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/runtime/: the backend, caches, windows, mix and pooling, tokenizers, logging."""

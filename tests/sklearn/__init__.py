@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/sklearn.py: ElmoVectorizer."""

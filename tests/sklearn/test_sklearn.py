@@ -1,0 +1,570 @@
+"""ElmoVectorizer: values against the backend by hand, scikit-learn conventions, pipelines, Doc reuse, errors."""
+
+import pickle
+import runpy
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import spacy
+import torch
+from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import FeatureUnion, make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils import estimator_checks, get_tags
+from spacy.tokens import Doc
+
+from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
+from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.runtime.windows import embed_segments
+from spacy_elmo.sklearn import EmptyTextWarning
+from tests.numerics import assert_recomputed_close
+
+TEXTS = ["The bank approved the loan .", "I sat on the river bank .", "", "Birds  fly\n south ."]
+
+
+@pytest.fixture(scope="module")
+def vec(fixture_dir):
+    return ElmoVectorizer(model=str(fixture_dir))
+
+
+@pytest.fixture(scope="module")
+def blank_en():
+    return spacy.blank("en")
+
+
+@pytest.fixture
+def embed_spy(backend, monkeypatch):
+    """Record the sentences every backend.embed call receives (the backend is the shared cached object)."""
+    calls = []
+    real = backend.embed
+
+    def spy(sentences, **kwargs):
+        sentences = [list(s) for s in sentences]
+        calls.append(sentences)
+        return real(sentences, **kwargs)
+
+    monkeypatch.setattr(backend, "embed", spy)
+    return calls
+
+
+def by_hand(acts, layer_w, pooling):
+    """Independent reference: weighted layer sum, then numpy mean/max over tokens."""
+    mixed = np.einsum("l,ltd->td", np.asarray(layer_w, dtype=np.float64), acts.astype(np.float64))
+    if mixed.shape[0] == 0:
+        return np.zeros(mixed.shape[1] * len(pooling.split("+")))
+    blocks = {"mean": mixed.mean(axis=0), "max": mixed.max(axis=0)}
+    return np.concatenate([blocks[p] for p in pooling.split("+")])
+
+
+@pytest.fixture(scope="module")
+def reference(backend, fixture_sentences, blank_en):
+    """Texts and their activations, each sentence embedded alone from its spaCy tokens without whitespace."""
+    texts = [" ".join(s) for s in fixture_sentences[:8]] + TEXTS
+    return texts, [backend.embed([[t.text for t in blank_en(text) if not t.is_space]])[0] for text in texts]
+
+
+@pytest.mark.parametrize(
+    "layers, weights, pooling",
+    [
+        ("average", [1 / 3] * 3, "mean"),
+        ("top", [0, 0, 1], "max"),
+        (1, [0, 1, 0], "mean+max"),
+        (-3, [1, 0, 0], "mean"),
+        ([0.0, np.log(2.0), np.log(5.0)], [1 / 8, 2 / 8, 5 / 8], "max"),
+        ("average", [1 / 3] * 3, "mean+max"),
+    ],
+)
+def test_values_equal_pooled_backend_embed(fixture_dir, backend, reference, layers, weights, pooling):
+    texts, activations = reference
+    X = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling).fit_transform(texts)
+    assert X.dtype == np.float32 and X.shape == (len(texts), backend.dim * len(pooling.split("+")))
+    for row, acts in zip(X, activations):
+        assert_recomputed_close(row, by_hand(acts, weights, pooling))
+
+
+def test_token_lists_whitespace_and_empty_rows(vec, backend):
+    X_text = vec.transform(["Birds  fly\n south .", "", "   "])
+    X_tok = vec.transform([["Birds", " ", "fly", "\n ", "south", "."], [], ["  "]])
+    np.testing.assert_array_equal(X_text, X_tok)
+    expected = backend.embed([["Birds", "fly", "south", "."]])[0].mean(axis=0).mean(axis=0)
+    assert_recomputed_close(X_text[0], expected)
+    assert not X_text[1:].any() and X_text[0].any()  # empty / whitespace-only text -> zero row
+    assert vec.transform(np.array([["a", "b"], ["c", "d"]], dtype=object).tolist()).shape == (2, backend.dim)
+
+
+def test_samples_without_tokens_warn_once_and_keep_their_zero_rows(vec, blank_en, backend):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own filter: each warning once per place it is raised from
+        X = vec.fit_transform(["", "   "])
+        again = vec.transform(["a b", "\n"])
+        docs = vec.transform([blank_en(""), blank_en("a b")])
+    assert X.shape == (2, backend.dim) and not X.any()  # the documented zero rows, still
+    assert not again[1].any() and again[0].any() and not docs[0].any()
+    (warning,) = [w for w in caught if issubclass(w.category, EmptyTextWarning)]
+    assert "no tokens" in str(warning.message) and "zeros" in str(warning.message)
+    for samples in (["", "a"], [blank_en(" ")]):  # each kind of input says it (a fresh filter state each time)
+        with pytest.warns(EmptyTextWarning):
+            vec.transform(samples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmptyTextWarning)
+        vec.transform(["a b", "c"])  # every sample has tokens: nothing to say
+
+
+def test_tags_state_the_float32_rows(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir))
+    out = est.fit_transform(TEXTS[:2])
+    assert get_tags(est).transformer_tags.preserves_dtype == [out.dtype.name] == ["float32"]
+    assert est._more_tags()["preserves_dtype"] == [out.dtype.type]  # scikit-learn < 1.6 reads these
+
+
+def test_identical_texts_are_embedded_once(vec, embed_spy):
+    X = vec.transform(["a b", "c", "a b", "a  b", "c"])
+    assert sorted(map(tuple, embed_spy[0])) == [("a", "b"), ("c",)] and len(embed_spy) == 1
+    np.testing.assert_array_equal(X[0], X[2])
+    np.testing.assert_array_equal(X[0], X[3])
+
+
+def test_input_containers_give_same_rows(vec):
+    expected = vec.transform(TEXTS)
+    containers = (
+        tuple(TEXTS),
+        np.array(TEXTS, dtype=object),
+        np.array(TEXTS),
+        pd.Series(TEXTS),
+        pd.DataFrame({"t": TEXTS}),
+        pd.Series(TEXTS, dtype="string"),
+        (t for t in TEXTS),
+    )
+    for X in containers:
+        np.testing.assert_array_equal(vec.transform(X), expected)
+    assert vec.fit_transform(t for t in TEXTS).shape == expected.shape  # a generator is read once
+    assert vec.transform([]).shape == (0, expected.shape[1])
+
+
+def test_tokenizer_options(fixture_dir, blank_en):
+    base = {"model": str(fixture_dir)}
+    text = ["Don't stop-gap it, ok?"]
+    default = ElmoVectorizer(**base).transform(text)
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="en").transform(text), default)
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer=blank_en.tokenizer).transform(text), default)
+    by_split = ElmoVectorizer(**base, tokenizer=str.split).transform(text)
+    np.testing.assert_array_equal(by_split, ElmoVectorizer(**base).transform([text[0].split()]))
+    assert not np.allclose(by_split, default)  # spaCy splits "Don't" and "it," differently
+    # the names the CLI and training use (spacy_elmo.runtime.tokenize.resolve_tokenizer) mean the same here
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="whitespace").transform(text), by_split)
+    np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="spacy").transform(text), default)
+    with pytest.raises(ValueError, match="tokenizer='zz'"):
+        ElmoVectorizer(**base, tokenizer="zz").transform(text)
+    with pytest.raises(TypeError, match="tokenizer=3"):
+        ElmoVectorizer(**base, tokenizer=3).fit(text)
+    with pytest.raises(TypeError, match="sample 0, token 1"):
+        ElmoVectorizer(**base, tokenizer=lambda s: ["ok", 7]).transform(text)
+
+
+@pytest.mark.parametrize(
+    "X, error, match",
+    [
+        (["ok", None], TypeError, r"sample 1 is NoneType .*missing value"),
+        (["ok", 3.5], TypeError, r"sample 1 is float \(3.5\)"),
+        (pd.Series(["ok", "fine", np.nan]), TypeError, r"sample 2 is float \(nan\).*missing"),
+        ([["ok"], ["fine", 2]], TypeError, r"sample 1, token 1: expected a string.*int"),
+        ([["ok"], [["nested"]]], TypeError, r"sample 1, token 0: expected a string.*list"),
+        (["ok", ["fine"]], TypeError, r"sample 1 is a token list \(list\) but sample 0 is a string"),
+        ([b"bytes"], TypeError, r"sample 0 is bytes"),
+        ("just one text", TypeError, r"not a single str"),
+        (None, TypeError, r"not a single NoneType"),
+        (5, TypeError, r"not int"),
+        (pd.DataFrame({"a": ["x"], "b": ["y"]}), ValueError, r"X has 2 columns"),
+    ],
+)
+def test_bad_input_names_sample_and_type(vec, X, error, match):
+    with pytest.raises(error, match=match):
+        vec.transform(X)
+    with pytest.raises(error, match=match):
+        vec.fit_transform(X)
+
+
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        ({"pooling": "sum"}, ValueError, "pooling='sum'"),
+        ({"layers": "bottom"}, ValueError, "layers='bottom'"),
+        ({"layers": 3}, ValueError, "layers=3"),
+        ({"layers": [1.0, 2.0]}, ValueError, "exactly 3 weights"),
+        ({"batch_size": 0}, ValueError, "batch_size=0"),
+        ({"batch_size": True}, ValueError, "batch_size=True"),
+        ({"model": 42}, TypeError, "model=42"),
+        ({"max_length": 0}, ValueError, "max_length=0"),
+        ({"max_length": 10, "window_overlap": 10}, ValueError, "window_overlap=10"),
+    ],
+)
+def test_bad_params_raise_in_fit_not_init(fixture_dir, params, error, match):
+    est = ElmoVectorizer(**{"model": str(fixture_dir), **params})  # __init__ never validates
+    with pytest.raises(error, match=match):
+        est.fit(["a"])
+    with pytest.raises(error, match=match):
+        est.transform(["a"])
+
+
+def test_missing_model_dir_is_a_weight_file_error(tmp_path):
+    with pytest.raises(WeightFileError, match="not found"):
+        ElmoVectorizer(model=str(tmp_path / "nope")).fit(["a"])
+
+
+def test_feature_names_and_pandas_output(fixture_dir, backend):
+    est = ElmoVectorizer(model=str(fixture_dir))
+    names = est.get_feature_names_out()
+    assert list(names) == [f"elmo{i}" for i in range(backend.dim)]
+    both = est.set_params(pooling="mean+max").get_feature_names_out()
+    assert list(both[:2]) == ["elmo_mean0", "elmo_mean1"] and both[backend.dim] == "elmo_max0"
+    assert len(both) == 2 * backend.dim
+    series = pd.Series(TEXTS, index=[10, 11, 12, 13], name="text")
+    df = est.set_output(transform="pandas").fit_transform(series)
+    assert isinstance(df, pd.DataFrame) and list(df.columns) == list(both) and list(df.index) == [10, 11, 12, 13]
+    expected = ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").transform(TEXTS)
+    np.testing.assert_array_equal(df.to_numpy(), expected)
+
+
+def test_fit_returns_self_stores_params_untouched_and_is_stateless(fixture_dir, backend):
+    layers = [0.0, 1.0, 2.0]
+    est = ElmoVectorizer(model=str(fixture_dir), layers=layers, device=None)
+    unfitted = est.transform(TEXTS)  # requires_fit=False: transform works before fit
+    assert not hasattr(est, "model_fingerprint_")
+    assert est.fit(TEXTS) is est
+    assert est.layers is layers and est.device is None and est.model == str(fixture_dir)
+    assert est.model_fingerprint_ == backend.fingerprint
+    np.testing.assert_allclose(est.layer_weights_, np.exp(layers) / np.exp(layers).sum())
+    np.testing.assert_array_equal(est.transform(TEXTS), unfitted)
+    tags = est.__sklearn_tags__()
+    assert tags.input_tags.string and not tags.input_tags.two_d_array and not tags.requires_fit
+    assert not hasattr(est, "n_features_in_")  # 1-D text input, as TfidfVectorizer
+
+
+def test_clone_and_params_round_trip(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir), layers=[1.0, 0.0, 0.0], pooling="max", batch_size=2).fit(TEXTS)
+    copy = clone(est)
+    assert copy.get_params() == est.get_params() and not hasattr(copy, "layer_weights_")
+    assert copy.layers == est.layers and copy.layers is not est.layers
+    np.testing.assert_array_equal(copy.transform(TEXTS), est.transform(TEXTS))
+    changed = clone(est).set_params(layers="top", pooling="mean+max")
+    assert changed.get_params()["layers"] == "top"
+    assert changed.transform(TEXTS).shape[1] == 2 * est.transform(TEXTS).shape[1]
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        estimator_checks.check_estimator_cloneable,
+        estimator_checks.check_no_attributes_set_in_init,
+        estimator_checks.check_parameters_default_constructible,
+        estimator_checks.check_get_params_invariance,
+        estimator_checks.check_set_params,
+        estimator_checks.check_do_not_raise_errors_in_init_or_set_params,
+    ],
+    ids=lambda check: check.__name__,
+)
+def test_sklearn_estimator_checks_that_apply_to_text_input(check):
+    check("ElmoVectorizer", ElmoVectorizer())
+
+
+def test_pickle_is_small_and_reloads_the_shared_backend(fixture_dir, backend):
+    est = ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").fit(TEXTS)
+    before = est.transform(TEXTS)
+    blob = pickle.dumps(est)
+    assert len(blob) < 2000 < backend.weights_path.stat().st_size  # parameters only, no weights
+    assert b"ElmoBackend" not in blob and b"hdf5" not in blob
+    restored = pickle.loads(blob)
+    assert restored.get_params() == est.get_params() and restored.model_fingerprint_ == est.model_fingerprint_
+    np.testing.assert_array_equal(restored.transform(TEXTS), before)
+    assert load_bilm(fixture_dir) is backend  # still one model in this process
+
+
+def test_pipeline_featureunion_and_columntransformer(fixture_dir, backend):
+    texts = ["good fun film", "a great movie", "bad dull film", "an awful movie"] * 3
+    y = [1, 1, 0, 0] * 3
+    clf = make_pipeline(ElmoVectorizer(model=str(fixture_dir)), LogisticRegression(max_iter=500)).fit(texts, y)
+    predicted = clf.predict(texts)
+    # four distinct texts in a 32-wide feature space are linearly separable: the fit gets every one right, and
+    # score is the share of predictions equal to the labels, counted here
+    assert predicted.tolist() == y
+    assert clf.score(texts, y) == np.mean(predicted == np.asarray(y)) == 1.0
+
+    union = FeatureUnion([("tfidf", TfidfVectorizer()), ("elmo", ElmoVectorizer(model=str(fixture_dir)))])
+    Z = union.fit_transform(texts)
+    n_vocab = len(union.transformer_list[0][1].vocabulary_)
+    assert Z.shape == (12, n_vocab + backend.dim)
+    assert union.get_feature_names_out()[-1] == f"elmo__elmo{backend.dim - 1}"
+
+    frame = pd.DataFrame({"text": texts, "n": np.arange(12.0)})
+    for column in ("text", ["text"]):
+        ct = ColumnTransformer([("elmo", ElmoVectorizer(model=str(fixture_dir)), column)], remainder="passthrough")
+        out = ct.fit_transform(frame)
+        assert out.shape == (12, backend.dim + 1)
+        np.testing.assert_array_equal(out[:, : backend.dim], ElmoVectorizer(model=str(fixture_dir)).transform(texts))
+        assert ct.get_feature_names_out()[0] == "elmo__elmo0"
+
+
+@pytest.mark.slow
+def test_grid_search_over_pooling_and_layers_in_one_and_two_processes(fixture_dir):
+    texts = ["good fun film", "a great movie", "bad dull film", "an awful movie", "fine acting", "poor plot"] * 2
+    y = [1, 1, 0, 0, 1, 0] * 2
+    pipe = make_pipeline(ElmoVectorizer(model=str(fixture_dir)), LogisticRegression(max_iter=500))
+    grid = {"elmovectorizer__pooling": ["mean", "mean+max"], "elmovectorizer__layers": ["average", "top"]}
+    scores = {}
+    for n_jobs in (1, 2):
+        search = GridSearchCV(pipe, grid, cv=2, n_jobs=n_jobs).fit(texts, y)
+        scores[n_jobs] = search.cv_results_["mean_test_score"]
+        assert search.best_params_["elmovectorizer__pooling"] in ("mean", "mean+max")
+    np.testing.assert_allclose(scores[1], scores[2])  # workers reload the same model from the files
+
+
+# -- spaCy Docs ------------------------------------------------------------------------------
+
+
+def _ensure_doc_extensions():
+    for name in ("elmo_layers", "elmo_model"):
+        if not Doc.has_extension(name):
+            Doc.set_extension(name, default=None)
+
+
+def _annotated(blank_en, backend, text):
+    doc = blank_en(text)
+    doc._.elmo_layers = backend.embed([[t.text for t in doc]])[0]
+    doc._.elmo_model = backend.fingerprint
+    return doc
+
+
+def test_doc_with_stored_layers_is_pooled_not_recomputed(fixture_dir, backend, blank_en, embed_spy):
+    _ensure_doc_extensions()
+    docs = [_annotated(blank_en, backend, t) for t in ("The bank approved it .", "Birds  fly .", "")]
+    embed_spy.clear()
+    X = ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").fit_transform(docs)
+    assert embed_spy == []  # no recompute
+    for row, doc in zip(X, docs):
+        keep = [t.i for t in doc if not t.is_space]
+        expected = by_hand(doc._.elmo_layers[:, keep], [1 / 3] * 3, "mean+max")
+        assert_recomputed_close(row, expected)
+    docs[0]._.elmo_layers = docs[0]._.elmo_layers * 2  # the stored values are what is read
+    doubled = ElmoVectorizer(model=str(fixture_dir)).transform(docs[:1])[0]
+    np.testing.assert_allclose(doubled, 2 * X[0, : backend.dim], rtol=1e-5)
+
+
+def test_docs_without_matching_layers_are_embedded(fixture_dir, backend, blank_en, embed_spy):
+    _ensure_doc_extensions()
+    plain = blank_en("Birds  fly south .")
+    other_model = _annotated(blank_en, backend, "A new day .")
+    other_model._.elmo_model = "some-other-model"
+    stale = _annotated(blank_en, backend, "It rained .")
+    with stale.retokenize() as retokenizer:  # retokenized after the component ran: shape no longer fits
+        retokenizer.merge(stale[0:2])
+    embed_spy.clear()
+    X = ElmoVectorizer(model=str(fixture_dir)).transform([plain, other_model, stale])
+    embedded = sorted(map(tuple, embed_spy[0]))
+    assert embedded == [("A", "new", "day", "."), ("Birds", "fly", "south", "."), ("It rained", ".")]
+    np.testing.assert_array_equal(
+        X,
+        ElmoVectorizer(model=str(fixture_dir)).transform(
+            [["Birds", "fly", "south", "."], ["A", "new", "day", "."], ["It rained", "."]]
+        ),
+    )
+
+
+@pytest.mark.slow
+def test_import_does_not_import_sklearn():
+    code = (
+        "import sys, spacy_elmo; assert 'sklearn' not in sys.modules; "
+        "spacy_elmo.ElmoVectorizer; assert 'sklearn' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        ElmoVectorizer(model=str(fixture_dir), device="cuda").fit(["a"])
+
+
+@pytest.mark.gpu
+def test_cuda_rows_match_cpu(fixture_dir):
+    cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
+    np.testing.assert_allclose(
+        ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-5
+    )  # float32 on both: sums in another order, never TF32
+
+
+def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
+    argv = [
+        "sklearn_classify.py",
+        "--dataset",
+        "trec",
+        "--model",
+        str(fixture_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-train",
+        "60",
+        "--max-test",
+        "20",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    example = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "examples" / "sklearn_classify.py"), run_name="__main__"
+    )
+    out, err = capsys.readouterr()
+    assert "trec: 60 train / 20 test" in out
+    assert "ELMo: 100%" in err and "60/60" in err and "20/20" in err  # embedding shows its progress
+    printed = {
+        line.split("test accuracy")[0].strip(): float(line.split("test accuracy")[1].split()[0])
+        for line in out.splitlines()
+        if "test accuracy" in line
+    }
+
+    # the same subsets (seed 0, in file order) and models, fitted here; accuracy counted from the predictions
+    (train_x, train_y), (test_x, test_y) = example["load_dataset"]("trec", data_dir)
+
+    def subset(texts, labels, n):
+        keep = sorted(np.random.default_rng(0).permutation(len(texts))[:n])
+        return [texts[i] for i in keep], [labels[i] for i in keep]
+
+    (train_x, train_y), (test_x, test_y) = subset(train_x, train_y, 60), subset(test_x, test_y, 20)
+    elmo = ElmoVectorizer(model=str(fixture_dir), layers="average", pooling="mean", tokenizer=str.split)
+    models = {
+        "ELMo + LogisticRegression": make_pipeline(elmo, StandardScaler(), LogisticRegression(C=1.0, max_iter=3000)),
+        "TF-IDF + LogisticRegression": make_pipeline(
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), LogisticRegression(C=1.0, max_iter=3000)
+        ),
+    }
+    assert set(printed) == set(models)
+    for name, model in models.items():
+        predicted = model.fit(train_x, train_y).predict(test_x)
+        right = sum(p == t for p, t in zip(predicted, test_y))
+        assert printed[name] == pytest.approx(right / 20, abs=1e-4), name  # printed to 4 decimals; one item: 0.05
+
+
+def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
+    from spacy_elmo.runtime.mix import mix_layers
+    from spacy_elmo.runtime.windows import window_bounds
+
+    tokens = [WORDS[i % len(WORDS)] + ("s" if i % 7 == 0 else "") for i in range(230)]
+    est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
+    got = est.fit_transform([tokens, tokens[:50]])
+    # by hand: three windows of <= 100 tokens, each token's vectors from its own part of a window
+    bounds = window_bounds(len(tokens), 100, 20)
+    assert len(bounds) == 3 and all(end - start <= 100 for start, end, _, _ in bounds)
+    stitched = np.concatenate(
+        [backend.embed([tokens[start:end]])[0][:, ks - start : ke - start] for start, end, ks, ke in bounds], axis=1
+    )
+    assert stitched.shape[1] == len(tokens)
+    assert_recomputed_close(got[0], mix_layers(stitched, "top").max(axis=0))
+    assert_recomputed_close(got[1], mix_layers(backend.embed([tokens[:50]])[0], "top").max(axis=0))
+    # None: one sequence, as before; it differs from the windowed result
+    whole = est.set_params(max_length=None).fit_transform([tokens])
+    assert_recomputed_close(whole[0], mix_layers(backend.embed([tokens])[0], "top").max(axis=0))
+    assert not np.allclose(whole[0], got[0])
+    # numpy integers from a parameter grid are accepted
+    assert (
+        est.set_params(max_length=np.int64(100), window_overlap=np.int64(20)).fit_transform([tokens]).shape
+        == got[:1].shape
+    )
+
+
+def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
+    quiet = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
+    capsys.readouterr()
+    loud = ElmoVectorizer(model=str(fixture_dir), verbose=1).transform(TEXTS)
+    err = capsys.readouterr().err
+    assert "ELMo" in err and "3/3" in err  # the three non-empty texts
+    np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation
+
+
+# -- a long text is pooled window by window, never stitched ---------------------------
+
+WORDS = [
+    "the",
+    "bank",
+    "by",
+    "the",
+    "river",
+    "was",
+    "closed",
+    "so",
+    "we",
+    "walked",
+    "along",
+    "the",
+    "water",
+    "to",
+    "town",
+]
+
+
+@pytest.fixture()
+def uncached_model(fixture_dir, tmp_path):
+    """A copy of the fixture whose backend keeps no memory cache (so only the embedding itself takes memory)."""
+    import shutil
+
+    target = tmp_path / "model"
+    shutil.copytree(fixture_dir, target)
+    load_bilm(target, cache_mb=0)
+    return str(target)
+
+
+def _peak_mib(call):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def test_one_long_text_takes_flat_memory(uncached_model):
+    """The (n_layers + 1, n_tokens, dim) array was stitched before pooling: 3 x 80k x 32 float32 = 29 MiB more here."""
+    est = ElmoVectorizer(model=uncached_model, pooling="mean+max")
+    est.transform([WORDS])  # warm up
+    short, long = ([WORDS[i % len(WORDS)] for i in range(n)] for n in (40_000, 120_000))
+    growth = _peak_mib(lambda: est.transform([long])) - _peak_mib(lambda: est.transform([short]))
+    assert growth < 4, f"peak memory grew by {growth:.1f} MiB for 80k more tokens"
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "mean+max"])
+@pytest.mark.parametrize("layers", ["average", "top", 0, [0.2, 0.3, 0.5]])
+def test_pooling_window_by_window_equals_pooling_the_stitched_layers(backend, fixture_dir, pooling, layers):
+    from spacy_elmo.runtime.mix import mix_layers
+    from spacy_elmo.runtime.pooling import pool
+    from spacy_elmo.runtime.windows import embed_segments
+
+    tokens = tuple(WORDS[(i * 5) % len(WORDS)] + ("s" if i % 11 == 0 else "") for i in range(300))
+    est = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling, max_length=64, window_overlap=16)
+    got = est.fit_transform([list(tokens), list(tokens[:40])])
+    for row, sequence in enumerate((tokens, tokens[:40])):
+        ((_, stitched),) = embed_segments(backend, [(0, sequence)], max_length=64, overlap=16)
+        assert_recomputed_close(got[row], pool(mix_layers(stitched, layers), pooling))
+
+
+def test_hub_default_rows_alone_skip_the_padded_outputs(uncached_model, backend):
+    """``elmo(strings, as_dict=False)`` padded every sentence to the longest: (3, 21, 5000, 32) float32 = 38 MiB
+    here."""
+    from spacy_elmo import hub
+
+    elmo = hub.load(uncached_model)
+    sentences = [" ".join(WORDS[i % len(WORDS)] for i in range(5000))] + ["the bank ."] * 20
+    peak = _peak_mib(lambda: elmo(sentences, as_dict=False))
+    rows = elmo(sentences, as_dict=False)
+    assert peak < 12, f"{peak:.1f} MiB"
+    np.testing.assert_array_equal(rows, elmo.signatures["default"](sentences)["default"])
+    # windowed as every front end (settings.DEFAULT_MAX_LENGTH): the stitched layers' mean over layers, then tokens
+    segments = [(0, sentences[0].split())]
+    ((_, stitched),) = embed_segments(backend, segments, max_length=DEFAULT_MAX_LENGTH, overlap=DEFAULT_OVERLAP)
+    assert_recomputed_close(rows[0], stitched.mean(axis=0).mean(axis=0))

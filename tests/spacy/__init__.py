@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/spacy/: the elmo component, its layers, saving, adaptation and `spacy train`."""
