@@ -167,6 +167,7 @@ def test_train_with_auto_on_a_machine_without_a_gpu_trains_on_the_cpu_and_says_s
 
 
 def test_processes_on_gpus_need_one_gpu_each_before_any_starts(tmp_path, two_gpus):
+    (tmp_path / "t.txt").write_text("a b c\n", encoding="utf-8")  # the sources are checked first
     result = CliRunner().invoke(
         app, ["train", str(tmp_path / "m"), "--train", str(tmp_path), "--processes", "3", "--device", "cuda"]
     )
