@@ -1,10 +1,33 @@
-"""ELMo contextual word vectors for spaCy v3 and scikit-learn, on one shared PyTorch biLM backend."""
+"""ELMo contextual word vectors for spaCy v3 and scikit-learn, on one shared PyTorch biLM backend.
+
+The public names are imported on first use (PEP 562), so ``import spacy_elmo`` (and the command line, before it
+has checked its arguments) does not import torch, spaCy or scikit-learn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .about import __version__
-from .bilm.weights import WeightFileError
-from .runtime.backend import ElmoBackend, load_bilm
-from .runtime.mix import layer_weights, mix_layers
-from .runtime.pooling import pool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .bilm.weights import WeightFileError
+    from .runtime.backend import ElmoBackend, load_bilm
+    from .runtime.mix import layer_weights, mix_layers
+    from .runtime.pooling import pool
+    from .sklearn import ElmoVectorizer
+
+# each public name -> the module that defines it, imported when the name is first used
+_HOMES = {
+    "ElmoBackend": ".runtime.backend",
+    "ElmoVectorizer": ".sklearn",
+    "WeightFileError": ".bilm.weights",
+    "layer_weights": ".runtime.mix",
+    "load_bilm": ".runtime.backend",
+    "mix_layers": ".runtime.mix",
+    "pool": ".runtime.pooling",
+}
 
 __all__ = [
     "ElmoBackend",
@@ -18,10 +41,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import the scikit-learn front end on first use, so ``import spacy_elmo`` does not import sklearn."""
-    if name == "ElmoVectorizer":
-        from .sklearn import ElmoVectorizer
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then kept as this module's attribute)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
 
-        return ElmoVectorizer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import functools
 import json
-import typing
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from .bilm.files import WriteFailedError
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output.embed_file import EmbedChunks
-    from .train.distributed import World
 
 # The command listing of `spacy-elmo --help`, in the order a new user needs the commands (embedding first, training
 # later): each command's one-sentence summary, and the examples its --help ends with.
@@ -117,22 +116,25 @@ def _options(
     """ELMo contextual word vectors for spaCy and scikit-learn."""
 
 
+# the errors that are the user's to fix, their message naming what and how: a bad value, a missing or unusable path,
+# a failed write (not any other OSError: a lost connection keeps its traceback)
+_ONE_LINE_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    WriteFailedError,
+)
+
+
 @contextmanager
 def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
     """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and
     exit 2 (``quiet``: no message; a training process other than rank 0, whose rank 0 says the same)."""
-    from .output.write_guard import WriteFailedError
-
     try:
         yield
-    except (
-        ValueError,
-        FileNotFoundError,
-        IsADirectoryError,
-        NotADirectoryError,
-        PermissionError,
-        WriteFailedError,
-    ) as err:
+    except _ONE_LINE_ERRORS as err:
         if not quiet:
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from err
@@ -147,50 +149,20 @@ def _require_inputs(*paths: Path) -> None:
 
 _TRAIN_DEFAULTS = TrainConfig(train=[])  # the training defaults prepare-corpus and adapt share
 _DEVICE_HELP = "cpu, cuda, cuda:N, or auto (CUDA when torch sees a GPU, else the CPU)"
+# the TrainConfig fields that are `spacy-elmo train` options (train, valid and corpus: the command's own sources)
+_CONFIG_OPTIONS = {field.name: field for field in dataclasses.fields(TrainConfig) if "help" in field.metadata}
 
 
-# TrainConfig fields whose option has another type than the field: (the option's type, the field's default as the
-# option's, the option's value as the field's)
-_OPTION_TYPES: dict[str, tuple[Any, Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "architecture": (str, lambda name: name, lambda name: name),  # a path or dict in Python, a name or path here
-    "cutoffs": (
-        str,
-        lambda ranks: ",".join(map(str, ranks)),
-        lambda text: tuple(int(c) for c in text.split(",") if c.strip()),
-    ),
-    "init_from": (Optional[Path], lambda path: path, lambda path: str(path) if path else None),
-}
+def _config_option(name: str, shown: Callable[[Any], Any] = lambda default: default) -> Any:
+    """The ``spacy-elmo train`` option of TrainConfig's field ``name``: the field's flags, help and default
+    (``shown``: the default as the option spells it, where the option is text)."""
+    config_field = _CONFIG_OPTIONS[name]
+    return typer.Option(shown(config_field.default), *option_flags(config_field), help=config_field.metadata["help"])
 
 
-def _config_options() -> list[inspect.Parameter]:
-    """One ``spacy-elmo train`` option per TrainConfig field with option metadata: its flags, help and default."""
-    hints = typing.get_type_hints(TrainConfig)
-    options = []
-    for config_field in dataclasses.fields(TrainConfig):
-        if "help" not in config_field.metadata:
-            continue  # train, valid, corpus: the command's own source options
-        kind, to_option, _ = _OPTION_TYPES.get(config_field.name, (hints[config_field.name], _same, _same))
-        option = typer.Option(
-            to_option(config_field.default),
-            *option_flags(config_field),
-            help=config_field.metadata["help"],
-        )
-        options.append(
-            inspect.Parameter(config_field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-        )
-    return options
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _config_values(options: dict[str, Any]) -> dict[str, Any]:
-    """The TrainConfig fields of the train command's option values."""
-    return {name: _OPTION_TYPES[name][2](value) if name in _OPTION_TYPES else value for name, value in options.items()}
-
-
+@app.command()
 def train(
+    ctx: typer.Context,
     output_dir: Path = typer.Argument(
         ..., help="Directory for options.json, weights.hdf5, vocab, checkpoint and metrics"
     ),
@@ -211,6 +183,33 @@ def train(
     ),
     tokenizer: str = typer.Option("whitespace", help="Tokenizer for --train/--valid lines: whitespace or spacy"),
     raw_tokenizer: str = typer.Option("spacy", help="Tokenizer for --raw text: spacy or whitespace"),
+    # TrainConfig's fields, in its order: each option's flags, help and default are its field's
+    architecture: str = _config_option("architecture"),  # a name or path here, a path or dict in Python
+    vocab_size: int = _config_option("vocab_size"),
+    min_count: int = _config_option("min_count"),
+    epochs: float = _config_option("epochs"),
+    token_budget: int = _config_option("token_budget"),
+    lr: float = _config_option("lr"),
+    lr_schedule: str = _config_option("lr_schedule"),
+    min_lr_ratio: float = _config_option("min_lr_ratio"),
+    warmup_steps: int = _config_option("warmup_steps"),
+    clip_norm: float = _config_option("clip_norm"),
+    dropout: float = _config_option("dropout"),
+    seed: int = _config_option("seed"),
+    max_length: int = _config_option("max_length"),
+    cutoffs: str = _config_option("cutoffs", lambda ranks: ",".join(map(str, ranks))),  # "2000,10000"
+    div_value: float = _config_option("div_value"),
+    eval_every: int = _config_option("eval_every"),
+    checkpoint_every: int = _config_option("checkpoint_every"),
+    max_steps: Optional[int] = _config_option("max_steps"),
+    max_minutes: Optional[float] = _config_option("max_minutes"),
+    threads: Optional[int] = _config_option("threads"),
+    lstm_impl: str = _config_option("lstm_impl"),
+    init_from: Optional[Path] = _config_option("init_from"),  # noqa: B008 (typer.Option, as the others)
+    buffer_size: int = _config_option("buffer_size"),
+    precision: str = _config_option("precision"),
+    continue_corpus: bool = _config_option("continue_corpus"),
+    # how this run goes
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT_DIR/checkpoint.safetensors"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
@@ -226,7 +225,6 @@ def train(
         ),
     ),
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
-    **options: Any,
 ) -> None:
     """Train (or fine-tune) a biLM on text files and export it in the bilm-tf / AllenNLP layout.
 
@@ -235,105 +233,38 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
-    from .train import make_sources
-    from .train.distributed import join_world, leave_world, run_processes, training_processes
+    from .train.config import check_config
+    from .train.corpus import make_sources
 
-    with _errors_exit_2():
-        count = training_processes(processes, device)
+    with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
         valid_sources = make_sources(valid_files, "lines", tokenizer)
         if not train_sources and not corpus_dirs and not resume:
             raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
+        options = {name: ctx.params[name] for name in _CONFIG_OPTIONS}
+        options["cutoffs"] = _word_ranks(cutoffs)
+        options["init_from"] = str(init_from) if init_from else None
         config = TrainConfig(
             train=[s.to_json() for s in train_sources],
             valid=[s.to_json() for s in valid_sources],
             corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
-            **_config_values(options),
+            **options,
         )
-        if count > 1 and not resume and config.init_from is None and isinstance(config.architecture, str):
-            from .train.presets import architecture
+        check_config(config)
+    from .train.launch import TrainRun, run_training
 
-            architecture(config.architecture)  # a bad name or file is said once, before the processes start
-    run = _TrainRun(config, output_dir, resume, overwrite, progress)
-    if count > 1:
-        typer.echo(f"training processes: {count}")
-        run = dataclasses.replace(run, errors_from_rank_0_only=True)
-        status = run_processes(count, _train_process, run, device=device)
-        if status:
-            raise typer.Exit(status)
-        return
-    with _errors_exit_2():
-        world = join_world(device)  # under torchrun: nccl between GPUs, gloo between CPUs
+    run = TrainRun(config, output_dir, _errors_exit_2, resume=resume, overwrite=overwrite, progress=progress)
+    status = run_training(run, processes, device)
+    if status:
+        raise typer.Exit(status)
+
+
+def _word_ranks(text: str) -> tuple[int, ...]:
+    """``--cutoffs 2000,10000`` as its word ranks."""
     try:
-        run(world)
-    finally:
-        leave_world(world)
-
-
-@dataclasses.dataclass(frozen=True)
-class _TrainRun:
-    """One ``spacy-elmo train`` run, for this process or for each process it starts."""
-
-    config: TrainConfig
-    output_dir: Path
-    resume: bool
-    overwrite: bool
-    progress: bool
-    # the processes --processes starts read the same files on one machine: rank 0 says each error for all of them
-    errors_from_rank_0_only: bool = False
-
-    def __call__(self, world: World) -> None:
-        from .train import Trainer
-        from .train.allocator import keep_freed_memory
-
-        memory = keep_freed_memory()  # this command's own process: reuse each step's large blocks (no page faults)
-
-        with _errors_exit_2(quiet=self.errors_from_rank_0_only and not world.is_main):
-            trainer = Trainer(
-                self.config,
-                self.output_dir,
-                resume=self.resume,
-                progress=self.progress,
-                world=world,
-                overwrite=self.overwrite,
-            )
-            if world.is_main:
-                typer.echo(trainer.precision_note)
-                typer.echo(f"memory: {memory}")
-            # --threads, else (several processes) the cores shared out, else the resumed run's, else torch's choice
-            several = max(1, _cores() // world.local_size) if world.size > 1 else None
-            threads = self.config.threads or several or trainer.config.threads
-            _set_threads(threads)
-            if world.size > 1 and world.is_main:
-                typer.echo(f"{world.describe()}; {threads} torch thread{'' if threads == 1 else 's'} per process")
-            metrics = trainer.run()
-        if world.is_main:
-            best = metrics.get("best") or {}
-            typer.echo(
-                f"saved to {self.output_dir}; best: "
-                + json.dumps({k: v for k, v in best.items() if "ppl" in k or k == "step"})
-            )
-
-
-def _train_process(world: World, run: _TrainRun) -> None:
-    """A process started by ``train --processes N``: the run, its ``typer.Exit`` status as the process's."""
-    try:
-        run(world)
-    except typer.Exit as stop:
-        raise SystemExit(stop.exit_code) from None
-
-
-# typer reads this signature: the command's own parameters, one option per TrainConfig field, then the run's flags
-_OWN = list(inspect.signature(train).parameters.values())[:-1]  # without **options
-_RUN_FLAGS = [
-    p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-    for p in _OWN
-    if p.name in ("resume", "overwrite", "progress", "processes", "device")
-]
-train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [p for p in _OWN if p.name not in {f.name for f in _RUN_FLAGS}] + _config_options() + _RUN_FLAGS
-)
-app.command()(train)
+        return tuple(int(rank) for rank in text.split(",") if rank.strip())
+    except ValueError:
+        raise ValueError(f"--cutoffs must be word ranks separated by commas (e.g. 2000,10000), not {text!r}") from None
 
 
 @app.command("prepare-corpus")
@@ -369,6 +300,11 @@ def prepare_corpus(
     import shlex
     import sys
 
+    from .train.layouts import check_layout
+
+    with _errors_exit_2():  # the arguments, checked before torch is imported
+        _require_inputs(*sources)
+        check_layout(layout)
     from .train.prepare import SourceSpec, read_source_info
     from .train.prepare import prepare_corpus as run_prepare
 
@@ -387,13 +323,6 @@ def prepare_corpus(
         f"{manifest['distinct_words']:,} distinct words in {len(manifest['shards'])} shards "
         f"({manifest['words_per_s']:,.0f} words/s)"
     )
-
-
-def _cores() -> int:
-    """CPU cores this process may run on."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _set_threads(threads: Optional[int]) -> None:
@@ -478,8 +407,12 @@ def evaluate(
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
-    with _errors_exit_2():
+    from .output.checks import check_output_path
+
+    with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(*text_files)
+        if output:
+            check_output_path(output)
     from .train import evaluate as run_evaluate
 
     def model_name(path: Path) -> Union[str, Path]:
@@ -487,7 +420,7 @@ def evaluate(
 
     with _errors_exit_2():
         if record:  # a bad name or metrics.json is said before the evaluation, and changes nothing
-            from .train.evaluate import check_record
+            from .train.evaluation import check_record
 
             check_record(model_dir, record)
         result = run_evaluate(
@@ -509,7 +442,7 @@ def evaluate(
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:
-        from .train.evaluate import record_result
+        from .train.evaluation import record_result
 
         with _errors_exit_2():
             record_result(model_dir, record, result)
@@ -569,19 +502,25 @@ def embed(
     ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
-    with _errors_exit_2():
+    from .output.checks import check_output_path, read_scheduler
+
+    chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
+    with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(input_file)
+        check_output_path(output_file)
+        if len(chosen) > 1:
+            raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
+        if scheduler is not None:
+            read_scheduler(scheduler)
+        cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
     from .output.embed_file import embed_file
     from .runtime.backend import dtype_name, load_bilm
 
-    chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():
-        if len(chosen) > 1:
-            raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         _set_threads(threads)
         backend = load_bilm(model, device=device, dtype=dtype)
         chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
-        with _dask_chunks(scheduler, model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
+        with cluster(model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
             summary = embed_file(
                 backend,
                 input_file,
@@ -676,6 +615,11 @@ def similarity(
     ),
 ) -> None:
     """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
+    from .output.checks import check_output_path
+
+    if plot is not None:
+        with _errors_exit_2():  # before the model loads
+            check_output_path(plot)
     from .runtime.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
@@ -698,15 +642,23 @@ def plot_mix(
     output: Path = typer.Argument(..., help="The figure to write, e.g. mix.png"),
 ) -> None:
     """Bar chart of the layer weights and gamma that each ElmoScalarMix in a trained pipeline learned."""
-    with _errors_exit_2():
+    from .output.checks import check_output_path
+
+    with _errors_exit_2():  # the arguments, checked before spaCy is imported
         _require_inputs(pipeline)
+        if not pipeline.is_dir():
+            raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
+        check_output_path(output)
     import spacy
 
     from .similarity import plot_mixes
     from .spacy import learned_mix
 
     with _errors_exit_2():
-        nlp = spacy.load(pipeline)
+        try:
+            nlp = spacy.load(pipeline)
+        except OSError as err:  # spaCy's "[E053] Could not read meta.json ...": no pipeline there
+            raise ValueError(f"{pipeline}: not a spaCy pipeline ({err})") from err
         mixes = {}
         for name, pipe in nlp.pipeline:
             try:
@@ -755,32 +707,18 @@ def main() -> None:
     app()
 
 
-@contextmanager
-def _dask_chunks(
-    scheduler: Optional[str], model: str, device: Optional[str], dtype: Optional[str], batch_size: int, fingerprint: str
-) -> Iterator[Optional[EmbedChunks]]:
-    """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (None: this process), the dashboard
-    printed."""
+def _embed_chunks_on(scheduler: Optional[str]) -> Callable[..., AbstractContextManager[Optional[EmbedChunks]]]:
+    """``embed --scheduler``'s set-up: :func:`spacy_elmo.output.cluster.embed_chunks_on` the cluster it names, its
+    dashboard said on stderr (no scheduler: ``embed_chunks`` None, this process computes)."""
     if scheduler is None:
-        yield None
-        return
+        return lambda *args: nullcontext()
     from .about import install_extra
 
     try:
-        from .output.cluster import cluster_chunks, connect
+        from .output.cluster import embed_chunks_on
     except ImportError as err:  # the message names the extra to install
         raise ValueError(f"--scheduler {scheduler}: {err}: {install_extra('dask')}") from err
-
-    client, close = connect(scheduler)
-    try:
-        import importlib.util
-
-        served = importlib.util.find_spec("bokeh") is not None  # the dashboard needs bokeh (in the [dask] extra)
-        dashboard = f"dashboard {client.dashboard_link}" if served else "no dashboard (pip install bokeh)"
-        typer.echo(f"Dask scheduler {client.scheduler.address}, {dashboard}", err=True)
-        yield cluster_chunks(client, model, device, dtype, batch_size, fingerprint)
-    finally:
-        close()
+    return functools.partial(embed_chunks_on, scheduler, say=functools.partial(typer.echo, err=True))
 
 
 if __name__ == "__main__":  # last: every function above must exist when the command runs

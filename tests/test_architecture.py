@@ -194,7 +194,8 @@ def used_names(path: Path) -> set[str]:
 
 
 def test_threads_are_started_and_limited_only_in_bilm_threads():
-    """Thread pools and thread-count settings live in bilm/threads.py; only the CLI sets torch's process-wide count."""
+    """Thread pools and thread-count settings live in bilm/threads.py; only the CLI (and its training runner, in the
+    train command's own processes) sets torch's process-wide count."""
     watched = {
         "ThreadPoolExecutor",
         "set_num_threads",
@@ -202,7 +203,11 @@ def test_threads_are_started_and_limited_only_in_bilm_threads():
         "omp_set_num_threads",
         "MKL_Set_Num_Threads_Local",
     }
-    allowed = {"spacy_elmo.bilm.threads": watched, "spacy_elmo.cli": {"set_num_threads"}}
+    allowed = {
+        "spacy_elmo.bilm.threads": watched,
+        "spacy_elmo.cli": {"set_num_threads"},
+        "spacy_elmo.train.launch": {"set_num_threads"},
+    }
     assert watched & used_names(MODULES["spacy_elmo.bilm.threads"])  # the check sees what it looks for
     for name, path in MODULES.items():
         misplaced = (used_names(path) & watched) - allowed.get(name, set())
@@ -769,6 +774,8 @@ PROCESS_WIDE_TARGETS = (
 # each with why the process-wide change is the caller's wish or is undone before anyone else can see it
 PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.cli": {"torch.set_num_threads"},  # `spacy-elmo ... --threads N`: the user asked for it
+    # `spacy-elmo train`'s runner, in the command's own processes: --threads, or the cores shared out between them
+    "spacy_elmo.train.launch": {"torch.set_num_threads"},
     # the training run's --seed: dropout and the data order draw from torch's global generator (train() is the run)
     "spacy_elmo.train.trainer": {"torch.manual_seed", "torch.set_rng_state"},
     # SIGTERM / Ctrl-C remove the partial output file while it is written; set only where the default is in

@@ -53,6 +53,11 @@ def _literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is not None and node.value is not Ellipsis
 
 
+def _called_name(call: ast.Call) -> str:
+    """``Option`` for ``typer.Option(...)`` and ``Option(...)``: the name a call ends in."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
 def literal_defaults(source: str, module: str = "") -> list[tuple[int, str, str, object]]:
     """``(line, function or class, name, value)`` of each setting's default spelled as a literal in ``source``: a
     parameter's (or a typer/Thinc ``Option(default, ...)``'s first argument), a class field's, an attribute's."""
@@ -61,8 +66,8 @@ def literal_defaults(source: str, module: str = "") -> list[tuple[int, str, str,
     def check(node: ast.AST, owner: str, name: str, default: ast.AST) -> None:
         if name not in SETTING_NAMES or (module, owner, name) in EXEMPT:
             return
-        if isinstance(default, ast.Call) and default.args:  # typer.Option(64, help=...)
-            default = default.args[0]
+        if isinstance(default, ast.Call) and default.args and _called_name(default) in ("Option", "Argument"):
+            default = default.args[0]  # typer.Option(64, help=...)
         if _literal(default):
             found.append((default.lineno, owner, name, ast.literal_eval(default)))
 
@@ -97,6 +102,9 @@ def embed(texts, max_length=128, *, dtype="float32", layers=DEFAULT_LAYERS, over
 
 def command(batch_size: int = typer.Option(64, help="..."), cache_mb: float = -1.0):
     pass
+
+def train(max_length: int = _config_option("max_length"), token_budget: int = typer.Argument(4096)):
+    pass
 """
     found = {(owner, name, value) for _, owner, name, value in literal_defaults(source)}
     assert found == {
@@ -106,6 +114,7 @@ def command(batch_size: int = typer.Option(64, help="..."), cache_mb: float = -1
         ("", "token_budget", 4096),
         ("command", "batch_size", 64),
         ("command", "cache_mb", -1.0),
+        ("train", "token_budget", 4096),  # the name of the field an option comes from is no default
     }
 
 

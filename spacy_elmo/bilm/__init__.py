@@ -1,8 +1,31 @@
-"""The ELMo biLM in PyTorch (no spaCy or scikit-learn imports here)."""
+"""The ELMo biLM in PyTorch (no spaCy or scikit-learn imports here).
 
-from .chars import batch_to_char_ids, token_to_char_ids, tokens_to_char_ids
-from .model import BiLM, BiLMOptions
-from .weights import WeightFileError, load_model, read_options, save_model
+The public names are imported on first use (PEP 562): ``spacy_elmo.bilm.files`` (file names, atomic writes) does
+not import torch, so the command line can check its arguments first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .chars import batch_to_char_ids, token_to_char_ids, tokens_to_char_ids
+    from .model import BiLM, BiLMOptions
+    from .weights import WeightFileError, load_model, read_options, save_model
+
+# each public name -> the module that defines it, imported when the name is first used
+_HOMES = {
+    "BiLM": ".model",
+    "BiLMOptions": ".model",
+    "WeightFileError": ".weights",
+    "batch_to_char_ids": ".chars",
+    "load_model": ".weights",
+    "read_options": ".weights",
+    "save_model": ".weights",
+    "token_to_char_ids": ".chars",
+    "tokens_to_char_ids": ".chars",
+}
 
 __all__ = [
     "BiLM",
@@ -15,3 +38,17 @@ __all__ = [
     "token_to_char_ids",
     "tokens_to_char_ids",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then kept as this package's attribute)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

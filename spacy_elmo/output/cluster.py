@@ -1,22 +1,22 @@
 """``spacy-elmo embed --scheduler``: embed_file's chunks computed on a Dask cluster, the same file as in one process.
 
-:func:`connect` gives a ``distributed.Client`` (``local:N`` starts a LocalCluster here) and
-:func:`cluster_chunks` is :func:`~spacy_elmo.output.embed_file.embed_file`'s ``embed_chunks`` on it:
-each chunk of lines is cut into tasks of at most :data:`EMBED_FILE_TASK_LINES` lines, a few tasks
-per worker in flight, results handed back in the file's order. A task carries the model's *name
-or path* and its fingerprint, never the weights: each worker loads the model itself
-(:func:`spacy_elmo.load_bilm`) and refuses to embed with other model files. Needs the ``[dask]``
-extra (``distributed``).
+:func:`embed_chunks_on` is the command's set-up: :func:`connect` gives a ``distributed.Client``
+(``local:N`` starts a LocalCluster here) and :func:`cluster_chunks` is
+:func:`~spacy_elmo.output.embed_file.embed_file`'s ``embed_chunks`` on it: each chunk of lines is cut
+into tasks of at most :data:`EMBED_FILE_TASK_LINES` lines, a few tasks per worker in flight, results
+handed back in the file's order. A task carries the model's *name or path* and its fingerprint,
+never the weights: each worker loads the model itself (:func:`spacy_elmo.load_bilm`) and refuses to
+embed with other model files. Needs the ``[dask]`` extra (``distributed``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import importlib.util
 from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -27,38 +27,58 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ..runtime.backend import load_bilm
 from ..runtime.windows import embed_segments
+from .checks import read_scheduler
 
-LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
-SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
+if TYPE_CHECKING:  # pragma: no cover
+    from .embed_file import EmbedChunks
+
 EMBED_FILE_TASK_LINES = 250  # lines per task of `spacy-elmo embed --scheduler` (a 2000-line chunk -> 8 tasks)
 WORKER_EXIT_S = 30.0  # how long closing a LocalCluster waits for each worker process to exit before killing it
 
-__all__ = ["EMBED_FILE_TASK_LINES", "WORKER_EXIT_S", "cluster_chunks", "connect", "local_cluster"]
+__all__ = ["EMBED_FILE_TASK_LINES", "WORKER_EXIT_S", "cluster_chunks", "connect", "embed_chunks_on", "local_cluster"]
 
 
 def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
     """A ``distributed.Client`` for ``scheduler`` and a function that closes it (and the cluster it started).
 
     ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
-    a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``.
+    a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``
+    (:func:`~.checks.read_scheduler` reads which).
     """
     from distributed import Client
 
-    text = str(scheduler).strip()
-    local = LOCAL_SCHEDULER.fullmatch(text)
-    if text == "local" or text.startswith("local:"):  # not localhost:8786
-        if not local or int(local[1]) < 1:
-            raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
+    named = read_scheduler(scheduler)
+    if isinstance(named, int):
         opened = ExitStack()
-        client = opened.enter_context(local_cluster(int(local[1]), dashboard_address=":0"))
+        client = opened.enter_context(local_cluster(named, dashboard_address=":0"))
         return client, opened.close
-    if not SCHEDULER_ADDRESS.fullmatch(text):
-        raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
     try:
-        client = Client(text, timeout="20s")
+        client = Client(named, timeout="20s")
     except (OSError, TimeoutError) as err:
         raise ValueError(f"scheduler {scheduler!r}: cannot connect to a Dask scheduler there ({err})") from err
     return client, client.close
+
+
+@contextmanager
+def embed_chunks_on(
+    scheduler: str,
+    model: str,
+    device: Optional[str],
+    dtype: Optional[str],
+    batch_size: int,
+    fingerprint: str,
+    say: Callable[[str], object] = print,
+) -> Iterator[EmbedChunks]:
+    """``embed_file``'s ``embed_chunks`` on the Dask cluster ``scheduler`` (:func:`connect`, closed on exit), its
+    address and dashboard said through ``say`` first (``spacy-elmo embed --scheduler``)."""
+    client, close = connect(scheduler)
+    try:
+        served = importlib.util.find_spec("bokeh") is not None  # the dashboard needs bokeh (in the [dask] extra)
+        dashboard = f"dashboard {client.dashboard_link}" if served else "no dashboard (pip install bokeh)"
+        say(f"Dask scheduler {client.scheduler.address}, {dashboard}")
+        yield cluster_chunks(client, model, device, dtype, batch_size, fingerprint)
+    finally:
+        close()
 
 
 @contextmanager

@@ -43,6 +43,7 @@ from ..bilm.files import PathLike, process_exists
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.windows import embed_segments
+from .checks import check_output_path
 from .hdf5_layout import LineDatasets, check_output_format
 from .write_guard import GuardedFile, GuardedHDF5
 
@@ -89,7 +90,7 @@ def embed_file(
     check_output_format(output_format)
     input_path, output_path = Path(input_path), Path(output_path)
     source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
-    _check_output(output_path)
+    check_output_path(output_path)
     split = resolve_tokenizer(tokenizer)
     started = time.perf_counter()
     n_lines = n_tokens = 0
@@ -128,7 +129,7 @@ def hdf5_output(output_path: PathLike) -> Iterator[GuardedHDF5]:
     import h5py
 
     output_path = Path(output_path)
-    _check_output(output_path)
+    check_output_path(output_path)
     with (
         _written_atomically(output_path) as temporary,
         _guarded(temporary, output_path) as guarded,
@@ -166,19 +167,6 @@ def _embedded_in_chunks(
 def _is_stdin(input_path: Path) -> bool:
     """Whether the input is standard input, ``-`` (so is ``./-``, which pathlib shortens to ``-``)."""
     return str(input_path) == STDIN
-
-
-def _check_output(output_path: Path) -> None:
-    """Refuse, before any work, an output that cannot be written (not a traceback after it, as at the final rename)."""
-    folder = output_path.parent
-    if output_path.is_dir():
-        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
-    if not folder.exists():
-        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
-    if not folder.is_dir():
-        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
 
 
 @contextlib.contextmanager

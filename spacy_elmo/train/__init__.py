@@ -1,11 +1,39 @@
-"""Train and fine-tune ELMo biLMs on raw text; export them in the standard options.json + HDF5 layout."""
+"""Train and fine-tune ELMo biLMs on raw text; export them in the standard options.json + HDF5 layout.
 
-from .batching import Vocabulary
-from .corpus import Source, make_sources
-from .evaluate import evaluate, load_language_model, perplexity_on
-from .network import LanguageModel
-from .presets import PRESETS, build_options
-from .trainer import TrainConfig, Trainer, train
+The public names are imported on first use (PEP 562): ``spacy_elmo.train.config`` and the command line's
+argument checks do not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .batching import Vocabulary
+    from .config import TrainConfig
+    from .corpus import Source, make_sources
+    from .evaluation import evaluate, load_language_model, perplexity_on
+    from .network import LanguageModel
+    from .presets import PRESETS, build_options
+    from .trainer import Trainer, train
+
+# each public name -> the module that defines it, imported when the name is first used (no name here is also a
+# submodule's: ``from spacy_elmo.train import evaluate`` is the function, whatever was imported before)
+_HOMES = {
+    "PRESETS": ".presets",
+    "LanguageModel": ".network",
+    "Source": ".corpus",
+    "TrainConfig": ".config",
+    "Trainer": ".trainer",
+    "Vocabulary": ".batching",
+    "build_options": ".presets",
+    "evaluate": ".evaluation",
+    "load_language_model": ".evaluation",
+    "make_sources": ".corpus",
+    "perplexity_on": ".evaluation",
+    "train": ".trainer",
+}
 
 __all__ = [
     "PRESETS",
@@ -21,3 +49,17 @@ __all__ = [
     "perplexity_on",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then kept as this package's attribute)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -23,9 +23,11 @@ class TrainConfig:
     """Every training option; stored in the checkpoint and in ``metrics.json``.
 
     Each field with an option (its ``metadata``: help text, flags) is a ``spacy-elmo train`` option with
-    this default, so the command line and the Python API train the same model from the same text, and a
-    new option is one field here. ``train``, ``valid`` and ``corpus`` come from the command's own
-    ``--train``/``--raw``, ``--valid`` and ``--corpus`` (text files become sources).
+    this default, so the command line and the Python API train the same model from the same text: a new
+    option is one field here and its one-line parameter in the command (``cli.train``, which takes flags,
+    help and default from the field; a test checks that every field has its option). ``train``, ``valid``
+    and ``corpus`` come from the command's own ``--train``/``--raw``, ``--valid`` and ``--corpus`` (text
+    files become sources).
     """
 
     train: list[dict[str, str]]  # Source.to_json() of each training file (none when training on corpus)

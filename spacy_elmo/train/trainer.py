@@ -44,7 +44,7 @@ from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words,
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
 from .distributed import SINGLE, World, training_device, weights_digest
-from .evaluate import nll_sums, perplexities, perplexity
+from .evaluation import nll_sums, perplexities, perplexity
 from .folder_lock import claim_folder, hold_claim_while, release_claim_on_error
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card

@@ -1,8 +1,13 @@
 """`spacy-elmo --help` and each command's: usage lines, whole-sentence summaries in a newcomer's order, examples
-that parse; a missing input file said before any model loads."""
+that parse; a missing input file or a bad argument said before any model loads, and before torch or spaCy is
+imported."""
 
+import importlib
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -88,3 +93,100 @@ def test_a_missing_input_file_is_said_before_any_work(args, heavy, tmp_path, mon
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "input file missing" in result.output and "does not exist" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.hdf5").exists()
+
+
+# -- arguments checked before torch or spaCy is imported ---------------------------------------------------------
+
+# runs the command line as `python -m spacy_elmo` does, then says (on its last stderr line) which heavy libraries the
+# process imported, whatever the command's exit
+_IMPORTS_SEEN = (
+    "import atexit, runpy, sys\n"
+    "heavy = {'torch', 'spacy', 'sklearn', 'distributed'}\n"
+    "atexit.register(lambda: print('imported:', *sorted(heavy & set(sys.modules)), file=sys.stderr))\n"
+    "sys.argv = ['spacy-elmo', *sys.argv[1:]]\n"
+    "runpy.run_module('spacy_elmo', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def run_command(*args, cwd):
+    """``python -m spacy_elmo ARGS`` in ``cwd``: (exit status, stderr without the import line, heavy imports)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_SEEN, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("imported:"), result.stderr
+    return result.returncode, "\n".join(lines[:-1]), lines[-1].split()[1:]
+
+
+def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp_path):
+    status, said, imported = run_command("embed", "missing.txt", "out.h5", cwd=tmp_path)
+    assert status == 2 and said == "error: input file missing.txt does not exist", said
+    assert imported == [], f"spacy-elmo embed imported {imported} before checking its arguments"
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["embed", "in.txt", "no_folder/out.h5"], "cannot write no_folder/out.h5: the directory no_folder does not"),
+        (["embed", "in.txt", "."], "cannot write .: it is a directory"),
+        (["embed", "in.txt", "out.h5", "--top", "--average"], "choose one of --all, --top and --average"),
+        (["embed", "in.txt", "out.h5", "--scheduler", "local:0"], "expected local:N with N >= 1"),
+        (["evaluate", "default", "missing.txt"], "input file missing.txt does not exist"),
+        (["adapt", "out", "--train", "missing.spacy", "--dev", "in.txt"], "input file missing.spacy does not exist"),
+        (["plot-mix", "missing_pipeline", "mix.png"], "input file missing_pipeline does not exist"),
+        (["train", "out", "--train", "in.txt", "--lr", "-1"], "--lr must be a number > 0, not -1.0"),
+        (["train", "out", "--train", "in.txt", "--dropout", "1"], "--dropout must be in [0, 1), not 1.0"),
+        (["train", "out"], "give training text with --train FILE"),
+        (["train", "out", "--train", "in.txt", "--cutoffs", "2000;10000"], "--cutoffs must be word ranks separated"),
+        (["prepare-corpus", "out", "--source", "missing.txt"], "input file missing.txt does not exist"),
+        (["prepare-corpus", "out", "--source", "in.txt", "--format", "csv"], "unknown text layout 'csv'"),
+        (["evaluate", "default", "in.txt", "--output", "no_folder/r.json"], "the directory no_folder does not exist"),
+        (["plot-mix", "in.txt", "mix.png"], "in.txt is not a directory: give a trained spaCy pipeline's directory"),
+        (["plot-mix", ".", "no_folder/mix.png"], "cannot write no_folder/mix.png: the directory no_folder does not"),
+        (["similarity", "a b", "b c", "--word", "b", "--plot", "no_folder/s.png"], "the directory no_folder does"),
+    ],
+)
+def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message, tmp_path):
+    (tmp_path / "in.txt").write_text("a b c\n", encoding="utf-8")
+    status, said, imported = run_command(*args, cwd=tmp_path)
+    assert status == 2 and said.startswith("error: ") and message in said and "\n" not in said, said
+    assert imported == [], f"spacy-elmo {args[0]} imported {imported} before checking its arguments"
+
+
+def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
+    code = (
+        "import sys, spacy_elmo, spacy_elmo.train, spacy_elmo.train.config, spacy_elmo.bilm.files\n"
+        "heavy = {'torch', 'spacy', 'sklearn'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "from spacy_elmo import ElmoBackend, ElmoVectorizer, WeightFileError, layer_weights, load_bilm\n"
+        "from spacy_elmo import mix_layers, pool\n"
+        "import spacy_elmo.train.evaluation  # the module first: the package's evaluate is still the function\n"
+        "from spacy_elmo.train import evaluate, train, Trainer, TrainConfig, make_sources, PRESETS\n"
+        "assert callable(evaluate) and callable(train) and evaluate.__module__ == 'spacy_elmo.train.evaluation'\n"
+        "assert set(spacy_elmo.__all__) <= set(dir(spacy_elmo))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("package", ["spacy_elmo", "spacy_elmo.train", "spacy_elmo.bilm"])
+def test_no_lazy_public_name_is_also_a_submodule(package):
+    """A name both public and a submodule's is whichever was imported last (``spacy_elmo.train.evaluate`` once was
+    the module or the function depending on import order)."""
+    module = importlib.import_module(package)
+    folder = Path(module.__file__).parent
+    submodules = {path.stem for path in folder.glob("*.py")} | {
+        path.parent.name for path in folder.glob("*/__init__.py")
+    }
+    assert set(module.__all__) - {"__version__"} and not set(module.__all__) & submodules
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+    with pytest.raises(AttributeError):
+        module.no_such_name
+
+
+def test_plot_mix_says_a_folder_that_is_no_pipeline_in_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["plot-mix", str(tmp_path), str(tmp_path / "mix.png")])
+    assert result.exit_code == 2 and "not a spaCy pipeline" in result.output, result.output
+    assert not (tmp_path / "mix.png").exists()

@@ -15,7 +15,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.corpus import read_sentences
-from spacy_elmo.train.evaluate import evaluate, load_language_model
+from spacy_elmo.train.evaluation import evaluate, load_language_model
 from tests.conftest import torch_threads
 from tests.numerics import assert_recomputed_close
 

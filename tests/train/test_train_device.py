@@ -167,6 +167,7 @@ def test_train_with_auto_on_a_machine_without_a_gpu_trains_on_the_cpu_and_says_s
 
 
 def test_processes_on_gpus_need_one_gpu_each_before_any_starts(tmp_path, two_gpus):
+    (tmp_path / "t.txt").write_text("a b c\n", encoding="utf-8")  # the sources are checked first
     result = CliRunner().invoke(
         app, ["train", str(tmp_path / "m"), "--train", str(tmp_path), "--processes", "3", "--device", "cuda"]
     )
@@ -282,7 +283,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
     for key in ("valid_ppl_forward", "valid_ppl_backward"):
         assert metrics["cuda"]["best"][key] == pytest.approx(metrics["cpu"]["best"][key], rel=1e-2)
     # the exported model is an ordinary float32 model: the CPU evaluates it
-    from spacy_elmo.train.evaluate import evaluate
+    from spacy_elmo.train.evaluation import evaluate
 
     on_cpu = evaluate(tmp_path / "cuda", [texts[1]], device="cpu")
     on_gpu = evaluate(tmp_path / "cuda", [texts[1]], device="cuda")

@@ -8,7 +8,7 @@ import torch
 from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR
 from spacy_elmo.train import padded_rows as padded_rows_module
 from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluate import load_language_model
+from spacy_elmo.train.evaluation import load_language_model
 from spacy_elmo.train.padded_rows import pad_rows, padded_rows, row_rounding
 from spacy_elmo.train.precision import autocast
 

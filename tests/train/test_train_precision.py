@@ -19,7 +19,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, make_sources, train
 from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluate import load_language_model
+from spacy_elmo.train.evaluation import load_language_model
 from spacy_elmo.train.precision import autocast, describe, training_dtype, warn_if_emulated
 from tests.conftest import torch_threads
 

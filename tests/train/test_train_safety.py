@@ -18,7 +18,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.config import option_flags
-from spacy_elmo.train.evaluate import load_language_model, perplexity
+from spacy_elmo.train.evaluation import load_language_model, perplexity
 from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
 from spacy_elmo.train.trainer import TrainingDiverged, _number
 from tests.conftest import torch_threads
@@ -367,7 +367,7 @@ def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
         seen.append(config)
         raise _ConfigSeen
 
-    monkeypatch.setattr("spacy_elmo.train.Trainer", trainer)
+    monkeypatch.setattr("spacy_elmo.train.launch.Trainer", trainer)
     result = CliRunner().invoke(app, ["train", str(tmp_path / "out"), *args])
     assert isinstance(result.exception, _ConfigSeen), result.output
     return seen[0]
@@ -382,7 +382,7 @@ def test_the_cli_passes_every_option_to_its_train_config_field(texts, monkeypatc
     options = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
     assert set(_GIVEN) == {f.name for f in options}, "give the new TrainConfig field a value in _GIVEN"
     args = [arg for f in options for arg in (option_flags(f)[0], _GIVEN[f.name][0]) if arg is not None]
-    given = _config_of(monkeypatch, tmp_path, *train_files, *args)
+    given = _config_of(monkeypatch, tmp_path, *train_files, "--corpus", str(tmp_path), *args)  # --continue-corpus
     assert {f.name: getattr(given, f.name) for f in options} == {name: value for name, (_, value) in _GIVEN.items()}
     assert given.train == defaults.train
 
@@ -428,7 +428,7 @@ def test_metrics_and_model_card_survive_a_write_that_fails_halfway(trained, tmp_
     import shutil
     from pathlib import Path as PathType
 
-    from spacy_elmo.train.evaluate import record_result
+    from spacy_elmo.train.evaluation import record_result
     from spacy_elmo.train.model_card import write_model_card
 
     model = tmp_path / "model"

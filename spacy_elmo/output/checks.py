@@ -1,0 +1,45 @@
+"""The checks of an output's arguments that need neither torch nor Dask: where a file goes (an embedding file, a
+figure, a result) and which cluster computes it. The command line runs them before it imports anything heavy (a
+bad path is said at once), and :mod:`.embed_file` and :mod:`.cluster` run the same ones: each message has one
+home."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Union
+
+LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
+SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
+
+__all__ = ["check_output_path", "read_scheduler"]
+
+
+def check_output_path(output_path: Union[str, os.PathLike[str]]) -> None:
+    """Refuse, before any work, an output file that cannot be written (not a traceback after it, as at the final
+    rename): a directory, a folder that does not exist or is not one, a folder this process may not write in."""
+    output_path = Path(output_path)
+    folder = output_path.parent
+    if output_path.is_dir():
+        raise IsADirectoryError(f"cannot write {output_path}: it is a directory")
+    if not folder.exists():
+        raise FileNotFoundError(f"cannot write {output_path}: the directory {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"cannot write {output_path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {output_path}: no permission to create files in {folder}")
+
+
+def read_scheduler(scheduler: str) -> Union[int, str]:
+    """What a ``--scheduler`` names: the number of worker processes of ``local:N`` (a LocalCluster started here), or
+    a Dask scheduler's address such as ``tcp://10.0.0.5:8786``; a ValueError naming the two forms otherwise."""
+    text = str(scheduler).strip()
+    if text == "local" or text.startswith("local:"):  # not localhost:8786
+        local = LOCAL_SCHEDULER.fullmatch(text)
+        if not local or int(local[1]) < 1:
+            raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
+        return int(local[1])
+    if not SCHEDULER_ADDRESS.fullmatch(text):
+        raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
+    return text
