@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "spacy_elmo"
+PACKAGE = Path(__file__).resolve().parents[2] / "spacy_elmo"
 # a group of the package: a folder under spacy_elmo/ or a module directly in it
 FRONT_ENDS = ("spacy", "compat", "sklearn", "dask", "hub", "similarity")
 
