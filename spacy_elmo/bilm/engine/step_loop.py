@@ -16,7 +16,7 @@ None and the same function runs from Python. The float32 engines run it from Pyt
 
 :func:`cell_update` and :func:`retire_ended_rows` are the inference path's one copy of each (the reference path,
 :meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, which the inference path is tested
-against); ``tests/test_architecture.py`` checks that no other module of the engines has a time loop.
+against); ``tests/architecture/`` checks that no other module of the engines has a time loop.
 """
 
 import logging  # no "from __future__ import annotations": TorchScript reads the NamedTuples' types

@@ -32,7 +32,7 @@ def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[objec
     ``onednn::qlinear_prepack`` and ``_wrapped_linear_prepack`` make static-quantization weights, which
     ``quantized::linear_dynamic`` does not take), so the switch cannot be avoided. It is made only where
     the setting differs, for this call alone, under this module's lock (the one place the package touches
-    the setting: ``tests/test_architecture.py``), and always put back. (The saturation probe of
+    the setting: ``tests/architecture/``), and always put back. (The saturation probe of
     :mod:`..cpu_support` packs through here too, so that it multiplies exactly what the model will.)
     """
     if engine not in torch.backends.quantized.supported_engines:
