@@ -12,24 +12,67 @@ from arch_scan import (
     used_names,
 )
 
+LOCK_FACTORIES = {"threading.Lock", "threading.RLock"}
+
+
+def hand_made_locks(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` for each lock a module keeps by hand: a ``threading.Lock()`` / ``RLock()`` bound to a module
+    name (at module level, or through ``global`` in a function such as an ``@at_fork_in_child`` renewal). Locks
+    made per object (``self._lock = threading.Lock()``) are not module-level."""
+    tree = ast.parse(source)
+    aliases = import_aliases(tree)
+    found = []
+
+    def makes_lock(value: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and dotted_name(n.func, aliases) in LOCK_FACTORIES for n in ast.walk(value))
+
+    def scan(statements: list[ast.stmt], module_names: set[str]) -> None:
+        for node in statements:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and makes_lock(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                if names & module_names:
+                    found.append((node.lineno, ", ".join(sorted(names & module_names))))
+
+    scan(tree.body, {n.id for node in tree.body for n in ast.walk(node) if isinstance(n, ast.Name)})
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            declared = {name for n in ast.walk(function) if isinstance(n, ast.Global) for name in n.names}
+            scan([n for n in ast.walk(function) if isinstance(n, ast.stmt)], declared)
+    return found
+
+
+def test_the_lock_scan_sees_hand_made_module_locks():
+    """Guards the check below: a module-level lock and one renewed by hand after fork are found, per-object and
+    fork-safe locks are not."""
+    broken = """
+import threading
+from threading import RLock
+_lock = threading.Lock()
+_other: object = RLock()
+@at_fork_in_child
+def _renew():
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+"""
+    assert hand_made_locks(broken) == [(4, "_lock"), (5, "_other"), (9, "_lock, _pool")]
+    fine = """
+import threading
+_lock = ForkSafeLock()
+_rlock = ForkSafeLock(threading.RLock)
+class Cache:
+    def __init__(self):
+        self._lock = threading.Lock()
+"""
+    assert hand_made_locks(fine) == []
+
 
 def test_module_locks_are_fork_safe_locks():
-    """No module renews a lock after fork by hand (a ``threading.Lock()`` rebound in an ``@at_fork_in_child``
-    function): module-level locks are ``bilm.threads.ForkSafeLock``."""
+    """Module-level locks are ``bilm.threads.ForkSafeLock`` (renewed, unlocked, in a forked child): no module keeps
+    a ``threading.Lock`` of its own at module level or renews one after fork by hand."""
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            decorated = any(isinstance(d, ast.Name) and d.id == "at_fork_in_child" for d in node.decorator_list)
-            rebinds_lock = any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("Lock", "RLock")
-                for n in ast.walk(node)
-            )
-            if (
-                decorated and rebinds_lock and name != "spacy_elmo.bilm.threads"
-            ):  # threads.py renews its pool with its lock
-                pytest.fail(f"{name}:{node.lineno} renews a lock after fork by hand: use bilm.threads.ForkSafeLock")
+        for line, what in hand_made_locks(path.read_text(encoding="utf-8")):
+            pytest.fail(f"{name}:{line} keeps a plain lock ({what}) at module level: use bilm.threads.ForkSafeLock")
 
 
 # -- no process-wide state changes in library code --------------------------------------------------
