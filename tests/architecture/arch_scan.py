@@ -57,11 +57,24 @@ def imported_names(name: str, *, in_functions: bool = False) -> set[str]:
     return found
 
 
+def packages_run_by(importer: str, imported: str) -> set[str]:
+    """The packages whose ``__init__`` importing ``imported`` runs first, if they have not run yet: its enclosing
+    packages, less those that enclose ``importer`` too (they are already running when ``importer`` imports)."""
+    parts = imported.split(".")
+    ancestors = {".".join(parts[:n]) for n in range(1, len(parts))}
+    importer_parts = importer.split(".")
+    own = {".".join(importer_parts[:n]) for n in range(1, len(importer_parts) + 1)}
+    return {a for a in ancestors if a in MODULES and a not in own}
+
+
 def internal_graph(*, in_functions: bool = False) -> dict[str, set[str]]:
-    return {
-        name: {d for d in imported_names(name, in_functions=in_functions) if d in MODULES and d != name}
-        for name in MODULES
-    }
+    """Module -> the package modules importing it runs: what it imports and the packages enclosing those (importing
+    ``a.b.c`` runs ``a/b/__init__.py`` first, and with it everything that imports)."""
+    graph = {}
+    for name in MODULES:
+        direct = {d for d in imported_names(name, in_functions=in_functions) if d in MODULES and d != name}
+        graph[name] = direct.union(*(packages_run_by(name, d) for d in direct)) - {name}
+    return graph
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str]:

@@ -7,6 +7,7 @@ from arch_scan import (
     find_cycle,
     imported_names,
     internal_graph,
+    packages_run_by,
 )
 
 
@@ -20,6 +21,13 @@ def test_the_walk_finds_the_package_and_its_imports():
     assert "spacy_elmo.bilm.lstm" in graph["spacy_elmo.bilm.inference"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) == []
+    # importing a module of a subpackage runs that subpackage's __init__ first (a lazy circle through it counts)
+    assert packages_run_by("spacy_elmo.bilm.cpu_support", "spacy_elmo.bilm.engine.mkl") == {"spacy_elmo.bilm.engine"}
+    assert packages_run_by("spacy_elmo.cli", "spacy_elmo.compat.allennlp.util") == {
+        "spacy_elmo.compat",
+        "spacy_elmo.compat.allennlp",
+    }
+    assert packages_run_by("spacy_elmo.bilm.engine.registry", "spacy_elmo.bilm.engine.base") == set()
 
 
 @pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "also inside functions"])
