@@ -14,11 +14,14 @@ from .threads import run_halves, split_tokens
 class TokenVectorCache:
     """Token string -> its context-independent vector, for up to ``max_tokens`` tokens (0 disables).
 
+    ``max_tokens`` has no default here: the backend passes its setting (``runtime.settings.DEFAULT_TOKEN_CACHE``,
+    the one home of that default; bilm/ imports nothing of the rest of the package).
+
     Vectors live in one slab tensor on the model's device; a batch gathers its rows with a
     single ``index_select``. Not thread-safe: the backend calls it under its own lock.
     """
 
-    def __init__(self, model: BiLM, max_tokens: int = 20000) -> None:
+    def __init__(self, model: BiLM, max_tokens: int) -> None:
         self.model = model
         self.max_tokens = max(0, int(max_tokens))
         self.clear()
