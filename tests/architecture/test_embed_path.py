@@ -4,6 +4,7 @@
 import ast
 from pathlib import Path
 
+import pytest
 from arch_scan import (
     MODULES,
 )
@@ -116,3 +117,57 @@ def test_one_embed_call_looks_up_computes_and_writes_a_repeated_sentence_once(fi
         ("disk put", [("new", "words")]),
     ]
     np.testing.assert_array_equal(again[1], out[0])
+
+
+# -- layers mixed in one place ---------------------------------------------------------------------
+
+# the calls that weigh layers: a softmax of layer scalars (``exp(s - s.max())``, ``softmax``) or a weighted sum over
+# the layer axis (``tensordot``)
+MIXING_CALLS = {"exp", "softmax", "tensordot"}
+# where layers may be weighed, and why
+MIXING_ALLOWED = {
+    "spacy_elmo.runtime.mix": "layer_weights and mix_layers: the one fixed mix",
+    "spacy_elmo.spacy.layers": "the trainable mix (a Thinc layer): its forward pass and its own gradients",
+    "spacy_elmo.compat.allennlp.modules": "AllenNLP's ScalarMix, trainable torch parameters behind its API",
+}
+
+
+def mixing_calls(source: str) -> list[tuple[int, str]]:
+    """``(line, call)`` of each call in ``source`` that weighs layers (:data:`MIXING_CALLS`, any spelling)."""
+    return [
+        (node.lineno, name)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        for name in [node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")]
+        if name in MIXING_CALLS
+    ]
+
+
+def test_the_mix_scan_sees_a_mix_of_its_own():
+    """Guards the check below: a softmax of layer scalars and a weighted sum are found."""
+    source = """
+import numpy as np
+def select(layers, n):
+    logits = np.full(n, 1.0 / n)
+    weights = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    return np.tensordot(weights, layers, axes=(0, 0)), torch.softmax(logits, 0)
+"""
+    assert sorted(mixing_calls(source)) == [(5, "exp"), (5, "exp"), (6, "softmax"), (6, "tensordot")]
+
+
+def test_layers_are_mixed_only_by_mix_layers():
+    """Front ends and compat mix layers through ``runtime.mix.mix_layers`` / ``layer_weights``, so a mix means the
+    same everywhere; only the trainable mixes (MIXING_ALLOWED) compute their own. train/'s softmax is the language
+    model's output layer, no layer mix."""
+    seen = set()
+    for name, path in MODULES.items():
+        if name.startswith("spacy_elmo.train"):
+            continue
+        for line, call in mixing_calls(path.read_text(encoding="utf-8")):
+            if name in MIXING_ALLOWED:
+                seen.add(name)
+                continue
+            pytest.fail(f"{name}:{line} weighs layers itself ({call}): use runtime.mix.mix_layers")
+    assert seen == set(MIXING_ALLOWED), (
+        f"MIXING_ALLOWED lists modules that mix nothing now: {set(MIXING_ALLOWED) - seen}"
+    )
