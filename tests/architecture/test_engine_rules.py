@@ -61,7 +61,7 @@ def test_precision_is_chosen_only_by_the_engines():
 # -- the engines: one time loop, each family's cost model in its own file, one attribute on a module ---------
 
 ENGINE_MODULES = sorted(name for name in MODULES if name.startswith("spacy_elmo.bilm.engine"))
-GATE_MATH = {"cell_update", "sigmoid", "sigmoid_", "tanh", "tanh_"}  # what a step of an LSTM computes
+GATE_MATH = {"cell_step", "cell_update", "sigmoid", "sigmoid_", "tanh", "tanh_"}  # what a step of an LSTM computes
 
 
 def time_loops(path: Path) -> list[str]:
@@ -115,3 +115,52 @@ def test_the_engines_keep_one_attribute_on_a_module():
         )
     }
     assert touching == {"spacy_elmo.bilm.engine.base"}, touching
+
+
+# the functions that compute an LSTM cell's gates and cell, each with why it is its own copy (written beside it):
+# the reference, the inference loop's in-place / TorchScript form, training's form that stores its derivatives
+CELL_ARITHMETIC = {
+    ("spacy_elmo.bilm.lstm", "cell_step"),  # the reference: every other copy is tested equal to it
+    ("spacy_elmo.bilm.engine.step_loop", "cell_update"),
+    ("spacy_elmo.train.packed_lstm", "_forward"),
+}
+
+
+def cell_arithmetic(source: str) -> list[str]:
+    """The functions of ``source`` that call both a sigmoid and a tanh (in any spelling: ``torch.tanh``,
+    ``sigmoid_``, a helper named for either): an LSTM cell's gate math. A helper named for tanh (tanh through a
+    sigmoid) is not."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and "tanh" not in function.name:
+            called = {
+                node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call)
+            }
+            sigmoid = any("sigmoid" in name and "tanh" not in name for name in called)
+            if sigmoid and any("tanh" in name for name in called):
+                found.append(function.name)
+    return found
+
+
+def test_the_cell_scan_sees_gate_math():
+    source = """
+def step(g, c):
+    return torch.sigmoid(g) * _tanh_from_sigmoid_(c)
+def gate(x):
+    return torch.sigmoid(x)
+def choose(x):
+    return use_sigmoid_tanh(x.device)
+def _tanh(x):
+    return _tanh_from_sigmoid_(torch.mul(x, 2).sigmoid_())
+"""
+    assert cell_arithmetic(source) == ["step"]
+
+
+def test_the_cell_arithmetic_has_one_reference_and_two_tested_copies():
+    """lstm.cell_step is the cell's arithmetic; the inference loop's and training's copies (CELL_ARITHMETIC) are
+    tested equal to it (tests/test_inference_path.py, tests/test_train_packed_lstm.py); no other function computes
+    gates, so a new path calls one of them."""
+    found = {(name, function) for name, path in MODULES.items() for function in cell_arithmetic(path.read_text())}
+    assert found == CELL_ARITHMETIC
