@@ -1,7 +1,7 @@
 """Context-independent token encoder: char embedding -> CNN -> highway -> projection.
 
 ``CharCNNEncoder.forward`` is the reference path (``conv1d``, plain products; autograd and
-training use it). The inference path (:func:`.inference.encode_tokens`) reuses the same steps
+training use it). The inference path (:func:`.inference.token_vectors_without_autograd`) reuses the same steps
 with faster kernels (:meth:`CharCNNEncoder.convolve_as_matmul`, MKL pre-packed highway products);
 :class:`~.model.BiLM` chooses between them.
 """

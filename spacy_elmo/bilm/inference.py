@@ -35,7 +35,7 @@ from .threads import split_directions, two_thread_pool, use_sigmoid_tanh
 # -- the token encoder ----------------------------------------------------------------------
 
 
-def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+def token_vectors_without_autograd(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
     """``encoder(char_ids)`` without autograd: the char CNN as one matmul, the highway and projection products
     through the encoder's engine (:mod:`.engine`: packed where that gains)."""
     engine = engine_of(encoder)

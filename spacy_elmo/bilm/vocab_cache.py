@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .model import BiLM, encode_tokens
+from .model import BiLM, run_token_encoder
 from .threads import run_halves, split_tokens
 
 
@@ -39,8 +39,8 @@ class TokenVectorCache:
         encoder = self.model.token_encoder
         char_ids = torch.as_tensor(encoder.token_ids(tokens), device=encoder.char_embed.weight.device)
         if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
-            return run_halves(lambda rows: encode_tokens(encoder, rows), char_ids)
-        return encode_tokens(encoder, char_ids)
+            return run_halves(lambda rows: run_token_encoder(encoder, rows), char_ids)
+        return run_token_encoder(encoder, char_ids)
 
     def vectors(self, tokens: Sequence[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), proj)`` of distinct ``tokens``, from the cache where possible."""
