@@ -299,9 +299,9 @@ class LayerSteps:
         ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``.
 
         A compiled (low-precision) loop runs each direction as its own call on that direction's 2-D tensors:
-        interleaving two directions' small steps in one compiled loop measured up to 1.25x slower at batch 1 on
-        the original architecture, and 3-D views per step cost up to 1.3x (benchmarks/RESULTS.md, "One house");
-        the Python loop interleaves them (fewer interpreter round trips).
+        interleaving two directions' small steps in one compiled loop, or taking 3-D views at every step, ran
+        slower at batch 1 (benchmarks/RESULTS.md, "One house"); the Python loop interleaves them (fewer interpreter
+        round trips).
         """
         spec = self.spec
         for d, (state, projection) in enumerate(self.directions):
