@@ -171,3 +171,55 @@ def test_layers_are_mixed_only_by_mix_layers():
     assert seen == set(MIXING_ALLOWED), (
         f"MIXING_ALLOWED lists modules that mix nothing now: {set(MIXING_ALLOWED) - seen}"
     )
+
+
+# -- one reader of stored layers --------------------------------------------------------------------
+
+
+def stored_layer_reads(source: str) -> list[int]:
+    """Lines that read a doc's stored layers directly: ``x.elmo_layers``, ``doc._.get(LAYERS)`` /
+    ``getattr(doc._, LAYERS)`` (the constant or its value, ``"elmo_layers"``)."""
+
+    def names_layers(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "LAYERS") or (
+            isinstance(node, ast.Constant) and node.value == "elmo_layers"
+        )
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "elmo_layers" and isinstance(node.ctx, ast.Load):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            key = (
+                node.args[0]
+                if called == "get"
+                else node.args[1]
+                if called == "getattr" and len(node.args) > 1
+                else None
+            )
+            if key is not None and names_layers(key):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_stored_layer_scan_sees_direct_reads():
+    source = """
+a = doc._.elmo_layers
+b = doc._.get(LAYERS)
+c = getattr(doc._, "elmo_layers")
+doc._.set(LAYERS, array)
+d = f"doc._.{LAYERS}"
+"""
+    assert sorted(stored_layer_reads(source)) == [2, 3, 4]
+
+
+def test_stored_layers_have_one_reader():
+    """``doc._.elmo_layers`` is read only by spacy/extensions.py (stored_layers, fresh_layers), where the stale-layers
+    policy lives; the component writes them (``doc._.set``), everyone else asks extensions."""
+    assert stored_layer_reads(MODULES["spacy_elmo.spacy.extensions"].read_text(encoding="utf-8"))  # sees them
+    for name, path in MODULES.items():
+        if name != "spacy_elmo.spacy.extensions":
+            lines = stored_layer_reads(path.read_text(encoding="utf-8"))
+            assert not lines, f"{name} reads doc._.elmo_layers at lines {lines}: use spacy.extensions.stored_layers"

@@ -164,3 +164,17 @@ def test_the_cell_arithmetic_has_one_reference_and_two_tested_copies():
     gates, so a new path calls one of them."""
     found = {(name, function) for name, path in MODULES.items() for function in cell_arithmetic(path.read_text())}
     assert found == CELL_ARITHMETIC
+
+
+# what deciding between the reference and the inference path reads: only bilm/model.py's needs_autograd may
+AUTOGRAD_QUESTIONS = {"needs_autograd", "is_grad_enabled", "is_inference_mode_enabled", "requires_grad", "grad_fn"}
+BELOW_THE_CHOOSER = ("spacy_elmo.bilm.lstm", "spacy_elmo.bilm.encoder", "spacy_elmo.bilm.inference")
+
+
+def test_one_chooser_between_the_reference_and_the_inference_path():
+    """Only bilm/model.py asks whether autograd is needed: the reference path (lstm.py, encoder.py), the inference
+    path and the engines below it never look (a keyword such as ``requires_grad=False`` is no question)."""
+    assert used_names(MODULES["spacy_elmo.bilm.model"]) & AUTOGRAD_QUESTIONS  # the check sees what it looks for
+    for name in [*BELOW_THE_CHOOSER, *ENGINE_MODULES]:
+        asked = used_names(MODULES[name]) & AUTOGRAD_QUESTIONS
+        assert not asked, f"{name} asks {sorted(asked)}: bilm/model.py is the one chooser"
