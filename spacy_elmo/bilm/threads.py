@@ -194,7 +194,7 @@ _pool_lock = ForkSafeLock()
 def _single_threaded_worker() -> None:
     """Each pool thread runs its share on one core (this thread's setting only)."""
     native = _natives()
-    _torch_thread_count()
+    _torch_thread_count()  # first, so that torch sets this thread's count before the limit below, not after
     if native.omp_set is not None:
         native.omp_set(1)
     if native.mkl_set_local is not None:
