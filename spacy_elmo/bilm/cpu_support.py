@@ -41,6 +41,8 @@ from typing import Optional
 
 import torch
 
+from .int8_weights import prepack, quantize_weight  # the model's own: the probe multiplies what the model will
+
 logger = logging.getLogger("spacy_elmo")
 
 # measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
@@ -208,8 +210,6 @@ def _saturation_free(engine: str) -> bool:
     int16's range. An exact kernel returns ``_PROBE_WIDTH`` in every output; a saturating one about half.
     Rows 1, 4 and 64 cover the kernels engines use for few and many rows.
     """
-    from .engine.int8.kernels import prepack, quantize_weight  # the model's own int8 primitives
-
     try:
         q, scale = quantize_weight(torch.ones(64, _PROBE_WIDTH))
         packed = prepack(q, scale, engine)

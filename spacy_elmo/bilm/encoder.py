@@ -1,7 +1,7 @@
 """Context-independent token encoder: char embedding -> CNN -> highway -> projection.
 
 ``CharCNNEncoder.forward`` is the reference path (``conv1d``, plain products; autograd and
-training use it). The inference path (:func:`.inference.encode_tokens`) reuses the same steps
+training use it). The inference path (:func:`.inference.token_vectors_without_autograd`) reuses the same steps
 with faster kernels (:meth:`CharCNNEncoder.convolve_as_matmul`, MKL pre-packed highway products);
 :class:`~.model.BiLM` chooses between them.
 """
@@ -124,7 +124,7 @@ class CharCNNEncoder(nn.Module):
         """:meth:`convolve` as one matmul over windows of the widest filter: faster, for inference (no autograd).
 
         One product of all filters' weights instead of one ``conv1d`` per filter width, which is what
-        makes it faster (measured: benchmarks/RESULTS.md, "What was tried, 2026-11-30 04:35-06:30 UTC", 3).
+        makes it faster (benchmarks/RESULTS.md, "What was tried": the char CNN as one matmul).
 
         Narrower filters get zero weights for the window's extra columns and take their max
         only over their own valid positions; the bias is added after the max (the same value,

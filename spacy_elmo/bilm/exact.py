@@ -6,7 +6,7 @@ allows it: cuDNN convolutions by default, and every matmul once anything calls
 of the package's CUDA computations runs inside :func:`exact_float32`, which turns TF32 off for cuBLAS and cuDNN
 and puts the process's own settings back when the last such computation in any thread ends. CPU work needs
 nothing and takes no lock. This module is the one place the package touches these settings
-(``tests/test_architecture.py``).
+(``tests/architecture/``).
 """
 
 from __future__ import annotations

@@ -30,12 +30,12 @@ import torch
 from .encoder import CharCNNEncoder, Highway
 from .engine import Engine, LayerSpec, engine_of
 from .lstm import BiLSTMState, ElmoBiLSTM, ProjectedLSTMCell
-from .threads import split_directions, two_thread_pool
+from .threads import split_directions, two_thread_pool, use_sigmoid_tanh
 
 # -- the token encoder ----------------------------------------------------------------------
 
 
-def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+def token_vectors_without_autograd(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
     """``encoder(char_ids)`` without autograd: the char CNN as one matmul, the highway and projection products
     through the encoder's engine (:mod:`.engine`: packed where that gains)."""
     engine = engine_of(encoder)
@@ -224,10 +224,7 @@ def _run_layer(
     cell_clip, proj_clip = float(first.cell_clip or 0.0), float(first.proj_clip or 0.0)  # 0: no clip
     out = x.new_empty(len(cells), n_total, first.proj_dim)
     last_c = x.new_empty(len(cells), batch, c_dim)
-    # With several threads on CPU, torch sends tanh of contiguous float tensors to MKL's vector
-    # math, which starts its own thread team even for a few hundred elements; on a busy machine
-    # each call can then wait milliseconds. The sigmoid form (step_loop.cell_update) stays on torch's own kernels.
-    sigmoid_tanh = x.device.type == "cpu" and torch.get_num_threads() > 1
+    sigmoid_tanh = use_sigmoid_tanh(x.device)  # tanh's form: threads.py's choice, from the thread count
     c = c0.clone() if c0 is not None else x.new_zeros(len(cells), batch, c_dim)
     steps = engine.layer_steps(LayerSpec(cells, batch, c, h0, cell_clip, proj_clip, sigmoid_tanh))  # h0 None: zero
     for first_step, stop in _chunks(layout, max(1, engine.gate_chunk_elements // (4 * c_dim))):

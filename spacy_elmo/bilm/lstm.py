@@ -25,6 +25,29 @@ BiLSTMState = list[list[State]]
 FORGET_BIAS = 1.0  # added by TensorFlow's LSTMCell at run time; not stored in the weight file
 
 
+def cell_step(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) -> State:
+    """The LSTM cell's arithmetic, the reference: gates ``(rows, 4 * cell)`` (pre-activations, TF order i, j, f, o,
+    forget offset included) and the previous cell ``c`` -> ``(o * tanh(c'), c')``, ``c' = i * tanh(j) + f * c`` clipped
+    to ``cell_clip`` (None or 0: no clip).
+
+    The one definition the other copies are tested against (``tests/bilm/test_inference_path.py``,
+    ``tests/train/test_train_packed_lstm.py``), each with its reason to differ written where it does: the inference
+    path's :func:`.engine.step_loop.cell_update` works in place in its gate buffers, compiled by TorchScript, with
+    tanh optionally as ``2 sigmoid(2x) - 1``; training's :mod:`spacy_elmo.train.packed_lstm` keeps the gates in another
+    order, stores each step's derivatives for its hand-written backward pass, and has no clip. This form builds new
+    tensors, so that autograd can differentiate it.
+    """
+    c_dim = c.shape[-1]
+    i = torch.sigmoid(gates[:, :c_dim])
+    j = torch.tanh(gates[:, c_dim : 2 * c_dim])
+    f = torch.sigmoid(gates[:, 2 * c_dim : 3 * c_dim])
+    o = torch.sigmoid(gates[:, 3 * c_dim :])
+    c = i * j + f * c
+    if cell_clip:
+        c = c.clamp(-cell_clip, cell_clip)
+    return o * torch.tanh(c), c
+
+
 class ProjectedLSTMCell(nn.Module):
     """bilm-tf ``LSTMCell`` with ``num_proj``: gates in TF order (i, j, f, o), clipped cell and projection.
 
@@ -60,7 +83,6 @@ class ProjectedLSTMCell(nn.Module):
         gates_x = packed_input @ self.input_weight + (self.bias + self.forget_offset)
         h, c = initial
         outputs, finished_h, finished_c = [], [], []
-        c_dim = self.cell_dim
         start = 0
         for n in batch_sizes:
             if n < h.shape[0]:  # rows n.. ended at the previous step: keep their final state
@@ -69,14 +91,8 @@ class ProjectedLSTMCell(nn.Module):
                 h, c = h[:n], c[:n]
             gates = gates_x[start : start + n] + h @ self.state_weight
             start += n
-            i = torch.sigmoid(gates[:, :c_dim])
-            j = torch.tanh(gates[:, c_dim : 2 * c_dim])
-            f = torch.sigmoid(gates[:, 2 * c_dim : 3 * c_dim])
-            o = torch.sigmoid(gates[:, 3 * c_dim :])
-            c = i * j + f * c
-            if self.cell_clip:
-                c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = (o * torch.tanh(c)) @ self.projection
+            hidden, c = cell_step(gates, c, self.cell_clip)
+            h = hidden @ self.projection
             if self.proj_clip:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(h)

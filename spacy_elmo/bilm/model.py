@@ -4,9 +4,11 @@ This module is the one place that chooses between the two ways of computing the 
 reference path (``CharCNNEncoder.forward``, ``ElmoBiLSTM.forward``), which autograd and training
 use, and the inference path (:mod:`.inference`), which is faster and records no history. The
 inference path runs whenever no gradient is needed (:func:`needs_autograd`); the two agree to
-float32 rounding. Each step has one name on every level: ``model.<step>`` chooses between the module's own
-``forward`` and ``inference.<step>`` (:func:`encode_tokens`, :func:`bilstm_outputs`); :meth:`BiLM.encode_tokens`
-adds the distinct-token dedup on top. On a GPU both run with full float32 products, never TF32 (:mod:`.exact`).
+float32 rounding. For each half of the model one function here chooses between the module's own ``forward`` and
+the inference path: :func:`run_token_encoder` (:func:`.inference.token_vectors_without_autograd`) and
+:func:`bilstm_outputs` (:func:`.inference.bilstm_outputs`); :meth:`BiLM.encode_tokens`, the model's public token
+encoding, adds the distinct-token dedup on top. On a GPU both run with full float32 products, never TF32
+(:mod:`.exact`).
 """
 
 from __future__ import annotations
@@ -107,13 +109,13 @@ def _check_weights_kept(module: nn.Module) -> None:
         )
 
 
-def encode_tokens(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, by the inference path
-    (:func:`.inference.encode_tokens`) when no gradient is needed."""
+def run_token_encoder(encoder: CharCNNEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """``encoder(char_ids)``: token vectors ``(n_tokens, proj)``, one per row of char ids, through the one chooser:
+    the inference path (:func:`.inference.token_vectors_without_autograd`) when no gradient is needed."""
     with exact_float32(char_ids.device):  # no TF32 on a GPU, whatever the process set (:mod:`.exact`)
         if needs_autograd(encoder, char_ids):
             return encoder(char_ids)
-        return inference.encode_tokens(encoder, char_ids)
+        return inference.token_vectors_without_autograd(encoder, char_ids)
 
 
 def bilstm_outputs(
@@ -180,7 +182,7 @@ class BiLM(nn.Module):
         """Token vectors for char ids of any leading shape ``(..., 50)``; each distinct token is encoded once."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        return encode_tokens(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
+        return run_token_encoder(self.token_encoder, unique)[inverse].reshape(*char_ids.shape[:-1], -1)
 
     def add_boundaries(self, char_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Insert ``<S>`` before and ``</S>`` after each sentence; returns new ids and lengths."""

@@ -123,6 +123,12 @@ def _natives() -> _Native:
     return _native
 
 
+def _torch_thread_count() -> int:
+    """torch's thread count as this thread sees it. Asked before a limit is set: torch's first call in a thread sets
+    that thread's OpenMP count to its own, which would otherwise undo the limit at the block's first op."""
+    return torch.get_num_threads()
+
+
 @contextlib.contextmanager
 def thread_limit(threads: Optional[int]) -> Iterator[None]:
     """Run the block's torch CPU ops on at most ``threads`` threads, in this thread only (``None``: no change).
@@ -131,7 +137,7 @@ def thread_limit(threads: Optional[int]) -> Iterator[None]:
     which is slower for tiny work; the numbers agree to float32 rounding (another thread count may
     split a sum differently).
     """
-    current = torch.get_num_threads()  # also lets torch initialise this thread's count first
+    current = _torch_thread_count()
     native = _natives()
     omp_set = native.omp_set
     if threads is None or threads >= current or omp_set is None:
@@ -163,24 +169,32 @@ def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads:
 def split_directions(step_macs: int, device: torch.device) -> bool:
     """Whether the two LSTM directions run on the two pool threads: CPU, 2+ threads,
     :data:`DIRECTION_THREADS_MIN_MACS`."""
-    return device.type == "cpu" and torch.get_num_threads() >= 2 and step_macs >= DIRECTION_THREADS_MIN_MACS
+    return device.type == "cpu" and _torch_thread_count() >= 2 and step_macs >= DIRECTION_THREADS_MIN_MACS
+
+
+def use_sigmoid_tanh(device: torch.device) -> bool:
+    """Whether the LSTM steps compute tanh as ``2 sigmoid(2x) - 1`` (:func:`.engine.step_loop.cell_update`): on CPU
+    with several threads. There torch sends tanh of contiguous float tensors to MKL's vector math, which starts its
+    own thread team even for the few hundred numbers of one step (on a busy machine each call can then wait
+    milliseconds); sigmoid stays on torch's own kernels. The two forms agree within 1e-7."""
+    return device.type == "cpu" and _torch_thread_count() > 1
 
 
 def split_tokens(n_tokens: int, device: torch.device) -> bool:
     """Whether ``n_tokens`` new tokens go through the char CNN as two halves on the pool threads."""
-    return device.type == "cpu" and n_tokens >= SPLIT_TOKENS and torch.get_num_threads() >= 2
+    return device.type == "cpu" and n_tokens >= SPLIT_TOKENS and _torch_thread_count() >= 2
 
 
 # -- the two-thread pool for independent halves of the work (LSTM directions, char-CNN halves) --
 
 _pool: Optional[ThreadPoolExecutor] = None
-_pool_lock = threading.Lock()
+_pool_lock = ForkSafeLock()
 
 
 def _single_threaded_worker() -> None:
     """Each pool thread runs its share on one core (this thread's setting only)."""
     native = _natives()
-    torch.get_num_threads()
+    _torch_thread_count()  # first, so that torch sets this thread's count before the limit below, not after
     if native.omp_set is not None:
         native.omp_set(1)
     if native.mkl_set_local is not None:
@@ -212,5 +226,6 @@ def _call_without_autograd(function: Callable[[torch.Tensor], torch.Tensor], row
 
 @at_fork_in_child
 def _forget_pool() -> None:
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+    """The parent's pool threads do not exist in a forked child: its first use there starts a new pool."""
+    global _pool
+    _pool = None

@@ -7,18 +7,21 @@ from collections.abc import Sequence
 
 import torch
 
-from .model import BiLM, encode_tokens
+from .model import BiLM, run_token_encoder
 from .threads import run_halves, split_tokens
 
 
 class TokenVectorCache:
     """Token string -> its context-independent vector, for up to ``max_tokens`` tokens (0 disables).
 
+    ``max_tokens`` has no default here: the backend passes its setting (``runtime.settings.DEFAULT_TOKEN_CACHE``,
+    the one home of that default; bilm/ imports nothing of the rest of the package).
+
     Vectors live in one slab tensor on the model's device; a batch gathers its rows with a
     single ``index_select``. Not thread-safe: the backend calls it under its own lock.
     """
 
-    def __init__(self, model: BiLM, max_tokens: int = 20000) -> None:
+    def __init__(self, model: BiLM, max_tokens: int) -> None:
         self.model = model
         self.max_tokens = max(0, int(max_tokens))
         self.clear()
@@ -36,8 +39,8 @@ class TokenVectorCache:
         encoder = self.model.token_encoder
         char_ids = torch.as_tensor(encoder.token_ids(tokens), device=encoder.char_embed.weight.device)
         if split_tokens(len(tokens), char_ids.device):  # two halves on two single-threaded workers
-            return run_halves(lambda rows: encode_tokens(encoder, rows), char_ids)
-        return encode_tokens(encoder, char_ids)
+            return run_halves(lambda rows: run_token_encoder(encoder, rows), char_ids)
+        return run_token_encoder(encoder, char_ids)
 
     def vectors(self, tokens: Sequence[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), proj)`` of distinct ``tokens``, from the cache where possible."""

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .files import OPTIONS, WEIGHTS, PathLike, atomic_path, atomic_paths, reported_as, write_json_atomically
+from .files import OPTIONS, WEIGHTS, PathLike, atomic_paths, reported_as, write_json_atomically
 from .model import BiLM, BiLMOptions
 
 
@@ -614,16 +614,6 @@ def _exported(model: BiLM, name: str, entry: _Entry, i: int, path: Path) -> np.n
         )
     _refuse_non_finite(array, f"cannot write {path}: dataset {name!r}")
     return array
-
-
-def save_weights(model: BiLM, weights_path: PathLike) -> None:
-    """Write ``model``'s parameters as an ELMo HDF5 file (atomically: a temp file, then rename).
-
-    NaN/Inf parameters (a diverged model) are refused, since the file would not load.
-    """
-    path = Path(weights_path)
-    with atomic_path(path) as tmp:
-        write_weights_file(model, tmp, shown_as=path)
 
 
 def write_weights_file(model: BiLM, target: PathLike, shown_as: PathLike) -> None:

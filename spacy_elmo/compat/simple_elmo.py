@@ -12,7 +12,7 @@ give simple_elmo's numbers, because a migration must (docs/migrating-from-simple
 - a text shorter than its chunk's longest holds, at the padded positions, what the biLM gives
   there: the padding token's char-CNN vector in layer 0 (all-zero char ids are not a zero vector)
   and zeros in the LSTM layers; past the chunk's longest, zeros;
-- ``layers="average"`` is each layer times ``softmax(1/n_layers)`` (float32), summed;
+- ``layers="average"`` is each layer times ``softmax`` of equal logits, ``1 / n_layers`` (float32), summed;
 - ``get_elmo_vector_average`` averages over every position of the chunk's longest text (padding
   included), then L2-normalises; with ``layers="all"`` it reads the ``(n_layers, length, dim)``
   block as ``(length, n_layers, dim)`` before averaging, as simple_elmo does;
@@ -39,6 +39,7 @@ import torch
 from ..bilm.files import PathLike
 from ..bilm.lstm import BiLSTMState
 from ..runtime.backend import ElmoBackend, load_bilm
+from ..runtime.mix import mix_layers
 from ..runtime.validation import positive_int, validate_sentences
 
 __all__ = ["ElmoModel"]
@@ -172,18 +173,18 @@ class ElmoModel:
 
 
 def _select(layers: np.ndarray, choice: str) -> np.ndarray:
-    """``(rows, n_layers, length, dim)`` -> what ``layers=choice`` asks for, as simple_elmo's graph computes it."""
+    """``(rows, n_layers, length, dim)`` -> what ``layers=choice`` asks for.
+
+    simple_elmo's "average" weighs each layer by ``softmax`` of equal logits, which is ``1 / n_layers`` each: the
+    package's ``mix_layers(..., "average")``, whose float32 weights are those same numbers.
+    """
     if choice == "all":
         return layers
     if choice == "top":
         return layers[:, -1]
-    n = layers.shape[1]
-    logits = np.full(n, 1.0 / n, dtype=np.float32)
-    weights = (np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()).astype(np.float32)
-    total = weights[0] * layers[:, 0]
-    for k in range(1, n):
-        total = total + weights[k] * layers[:, k]
-    return total
+    rows, n, length, dim = layers.shape
+    by_layer = np.moveaxis(layers, 1, 0).reshape(n, rows * length, dim)
+    return mix_layers(by_layer, "average").reshape(rows, length, dim)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
-# "int8": float32 activations, int8 weights in the inference path's products (bilm/engine/int8/), CPU only
+# "int8": float32 activations, int8 weights in the inference path's products (bilm/engine/int8.py), CPU only
 DTYPES = {name: getattr(torch, name) for name in PRECISION_NAMES}
 
 

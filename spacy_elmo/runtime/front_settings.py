@@ -6,7 +6,7 @@ precision and tokenizer. :class:`FrontSettings` is their one declaration: a fiel
 default (scikit-learn's and Dask's; :data:`COMPONENT_DEFAULTS` where the spaCy component's config differs), and
 :meth:`FrontSettings.checked` holds every check that needs no model, :meth:`FrontSettings.width` the checks that
 need its shape. Only the signatures that conventions require spell the settings out (scikit-learn's ``__init__``,
-spaCy's factory and component), taking their defaults from here; ``tests/test_settings.py`` holds them
+spaCy's factory and component), taking their defaults from here; ``tests/runtime/test_settings.py`` holds them
 against this declaration. Adding a setting: a field here (and its check), those signatures, the docs.
 """
 

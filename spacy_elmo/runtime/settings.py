@@ -4,8 +4,8 @@ the layer mix and the caches.
 Every front end (the spaCy component and its config, ``ElmoVectorizer``, ``embed_file`` and the
 CLI, ``spacy_elmo.dask``, ``spacy_elmo.hub``, the similarity demo, ``mix_layers``) and the backend
 (``ElmoBackend``, its caches) take their defaults from here, so a default changes in one place
-(tests/test_settings.py fails on a default spelled as a literal instead). The values are the ones
-they have always used. Not here: the compat modules' defaults, which are those of the tools they
+(tests/runtime/test_settings.py fails on a default spelled as a literal instead). Not here: the compat
+modules' defaults, which are those of the tools they
 stand in for (simple_elmo's ``max_batch_size=32``); training's, in ``train/config.py``; internal
 tuning with no setting of its own (the disk cache's busy timeout, ``spacy/pipeline_component``'s
 ``INIT_EMBED_DOCS``), next to the code it tunes.

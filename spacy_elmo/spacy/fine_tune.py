@@ -29,7 +29,6 @@ it is linked to (through its mix, as ElmoScalarMix.v2 is) for the model, the tok
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, NamedTuple, Optional, cast
 
 import numpy as np
@@ -206,18 +205,6 @@ def _sync(model: Model, bilm: BiLM) -> None:
             value = xp2torch(model.get_param(name), device=param.device) * model.attrs["learn_rate_factor"]
             if not torch.equal(value, param):
                 param.copy_(value)  # copy_ bumps the version: stale packs rebuilt
-
-
-def fine_tuned_fingerprint(model: Model) -> Optional[str]:
-    """The identity of an ElmoFineTune node's biLM weights: the base model's files fingerprint and every trained
-    array, hashed (None before initialize). Another fingerprint means other vectors."""
-    if model.attrs.get(BASE) is None:
-        return None
-    digest = hashlib.sha256(str(model.attrs[BASE]).encode())
-    for name in sorted(n for n in model.param_names if model.has_param(n)):
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(model.ops.to_numpy(model.get_param(name)), dtype=np.float32).tobytes())
-    return digest.hexdigest()[:32]
 
 
 # -- forward and backprop ---------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, TypeVar
 from filelock import FileLock, Timeout
 
 from ..bilm.files import PathLike, process_exists
+from ..bilm.threads import ForkSafeLock
 
 LOCK_NAME = ".lock"  # in the claimed folder; hidden, never a model file
 # atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (bilm/files.py writes them)
@@ -58,7 +59,7 @@ class _Held:
 
 
 _HELD: dict[Path, _Held] = {}
-_GUARD = threading.Lock()  # guards _HELD
+_GUARD = ForkSafeLock()  # guards _HELD
 
 
 class FolderClaim:

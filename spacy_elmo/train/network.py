@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
-from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, encode_tokens
+from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, run_token_encoder
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 from .padded_rows import pad_rows, row_rounding
@@ -194,7 +194,7 @@ class LanguageModel(nn.Module):
         # bfloat16: oneDNN compiles its kernels per shape, so the token count is rounded (padded_rows.py)
         rounded = row_rounding(_compute_dtype(chars.device))
         chars = pad_rows(chars, rounded(chars.shape[0]))  # rows of char id 0: never indexed
-        tokens = encode_tokens(self.token_encoder, chars)[token_index]  # the inference path when evaluating
+        tokens = run_token_encoder(self.token_encoder, chars)[token_index]  # the inference path when evaluating
         forward_out, backward_out = self.lstm(tokens, lengths)
         return tokens, forward_out, backward_out
 

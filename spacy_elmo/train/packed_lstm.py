@@ -1,11 +1,16 @@
 """Both directions of one projected-LSTM layer over packed sequences, with a hand-written backward pass.
 
-Training's ``fused`` biLSTM used to call ``torch.nn.LSTM(proj_size=...)`` on a ``PackedSequence``.
-On CPU, torch runs that recurrence as one autograd node per operation per time step, and the
-backward pass of each per-step slice of the packed input allocates and zero-fills a gradient the
-size of the whole sequence: that ``fill_`` was half of a training step (benchmarks/RESULTS.md,
-"Training speed"). :func:`packed_bilstm_layer` computes the same function (``torch.nn.LSTM``'s
-four parameter tensors per direction; no clipping) as one autograd node:
+Why not ``torch.nn.LSTM(proj_size=...)`` on a ``PackedSequence``: on CPU, torch runs that recurrence as
+one autograd node per operation per time step, and the backward pass of each per-step slice of the
+packed input allocates and zero-fills a gradient the size of the whole sequence (what that costs:
+benchmarks/RESULTS.md, "Training speed: the fused biLSTM's recurrence"). :func:`packed_bilstm_layer`
+computes the same function (``torch.nn.LSTM``'s four parameter tensors per direction; no clipping) as
+one autograd node.
+
+The cell's arithmetic is :func:`spacy_elmo.bilm.lstm.cell_step`'s, the one reference
+(``tests/train/test_train_packed_lstm.py`` holds each step to it); it is written out here, not called, because
+the backward pass needs what the reference does not keep (each gate's derivative factors, stored per row
+as the forward loop runs) and the gates sit in another order with g's weights doubled:
 
 - the forward and backward language models' layers run together, as a batch of two (one
   ``bmm`` per step serves both directions);
@@ -13,9 +18,9 @@ four parameter tensors per direction; no clipping) as one autograd node:
   (the bias's gradient then comes out of the weight-gradient product);
 - the gates are kept in the order (o, i, f, g) inside: one product with the cell gradient covers
   i, f and g;
-- every tanh is computed as ``2 sigmoid(2x) - 1``: torch's ``tanh`` ran several times slower per
-  number than its ``sigmoid`` on the AMD CPUs measured (benchmarks/RESULTS.md, "Training speed: the
-  softmax kernels and tanh from sigmoid"). The candidate gate g's weights are kept doubled inside,
+- every tanh is computed as ``2 sigmoid(2x) - 1``: torch's ``tanh`` is slower per number than its
+  ``sigmoid`` on the AMD CPUs measured (benchmarks/RESULTS.md, "Training speed: the softmax kernels and
+  tanh from sigmoid"). The candidate gate g's weights are kept doubled inside,
   so that one sigmoid covers all four gates; its stored derivative and weight gradient are scaled
   back to match (scaling by 2 is exact);
 - the forward loop runs without autograd and stores, per row, the factors the backward pass

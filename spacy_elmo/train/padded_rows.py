@@ -1,16 +1,15 @@
 """Row counts rounded up to a few sizes, so that a training step's bfloat16 products reuse compiled kernels.
 
-Under bfloat16 mixed precision torch runs a step's products on oneDNN, which compiles (JIT) a
-kernel for every new shape and keeps it in its primitive cache. The row counts of a step's
-products change with every batch (the words in it, the predictions falling in each softmax
-cluster), so without rounding most of a step's large products first compiled a kernel: 8-45 ms
-each, about 125 ms of a 0.85 s step on an Intel Xeon with AMX (benchmarks/RESULTS.md, "Training
-speed: compiled kernels reused"). :func:`padded_rows` rounds a count up to one of 16 sizes per
-power of two (at most 1/16 more rows, zeros that change no result), so that after the first steps
-the kernels are found compiled.
+Under bfloat16 mixed precision torch runs a step's products on oneDNN, which compiles (JIT) a kernel for
+every new shape and keeps it in its primitive cache. The row counts of a step's products change with
+every batch (the words in it, the predictions falling in each softmax cluster), so without rounding most
+of a step's large products would first compile a kernel (what that costs: benchmarks/RESULTS.md,
+"Training speed: compiled kernels reused"). :func:`padded_rows` rounds a count up to one of 16 sizes per
+power of two (at most 1/16 more rows, zeros that change no result), so that after the first steps the
+kernels are found compiled.
 
-float32 products (MKL) compile nothing per shape: the float32 path is not padded (and stays the
-exact path it was). :func:`row_rounding` is that choice, for every caller.
+float32 products (MKL) compile nothing per shape: the float32 path is not padded (its rows are the
+data's own). :func:`row_rounding` is that choice, for every caller.
 """
 
 from __future__ import annotations

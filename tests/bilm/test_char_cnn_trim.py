@@ -47,7 +47,7 @@ def test_trim_keeps_max_width_padding_columns():
 
 
 # the two ways to run the encoder: the reference path (conv1d) and the inference path (one matmul)
-PATHS = {"reference": lambda encoder, ids: encoder(ids), "inference": inference.encode_tokens}
+PATHS = {"reference": lambda encoder, ids: encoder(ids), "inference": inference.token_vectors_without_autograd}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

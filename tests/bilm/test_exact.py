@@ -59,7 +59,7 @@ def test_overlapping_threads_restore_only_when_the_last_leaves(tf32_allowed):
 
 
 def test_every_way_into_the_model_runs_under_the_guard(monkeypatch, backend, fixture_sentences):
-    """encode_tokens, bilstm_outputs and contextualize_vectors (inference and autograd paths) enter the guard with
+    """run_token_encoder, bilstm_outputs and contextualize_vectors (inference and autograd paths) enter the guard with
     their tensors' device, so no product of the biLM runs outside it."""
     from spacy_elmo.bilm import model as model_module
 
@@ -80,8 +80,8 @@ def test_every_way_into_the_model_runs_under_the_guard(monkeypatch, backend, fix
     assert seen.count("cpu") >= 2  # the token encoder and the biLSTM
     seen.clear()
     with torch.enable_grad():
-        from spacy_elmo.bilm.model import bilstm_outputs, encode_tokens
+        from spacy_elmo.bilm.model import bilstm_outputs, run_token_encoder
 
-        tokens = encode_tokens(bilm.token_encoder, ids[0]).detach().requires_grad_(True)  # autograd from here on
+        tokens = run_token_encoder(bilm.token_encoder, ids[0]).detach().requires_grad_(True)  # autograd from here on
         bilstm_outputs(bilm.lstm, tokens[None], torch.tensor([tokens.shape[0]]))
     assert seen.count("cpu") >= 2

@@ -112,6 +112,26 @@ def test_chunked_input_projection_gives_the_whole_projection(monkeypatch):
     assert_recomputed_close(chunked, whole)  # other row counts, other GEMM blocking
 
 
+@pytest.mark.parametrize("sigmoid_tanh", [False, True], ids=["tanh", "tanh as sigmoid"])
+@pytest.mark.parametrize("cell_clip", [0.0, 0.5], ids=["no clip", "clip"])
+def test_the_inference_cell_update_is_the_reference_cell_arithmetic(sigmoid_tanh, cell_clip):
+    """step_loop.cell_update (in place, 2-D or direction-stacked 3-D, tanh in either form) computes lstm.cell_step,
+    the one reference of the cell's arithmetic; gates large enough to saturate and a clip that bites are covered."""
+    from spacy_elmo.bilm.engine.step_loop import cell_update
+    from spacy_elmo.bilm.lstm import cell_step
+
+    torch.manual_seed(0)
+    gates, c = torch.randn(2, 5, 4 * 7) * 4, torch.randn(2, 5, 7)
+    want = [cell_step(gates[d], c[d], cell_clip or None) for d in range(2)]
+    assert cell_clip == 0.0 or any((w[1].abs() == cell_clip).any() for w in want)  # the clip bites
+    stacked = cell_update(gates.clone(), c.clone(), cell_clip, sigmoid_tanh)
+    for d in range(2):
+        one = cell_update(gates[d].clone(), c[d].clone(), cell_clip, sigmoid_tanh)
+        for got in (one, (stacked[0][d], stacked[1][d])):
+            torch.testing.assert_close(got[0], want[d][0], atol=2e-7, rtol=1e-6)  # hidden: o * tanh(c')
+            torch.testing.assert_close(got[1], want[d][1], atol=2e-7, rtol=1e-6)  # the new cell
+
+
 def test_autograd_still_flows_through_bilm():
     model = BiLM(_options()).train()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=2)))

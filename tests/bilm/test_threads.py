@@ -35,3 +35,20 @@ def test_a_lock_held_by_another_thread_at_fork_is_free_in_the_child(factory):
         thread.join()
     with lock:  # and usable as the lock itself
         pass
+
+
+def test_tanh_through_sigmoid_only_on_cpu_with_several_threads():
+    """threads.use_sigmoid_tanh, the one choice of tanh's form in the LSTM steps: the sigmoid form where torch would
+    hand tanh to MKL's threaded vector math (CPU, 2+ threads), torch's tanh elsewhere."""
+    import torch
+
+    from spacy_elmo.bilm.threads import use_sigmoid_tanh
+
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert use_sigmoid_tanh(torch.device("cpu")) and not use_sigmoid_tanh(torch.device("meta"))
+        torch.set_num_threads(1)
+        assert not use_sigmoid_tanh(torch.device("cpu"))
+    finally:
+        torch.set_num_threads(saved)

@@ -558,7 +558,7 @@ def test_random_damage_gives_a_faithful_load_or_a_weight_file_error(model_copy, 
         return
     hit = {name for name, start, end in ranges if start < offset + len(mask) and offset < end}
     saved = weights.with_name("saved.hdf5")
-    weights_module.save_weights(model, saved)
+    weights_module.write_weights_file(model, saved, shown_as=saved)
     with h5py.File(saved, "r") as out, h5py.File(weights, "r") as damaged:
         for name, expected in reference.items():
             wanted = damaged[name][...].astype(np.float32) if name in hit else expected

@@ -459,14 +459,14 @@ def second_version(fixture_dir, tmp_path_factory):
     import torch
 
     from spacy_elmo.bilm import load_model
-    from spacy_elmo.bilm.weights import save_weights
+    from spacy_elmo.bilm.weights import write_weights_file
 
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(1.01)
     path = tmp_path_factory.mktemp("v2") / "weights.hdf5"
-    save_weights(model, path)
+    write_weights_file(model, path, shown_as=path)
     return path.read_bytes()
 
 

@@ -1,5 +1,6 @@
 """spacy_elmo.ElmoFineTune.v1: which biLM parts learn, the frozen backend untouched, saving, `spacy train`, errors."""
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,21 @@ from thinc.api import Adam
 
 from spacy_elmo import load_bilm
 from spacy_elmo.spacy import learned_mix
-from spacy_elmo.spacy.fine_tune import FINE_TUNE_NAME, fine_tuned_fingerprint, trainable_names
+from spacy_elmo.spacy.fine_tune import BASE, FINE_TUNE_NAME, trainable_names
 from tests.numerics import assert_recomputed_close
+
+
+def fine_tuned_fingerprint(model):
+    """The identity of an ElmoFineTune node's biLM weights, to compare two nodes: the base model's files fingerprint
+    and every trained array, hashed (None before initialize). Another fingerprint means other vectors."""
+    if model.attrs.get(BASE) is None:
+        return None
+    digest = hashlib.sha256(str(model.attrs[BASE]).encode())
+    for name in sorted(n for n in model.param_names if model.has_param(n)):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(model.ops.to_numpy(model.get_param(name)), dtype=np.float32).tobytes())
+    return digest.hexdigest()[:32]
+
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEXTS = [

@@ -117,3 +117,37 @@ def test_bad_arguments_are_refused():
         packed_bilstm_layer(x, w_ih, w_hh, bias, w_hr, [2, 1], torch.float16)
     with pytest.raises(ValueError, match="add up to 4 rows, the input has 3"):
         packed_bilstm_layer(x, w_ih, w_hh, bias, w_hr, [2, 2])
+
+
+@pytest.mark.parametrize("compute_dtype", [torch.float32, torch.bfloat16])
+def test_each_step_is_the_reference_cell_arithmetic(compute_dtype):
+    """The hand-written recurrence's forward pass is lstm.cell_step, the one reference of the cell's arithmetic, on
+    torch.nn.LSTM's parameters (gates i, f, g, o, read as TF's i, j = g, f, o) with a shrinking batch; bfloat16
+    rounds the products' operands only (the cell stays float32)."""
+    from spacy_elmo.bilm.lstm import cell_step
+
+    torch.manual_seed(3)
+    cell, proj, width, batch_sizes = 6, 4, 5, [4, 4, 3, 1]
+    x = torch.randn(2, sum(batch_sizes), width)
+    w_ih, w_hh = torch.randn(2, 4 * cell, width), torch.randn(2, 4 * cell, proj)
+    bias, w_hr = torch.randn(2, 4 * cell), torch.randn(2, proj, cell)
+    rounded = (lambda t: t.to(compute_dtype).float()) if compute_dtype == torch.bfloat16 else (lambda t: t)
+    want = []
+    for d in range(2):
+        h, c, start = torch.zeros(batch_sizes[0], proj), torch.zeros(batch_sizes[0], cell), 0
+        for n in batch_sizes:
+            h, c = h[:n], c[:n]
+            gates = rounded(x[d, start : start + n]) @ rounded(w_ih[d]).T + rounded(h) @ rounded(w_hh[d]).T
+            i, f, g, o = (gates + rounded(bias[d])).split(cell, dim=1)
+            hidden, c = cell_step(torch.cat([i, g, f, o], 1), c, None)
+            h = rounded(hidden) @ rounded(w_hr[d]).T
+            want.append((d, start, h))
+            start += n
+    got = packed_bilstm_layer(x, w_ih, w_hh, bias, w_hr, batch_sizes, compute_dtype)
+    for d, start, h in want:
+        torch.testing.assert_close(
+            got[d, start : start + len(h)],
+            h,
+            atol=2e-5 if compute_dtype == torch.float32 else 0.05,
+            rtol=1e-4 if compute_dtype == torch.float32 else 0.02,
+        )

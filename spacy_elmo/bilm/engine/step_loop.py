@@ -15,8 +15,9 @@ maintenance mode (torch 2.x warns that it is deprecated); where it is missing or
 None and the same function runs from Python. The float32 engines run it from Python (as measured fastest).
 
 :func:`cell_update` and :func:`retire_ended_rows` are the inference path's one copy of each (the reference path,
-:meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, which the inference path is tested
-against); ``tests/test_architecture.py`` checks that no other module of the engines has a time loop.
+:meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, :func:`..lstm.cell_step`, which
+:func:`cell_update` is tested equal to); ``tests/architecture/`` checks that no other module of the engines has a time
+loop.
 """
 
 import logging  # no "from __future__ import annotations": TorchScript reads the NamedTuples' types
@@ -49,9 +50,11 @@ def cell_update(
     """One step's gate and cell math: gates ``g`` (``[..., 4 * cell]``, TF order i, j, f, o; overwritten) and the
     previous cell ``c`` -> ``(o * tanh(c'), c')``, with ``c'`` clipped to ``cell_clip`` (0: no clip).
 
-    ``sigmoid_tanh``: tanh(x) as 2 sigmoid(2x) - 1, one sigmoid over all four gate blocks (with
-    several CPU threads torch sends tanh to MKL's vector math, whose thread team costs more than
-    these few hundred elements; within 1e-7).
+    The reference's arithmetic (:func:`...lstm.cell_step`, which ``tests/bilm/test_inference_path.py`` holds this
+    to), in the form the inference loop needs: in place in the loop's gate buffer (no new tensor per gate), on 2-D or
+    3-D (direction-stacked) rows, typed for TorchScript (a float clip, 0 for none), and with
+    ``sigmoid_tanh`` (chosen by :func:`...threads.use_sigmoid_tanh`): tanh(x) as 2 sigmoid(2x) - 1, one sigmoid over
+    all four gate blocks (within 1e-7).
     """
     c_dim = c.shape[-1]
     i = g.narrow(-1, 0, c_dim)
@@ -296,9 +299,9 @@ class LayerSteps:
         ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``.
 
         A compiled (low-precision) loop runs each direction as its own call on that direction's 2-D tensors:
-        interleaving two directions' small steps in one compiled loop measured up to 1.25x slower at batch 1 on
-        the original architecture, and 3-D views per step cost up to 1.3x (benchmarks/RESULTS.md, "One house");
-        the Python loop interleaves them (fewer interpreter round trips).
+        interleaving two directions' small steps in one compiled loop, or taking 3-D views at every step, ran
+        slower at batch 1 (benchmarks/RESULTS.md, "One house"); the Python loop interleaves them (fewer interpreter
+        round trips).
         """
         spec = self.spec
         for d, (state, projection) in enumerate(self.directions):

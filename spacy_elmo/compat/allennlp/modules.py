@@ -20,7 +20,7 @@ from torch import nn
 
 from ...bilm.chars import BOS_CHAR_IDS, BOS_TOKEN, EOS_CHAR_IDS, EOS_TOKEN, tokens_to_char_ids
 from ...bilm.encoder import CharCNNEncoder
-from ...bilm.model import BiLM, encode_tokens
+from ...bilm.model import BiLM, run_token_encoder
 from ...bilm.weights import load_model
 from .stateful_lstm import ElmoLstm
 from .util import (
@@ -131,14 +131,14 @@ class _ElmoCharacterEncoder(nn.Module):
             self._end_of_sentence_characters.to(inputs.device),
         )
         batch, time, n_chars = ids.shape
-        embedding = encode_tokens(self._char_cnn, ids.view(-1, n_chars))
+        embedding = run_token_encoder(self._char_cnn, ids.view(-1, n_chars))
         return {"mask": mask_with_bos_eos, "token_embedding": embedding.view(batch, time, -1)}
 
     def token_vectors(self, tokens: list[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), projection_dim)`` of tokens (``<S>`` / ``</S>`` the markers), without gradients."""
         with torch.no_grad():
             device = next(self._char_cnn.parameters()).device
-            return encode_tokens(self._char_cnn, torch.from_numpy(tokens_to_char_ids(tokens)).to(device)).detach()
+            return run_token_encoder(self._char_cnn, torch.from_numpy(tokens_to_char_ids(tokens)).to(device)).detach()
 
 
 class _ElmoBiLm(nn.Module):

@@ -1,7 +1,8 @@
 """The int8 family's two kernel primitives: quantize a weight per output channel, pack it for one quantized engine.
 
-Used by the int8 engine (:mod:`.`) and the CPU probe (:mod:`...cpu_support`, the saturation test), so that the
-probe multiplies exactly what the model will.
+Used by the int8 engine (:mod:`.engine.int8`) and the CPU probe (:mod:`.cpu_support`, the saturation test), so that
+the probe multiplies exactly what the model will. Both import it, and it imports neither: it sits beside them, below
+the engines, so that the probe needs nothing of the engines that ask it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ...threads import ForkSafeLock
+from .threads import ForkSafeLock
 
 _engine_lock = ForkSafeLock()
 
@@ -32,8 +33,8 @@ def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[objec
     ``onednn::qlinear_prepack`` and ``_wrapped_linear_prepack`` make static-quantization weights, which
     ``quantized::linear_dynamic`` does not take), so the switch cannot be avoided. It is made only where
     the setting differs, for this call alone, under this module's lock (the one place the package touches
-    the setting: ``tests/test_architecture.py``), and always put back. (The saturation probe of
-    :mod:`..cpu_support` packs through here too, so that it multiplies exactly what the model will.)
+    the setting: ``tests/architecture/``), and always put back. (The saturation probe of
+    :mod:`.cpu_support` packs through here too, so that it multiplies exactly what the model will.)
     """
     if engine not in torch.backends.quantized.supported_engines:
         return None

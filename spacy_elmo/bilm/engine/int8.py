@@ -1,19 +1,19 @@
 """The int8 engine: every product through int8 weights, the steps in the compiled loop; quantize, the int8 packs.
 
-The two kernel primitives (quantize a weight, pack it for one quantized engine) are in :mod:`.kernels`, which the
-CPU probe (:mod:`...cpu_support`) shares, so that it multiplies exactly what the model will.
+The two kernel primitives (quantize a weight, pack it for one quantized engine) are in :mod:`..int8_weights`, which
+the CPU probe (:mod:`..cpu_support`) shares, so that it multiplies exactly what the model will.
 
 Opt-in, for inference on CPU (``load_bilm(..., dtype="int8")``; ``"auto"`` is float32). :func:`quantize` marks a
-model: the LSTM input, state and projection products, the highway layers and the token projection multiply
-int8 weights, symmetric per output channel (scale = max |w| / 127 of each row, :func:`.kernels.quantize_weight`), by
-activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or 7-bit where
-:func:`..cpu_support.int8_kernels` found that this CPU's kernels saturate at full range; per tensor, its own
-range); the products come back float32, and the rest (gates, cell, clipping, char CNN) stays float32. Each
-weight is packed once (:func:`.kernels.prepack`), by the kernel :mod:`..cpu_support` found for its role: the LSTM's step
+model: the LSTM input, state and projection products, the highway layers and the token projection multiply int8
+weights, symmetric per output channel (scale = max |w| / 127 of each row, :func:`..int8_weights.quantize_weight`),
+by activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or 7-bit where
+:func:`..cpu_support.int8_kernels` found that this CPU's kernels saturate at full range; per tensor, its own range);
+the products come back float32, and the rest (gates, cell, clipping, char CNN) stays float32. Each weight is packed
+once (:func:`..int8_weights.prepack`), by the kernel :mod:`..cpu_support` found for its role: the LSTM's step
 weights (state and projection: a few rows per product, one at batch 1) by the step kernel (fbgemm), every other
 weight (input projections, token layers: whole chunks of rows) by the many-rows kernel (fbgemm, or oneDNN where
-AMX serves int8). One int8 copy per weight: a second pack of the step weights for the AMX kernel would add a
-third of the int8 model again (oneDNN's pack holds two int8 copies) for products of at most a batch of rows.
+AMX serves int8). One int8 copy per weight: a second pack of the step weights for the AMX kernel would add a third
+of the int8 model again (oneDNN's pack holds two int8 copies) for products of at most a batch of rows.
 This family's cost model: :attr:`Int8Engine.gate_chunk_elements` (smaller chunks of input projections).
 
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
@@ -41,13 +41,13 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ... import cpu_support
-from ...lstm import ProjectedLSTMCell
-from ..base import M, Target, state_of
-from ..packs import WeightPacks
-from ..plain import PlainEngine
-from ..step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
-from .kernels import prepack, quantize_weight
+from .. import cpu_support
+from ..int8_weights import prepack, quantize_weight
+from ..lstm import ProjectedLSTMCell
+from .base import M, Target, state_of
+from .packs import WeightPacks
+from .plain import PlainEngine
+from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 
 # the parameters each marked module multiplies, as (name, whether its (out, in) view is the transpose)
 _INT8_WEIGHTS = {
