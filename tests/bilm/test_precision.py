@@ -412,23 +412,24 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
         for batch in (ids[:1], ids):  # batch 1 (steps of one row), then 2 rows: every pack a call makes
             with torch.inference_mode():
                 model(batch)
-    finally:
+        cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
+        steps = 2 * len(cells)
+        others = len(cells) + 2 * len(model.token_encoder.highways) + 1  # input projections, highway layers, projection
+        assert len(made) == steps + others  # one pack per weight, none made twice
+        assert made.count(cpu_support.INT8_FEW_ROWS_ENGINE) >= steps
+        assert made.count(kernels.many_rows.engine) >= others
+        if kernels.many_rows.engine != cpu_support.INT8_FEW_ROWS_ENGINE:  # two kernels: each weight exactly its role's
+            assert made.count(kernels.many_rows.engine) == others
+        with torch.inference_mode():
+            ours, _, _ = model(ids)
+        exact, _, _ = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval()(ids)
+        assert (
+            layer_errors(list(ours.transpose(0, 1).numpy()), list(exact.detach().transpose(0, 1).numpy()))
+            < TOLERANCE["int8"]
+        ).all()
+    finally:  # the patched CPU's kernels never outlive the test (a later int8 load would probe them again)
+        monkeypatch.undo()
         cpu_support.int8_kernels.cache_clear()
-    cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
-    steps = 2 * len(cells)
-    others = len(cells) + 2 * len(model.token_encoder.highways) + 1  # input projections, highway layers, projection
-    assert len(made) == steps + others  # one pack per weight, none made twice
-    assert made.count(cpu_support.INT8_FEW_ROWS_ENGINE) >= steps
-    assert made.count(kernels.many_rows.engine) >= others
-    if kernels.many_rows.engine != cpu_support.INT8_FEW_ROWS_ENGINE:  # two kernels: each weight exactly its role's
-        assert made.count(kernels.many_rows.engine) == others
-    with torch.inference_mode():
-        ours, _, _ = model(ids)
-    exact, _, _ = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").eval()(ids)
-    assert (
-        layer_errors(list(ours.transpose(0, 1).numpy()), list(exact.detach().transpose(0, 1).numpy()))
-        < TOLERANCE["int8"]
-    ).all()
 
 
 @pytest.mark.parametrize("dtype", [pytest.param("int8", marks=needs_int8), "bfloat16"])
