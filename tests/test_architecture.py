@@ -776,12 +776,16 @@ PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
     "spacy_elmo.bilm.engine.int8.kernels": {"torch.backends.quantized.engine"},
-    # TF32 off on CUDA while the package's own products run (counted across threads), put back by the last to leave
+    # full float32 (no TF32 on CUDA, no oneDNN bf16 / TF32 on CPU) while the package's own products run (counted
+    # across threads), put back by the last to leave
     "spacy_elmo.bilm.exact": {
         "torch.backends.cuda.matmul.fp32_precision",
         "torch.backends.cudnn.conv.fp32_precision",
         "torch.backends.cuda.matmul.allow_tf32",
         "torch.backends.cudnn.allow_tf32",
+        "torch.backends.mkldnn.matmul.fp32_precision",
+        "torch.backends.mkldnn.conv.fp32_precision",
+        "torch.set_float32_matmul_precision",
     },
     # glibc's malloc keeps freed memory for reuse: called only by the train and adapt commands in their own processes
     "spacy_elmo.train.allocator": {"mallopt"},
@@ -1116,7 +1120,7 @@ def test_one_step_loop_runs_every_engine():
 FAMILY_THRESHOLDS = {
     "spacy_elmo.bilm.engine.plain": {"STACK_MAX_ELEMENTS"},
     "spacy_elmo.bilm.engine.mkl": {"MIN_ROWS", "MAX_ROWS", "MAX_ROWS_THREADED", "MIN_ELEMENTS", "_PACK_FOR_ROWS"},
-    "spacy_elmo.bilm.engine.bf16": {"MIN_ELEMENTS", "MAX_ROWS"},
+    "spacy_elmo.bilm.engine.onednn": {"MIN_ELEMENTS", "MAX_ROWS", "FLOAT32_MAX_ROWS", "_PACK_FOR_ROWS"},
     "spacy_elmo.bilm.engine.int8": {"gate_chunk_elements"},
     "spacy_elmo.bilm.engine.base": {"gate_chunk_elements"},  # the default every engine inherits
 }

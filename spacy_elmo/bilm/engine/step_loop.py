@@ -3,7 +3,7 @@
 A layer's D directions (2 interleaved, or 1 on a direction thread) step together over the step-ordered rows: the
 recurrent product, the gate and cell math (:func:`cell_update`), the projection, the clip. The engines differ only
 in their products, handed over as data: per direction a :class:`StepWeight` (the dense matrix, and the pack of
-its family where one serves these rows: int8, oneDNN bf16, MKL float32), or for small float32 weights one
+its family where one serves these rows: int8, oneDNN bf16 or float32, MKL float32), or for small float32 weights one
 stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with the
 engine's input projection and runs the loop chunk by chunk.
 
@@ -89,7 +89,7 @@ class StepWeight(NamedTuple):
     """One direction's weight of one step product, in the forms its engine holds; the first that serves runs.
 
     ``int8``: packed params (the weight's one int8 copy), quantizing activations to 7 bits where
-    ``int8_reduce_range`` (:mod:`..cpu_support`). ``onednn`` (bf16) or ``mkl`` (float32): a pack for products of
+    ``int8_reduce_range`` (:mod:`..cpu_support`). ``onednn`` (bf16, float32) or ``mkl``: a pack for products of
     ``min_rows``..``max_rows`` rows (its family's cost model). ``dense``: the ``(in, out)`` matrix, for every other
     product.
     """
