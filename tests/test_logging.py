@@ -64,11 +64,12 @@ def _expected_float32_kernels() -> str:
     if os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() in ("0", "false", "no", "off"):
         return "kernels: plain engine, torch's cpu kernels, float32"
     from spacy_elmo.bilm import cpu_support
+    from spacy_elmo.bilm.engine import step_loop
 
     if cpu_support.float32_kernels() == "onednn":  # timed once per process, or forced by SPACY_ELMO_FLOAT32_KERNELS
         return (
             "kernels: onednn-float32 engine, float32 precision, oneDNN pre-packed products of up to 512 rows, "
-            "MKL's GEMM for more"
+            f"MKL's GEMM for more, {step_loop.loop_kind()} LSTM time loop"
         )
     has_ops = hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
     if has_ops and torch.backends.mkl.is_available():

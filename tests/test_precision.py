@@ -81,7 +81,7 @@ def layer_errors(low, exact):
 @pytest.fixture
 def count_packs(monkeypatch):
     """Count the low-precision products by kind, so that a silently unused path fails."""
-    counts = {"int8": 0, "bfloat16": 0}
+    counts = {"int8": 0, "bfloat16": 0, "float32": 0}
     int8_multiply, bf16_linear = int8.Int8Pack.multiply, onednn.linear
 
     def counting_int8(pack, rows, bias):

@@ -7,12 +7,12 @@ its family where one serves these rows: int8, oneDNN bf16 or float32, MKL float3
 stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with the
 engine's input projection and runs the loop chunk by chunk.
 
-The low-precision engines (int8, bf16) run the loop compiled by TorchScript: at batch 1 a step of a big model
-is two products and a dozen tiny ops; run from Python, each op pays the interpreter and a GIL release and
-re-acquire, and with the two directions on two threads they queue for the GIL behind each other (measured:
-benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
+The low-precision engines (int8, bf16) and the oneDNN float32 engine run the loop compiled by TorchScript: at batch
+1 a step of a big model is two products and a dozen tiny ops; run from Python, each op pays the interpreter and a
+GIL release and re-acquire, and with the two directions on two threads they queue for the GIL behind each other
+(measured: benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
 maintenance mode (torch 2.x warns that it is deprecated); where it is missing or fails, :func:`compiled` returns
-None and the same function runs from Python. The float32 engines run it from Python (as measured fastest).
+None and the same function runs from Python. The MKL float32 engine runs it from Python (as measured fastest).
 
 :func:`cell_update` and :func:`retire_ended_rows` are the inference path's one copy of each (the reference path,
 :meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, which the inference path is tested
@@ -259,8 +259,8 @@ class LayerSteps:
         projection: StepProduct,
         precision: Optional[str] = None,
     ) -> None:
-        """``precision`` (``"int8"`` | ``"bfloat16"``): the loop runs compiled (:func:`compiled`) for it, one call per
-        direction on its 2-D tensors; None: from Python, the D directions interleaved."""
+        """``precision`` (``"int8"`` | ``"bfloat16"`` | ``"float32"``): the loop runs compiled (:func:`compiled`) for
+        it, one call per direction on its 2-D tensors; None: from Python, the D directions interleaved."""
         self.spec, self.input_projection = spec, input_projection
         self.state, self.projection, self.precision = state, projection, precision
         self.c, self.h_prev = spec.c, spec.h0
