@@ -180,7 +180,7 @@ def float32_kernels() -> str:
     Forced by ``SPACY_ELMO_FLOAT32_KERNELS``; else oneDNN where its pre-packed product is exact to float32 on a
     probe (against float64) and at least :data:`ONEDNN_MIN_GAIN` times as fast as MKL's on one product of the
     biLM's kind (:data:`_TIMING_SHAPE`, the two timed alternately, the best of several rounds: load only adds
-    time; a few milliseconds once). Both kernels follow
+    time; tens of milliseconds once, at load). Both kernels follow
     the instruction-set caps (``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``) because the probe runs them.
     """
     forced = float32_kernels_forced()
@@ -251,7 +251,7 @@ def _float32_timings() -> tuple[float, float]:
         if mkl_pack is not None:
             runs["mkl"] = lambda: torch.ops.mkl._mkl_linear(x, mkl_pack, weight, None, rows)
         times: dict[str, list[float]] = {name: [] for name in runs}
-        for repeat in range(9):
+        for repeat in range(21):
             for name, run in runs.items():  # alternately, so that a busy moment costs both
                 start = time.perf_counter()
                 run()

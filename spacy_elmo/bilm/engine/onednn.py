@@ -12,7 +12,8 @@ ops torch's own CPU inductor uses) pack once, into one copy per weight. Two engi
   run in the compiled loop too (full float32: the same ops as from Python, without the interpreter).
 
 The family's cost model (the constants below): weights from :data:`MIN_ELEMENTS` up, products of at most
-:data:`MAX_ROWS` rows (bf16) or :data:`FLOAT32_MAX_ROWS` rows (float32); every other product is the plain one
+:data:`MAX_ROWS` rows (bf16) or :data:`FLOAT32_MAX_ROWS` rows (float32; a step's state product from
+:data:`FLOAT32_STATE_MIN_ROWS` rows); every other product is the plain one
 (MKL's GEMM for float32), and a batch of more rows runs the plain engine's steps.
 """
 
@@ -33,6 +34,7 @@ from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 MIN_ELEMENTS = 1 << 18  # smaller weights gain nothing from a pack
 MAX_ROWS = 256  # bf16, measured: from a few hundred rows up plain bf16 GEMM is as fast (faster at 2048 rows)
 FLOAT32_MAX_ROWS = 512  # float32, measured: oneDNN's packed product leads MKL's up to ~640 rows, not at 1024
+FLOAT32_STATE_MIN_ROWS = 2  # float32 state products: at 1 row on one thread MKL's GEMV is faster (batch 1)
 _PACK_FOR_ROWS = 32  # the row count oneDNN lays a pack out for; products of other row counts use it as it is
 
 
@@ -53,6 +55,7 @@ class OneDnnEngine(PlainEngine):
     """oneDNN pre-packed weights for the products of at most :attr:`max_rows` rows by a big weight."""
 
     max_rows: ClassVar[int]
+    state_min_rows: ClassVar[int] = 0  # the step's state products take the pack from this many rows
     compiled_steps: ClassVar[bool]  # the step loop runs compiled by TorchScript (else from Python)
 
     def __init__(self, target: Target) -> None:
@@ -86,7 +89,10 @@ class OneDnnEngine(PlainEngine):
                     out[d].copy_(linear(rows[d], pack, bias[d]))
 
         projections = [self.pack(cell, "projection", cell.projection.t()) for cell in cells]
-        state = StepProduct([StepWeight(cell.state_weight, onednn=p, max_rows=most) for cell, p in zip(cells, states)])
+        fewest = self.state_min_rows
+        state = StepProduct(
+            [StepWeight(cell.state_weight, onednn=p, min_rows=fewest, max_rows=most) for cell, p in zip(cells, states)]
+        )
         projection = StepProduct(
             [StepWeight(cell.projection, onednn=p, max_rows=most) for cell, p in zip(cells, projections)]
         )
@@ -125,6 +131,7 @@ class Float32Engine(OneDnnEngine):
     name = "onednn-float32"
     load_dtype = torch.float32
     max_rows = FLOAT32_MAX_ROWS
+    state_min_rows = FLOAT32_STATE_MIN_ROWS
     compiled_steps = True  # measured faster at batch 1 than the Python loop (benchmarks/RESULTS.md)
 
     @classmethod

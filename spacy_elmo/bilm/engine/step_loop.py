@@ -130,7 +130,7 @@ def _packed(rows: torch.Tensor, weight: StepWeight, n: int) -> Optional[torch.Te
     if int8 is not None:
         return torch.ops.quantized.linear_dynamic(rows.contiguous(), int8, weight.int8_reduce_range)
     onednn = weight.onednn
-    if onednn is not None and n <= weight.max_rows:
+    if onednn is not None and weight.min_rows <= n and n <= weight.max_rows:
         no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
         return torch.ops.mkldnn._linear_pointwise(rows, onednn, None, "none", no_scalars, "")
     mkl = weight.mkl
