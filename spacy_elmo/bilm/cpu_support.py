@@ -20,6 +20,11 @@ x86 CPUs differ in what their int8 and bfloat16 kernels do, not only in how fast
   (benchmarks/RESULTS.md). oneDNN's own answer (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, which follows
   ``ONEDNN_MAX_CPU_ISA``) decides.
 - **float16** on CPU is native only with AVX-512 FP16 / AMX-FP16 (``_is_mkldnn_fp16_supported``).
+- **float32** products have two exact kernel families on x86 builds: MKL's GEMM and oneDNN's pre-packed
+  products. Which is faster depends on the CPU (measured on AMD EPYC Zen 4: oneDNN's, up to 2x at the
+  biLM's shapes; benchmarks/RESULTS.md), so :func:`float32_kernels` times both once per process on one
+  product of the biLM's kind (a step's state product at batch 32) and checks oneDNN's result against float64;
+  ``SPACY_ELMO_FLOAT32_KERNELS=onednn|mkl|auto`` forces either (for debugging and A/B measurements).
 
 :func:`slow_precision_reason` says why a requested precision would run emulated (the backend warns
 once with it); :func:`auto_dtype` picks the fastest precision that holds its documented error bound on every
@@ -49,6 +54,10 @@ logger = logging.getLogger("spacy_elmo")
 INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
 INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds 2 int8 copies)
 INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products: faster than oneDNN for 1-4 rows (batch 1), one int8 copy
+FLOAT32_KERNELS_ENV = "SPACY_ELMO_FLOAT32_KERNELS"  # onednn | mkl | auto (the default)
+FLOAT32_KERNEL_CHOICES = ("onednn", "mkl", "auto")
+ONEDNN_MIN_GAIN = 1.15  # oneDNN is chosen where it is at least this much faster on the timing probe
+_TIMING_SHAPE = (32, 512, 2048)  # rows, in, out of the float32 timing probe: a state product's kind, 64 MFLOP
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 
 
@@ -150,6 +159,108 @@ def _mkldnn_query(name: str) -> bool:
         return bool(getattr(torch.ops.mkldnn, name)()) and torch.backends.mkldnn.is_available()
     except (AttributeError, RuntimeError):
         return False
+
+
+def float32_kernels_forced() -> Optional[str]:
+    """``"onednn"`` or ``"mkl"`` where ``SPACY_ELMO_FLOAT32_KERNELS`` forces one; None for ``auto`` or unset.
+
+    Any other value raises ``ValueError`` naming the variable and the values it takes."""
+    value = os.environ.get(FLOAT32_KERNELS_ENV, "auto").strip().lower() or "auto"
+    if value not in FLOAT32_KERNEL_CHOICES:
+        raise ValueError(
+            f"{FLOAT32_KERNELS_ENV}={value!r} is not one of {', '.join(FLOAT32_KERNEL_CHOICES)}: "
+            f"unset it or set one of those"
+        )
+    return None if value == "auto" else value
+
+
+@functools.cache
+def float32_kernels() -> str:
+    """Which float32 products the float32 engine runs in this process: ``"onednn"`` (oneDNN's pre-packed kernels)
+    or ``"mkl"`` (MKL's GEMM and its packs). Decided once per process, never per product.
+
+    Forced by ``SPACY_ELMO_FLOAT32_KERNELS``; else oneDNN where its pre-packed product is exact to float32 on a
+    probe (against float64) and at least :data:`ONEDNN_MIN_GAIN` times as fast as MKL's on one product of the
+    biLM's kind (:data:`_TIMING_SHAPE`, the two timed alternately, the best of several rounds: load only adds
+    time; tens of milliseconds once, at load). Both kernels follow
+    the instruction-set caps (``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``) because the probe runs them.
+    """
+    forced = float32_kernels_forced()
+    if forced == "onednn" and not onednn_float32_available():
+        logger.info("%s=onednn: this torch has no oneDNN pre-packed float32 products; MKL's run", FLOAT32_KERNELS_ENV)
+        return "mkl"
+    if forced is not None:
+        return forced
+    if not onednn_float32_available():
+        return "mkl"
+    mkl_seconds, onednn_seconds = _float32_timings()
+    choice = "onednn" if onednn_seconds * ONEDNN_MIN_GAIN <= mkl_seconds else "mkl"
+    logger.debug(
+        "float32 kernels: %s (probe %s: MKL %.2f ms, oneDNN %.2f ms)",
+        choice,
+        "x".join(map(str, _TIMING_SHAPE)),
+        mkl_seconds * 1e3,
+        onednn_seconds * 1e3,
+    )
+    return choice
+
+
+@functools.cache
+def onednn_float32_available() -> bool:
+    """Whether this torch has oneDNN's pre-packed float32 products and they are exact to float32 here (a probe
+    against float64, rows 1, 3 and 64, under the package's full-float32 guard)."""
+    from .exact import exact_float32
+
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(96, 128, generator=generator)
+        with exact_float32("cpu"):
+            pack = torch.ops.mkldnn._reorder_linear_weight(weight, 32)
+            for rows in (1, 3, 64):
+                x = torch.randn(rows, 128, generator=generator)
+                got = torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "")
+                expected = x.double() @ weight.double().t()
+                scale = float((x.abs().double() @ weight.abs().double().t()).max())
+                if got.shape != expected.shape or float((got.double() - expected).abs().max()) > 1e-5 * scale:
+                    return False
+    except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
+        return False
+    return True
+
+
+def _float32_timings() -> tuple[float, float]:
+    """Best seconds of one :data:`_TIMING_SHAPE` product: MKL's (plain or packed, the faster) and oneDNN's."""
+    import time
+
+    from .exact import exact_float32
+
+    rows, width, out = _TIMING_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(out, width, generator=generator)
+    x = torch.randn(rows, width, generator=generator)
+    with exact_float32("cpu"), torch.inference_mode():
+        onednn_pack = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        try:
+            mkl_pack: Optional[torch.Tensor] = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        except (AttributeError, RuntimeError):
+            mkl_pack = None
+        runs = {
+            "plain": lambda: torch.nn.functional.linear(x, weight),
+            "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, onednn_pack, None, "none", [], ""),
+        }
+        if mkl_pack is not None:
+            runs["mkl"] = lambda: torch.ops.mkl._mkl_linear(x, mkl_pack, weight, None, rows)
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for repeat in range(21):
+            for name, run in runs.items():  # alternately, so that a busy moment costs both
+                start = time.perf_counter()
+                run()
+                if repeat:  # the first round warms up
+                    times[name].append(time.perf_counter() - start)
+    best = {name: min(t) for name, t in times.items()}
+    return min(best["plain"], best.get("mkl", best["plain"])), best["onednn"]
 
 
 def int8_engines() -> tuple[str, ...]:
@@ -303,5 +414,6 @@ def summary() -> dict[str, object]:
         f"{' (7-bit activations)' if kernels.few_rows.reduce_range else ''}",
         "bfloat16": "native" if bf16_native() else "emulated (slow)",
         "float16": "native" if fp16_native() else "emulated (slow)",
+        "float32 kernels": float32_kernels(),
         "auto (cpu)": str(auto_dtype(torch.device("cpu"))).replace("torch.", ""),
     }

@@ -1,11 +1,14 @@
-"""Full float32 arithmetic on CUDA whatever the process asked for: TF32 off for the package's own products.
+"""Full float32 arithmetic whatever the process asked for: no TF32 or bf16 inside the package's own products.
 
-On a GPU, torch runs float32 matrix products and convolutions in TF32 (10-bit mantissas) where the process
-allows it: cuDNN convolutions by default, and every matmul once anything calls
-``torch.set_float32_matmul_precision("high")``. The biLM's float32 vectors must not change with that, so each
-of the package's CUDA computations runs inside :func:`exact_float32`, which turns TF32 off for cuBLAS and cuDNN
-and puts the process's own settings back when the last such computation in any thread ends. CPU work needs
-nothing and takes no lock. This module is the one place the package touches these settings
+A process may let torch run float32 products in reduced precision. On a GPU, TF32 (10-bit mantissas): cuDNN
+convolutions by default, and every matmul once anything calls ``torch.set_float32_matmul_precision("high")``.
+On a CPU, oneDNN's bf16 or TF32 arithmetic for float32 products and convolutions
+(``torch.backends.mkldnn.matmul.fp32_precision``; ``set_float32_matmul_precision("medium")`` asks for bf16),
+where the CPU has those instructions (AMX, AVX-512 BF16); even where it does not, the request routes float32
+matmuls from MKL to oneDNN, which changes their rounding. The biLM's float32 vectors must not change with any
+of it, so each of the package's computations runs inside :func:`exact_float32`, which sets full float32 for
+the device's backends and puts the process's own settings back when the last such computation in any thread
+ends (a count across threads). This module is the one place the package touches these settings
 (``tests/architecture/``).
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -23,69 +26,101 @@ _LOCK = ForkSafeLock()
 _PER_BACKEND = hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
     getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
 )
+_MKLDNN_PER_BACKEND = hasattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision") and hasattr(
+    getattr(torch.backends.mkldnn, "conv", None), "fp32_precision"
+)
+Settings = tuple[Any, ...]
 
 
-class _Tf32Switch:
-    """The process's TF32 settings, turned off while any caller is inside (a count across threads).
+def _read_cuda() -> Settings:
+    if _PER_BACKEND:
+        conv = torch.backends.cudnn.conv  # type: ignore[attr-defined]  # torch 2.9+, untyped
+        return torch.backends.cuda.matmul.fp32_precision, conv.fp32_precision
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
 
-    torch 2.9+ has per-backend ``fp32_precision`` settings ("ieee" / "tf32" / "none"); reading the older
-    ``allow_tf32`` flags after a process set the newer ones raises, so the newer ones are used where they exist.
+
+def _put_cuda(settings: Settings) -> None:
+    if _PER_BACKEND:
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = settings  # type: ignore[attr-defined]
+    else:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings
+
+
+def _read_cpu() -> Settings:
+    if _MKLDNN_PER_BACKEND:
+        mkldnn = torch.backends.mkldnn  # torch 2.9+: untyped
+        return mkldnn.matmul.fp32_precision, mkldnn.conv.fp32_precision  # type: ignore[attr-defined]
+    return (torch.get_float32_matmul_precision(),)  # older torch: the one setting oneDNN's bf16 mode follows
+
+
+def _put_cpu(settings: Settings) -> None:
+    if _MKLDNN_PER_BACKEND:
+        torch.backends.mkldnn.matmul.fp32_precision, torch.backends.mkldnn.conv.fp32_precision = settings  # type: ignore[attr-defined]
+    else:
+        torch.set_float32_matmul_precision(settings[0])
+
+
+class _Switch:
+    """One device kind's float32 settings, set to full float32 while any caller is inside (a count across threads).
+
+    torch 2.9+ has per-backend ``fp32_precision`` settings ("ieee" / "tf32" / "bf16" / "none"); reading the
+    older flags after a process set the newer ones raises, so the newer ones are used where they exist.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, read: Callable[[], Settings], put: Callable[[Settings], None], exact: Settings) -> None:
+        self.read, self.put, self.exact = read, put, exact
         self.users = 0
-        self.saved: Optional[tuple[Any, Any]] = None  # (cuBLAS's, cuDNN convolutions') settings as the process had them
+        self.saved: Optional[Settings] = None  # the settings as the process had them
         renew_after_fork(self)
+
+    def _read(self) -> Settings:
+        return self.read()
+
+    def _put(self, settings: Settings) -> None:
+        self.put(settings)
 
     def _after_fork(self) -> None:
         """A forked child has none of the parent's callers: its settings go back to the process's own."""
         if self.saved is not None:
-            self._put(self.saved)
+            self.put(self.saved)
         self.users, self.saved = 0, None
-
-    @staticmethod
-    def _read() -> tuple[Any, Any]:
-        if _PER_BACKEND:
-            conv = torch.backends.cudnn.conv  # type: ignore[attr-defined]  # torch 2.9+, untyped
-            return torch.backends.cuda.matmul.fp32_precision, conv.fp32_precision
-        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-
-    @staticmethod
-    def _put(settings: tuple[Any, Any]) -> None:
-        if _PER_BACKEND:
-            torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = settings  # type: ignore[attr-defined]
-        else:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings
 
     def enter(self) -> None:
         with _LOCK:
             if self.users == 0:
-                self.saved = self._read()
-                self._put(("ieee", "ieee") if _PER_BACKEND else (False, False))
+                self.saved = self.read()
+                self.put(self.exact)
             self.users += 1
 
     def leave(self) -> None:
         with _LOCK:
             self.users -= 1
             if self.users == 0 and self.saved is not None:
-                self._put(self.saved)
+                self.put(self.saved)
                 self.saved = None
 
 
-_SWITCH = _Tf32Switch()
+_SWITCH = _Switch(_read_cuda, _put_cuda, ("ieee", "ieee") if _PER_BACKEND else (False, False))  # CUDA: no TF32
+_CPU_SWITCH = _Switch(_read_cpu, _put_cpu, ("ieee", "ieee") if _MKLDNN_PER_BACKEND else ("highest",))  # oneDNN
 
 
 @contextmanager
 def exact_float32(device: Union[str, torch.device, None]) -> Iterator[None]:
-    """Run the block with full float32 products on ``device`` if it is a CUDA device (no TF32); else as it is.
+    """Run the block with full float32 products on ``device`` (CUDA: no TF32; CPU: no oneDNN bf16 / TF32).
 
-    Thread-safe and re-entrant: the process's settings come back when the last caller inside leaves.
+    ``None`` (no tensor yet) changes nothing. Thread-safe and re-entrant: the process's settings come back when
+    the last caller inside leaves.
     """
-    if device is None or torch.device(device).type != "cuda":
+    if device is None:
         yield
         return
-    _SWITCH.enter()
+    kind = torch.device(device).type
+    switch = _SWITCH if kind == "cuda" else _CPU_SWITCH if kind == "cpu" else None
+    if switch is None:
+        yield
+        return
+    switch.enter()
     try:
         yield
     finally:
-        _SWITCH.leave()
+        switch.leave()

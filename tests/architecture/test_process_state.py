@@ -148,12 +148,16 @@ PROCESS_WIDE_ALLOWED = {
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
     "spacy_elmo.bilm.int8_weights": {"torch.backends.quantized.engine"},
-    # TF32 off on CUDA while the package's own products run (counted across threads), put back by the last to leave
+    # full float32 (no TF32 on CUDA, no oneDNN bf16 / TF32 on CPU) while the package's own products run (counted
+    # across threads), put back by the last to leave
     "spacy_elmo.bilm.exact": {
         "torch.backends.cuda.matmul.fp32_precision",
         "torch.backends.cudnn.conv.fp32_precision",
         "torch.backends.cuda.matmul.allow_tf32",
         "torch.backends.cudnn.allow_tf32",
+        "torch.backends.mkldnn.matmul.fp32_precision",
+        "torch.backends.mkldnn.conv.fp32_precision",
+        "torch.set_float32_matmul_precision",
     },
     # glibc's malloc keeps freed memory for reuse: called only by the train and adapt commands in their own processes
     "spacy_elmo.train.allocator": {"mallopt"},

@@ -129,7 +129,13 @@ def test_size_thresholds_live_where_the_table_says():
 FAMILY_THRESHOLDS = {
     "spacy_elmo.bilm.engine.plain": {"STACK_MAX_ELEMENTS"},
     "spacy_elmo.bilm.engine.mkl": {"MIN_ROWS", "MAX_ROWS", "MAX_ROWS_THREADED", "MIN_ELEMENTS", "_PACK_FOR_ROWS"},
-    "spacy_elmo.bilm.engine.bf16": {"MIN_ELEMENTS", "MAX_ROWS"},
+    "spacy_elmo.bilm.engine.onednn": {
+        "MIN_ELEMENTS",
+        "MAX_ROWS",
+        "FLOAT32_MAX_ROWS",
+        "FLOAT32_STATE_MIN_ROWS",
+        "_PACK_FOR_ROWS",
+    },
     "spacy_elmo.bilm.engine.int8": {"gate_chunk_elements"},
     "spacy_elmo.bilm.engine.base": {"gate_chunk_elements"},  # the default every engine inherits
 }

@@ -296,3 +296,61 @@ def test_original_architecture_within_the_int8_bound(tmp_path):
 def sentences(fixture_dir):
     groups = json.loads((Path(fixture_dir) / "sentences.json").read_text())
     return [s.split() for group in groups for s in group]
+
+
+@pytest.fixture
+def fresh_float32_choice(monkeypatch):
+    """Decide the float32 kernels afresh for the test, and again after it."""
+    cpu_support.float32_kernels.cache_clear()
+    yield
+    cpu_support.float32_kernels.cache_clear()
+
+
+def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeypatch):
+    """SPACY_ELMO_FLOAT32_KERNELS=mkl|onednn decides without timing; the float32 target gets that engine; any other
+    value is refused in one line naming the variable and its values."""
+    from spacy_elmo.bilm import engine
+
+    monkeypatch.setattr(cpu_support, "_float32_timings", lambda: pytest.fail("forced: nothing to time"))
+    target = engine.Target(torch.device("cpu"), torch.float32, False)
+    expected = {"mkl": engine.MklEngine, "onednn": engine.Float32Engine}
+    for value in ("mkl", "onednn", " ONEDNN "):
+        monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", value)
+        cpu_support.float32_kernels.cache_clear()
+        choice = cpu_support.float32_kernels()
+        if value.strip().lower() == "onednn" and not cpu_support.onednn_float32_available():
+            assert choice == "mkl"  # no exact oneDNN float32 here: MKL's, whatever was forced
+            continue
+        assert choice == value.strip().lower() and engine.registry.choose(target) is expected[choice]
+    monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "fast")
+    cpu_support.float32_kernels.cache_clear()
+    with pytest.raises(ValueError, match="SPACY_ELMO_FLOAT32_KERNELS='fast' is not one of onednn, mkl, auto"):
+        cpu_support.float32_kernels()
+
+
+def test_float32_kernels_auto_follows_the_timing_probe_once(fresh_float32_choice, monkeypatch):
+    """auto: oneDNN where its probe product is at least ONEDNN_MIN_GAIN times as fast as MKL's, else MKL; timed once
+    per process (every later ask is the cached answer)."""
+    if not cpu_support.onednn_float32_available():
+        pytest.skip("this torch has no exact oneDNN float32 products")
+    monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "auto")
+    timed = []
+    for mkl_seconds, onednn_seconds, expected in ((2.0, 1.0, "onednn"), (1.1, 1.0, "mkl"), (1.0, 2.0, "mkl")):
+
+        def timings(mkl_seconds=mkl_seconds, onednn_seconds=onednn_seconds):
+            timed.append(1)
+            return mkl_seconds, onednn_seconds
+
+        monkeypatch.setattr(cpu_support, "_float32_timings", timings)
+        cpu_support.float32_kernels.cache_clear()
+        assert [cpu_support.float32_kernels() for _ in range(3)] == [expected] * 3
+    assert len(timed) == 3
+
+
+def test_float32_timing_probe_runs_the_real_kernels():
+    """The probe times real products (positive, finite seconds) and oneDNN's float32 is exact to float32 here."""
+    if not cpu_support.onednn_float32_available():
+        pytest.skip("this torch has no exact oneDNN float32 products")
+    mkl_seconds, onednn_seconds = cpu_support._float32_timings()
+    assert 0 < mkl_seconds < 1 and 0 < onednn_seconds < 1
+    assert cpu_support.summary()["float32 kernels"] in ("onednn", "mkl")

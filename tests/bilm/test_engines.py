@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from spacy_elmo.bilm import BiLM, batch_to_char_ids, cpu_support, engine, load_model
 from spacy_elmo.bilm import threads as threads_module
-from spacy_elmo.bilm.engine import bf16, mkl
+from spacy_elmo.bilm.engine import mkl, onednn
 from spacy_elmo.bilm.model import bilstm_outputs
 from spacy_elmo.sources.model_files import resolve_model_files
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
@@ -53,11 +53,21 @@ def ready_for(cls, model, device, keep_float32=True):
     return model
 
 
+def force_float32_kernels(cls, monkeypatch):
+    """The float32 kernels ``cls`` runs chosen for this test (this CPU's own choice serves only one of the two
+    float32 engines): MKL's for the MKL engine and the plain one, oneDNN's for the oneDNN float32 engine."""
+    if cls is engine.Float32Engine and not cpu_support.onednn_float32_available():
+        pytest.skip(f"{cls.name}: this torch has no exact oneDNN float32 products")
+    choice = "onednn" if cls is engine.Float32Engine else "mkl"
+    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: choice)
+
+
 def engine_model(cls, device, monkeypatch, keep_float32=True):
     """A random small model (its own initialisation, as test_precision's bounds assume), its float32 copy on CPU,
     and the model ready for ``cls`` on ``device`` (skip if ``cls`` does not serve it here)."""
     monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)  # pack the small weights too
-    monkeypatch.setattr(bf16, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(onednn, "MIN_ELEMENTS", 0)
+    force_float32_kernels(cls, monkeypatch)
     if cls is engine.PlainEngine:
         monkeypatch.setattr(mkl, "ENABLED", False)  # the plain engine: what runs without MKL packs
     torch.manual_seed(4)
@@ -207,6 +217,7 @@ def test_a_precision_auto_picks_holds_its_bound_on_repetitive_input(cls, device,
     every engine of a precision ``dtype="auto"`` may pick stays within that precision's bound of the float32
     reference path (float32 engines: recomputation rounding, amplified by the trained recurrence). The others run
     (finite, right shape) and are never picked by "auto"."""
+    force_float32_kernels(cls, monkeypatch)
     if cls is engine.PlainEngine:
         monkeypatch.setattr(mkl, "ENABLED", False)
     model = ready_for(cls, copy.deepcopy(trained).requires_grad_(False), device, keep_float32=False)
@@ -236,7 +247,7 @@ def test_every_engine_is_tested_and_named_once():
     target, so an engine after it would never run)."""
     names = [cls.name for cls in ENGINES]
     assert len(set(names)) == len(names) and ENGINES[-1] is engine.PlainEngine
-    assert names == ["onednn-bf16", "int8", "mkl-float32", "plain"]
+    assert names == ["onednn-bf16", "int8", "onednn-float32", "mkl-float32", "plain"]
     for target in (
         engine.Target(torch.device("cuda"), torch.float16, False),
         engine.Target(torch.device("meta"), torch.float64, True),
@@ -280,3 +291,50 @@ def test_packing_leaves_the_process_wide_quantized_engine_as_it_was():
                 assert (out - expected).abs().max() < 0.05 * expected.abs().max()
     finally:
         torch.backends.quantized.engine = saved
+
+
+def onednn_float32_model(monkeypatch):
+    """A small random model served by the oneDNN float32 engine, every weight packed (skip where oneDNN's float32
+    products are missing or inexact here)."""
+    exact, model = engine_model(engine.Float32Engine, torch.device("cpu"), monkeypatch)
+    return exact, model
+
+
+def test_onednn_float32_one_pack_per_weight_and_no_mkl_packs(monkeypatch):
+    """One oneDNN pack per weight, whatever the row counts (batch 1, a batch of several, products past the engine's
+    row limit), made once and kept; MKL's packs are never made beside them (the packs replace MKL's)."""
+    made: list[tuple[int, ...]] = []
+    real_make = onednn.make_pack
+
+    def counting_make(out_in):
+        made.append(tuple(out_in.shape))
+        return real_make(out_in)
+
+    monkeypatch.setattr(onednn, "make_pack", counting_make)
+    monkeypatch.setattr(mkl, "make_pack", lambda out_in: pytest.fail("an MKL pack beside the oneDNN ones"))
+    monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
+    _, model = onednn_float32_model(monkeypatch)
+    monkeypatch.setattr(engine.Float32Engine, "max_rows", 24)  # some products past the limit: MKL's GEMM, no pack
+    with torch.inference_mode():
+        for seed, n in ((1, 1), (2, 5), (3, 9), (4, 1), (5, 9)):
+            model(torch.as_tensor(batch_to_char_ids(_random_batch(seed=seed, n=n, longest=15))))
+    lstm, encoder = engine.engine_of(model.lstm), engine.engine_of(model.token_encoder)
+    assert type(lstm) is engine.Float32Engine and type(encoder) is engine.Float32Engine
+    cells = [*model.lstm.forward_layers, *model.lstm.backward_layers]
+    linears = [m for m in model.token_encoder.modules() if isinstance(m, torch.nn.Linear)]
+    weights = 3 * len(cells) + len(linears)  # each cell's input, state and projection; the encoder's linears
+    assert len(lstm.packs) + len(encoder.packs) == weights
+    assert len(made) == weights  # made once each, at whichever row count came first
+
+
+def test_onednn_float32_bit_equal_through_the_same_shapes(monkeypatch):
+    """The same batch gives the same bits: again in the same model, and in a fresh copy (packs made anew)."""
+    exact, model = onednn_float32_model(monkeypatch)
+    ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=5, n=7, longest=15)))
+    fresh = engine.prepare(copy.deepcopy(exact), torch.device("cpu"), torch.float32)
+    assert type(engine.engine_of(fresh.lstm)) is engine.Float32Engine
+    with torch.inference_mode():
+        first, _, _ = model(ids)
+        again, _, _ = model(ids)
+        other, _, _ = fresh(ids)
+    assert torch.equal(first, again) and torch.equal(first, other)

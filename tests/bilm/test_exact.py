@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -85,3 +86,47 @@ def test_every_way_into_the_model_runs_under_the_guard(monkeypatch, backend, fix
         tokens = run_token_encoder(bilm.token_encoder, ids[0]).detach().requires_grad_(True)  # autograd from here on
         bilstm_outputs(bilm.lstm, tokens[None], torch.tensor([tokens.shape[0]]))
     assert seen.count("cpu") >= 2
+
+
+@pytest.fixture
+def cpu_reduced_precision_asked():
+    """The process asked for reduced float32 precision on CPU (``set_float32_matmul_precision("medium")``: oneDNN
+    may run float32 products in bf16); put back afterwards."""
+    before = exact._CPU_SWITCH._read()
+    torch.set_float32_matmul_precision("medium")
+    if exact._MKLDNN_PER_BACKEND:
+        torch.backends.mkldnn.conv.fp32_precision = "bf16"
+    asked = exact._CPU_SWITCH._read()
+    yield asked
+    exact._CPU_SWITCH._put(before)
+    torch.set_float32_matmul_precision("highest")
+
+
+def test_on_cpu_onednn_runs_full_float32_inside_and_the_process_setting_comes_back(cpu_reduced_precision_asked):
+    asked = cpu_reduced_precision_asked
+    full = ("ieee", "ieee") if exact._MKLDNN_PER_BACKEND else ("highest",)
+    assert asked != full
+    with exact_float32("cpu"):
+        assert exact._CPU_SWITCH._read() == full
+        with exact_float32(torch.device("cpu")):  # re-entrant
+            assert exact._CPU_SWITCH._read() == full
+        assert exact._CPU_SWITCH._read() == full
+    assert exact._CPU_SWITCH._read() == asked
+    assert torch.get_float32_matmul_precision() == "medium"  # still readable: no legacy/new mix left behind
+
+
+def test_a_process_asking_for_reduced_precision_gets_the_same_float32_vectors(
+    fixture_dir, fixture_sentences, cpu_reduced_precision_asked
+):
+    """Bit for bit the vectors of a process that asked for nothing, through every engine's float32 products (the
+    request would route the float32 products to oneDNN's bf16 mode, or at least through other kernels)."""
+    from spacy_elmo import load_bilm
+
+    backend = load_bilm(fixture_dir).configure_cache(cache_mb=0, token_cache_size=0)  # every call computes
+    asked = cpu_reduced_precision_asked
+    with_request = backend.embed(fixture_sentences)
+    exact._CPU_SWITCH._put(("none", "none") if exact._MKLDNN_PER_BACKEND else ("highest",))
+    torch.set_float32_matmul_precision("highest")
+    default = backend.embed(fixture_sentences)
+    assert all(np.array_equal(a, b) for a, b in zip(with_request, default))
+    exact._CPU_SWITCH._put(asked)

@@ -33,7 +33,7 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, cpu_support, engine, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
-from spacy_elmo.bilm.engine import bf16, int8, step_loop
+from spacy_elmo.bilm.engine import int8, onednn, step_loop
 from spacy_elmo.bilm.weights import load_model, save_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.sources.model_files import resolve_model_files
@@ -81,19 +81,19 @@ def layer_errors(low, exact):
 @pytest.fixture
 def count_packs(monkeypatch):
     """Count the low-precision products by kind, so that a silently unused path fails."""
-    counts = {"int8": 0, "bfloat16": 0}
-    int8_multiply, bf16_linear = int8.Int8Pack.multiply, bf16.linear
+    counts = {"int8": 0, "bfloat16": 0, "float32": 0}
+    int8_multiply, bf16_linear = int8.Int8Pack.multiply, onednn.linear
 
     def counting_int8(pack, rows, bias):
         counts["int8"] += 1
         return int8_multiply(pack, rows, bias)
 
     def counting_bf16(rows, pack, bias=None):
-        counts["bfloat16"] += 1
+        counts["bfloat16"] += rows.dtype == torch.bfloat16  # not the float32 engine's oneDNN products
         return bf16_linear(rows, pack, bias)
 
     monkeypatch.setattr(int8.Int8Pack, "multiply", counting_int8)
-    monkeypatch.setattr(bf16, "linear", counting_bf16)
+    monkeypatch.setattr(onednn, "linear", counting_bf16)
     compiled_loop = engine.LayerSteps.compiled_loop
 
     def counting_loop(steps):  # the compiled step loop multiplies by the packs without the products above
@@ -120,7 +120,7 @@ def sentences(fixture_dir):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", pytest.param("int8", marks=needs_int8)])
 def test_fixture_within_documented_tolerance(fixture_dir, backend, sentences, dtype, count_packs, monkeypatch):
-    monkeypatch.setattr(bf16, "MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
+    monkeypatch.setattr(onednn, "MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
     low = load_bilm(fixture_dir, dtype=dtype)
     low.clear_cache()
     ours, exact = low.embed(sentences), backend.embed(sentences)
@@ -451,7 +451,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
         torch.set_num_threads(2)
     monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 64 * 7)
     monkeypatch.setattr(engine.Int8Engine, "gate_chunk_elements", 4 * 64 * 7)
-    monkeypatch.setattr(bf16, "MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
+    monkeypatch.setattr(onednn, "MIN_ELEMENTS", 0)  # pack this small model's bf16 weights too
     torch.manual_seed(4)
     model = BiLM(_options(cell_dim=64, projection_dim=16, cell_clip=1.0, proj_clip=0.5)).eval()  # clips that bite
     for p in model.parameters():

@@ -59,10 +59,18 @@ def _cpu_flags() -> set[str]:
 
 
 def _expected_float32_kernels() -> str:
-    """The float32 line as the torch build and the environment decide it: MKL's packed GEMM where this torch has
-    its ops and SPACY_ELMO_PACKED_WEIGHTS does not turn it off."""
+    """The float32 line as the torch build and the environment decide it: oneDNN's packed products where this
+    process chose them, else MKL's packed GEMM where this torch has its ops; SPACY_ELMO_PACKED_WEIGHTS=0: neither."""
     if os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() in ("0", "false", "no", "off"):
         return "kernels: plain engine, torch's cpu kernels, float32"
+    from spacy_elmo.bilm import cpu_support
+    from spacy_elmo.bilm.engine import step_loop
+
+    if cpu_support.float32_kernels() == "onednn":  # timed once per process, or forced by SPACY_ELMO_FLOAT32_KERNELS
+        return (
+            "kernels: onednn-float32 engine, float32 precision, oneDNN pre-packed products of up to 512 rows, "
+            f"MKL's GEMM for more, {step_loop.loop_kind()} LSTM time loop"
+        )
     has_ops = hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
     if has_ops and torch.backends.mkl.is_available():
         return "kernels: mkl-float32 engine, float32 precision, MKL pre-packed GEMM for 3-64-row products"

@@ -5,8 +5,10 @@ step weights and cost model (its size thresholds), and one ordered list, :data:`
 picks the first that serves a module's target (device, dtype, int8). Adding a family is one class and one line
 in :data:`ENGINES`:
 
-- :class:`Bf16Engine` (``bf16.py``): oneDNN-packed bfloat16 where bf16 is native
+- :class:`Bf16Engine` (``onednn.py``): oneDNN-packed bfloat16 where bf16 is native
 - :class:`Int8Engine` (``int8.py``): int8 weights (``dtype="int8"``): quantize, the int8 kernels, their packs
+- :class:`Float32Engine` (``onednn.py``): oneDNN-packed float32 where its exact products beat MKL's on this CPU
+  (decided once per process, :func:`..cpu_support.float32_kernels`)
 - :class:`MklEngine` (``mkl.py``): float32 on CPU with MKL pre-packed weights for products of a few rows
 - :class:`PlainEngine` (``plain.py``): torch's products on any device and dtype (CUDA, emulated precisions)
 
@@ -17,9 +19,9 @@ available here against float32 by the same conformance test, on every device pre
 """
 
 from .base import Engine, ModuleState, Target
-from .bf16 import Bf16Engine
 from .int8 import Int8Engine
 from .mkl import MklEngine
+from .onednn import Bf16Engine, Float32Engine
 from .plain import PlainEngine
 from .registry import ENGINES, engine_of, prepare
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
@@ -28,6 +30,7 @@ __all__ = [
     "ENGINES",
     "Bf16Engine",
     "Engine",
+    "Float32Engine",
     "Int8Engine",
     "LayerSpec",
     "LayerSteps",

@@ -19,13 +19,13 @@ from torch import nn
 
 from ..threads import ForkSafeLock
 from .base import Engine, Target, state_of
-from .bf16 import Bf16Engine
 from .int8 import Int8Engine
 from .mkl import MklEngine
+from .onednn import Bf16Engine, Float32Engine
 from .plain import PlainEngine
 
 # every engine, in the order they are asked: the first that serves a target runs it; the plain engine serves all
-ENGINES: tuple[type[Engine], ...] = (Bf16Engine, Int8Engine, MklEngine, PlainEngine)
+ENGINES: tuple[type[Engine], ...] = (Bf16Engine, Int8Engine, Float32Engine, MklEngine, PlainEngine)
 M = TypeVar("M", bound=nn.Module)
 _lock = ForkSafeLock()
 

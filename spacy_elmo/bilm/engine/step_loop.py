@@ -3,16 +3,16 @@
 A layer's D directions (2 interleaved, or 1 on a direction thread) step together over the step-ordered rows: the
 recurrent product, the gate and cell math (:func:`cell_update`), the projection, the clip. The engines differ only
 in their products, handed over as data: per direction a :class:`StepWeight` (the dense matrix, and the pack of
-its family where one serves these rows: int8, oneDNN bf16, MKL float32), or for small float32 weights one
+its family where one serves these rows: int8, oneDNN bf16 or float32, MKL float32), or for small float32 weights one
 stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with the
 engine's input projection and runs the loop chunk by chunk.
 
-The low-precision engines (int8, bf16) run the loop compiled by TorchScript: at batch 1 a step of a big model
-is two products and a dozen tiny ops; run from Python, each op pays the interpreter and a GIL release and
-re-acquire, and with the two directions on two threads they queue for the GIL behind each other (measured:
-benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
+The low-precision engines (int8, bf16) and the oneDNN float32 engine run the loop compiled by TorchScript: at batch
+1 a step of a big model is two products and a dozen tiny ops; run from Python, each op pays the interpreter and a
+GIL release and re-acquire, and with the two directions on two threads they queue for the GIL behind each other
+(measured: benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
 maintenance mode (torch 2.x warns that it is deprecated); where it is missing or fails, :func:`compiled` returns
-None and the same function runs from Python. The float32 engines run it from Python (as measured fastest).
+None and the same function runs from Python. The MKL float32 engine runs it from Python (as measured fastest).
 
 :func:`cell_update` and :func:`retire_ended_rows` are the inference path's one copy of each (the reference path,
 :meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, :func:`..lstm.cell_step`, which
@@ -92,7 +92,7 @@ class StepWeight(NamedTuple):
     """One direction's weight of one step product, in the forms its engine holds; the first that serves runs.
 
     ``int8``: packed params (the weight's one int8 copy), quantizing activations to 7 bits where
-    ``int8_reduce_range`` (:mod:`..cpu_support`). ``onednn`` (bf16) or ``mkl`` (float32): a pack for products of
+    ``int8_reduce_range`` (:mod:`..cpu_support`). ``onednn`` (bf16, float32) or ``mkl``: a pack for products of
     ``min_rows``..``max_rows`` rows (its family's cost model). ``dense``: the ``(in, out)`` matrix, for every other
     product.
     """
@@ -133,7 +133,7 @@ def _packed(rows: torch.Tensor, weight: StepWeight, n: int) -> Optional[torch.Te
     if int8 is not None:
         return torch.ops.quantized.linear_dynamic(rows.contiguous(), int8, weight.int8_reduce_range)
     onednn = weight.onednn
-    if onednn is not None and n <= weight.max_rows:
+    if onednn is not None and weight.min_rows <= n and n <= weight.max_rows:
         no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
         return torch.ops.mkldnn._linear_pointwise(rows, onednn, None, "none", no_scalars, "")
     mkl = weight.mkl
@@ -262,8 +262,8 @@ class LayerSteps:
         projection: StepProduct,
         precision: Optional[str] = None,
     ) -> None:
-        """``precision`` (``"int8"`` | ``"bfloat16"``): the loop runs compiled (:func:`compiled`) for it, one call per
-        direction on its 2-D tensors; None: from Python, the D directions interleaved."""
+        """``precision`` (``"int8"`` | ``"bfloat16"`` | ``"float32"``): the loop runs compiled (:func:`compiled`) for
+        it, one call per direction on its 2-D tensors; None: from Python, the D directions interleaved."""
         self.spec, self.input_projection = spec, input_projection
         self.state, self.projection, self.precision = state, projection, precision
         self.c, self.h_prev = spec.c, spec.h0
