@@ -503,11 +503,14 @@ def embed(
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .output.checks import check_output_path, read_scheduler
+    from .runtime.validation import check_dtype, positive_int
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(input_file)
         check_output_path(output_file)
+        check_dtype(dtype)
+        positive_int(batch_size, "batch_size")
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         if scheduler is not None:

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
-import torch
 
-from ..sources.pinned_model import PRECISION_NAMES
-from ..sources.pinned_model import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
+from ..sources.bundled_versions import PRECISION_NAMES
+from ..sources.bundled_versions import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
+
+if TYPE_CHECKING:
+    import torch
+# torch is imported where a check needs it, not here: the CLI checks its arguments (a precision's name, a count)
+# through this module before anything imports torch (docs/cli.md)
 
 AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
 DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
@@ -27,7 +31,11 @@ DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
 def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
     """The name in :data:`VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in :data:`PRECISION_NAMES`) gives on
     ``device``."""
-    if dtype in ("bfloat16", "float16") and torch.device(device).type == "cuda":
+    if dtype not in ("bfloat16", "float16"):
+        return dtype
+    import torch
+
+    if torch.device(device).type == "cuda":
         return f"{dtype}-cuda"
     return dtype
 
@@ -66,10 +74,12 @@ def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
     "half" or "bf16" and ``torch`` dtypes by their name); else ``ValueError`` listing them."""
     if dtype is None:
         return "float32"
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).replace("torch.", "")
+    if isinstance(dtype, str):
+        name = _DTYPE_ALIASES.get(dtype, dtype)
     else:
-        name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+        import torch
+
+        name = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) else str(dtype)
     if name not in DTYPE_NAMES:
         raise ValueError(f"dtype must be one of {DTYPE_NAMES}, not {dtype!r}")
     return name
@@ -77,6 +87,8 @@ def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
 
 def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
     """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
+    import torch
+
     try:
         resolved = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as err:

@@ -22,6 +22,11 @@ from typing import Optional
 MODELS_DIR = Path(__file__).parents[1] / "models"
 DEFAULT_NAME = "default"  # the name of whichever bundled version is the default
 DEFAULT_DIR = MODELS_DIR / DEFAULT_NAME  # the folder of whichever bundled version is the default
+PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
+# the names vectors are identified by (cache keys, saved pipelines, precision_fingerprint): float32 is one on every
+# device (CPU and CUDA agree to float32 rounding), while bfloat16 and float16 on a GPU run other kernels than on a
+# CPU (other sums and roundings, far beyond float32's), so their vectors get names of their own
+VECTOR_PRECISIONS = (*PRECISION_NAMES, "bfloat16-cuda", "float16-cuda")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from .bundled_versions import (
     DEFAULT_NAME,
     DEFAULT_VERSION,
     UNRECORDED_VERSION,
+    VECTOR_PRECISIONS,
     VERSIONS,
     bundled_version,
     precision_fingerprint,
@@ -28,12 +29,6 @@ from .bundled_versions import (
 from .model_files import bundled_name
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
-
-PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
-# the names vectors are identified by (cache keys, saved pipelines): float32 is one on every device (CPU and CUDA
-# agree to float32 rounding), while bfloat16 and float16 on a GPU run other kernels than on a CPU (other sums and
-# roundings, far beyond float32's), so their vectors get names of their own
-VECTOR_PRECISIONS = (*PRECISION_NAMES, "bfloat16-cuda", "float16-cuda")
 
 
 @dataclass(frozen=True)
