@@ -6,10 +6,10 @@ has checked its arguments) does not import torch, spaCy or scikit-learn.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .about import __version__
+from .bilm.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .bilm.weights import WeightFileError
@@ -41,15 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (then kept as this module's attribute)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
