@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
@@ -34,6 +35,18 @@ def perplexity(mean_nll: float) -> float:
         return math.inf
 
 
+@dataclass(frozen=True)
+class TextBatches:
+    """How evaluation reads text into batches: the words per batch (``token_budget``), the longest sentence kept
+    whole (``max_length``), the characters' id cache and the width tokens' characters are cut to
+    (``crop_width``; None: the model's widest filter)."""
+
+    token_budget: int = 4096
+    max_length: int = 100
+    char_cache: Optional[CharCache] = None
+    crop_width: Optional[int] = None
+
+
 def perplexity_on(
     model,
     vocab: Vocabulary,
@@ -50,7 +63,8 @@ def perplexity_on(
     :func:`counted_ids` says.
     """
     counted = None if counted_words is None else counted_ids(vocab, counted_words)
-    sums = nll_sums(model, vocab, sources, token_budget, max_length, char_cache, crop_width, counted=counted)
+    batches = TextBatches(token_budget, max_length, char_cache, crop_width)
+    sums = nll_sums(model, vocab, sources, batches, counted=counted)
     return perplexities(sums)
 
 
@@ -71,10 +85,7 @@ def nll_sums(
     model,
     vocab: Vocabulary,
     sources: Sequence[Source],
-    token_budget: int = 4096,
-    max_length: int = 100,
-    char_cache: Optional[CharCache] = None,
-    crop_width: Optional[int] = None,
+    batches: TextBatches = TextBatches(),
     part: tuple[int, int] = (0, 1),
     counted: Optional[torch.Tensor] = None,
 ) -> dict[str, float]:
@@ -87,15 +98,16 @@ def nll_sums(
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    crop_width = batches.crop_width
     if crop_width is None:
         crop_width = max(w for w, _ in model.options.filters)
     nll_f = nll_b = 0.0
     n = 0
     words = sentences = 0
     with torch.inference_mode(), exact_float32(device):  # no TF32 on a GPU (bilm/exact.py)
-        batches = bucket_batches(ordered_sentences(sources, max_length), token_budget)
-        for batch_sentences in itertools.islice(batches, index, None, parts):
-            batch = tensorize(batch_sentences, vocab, char_cache, crop_width).to(device)
+        bucketed = bucket_batches(ordered_sentences(sources, batches.max_length), batches.token_budget)
+        for batch_sentences in itertools.islice(bucketed, index, None, parts):
+            batch = tensorize(batch_sentences, vocab, batches.char_cache, crop_width).to(device)
             extra = {} if counted is None else {"counted": counted.to(device)}
             f, b, count = model(batch.chars, batch.token_index, batch.word_ids, batch.lengths, **extra)
             nll_f += float(f)

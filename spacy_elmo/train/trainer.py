@@ -44,7 +44,7 @@ from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words,
 from .config import TrainConfig, check_config
 from .corpus import PathLike, Source, has_tokens
 from .distributed import SINGLE, World, training_device, weights_digest
-from .evaluation import nll_sums, perplexities, perplexity
+from .evaluation import TextBatches, nll_sums, perplexities, perplexity
 from .folder_lock import claim_folder, hold_claim_while, release_claim_on_error
 from .init_from import load_initial_model, previous_training
 from .model_card import write_model_card
@@ -475,10 +475,7 @@ class Trainer:
                 self.model,
                 self.vocab,
                 self.valid_sources,
-                self.config.token_budget,
-                self.config.max_length,
-                self.char_cache,
-                self.crop_width,
+                TextBatches(self.config.token_budget, self.config.max_length, self.char_cache, self.crop_width),
                 part,
             )
             keys = sorted(sums)
