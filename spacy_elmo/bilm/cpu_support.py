@@ -21,9 +21,11 @@ x86 CPUs differ in what their int8 and bfloat16 kernels do, not only in how fast
   ``ONEDNN_MAX_CPU_ISA``) decides.
 - **float16** on CPU is native only with AVX-512 FP16 / AMX-FP16 (``_is_mkldnn_fp16_supported``).
 - **float32** products have two exact kernel families on x86 builds: MKL's GEMM and oneDNN's pre-packed
-  products. Which is faster depends on the CPU (measured on AMD EPYC Zen 4: oneDNN's, up to 2x at the
-  biLM's shapes; benchmarks/RESULTS.md), so :func:`float32_kernels` times both once per process on one
-  product of the biLM's kind (a step's state product at batch 32) and checks oneDNN's result against float64;
+  products. Which is faster depends on the CPU's maker: on AMD EPYC (Zen 4, Zen 5, and with every library
+  capped to AVX2 as on Zen 3) oneDNN's are up to 2-4x MKL's at the biLM's shapes, while on Intel MKL is at
+  home (benchmarks/RESULTS.md). :func:`float32_kernels` decides from the CPU's vendor, so every process on a
+  machine takes the same kernels (a resumed training run repeats the bits of an uninterrupted one), after a
+  probe that oneDNN's products are exact to float32 here;
   ``SPACY_ELMO_FLOAT32_KERNELS=onednn|mkl|auto`` forces either (for debugging and A/B measurements).
 
 :func:`slow_precision_reason` says why a requested precision would run emulated (the backend warns
@@ -56,8 +58,9 @@ INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its p
 INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products: faster than oneDNN for 1-4 rows (batch 1), one int8 copy
 FLOAT32_KERNELS_ENV = "SPACY_ELMO_FLOAT32_KERNELS"  # onednn | mkl | auto (the default)
 FLOAT32_KERNEL_CHOICES = ("onednn", "mkl", "auto")
-ONEDNN_MIN_GAIN = 1.15  # oneDNN is chosen where it is at least this much faster on the timing probe
-_TIMING_SHAPE = (32, 512, 2048)  # rows, in, out of the float32 timing probe: a state product's kind, 64 MFLOP
+# CPU vendors whose float32 products run faster on oneDNN's pre-packed kernels than on MKL's GEMM (measured:
+# benchmarks/RESULTS.md, "float32 through oneDNN"); elsewhere (Intel, unknown) MKL's, as before
+ONEDNN_FLOAT32_VENDORS = ("AuthenticAMD",)
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 
 
@@ -81,6 +84,21 @@ class Int8Kernels:
 
     many_rows: Int8Kernel
     few_rows: Int8Kernel
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``"AuthenticAMD"``, ``"GenuineIntel"``), from ``/proc/cpuinfo`` on Linux or
+    ``platform.processor()`` elsewhere (Windows names it there); ``""`` where neither says."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    described = platform.processor()
+    return next((vendor for vendor in ("AuthenticAMD", "GenuineIntel") if vendor in described), "")
 
 
 @functools.cache
@@ -177,13 +195,11 @@ def float32_kernels_forced() -> Optional[str]:
 @functools.cache
 def float32_kernels() -> str:
     """Which float32 products the float32 engine runs in this process: ``"onednn"`` (oneDNN's pre-packed kernels)
-    or ``"mkl"`` (MKL's GEMM and its packs). Decided once per process, never per product.
+    or ``"mkl"`` (MKL's GEMM and its packs). Decided once per process, never per product, and alike in every
+    process on one machine.
 
-    Forced by ``SPACY_ELMO_FLOAT32_KERNELS``; else oneDNN where its pre-packed product is exact to float32 on a
-    probe (against float64) and at least :data:`ONEDNN_MIN_GAIN` times as fast as MKL's on one product of the
-    biLM's kind (:data:`_TIMING_SHAPE`, the two timed alternately, the best of several rounds: load only adds
-    time; tens of milliseconds once, at load). Both kernels follow
-    the instruction-set caps (``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``) because the probe runs them.
+    Forced by ``SPACY_ELMO_FLOAT32_KERNELS``; else oneDNN on the CPUs of :data:`ONEDNN_FLOAT32_VENDORS` where its
+    pre-packed products are exact to float32 (:func:`onednn_float32_available`), MKL's elsewhere.
     """
     forced = float32_kernels_forced()
     if forced == "onednn" and not onednn_float32_available():
@@ -191,18 +207,9 @@ def float32_kernels() -> str:
         return "mkl"
     if forced is not None:
         return forced
-    if not onednn_float32_available():
-        return "mkl"
-    mkl_seconds, onednn_seconds = _float32_timings()
-    choice = "onednn" if onednn_seconds * ONEDNN_MIN_GAIN <= mkl_seconds else "mkl"
-    logger.debug(
-        "float32 kernels: %s (probe %s: MKL %.2f ms, oneDNN %.2f ms)",
-        choice,
-        "x".join(map(str, _TIMING_SHAPE)),
-        mkl_seconds * 1e3,
-        onednn_seconds * 1e3,
-    )
-    return choice
+    if cpu_vendor() in ONEDNN_FLOAT32_VENDORS and onednn_float32_available():
+        return "onednn"
+    return "mkl"
 
 
 @functools.cache
@@ -228,39 +235,6 @@ def onednn_float32_available() -> bool:
     except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
         return False
     return True
-
-
-def _float32_timings() -> tuple[float, float]:
-    """Best seconds of one :data:`_TIMING_SHAPE` product: MKL's (plain or packed, the faster) and oneDNN's."""
-    import time
-
-    from .exact import exact_float32
-
-    rows, width, out = _TIMING_SHAPE
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(out, width, generator=generator)
-    x = torch.randn(rows, width, generator=generator)
-    with exact_float32("cpu"), torch.inference_mode():
-        onednn_pack = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        try:
-            mkl_pack: Optional[torch.Tensor] = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
-        except (AttributeError, RuntimeError):
-            mkl_pack = None
-        runs = {
-            "plain": lambda: torch.nn.functional.linear(x, weight),
-            "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, onednn_pack, None, "none", [], ""),
-        }
-        if mkl_pack is not None:
-            runs["mkl"] = lambda: torch.ops.mkl._mkl_linear(x, mkl_pack, weight, None, rows)
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for repeat in range(21):
-            for name, run in runs.items():  # alternately, so that a busy moment costs both
-                start = time.perf_counter()
-                run()
-                if repeat:  # the first round warms up
-                    times[name].append(time.perf_counter() - start)
-    best = {name: min(t) for name, t in times.items()}
-    return min(best["plain"], best.get("mkl", best["plain"])), best["onednn"]
 
 
 def int8_engines() -> tuple[str, ...]:
@@ -405,6 +379,7 @@ def summary() -> dict[str, object]:
     """What this process runs natively, for ``spacy-elmo info`` and bug reports."""
     kernels = int8_kernels()
     return {
+        "cpu vendor": cpu_vendor() or "unknown",
         "cpu flags": isa_flags(),
         "aten capability": aten_capability(),
         "int8": "unavailable"

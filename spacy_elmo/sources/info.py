@@ -43,7 +43,8 @@ def describe(options_path: Path, weights_path: Path) -> str:
     ]
     support = cpu_support.summary()
     lines.append(
-        f"this machine: {support['cpu flags']} (ATen {support['aten capability']}); int8 {support['int8']}; "
+        f"this machine: {support['cpu vendor']} {support['cpu flags']} (ATen {support['aten capability']}); "
+        f"float32 kernels {support['float32 kernels']}; int8 {support['int8']}; "
         f"bfloat16 {support['bfloat16']}; float16 {support['float16']}; dtype='auto' -> {support['auto (cpu)']}"
     )
     metrics_path = directory / METRICS

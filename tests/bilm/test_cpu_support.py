@@ -307,11 +307,11 @@ def fresh_float32_choice(monkeypatch):
 
 
 def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeypatch):
-    """SPACY_ELMO_FLOAT32_KERNELS=mkl|onednn decides without timing; the float32 target gets that engine; any other
+    """SPACY_ELMO_FLOAT32_KERNELS=mkl|onednn decides whatever the CPU's vendor; the float32 target gets that engine; any other
     value is refused in one line naming the variable and its values."""
     from spacy_elmo.bilm import engine
 
-    monkeypatch.setattr(cpu_support, "_float32_timings", lambda: pytest.fail("forced: nothing to time"))
+    monkeypatch.setattr(cpu_support, "cpu_vendor", lambda: pytest.fail("forced: the vendor is not asked"))
     target = engine.Target(torch.device("cpu"), torch.float32, False)
     expected = {"mkl": engine.MklEngine, "onednn": engine.Float32Engine}
     for value in ("mkl", "onednn", " ONEDNN "):
@@ -328,29 +328,41 @@ def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeyp
         cpu_support.float32_kernels()
 
 
-def test_float32_kernels_auto_follows_the_timing_probe_once(fresh_float32_choice, monkeypatch):
-    """auto: oneDNN where its probe product is at least ONEDNN_MIN_GAIN times as fast as MKL's, else MKL; timed once
-    per process (every later ask is the cached answer)."""
+def test_float32_kernels_auto_follows_the_cpu_vendor_once(fresh_float32_choice, monkeypatch):
+    """auto: oneDNN's kernels on AMD CPUs (where they were measured faster than MKL's), MKL's on Intel and on a CPU
+    that names no vendor; asked once per process (every later ask is the cached answer)."""
     if not cpu_support.onednn_float32_available():
         pytest.skip("this torch has no exact oneDNN float32 products")
     monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "auto")
-    timed = []
-    for mkl_seconds, onednn_seconds, expected in ((2.0, 1.0, "onednn"), (1.1, 1.0, "mkl"), (1.0, 2.0, "mkl")):
+    asked = []
+    for vendor, expected in (("AuthenticAMD", "onednn"), ("GenuineIntel", "mkl"), ("", "mkl")):
 
-        def timings(mkl_seconds=mkl_seconds, onednn_seconds=onednn_seconds):
-            timed.append(1)
-            return mkl_seconds, onednn_seconds
+        def named(vendor=vendor):
+            asked.append(vendor)
+            return vendor
 
-        monkeypatch.setattr(cpu_support, "_float32_timings", timings)
+        monkeypatch.setattr(cpu_support, "cpu_vendor", named)
         cpu_support.float32_kernels.cache_clear()
         assert [cpu_support.float32_kernels() for _ in range(3)] == [expected] * 3
-    assert len(timed) == 3
+    assert asked == ["AuthenticAMD", "GenuineIntel", ""]
 
 
-def test_float32_timing_probe_runs_the_real_kernels():
-    """The probe times real products (positive, finite seconds) and oneDNN's float32 is exact to float32 here."""
-    if not cpu_support.onednn_float32_available():
-        pytest.skip("this torch has no exact oneDNN float32 products")
-    mkl_seconds, onednn_seconds = cpu_support._float32_timings()
-    assert 0 < mkl_seconds < 1 and 0 < onednn_seconds < 1
+def test_float32_kernels_need_exact_onednn_products(fresh_float32_choice, monkeypatch):
+    """An AMD CPU whose torch has no exact oneDNN float32 products keeps MKL's."""
+    monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "auto")
+    monkeypatch.setattr(cpu_support, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(cpu_support, "onednn_float32_available", lambda: False)
+    assert cpu_support.float32_kernels() == "mkl"
+
+
+def test_cpu_vendor_is_what_the_machine_reports():
+    """The vendor is /proc/cpuinfo's vendor_id where Linux has one (x86), and info shows it."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    reported = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), None)
+    if reported is not None:
+        assert cpu_support.cpu_vendor() == reported
+    assert cpu_support.summary()["cpu vendor"] == (cpu_support.cpu_vendor() or "unknown")
     assert cpu_support.summary()["float32 kernels"] in ("onednn", "mkl")

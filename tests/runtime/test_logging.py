@@ -66,7 +66,7 @@ def _expected_float32_kernels() -> str:
     from spacy_elmo.bilm import cpu_support
     from spacy_elmo.bilm.engine import step_loop
 
-    if cpu_support.float32_kernels() == "onednn":  # timed once per process, or forced by SPACY_ELMO_FLOAT32_KERNELS
+    if cpu_support.float32_kernels() == "onednn":  # by the CPU's vendor, or forced by SPACY_ELMO_FLOAT32_KERNELS
         return (
             "kernels: onednn-float32 engine, float32 precision, oneDNN pre-packed products of up to 512 rows, "
             f"MKL's GEMM for more, {step_loop.loop_kind()} LSTM time loop"

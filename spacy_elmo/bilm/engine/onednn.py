@@ -7,7 +7,7 @@ ops torch's own CPU inductor uses) pack once, into one copy per weight. Two engi
 - :class:`Bf16Engine`: bfloat16 where oneDNN has native bf16 kernels (:func:`..cpu_support.bf16_native`;
   elsewhere the plain engine serves bf16, emulated: the backend warns); the steps in the compiled loop.
 - :class:`Float32Engine`: float32 where oneDNN's exact float32 products beat MKL's on this CPU
-  (:func:`..cpu_support.float32_kernels`, decided once per process; ``SPACY_ELMO_FLOAT32_KERNELS`` forces it);
+  (:func:`..cpu_support.float32_kernels`: by the CPU's vendor; ``SPACY_ELMO_FLOAT32_KERNELS`` forces it);
   elsewhere :class:`~.mkl.MklEngine` serves float32. Its packs replace MKL's: one pack per weight. Its steps
   run in the compiled loop too (full float32: the same ops as from Python, without the interpreter).
 
