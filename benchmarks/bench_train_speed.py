@@ -7,12 +7,12 @@ Extracts the baseline commit (``git archive``, into a temporary directory) and r
 (``PYTHONPATH`` set to it) with otherwise default flags: the default (bundled) architecture,
 4,096-token batches, ``--precision auto`` and ``--processes auto`` where the code has them
 (``--processes N`` and ``--precision P`` here pass those to the new tree only: with ``--baseline HEAD``
-they compare a choice with the default's on this CPU). The two alternate, the order
-flipping every round, so that a machine shared with other work loads both alike. Each run's
-speed is its own ``metrics.json``: ``words_seen / train_seconds`` (the optimizer steps' time;
-reading and batching the text are not in it). Prints every run, then the best and the median of
-new / baseline, the CPU and the precision each tree chose. Cap the CPU (``ONEDNN_MAX_CPU_ISA=AVX2``
-and the like) in the environment to measure another ISA level.
+they compare a choice with the default's on this CPU; ``--baseline-precision P`` passes one to the
+baseline). The two alternate, the order flipping every round, so that a machine shared with other
+work loads both alike. Each run's speed is its own ``metrics.json``: ``words_seen / train_seconds``
+(the optimizer steps' time; reading and batching the text are not in it). Prints every run, then
+the best and the median of new / baseline, the CPU and the precision each tree chose. Cap the CPU
+(``ONEDNN_MAX_CPU_ISA=AVX2`` and the like) in the environment to measure another ISA level.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="--threads of every run (default: torch's)")
     parser.add_argument("--processes", default=None, help="--processes of the new tree's runs (default: its auto)")
     parser.add_argument("--precision", default=None, help="--precision of the new tree's runs (default: its auto)")
+    parser.add_argument(
+        "--baseline-precision", default=None, help="--precision of the baseline's runs (default: its auto)"
+    )
     args = parser.parse_args(argv)
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"CPU: {cpu_description()}")
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     out,
                     args.threads,
                     args.processes if new else None,
-                    args.precision if new else None,
+                    args.precision if new else args.baseline_precision,
                 )
                 runs[name].append(run)
                 print(

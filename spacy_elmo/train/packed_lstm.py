@@ -27,6 +27,11 @@ as the forward loop runs) and the gates sit in another order with g's weights do
   needs (each gate's derivative, o (1 - tanh(c)^2), f): the backward loop is then a few products
   per step, and every weight gradient is one GEMM over all steps.
 
+- float32 on a CPU whose float32 products run on oneDNN's pre-packed kernels
+  (:func:`spacy_elmo.bilm.cpu_support.float32_kernels`: AMD CPUs, one choice per machine): the two per-step products by a
+  big weight (the gates' forward, the state gradient's backward) go through oneDNN packs made once per call (the
+  weights change once per optimizer step) and reused at every step; the products over all steps stay MKL's.
+
 A training step is bound by memory traffic more than by arithmetic on a 2-core machine, so the
 loops work on small per-step tensors and write each step's record once.
 
@@ -47,6 +52,8 @@ from typing import Any, Optional
 
 import torch
 
+from ..bilm import cpu_support
+from ..bilm.engine import onednn
 from .padded_rows import row_rounding
 
 
@@ -118,6 +125,19 @@ def _float_view(storage: torch.Tensor, step: slice) -> tuple[torch.Tensor, bool]
     return slab.new_empty(slab.shape, dtype=torch.float32), True
 
 
+def _step_packs(out_in: torch.Tensor, like: torch.Tensor, compute_dtype: torch.dtype) -> Optional[list[torch.Tensor]]:
+    """oneDNN packs of each direction's ``(out, in)`` weight in ``out_in`` for the per-step products, where float32
+    runs on oneDNN's pre-packed kernels in this process (:func:`~spacy_elmo.bilm.cpu_support.float32_kernels`);
+    None where those products stay torch's ``bmm`` (MKL's GEMM): bfloat16, another device, MKL chosen, a weight
+    below the engines' :data:`~spacy_elmo.bilm.engine.onednn.MIN_ELEMENTS`, or a torch that cannot pack."""
+    if compute_dtype != torch.float32 or like.device.type != "cpu":
+        return None
+    if out_in[0].numel() < onednn.MIN_ELEMENTS or cpu_support.float32_kernels() != "onednn":
+        return None
+    packs = [onednn.make_pack(weight) for weight in out_in]
+    return None if any(pack is None for pack in packs) else packs  # type: ignore[return-value]
+
+
 def _forward(
     ctx: Any,
     x: torch.Tensor,
@@ -142,6 +162,10 @@ def _forward(
     weights_t = weights.transpose(1, 2)
     w_hr_c = w_hr.to(compute_dtype)
     w_hr_t = w_hr_c.transpose(1, 2)
+    # oneDNN packs of the two per-step products it runs faster (one pack per weight per call: the weights change
+    # once per optimizer step): the gates' [w_ih | w_hh | bias] forward, w_hh's transposed use backward
+    gate_packs = _step_packs(weights, x, compute_dtype)
+    state_packs = _step_packs(weights[..., width_in : width_in + proj].transpose(1, 2), x, compute_dtype)
     # each step's product reads [its input | the state it starts from | 1, 0, ...]
     inputs = x.new_zeros(directions, slots, width_in + proj + BIAS_COLUMNS, dtype=compute_dtype)
     inputs[:, :rows, :width_in] = x
@@ -154,7 +178,10 @@ def _forward(
     start = 0
     for index, n in enumerate(batch_sizes):
         step = slice(start, start + n)
-        gates = torch.bmm(inputs[:, start : start + pad(n)], weights_t)[:, :n].float().sigmoid_()
+        if gate_packs is None:
+            gates = torch.bmm(inputs[:, start : start + pad(n)], weights_t)[:, :n].float().sigmoid_()
+        else:
+            gates = torch.stack([onednn.linear(inputs[d, step], pack) for d, pack in enumerate(gate_packs)]).sigmoid_()
         sig = gates[..., : 3 * cell]
         g = _tanh_from_sigmoid_(gates[..., 3 * cell :])  # tanh of g's pre-activation (its weights are doubled)
         o, i, f = sig[..., :cell], sig[..., cell : 2 * cell], sig[..., 2 * cell :]
@@ -186,6 +213,7 @@ def _forward(
         c = c_new
         start += n
     ctx.batch_sizes = list(batch_sizes)
+    ctx.state_packs = state_packs
     ctx.shape = (rows, width_in, cell, proj)
     ctx.save_for_backward(inputs, records, projected, weights, w_hr_c)
     return out
@@ -197,7 +225,9 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
     rows, width_in, cell, proj = ctx.shape
     batch_sizes: list[int] = ctx.batch_sizes
     directions, slots, _ = inputs.shape
-    w_hh_c = weights[..., width_in : width_in + proj].contiguous()  # a strided operand costs each step's product a copy
+    state_packs: Optional[list[torch.Tensor]] = ctx.state_packs
+    # a strided operand costs each step's product a copy
+    w_hh_c = weights[..., width_in : width_in + proj].contiguous() if state_packs is None else None
     grad_gates = inputs.new_empty(directions, slots, 4 * cell)
     grad_gates[:, rows:].zero_()
     grad_h_all = inputs.new_zeros(directions, slots, proj)
@@ -223,7 +253,11 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
             grad_gates[:, step] = grad
         if index > 0:
             torch.mul(grad_c, record[..., 5 * cell :], out=grad_c_next[:, :n])
-            grad_h_next[:, :n] = torch.bmm(grad_gates[:, start : start + pad(n)], w_hh_c)[:, :n]
+            if w_hh_c is not None:
+                grad_h_next[:, :n] = torch.bmm(grad_gates[:, start : start + pad(n)], w_hh_c)[:, :n]
+            else:
+                for d, pack in enumerate(state_packs or ()):
+                    grad_h_next[d, :n] = onednn.linear(grad_gates[d, step], pack)
     # the input's gradient and every weight gradient: one product over all steps (rows past the data are zeros)
     grad_x = torch.bmm(grad_gates, weights[..., :width_in])[:, :rows].float()
     grad_w = torch.bmm(grad_gates.transpose(1, 2), inputs).float()

@@ -4,6 +4,8 @@ import pytest
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
+from spacy_elmo.bilm import cpu_support
+from spacy_elmo.bilm.engine import onednn
 from spacy_elmo.bilm.lstm import run_directions
 from spacy_elmo.train.network import FusedBiLSTM
 from spacy_elmo.train.packed_lstm import packed_bilstm_layer
@@ -151,3 +153,46 @@ def test_each_step_is_the_reference_cell_arithmetic(compute_dtype):
             atol=2e-5 if compute_dtype == torch.float32 else 0.05,
             rtol=1e-4 if compute_dtype == torch.float32 else 0.02,
         )
+
+
+_ONEDNN_LINEAR = onednn.linear
+
+
+def _layer_results(monkeypatch, kernels: str, calls: list[int]):
+    """Output and every gradient of one layer at the default architecture's widths (its state products are big
+    enough for oneDNN packs), with ``kernels`` as the process's float32 choice; ``calls`` counts oneDNN products."""
+    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: kernels)
+
+    def counted(*args):
+        calls.append(1)
+        return _ONEDNN_LINEAR(*args)
+
+    monkeypatch.setattr(onednn, "linear", counted)
+    torch.manual_seed(5)
+    cell, proj, width, lengths = 512, 128, 128, [6, 4, 4, 1]
+    batch_sizes = [sum(1 for n in lengths if n > t) for t in range(max(lengths))]
+    x = torch.randn(2, sum(lengths), width, requires_grad=True)
+    w_ih = (torch.randn(2, 4 * cell, width) * 0.1).requires_grad_()
+    w_hh = (torch.randn(2, 4 * cell, proj) * 0.1).requires_grad_()
+    bias = (torch.randn(2, 4 * cell) * 0.1).requires_grad_()
+    w_hr = (torch.randn(2, proj, cell) * 0.1).requires_grad_()
+    out = packed_bilstm_layer(x, w_ih, w_hh, bias, w_hr, batch_sizes)
+    upstream = torch.randn_like(out)
+    return [out.detach(), *torch.autograd.grad((out * upstream).sum(), [x, w_ih, w_hh, bias, w_hr])]
+
+
+@pytest.mark.skipif(not cpu_support.onednn_float32_available(), reason="this torch has no oneDNN float32 packs")
+def test_onednn_step_products_agree_with_mkl_and_repeat_bit_for_bit(monkeypatch):
+    """Where the process's float32 choice is oneDNN, the per-step state products (forward and backward) run on its
+    packs: float32 rounding away from MKL's bmm, and the same bits on a rerun (resumed training repeats itself)."""
+    with monkeypatch.context() as patch:
+        mkl_calls: list[int] = []
+        expected = _layer_results(patch, "mkl", mkl_calls)
+    onednn_calls: list[int] = []
+    actual = _layer_results(monkeypatch, "onednn", onednn_calls)
+    again = _layer_results(monkeypatch, "onednn", [])
+    assert not mkl_calls
+    assert len(onednn_calls) == 2 * (6 + 5)  # both directions: 6 steps forward, 5 backward (none before the first)
+    for got, want, repeat in zip(actual, expected, again):
+        assert_recomputed_close(got, want)
+        assert torch.equal(got, repeat)
