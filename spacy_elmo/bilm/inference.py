@@ -230,8 +230,7 @@ def _run_layer(
     for first_step, stop in _chunks(layout, max(1, engine.gate_chunk_elements // (4 * c_dim))):
         start_row = layout.step_offsets[first_step]
         end_row = layout.step_offsets[stop - 1] + layout.step_sizes[stop - 1]
-        gx = x.new_empty(len(cells), end_row - start_row, 4 * c_dim)
-        steps.project_inputs(x[:, start_row:end_row], gx)
+        gx = steps.project_inputs(x[:, start_row:end_row])
         steps.run(gx, out, last_c, layout.step_sizes[first_step:stop], layout.step_offsets[first_step:stop], start_row)
     steps.finish(last_c)
     return out, last_c

@@ -221,9 +221,8 @@ class Int8Engine(PlainEngine):
         inputs, states, projections = ([p for p in column if p is not None] for column in zip(*packs))
         bias = [cell.bias + cell.forget_offset for cell in cells]
 
-        def input_projection(rows: torch.Tensor, out: torch.Tensor) -> None:
-            for d, pack in enumerate(inputs):
-                out[d].copy_(pack.multiply(rows[d], bias[d]))
+        def input_projection(rows: torch.Tensor) -> list[torch.Tensor]:  # each direction's own product, no copy
+            return [pack.multiply(rows[d], bias[d]) for d, pack in enumerate(inputs)]
 
         state = StepProduct([p.step_weight() for p in states])
         projection = StepProduct([p.step_weight() for p in projections])

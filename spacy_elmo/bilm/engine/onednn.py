@@ -80,13 +80,13 @@ class OneDnnEngine(PlainEngine):
             return super().layer_steps(spec)
         bias = [cell.bias + cell.forget_offset for cell in cells]
 
-        def input_projection(rows: torch.Tensor, out: torch.Tensor) -> None:
-            for d, cell in enumerate(cells):
-                pack = self.pack(cell, "input_weight", cell.input_weight.t()) if rows.shape[1] <= most else None
-                if pack is None:
-                    torch.addmm(bias[d], rows[d], cell.input_weight, out=out[d])
-                else:
-                    out[d].copy_(linear(rows[d], pack, bias[d]))
+        def input_projection(rows: torch.Tensor) -> list[torch.Tensor]:  # each direction's own product, no copy
+            fits = rows.shape[1] <= most
+            packs = [self.pack(cell, "input_weight", cell.input_weight.t()) if fits else None for cell in cells]
+            return [
+                torch.addmm(bias[d], rows[d], cell.input_weight) if pack is None else linear(rows[d], pack, bias[d])
+                for d, (cell, pack) in enumerate(zip(cells, packs))
+            ]
 
         projections = [self.pack(cell, "projection", cell.projection.t()) for cell in cells]
         fewest = self.state_min_rows

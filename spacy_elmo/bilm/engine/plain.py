@@ -57,13 +57,15 @@ class PlainEngine(Engine):
         )
         projection = StepProduct([StepWeight(w) for w in projections], torch.stack(projections) if small else None)
 
-        def input_projection(rows: torch.Tensor, out: torch.Tensor) -> None:
+        def input_projection(rows: torch.Tensor) -> torch.Tensor:
+            out = rows.new_empty(len(inputs), rows.shape[1], inputs[0].shape[1])
             packs = self.input_packs(cells, rows.shape[1])
             for d, weight in enumerate(inputs):
                 if packs is not None:
                     out[d] = self.packed_product(rows[d], weight.t(), bias[d], packs[d])
                 else:
                     torch.addmm(bias[d], rows[d], weight, out=out[d])
+            return out
 
         return LayerSteps(spec, input_projection, state, projection)
 

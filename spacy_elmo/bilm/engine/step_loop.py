@@ -40,8 +40,10 @@ _lock = ForkSafeLock()
 _LOOP = "lstm_steps"
 _compiled: dict[str, Optional[Callable[..., Any]]] = {}
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
-# input_projection(rows (D, N, in), out (D, N, 4 * cell)): out[d] = rows[d] @ input_weight[d] + bias[d]
-InputProjection = Callable[[torch.Tensor, torch.Tensor], None]
+# input_projection(rows (D, N, in)) -> gates[d] = rows[d] @ input_weight[d] + bias[d]: one (D, N, 4 * cell) tensor, or
+# one (N, 4 * cell) tensor per direction (the compiled loop's engines: each product's own result, no copy into a buffer)
+Gates = Union[torch.Tensor, list[torch.Tensor]]
+InputProjection = Callable[[torch.Tensor], Gates]
 
 
 def cell_update(
@@ -282,13 +284,14 @@ class LayerSteps:
         """The compiled step loop these steps run, or None (the same loop from Python)."""
         return None if self.precision is None else compiled()
 
-    def project_inputs(self, rows: torch.Tensor, out: torch.Tensor) -> None:
-        """``out[d] = rows[d] @ input_weight[d] + bias[d] + forget offset``: a chunk's input projections."""
-        self.input_projection(rows, out)
+    def project_inputs(self, rows: torch.Tensor) -> Gates:
+        """``rows[d] @ input_weight[d] + bias[d] + forget offset``: a chunk's input projections, per direction
+        (:data:`Gates`; a list only where the loop runs direction by direction)."""
+        return self.input_projection(rows)
 
     def run(
         self,
-        gx: torch.Tensor,
+        gx: Gates,
         out: torch.Tensor,
         last_c: torch.Tensor,
         step_sizes: list[int],
@@ -322,6 +325,7 @@ class LayerSteps:
             )
         if self.directions:
             return
+        assert isinstance(gx, torch.Tensor), "the interleaved loop needs the directions' gates in one tensor"
         self.h_prev, self.c = self.loop(
             gx,
             out,
