@@ -28,9 +28,10 @@ as the forward loop runs) and the gates sit in another order with g's weights do
   per step, and every weight gradient is one GEMM over all steps.
 
 - float32 on a CPU whose float32 products run on oneDNN's pre-packed kernels
-  (:func:`spacy_elmo.bilm.cpu_support.float32_kernels`: AMD CPUs, one choice per machine): the two per-step products by a
-  big weight (the gates' forward, the state gradient's backward) go through oneDNN packs made once per call (the
-  weights change once per optimizer step) and reused at every step; the products over all steps stay MKL's.
+  (:func:`spacy_elmo.bilm.cpu_support.float32_kernels`: AMD CPUs, one choice per machine): the two per-step
+  products by a big weight (the gates' forward, the state gradient's backward) go through oneDNN packs made once
+  per call (the weights change once per optimizer step) and reused at every step; the products over all steps
+  stay MKL's.
 
 A training step is bound by memory traffic more than by arithmetic on a 2-core machine, so the
 loops work on small per-step tensors and write each step's record once.

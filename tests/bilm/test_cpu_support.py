@@ -307,8 +307,8 @@ def fresh_float32_choice(monkeypatch):
 
 
 def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeypatch):
-    """SPACY_ELMO_FLOAT32_KERNELS=mkl|onednn decides whatever the CPU's vendor; the float32 target gets that engine; any other
-    value is refused in one line naming the variable and its values."""
+    """SPACY_ELMO_FLOAT32_KERNELS=mkl|onednn decides whatever the CPU's vendor; the float32 target gets that engine;
+    any other value is refused in one line naming the variable and its values."""
     from spacy_elmo.bilm import engine
 
     monkeypatch.setattr(cpu_support, "cpu_vendor", lambda: pytest.fail("forced: the vendor is not asked"))
