@@ -87,16 +87,22 @@ class Int8Kernels:
 
 
 @functools.cache
-def cpu_vendor() -> str:
-    """The CPU's vendor string (``"AuthenticAMD"``, ``"GenuineIntel"``), from ``/proc/cpuinfo`` on Linux or
-    ``platform.processor()`` elsewhere (Windows names it there); ``""`` where neither says."""
+def _cpuinfo_field(*keys: str) -> Optional[str]:
+    """The value of the first ``/proc/cpuinfo`` line starting with one of ``keys`` (Linux); None elsewhere."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        text = ""
-    for line in text.splitlines():
-        if line.startswith("vendor_id"):
-            return line.split(":", 1)[1].strip()
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(keys)), None)
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``"AuthenticAMD"``, ``"GenuineIntel"``), from ``/proc/cpuinfo`` on Linux or
+    ``platform.processor()`` elsewhere (Windows names it there); ``""`` where neither says."""
+    reported = _cpuinfo_field("vendor_id")
+    if reported is not None:
+        return reported
     described = platform.processor()
     return next((vendor for vendor in ("AuthenticAMD", "GenuineIntel") if vendor in described), "")
 
@@ -104,14 +110,7 @@ def cpu_vendor() -> str:
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux reports them (``/proc/cpuinfo``); empty elsewhere. For messages and reports."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+    return frozenset((_cpuinfo_field("flags", "Features") or "").split())
 
 
 # environment variables that cap the kernels' instruction sets below what the CPU has (CI's second pass sets them)

@@ -163,10 +163,9 @@ def _forward(
     weights_t = weights.transpose(1, 2)
     w_hr_c = w_hr.to(compute_dtype)
     w_hr_t = w_hr_c.transpose(1, 2)
-    # oneDNN packs of the two per-step products it runs faster (one pack per weight per call: the weights change
-    # once per optimizer step): the gates' [w_ih | w_hh | bias] forward, w_hh's transposed use backward
+    # oneDNN packs of the gates' per-step product [w_ih | w_hh | bias] (one pack per weight per call: the weights
+    # change once per optimizer step); the backward makes its own of w_hh, only when a gradient is asked for
     gate_packs = _step_packs(weights, x, compute_dtype)
-    state_packs = _step_packs(weights[..., width_in : width_in + proj].transpose(1, 2), x, compute_dtype)
     # each step's product reads [its input | the state it starts from | 1, 0, ...]
     inputs = x.new_zeros(directions, slots, width_in + proj + BIAS_COLUMNS, dtype=compute_dtype)
     inputs[:, :rows, :width_in] = x
@@ -214,7 +213,6 @@ def _forward(
         c = c_new
         start += n
     ctx.batch_sizes = list(batch_sizes)
-    ctx.state_packs = state_packs
     ctx.shape = (rows, width_in, cell, proj)
     ctx.save_for_backward(inputs, records, projected, weights, w_hr_c)
     return out
@@ -226,7 +224,7 @@ def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor],
     rows, width_in, cell, proj = ctx.shape
     batch_sizes: list[int] = ctx.batch_sizes
     directions, slots, _ = inputs.shape
-    state_packs: Optional[list[torch.Tensor]] = ctx.state_packs
+    state_packs = _step_packs(weights[..., width_in : width_in + proj].transpose(1, 2), inputs, inputs.dtype)
     # a strided operand costs each step's product a copy
     w_hh_c = weights[..., width_in : width_in + proj].contiguous() if state_packs is None else None
     grad_gates = inputs.new_empty(directions, slots, 4 * cell)
