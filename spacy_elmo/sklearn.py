@@ -7,7 +7,6 @@ from typing import Any, Optional, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
-from spacy.tokens import Doc
 
 from .about import __version__
 from .bilm.files import PathLike
@@ -15,6 +14,7 @@ from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
 from .runtime.mix import ALL, LayerMix, layer_weights
 from .runtime.pooling import pooling_parts
+from .runtime.stored_layers import is_doc
 from .runtime.text_rows import EmptyTextWarning, pooled_matrix, sample_kind
 from .runtime.tokenize import TokenizerSpec
 from .runtime.validation import resolve_device
@@ -232,7 +232,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
 def _as_samples(X: Any) -> list[Any]:
     """One column of samples as a list: a list/tuple/iterable, 1-D array, Series, or one-column table."""
-    if X is None or isinstance(X, (str, bytes, Doc, dict)):
+    if X is None or isinstance(X, (str, bytes, dict)) or is_doc(X):
         raise TypeError(
             f"X must be a list-like of texts, token lists or spaCy Docs (one sample per row), "
             f"not a single {type(X).__name__}"

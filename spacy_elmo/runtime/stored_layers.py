@@ -8,15 +8,25 @@ The extensions themselves are registered by ``spacy/extensions.py``.
 
 from __future__ import annotations
 
-from typing import Optional
+import sys
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-from spacy.tokens import Doc
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc
 
 # Plain values (stored in ``doc.user_data``, so DocBin, Doc.to_bytes and n_process keep them).
 LAYERS = "elmo_layers"  # float32 (n_layers + 1, n_tokens, dim): the backend's raw layers, zeros for SPACE tokens
 MODEL = "elmo_model"  # the backend's fingerprint string
 MIX = "elmo_mix"  # {"layers": ..., "gamma": ...}: how the getters mix the layers
+
+
+def is_doc(sample: object) -> bool:
+    """Whether ``sample`` is a spaCy ``Doc``, without importing spaCy (a Doc exists only once ``spacy.tokens`` is
+    imported), so that ``ElmoVectorizer`` on strings or token lists never pays spaCy's import."""
+    tokens = sys.modules.get("spacy.tokens")
+    return tokens is not None and isinstance(sample, tokens.Doc)
 
 
 class StaleLayersError(ValueError):
@@ -39,7 +49,7 @@ def stored_layers(
     onto the wrong tokens, and never silently dropped: a demanding user gets either vectors of
     the doc as it is now or an error naming what to fix.
     """
-    if not Doc.has_extension(LAYERS):
+    if not doc.has_extension(LAYERS):
         return None
     layers = doc._.get(LAYERS)
     if layers is None:
@@ -51,7 +61,7 @@ def stored_layers(
             f"retokenized after the 'elmo' component ran (put 'elmo' after merge_entities & co, or re-run it)"
         )
     if fingerprint is not None:
-        stored_by = doc._.get(MODEL) if Doc.has_extension(MODEL) else None
+        stored_by = doc._.get(MODEL) if doc.has_extension(MODEL) else None
         if stored_by != fingerprint:
             raise StaleLayersError(
                 f"doc._.{LAYERS} came from the model with fingerprint {stored_by}, not this one ({fingerprint}): "

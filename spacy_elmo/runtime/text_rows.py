@@ -17,13 +17,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
-from spacy.tokens import Doc
 from tqdm import tqdm
 
 from .front_settings import FrontSettings
 from .mix import mix_layers, mixed_width
 from .pooling import PoolSink, pool, pooled_dim
-from .stored_layers import fresh_layers
+from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 
@@ -253,7 +252,7 @@ def split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> It
 def _kind(sample: Any) -> Optional[str]:
     if isinstance(sample, str):
         return TEXT
-    if isinstance(sample, Doc):
+    if is_doc(sample):
         return DOC
     if isinstance(sample, (list, tuple)) or (isinstance(sample, np.ndarray) and sample.ndim == 1):
         return TOKENS

@@ -40,3 +40,30 @@ def test_every_gpu_test_file_is_found():
     files = gpu_test_files()
     assert {"tests/bilm/test_cuda.py", "tests/bilm/test_engines.py", "tests/spacy/test_spacy_ops.py"} <= set(files)
     assert "tests/benchmarks/test_gpu_check.py" not in files
+
+
+# spaCy and thinc as the GPU machine lacks them: an import of either fails as a missing package does
+WITHOUT_SPACY = """
+import importlib.abc, sys
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"spacy", "thinc"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Missing())
+import pytest
+sys.exit(pytest.main(["--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.slow
+def test_gpu_test_files_collect_without_spacy():
+    """The GPU machine has no spaCy: every gpu-marked test outside spaCy's own files must still be collected there
+    (a file that imports spaCy at the top hides its CUDA tests from the GPU check)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import gpu_test_files
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SPACY, *gpu_test_files()], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "test_cuda_rows_match_cpu" in done.stdout  # the vectorizer's CUDA test is among them

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import spacy
-import torch
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -385,20 +384,6 @@ def test_import_does_not_import_sklearn():
         "spacy_elmo.ElmoVectorizer; assert 'sklearn' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
-def test_unavailable_device_is_an_error_not_a_fallback(fixture_dir):
-    with pytest.raises(ValueError, match="CUDA is not available"):
-        ElmoVectorizer(model=str(fixture_dir), device="cuda").fit(["a"])
-
-
-@pytest.mark.gpu
-def test_cuda_rows_match_cpu(fixture_dir):
-    cpu = ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)
-    np.testing.assert_allclose(
-        ElmoVectorizer(model=str(fixture_dir), device="cuda").transform(TEXTS), cpu, atol=1e-5
-    )  # float32 on both: sums in another order, never TF32
 
 
 def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
