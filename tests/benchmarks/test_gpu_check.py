@@ -67,3 +67,17 @@ def test_gpu_test_files_collect_without_spacy():
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "test_cuda_rows_match_cpu" in done.stdout  # the vectorizer's CUDA test is among them
+
+
+def test_the_carry_keeps_what_spacy_imports_and_drops_the_rest():
+    """benchmarks/gpu_carry.py packs spaCy for the GPU machine: every language stays (spaCy's registry imports ja,
+    ko, th, vi and zh at its first blank pipeline), tests, Cython sources and caches go."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_carry import run_command, spacy_unneeded
+
+    for kept in ("spacy/lang/ja/__init__.py", "spacy/lang/en/stop_words.py", "thinc/api.py", "blis/py.so"):
+        assert not spacy_unneeded(Path(kept)), kept
+    for dropped in ("spacy/tests/conftest.py", "thinc/__pycache__/api.cpython-312.pyc", "spacy/tokens/doc.pyx"):
+        assert spacy_unneeded(Path(dropped)), dropped
+    assert "tar -xJf" in run_command(with_spacy=True) and "tar -xJf" not in run_command(with_spacy=False)
+    assert "benchmarks/gpu_check.py --peer .peer/allennlp_oracle.py --text .peer/test.txt" in run_command(False)
