@@ -31,8 +31,8 @@ def test_cuda_rows_match_cpu(fixture_dir):
 
 @pytest.mark.slow
 def test_token_lists_and_whitespace_tokens_never_import_spacy(fixture_dir):
-    """Only a spaCy tokenizer or Doc input needs spaCy: the vectorizer itself does not import it (its import costs a
-    process about a second and a half, and the GPU machine has none)."""
+    """Only a spaCy tokenizer or Doc input needs spaCy: the vectorizer itself does not import it (spaCy's import is a
+    large part of a process's start-up, and the GPU machine has none)."""
     code = (
         "import sys; from spacy_elmo import ElmoVectorizer; "
         f"ElmoVectorizer(model={str(fixture_dir)!r}).fit_transform([['a', 'bank'], ['the', 'river']]); "
