@@ -7,12 +7,11 @@ from .architectures import (
     elmo_fine_tune_v1,
     elmo_scalar_mix_v1,
     elmo_scalar_mix_v2,
-    sentence_positions,
 )
 from .extensions import StaleLayersError, install_extensions, stored_layers
 from .hooks import NoElmoLayersWarning, set_hooks
 from .layers import LearnedMix, learned_mix
-from .pipeline_component import DEFAULT_CONFIG_STR, ElmoComponent, make_elmo
+from .pipeline_component import DEFAULT_CONFIG_STR, ElmoComponent, make_elmo, sentence_positions
 
 __all__ = [
     "DEFAULT_CONFIG_STR",

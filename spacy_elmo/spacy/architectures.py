@@ -1,21 +1,20 @@
-"""Registered, versioned names a ``config.cfg`` can use: the model loader, the position getter, the scalar mix.
+"""Registered, versioned names a ``config.cfg`` can use: the model loader and the scalar mix.
 
-``@misc = "spacy_elmo.ElmoBiLM.v1"`` names an ELMo model; ``@misc =
-"spacy_elmo.sentence_positions.v1"`` is the ``elmo`` component's default ``get_positions`` (which
-tokens of a doc form each biLM input, as spacy-transformers' span getters do); ``@architectures =
+``@misc = "spacy_elmo.ElmoBiLM.v1"`` names an ELMo model; ``@architectures =
 "spacy_elmo.ElmoScalarMix.v2"`` is the trainable mix (``v1`` stays for configs and pipelines
 saved with it); ``@architectures = "spacy_elmo.ElmoFineTune.v1"`` is the same mix over the
-layer's own copy of the biLM, whose chosen parts the task's gradient trains. pyproject.toml's
+layer's own copy of the biLM, whose chosen parts the task's gradient trains. The component's own default,
+``@misc = "spacy_elmo.sentence_positions.v1"``, is registered beside it (``pipeline_component.py``), as spaCy
+registers spancat's suggesters beside spancat. pyproject.toml's
 ``spacy_misc`` / ``spacy_architectures`` entry points let spaCy find
 them in a process that has not imported spacy_elmo.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from spacy.tokens import Doc
@@ -26,7 +25,6 @@ from thinc.util import get_torch_default_device
 
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
-from ..runtime.tokenize import is_whitespace
 from ..sources.model_files import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
@@ -77,38 +75,6 @@ def elmo_bilm_v1(path: str = "default") -> ElmoModelRef:
     """The ELMo biLM ``path``: a directory (options.json + one .hdf5, or an ELMoForManyLangs model), ``"default"``,
     a published name, an archive or URL."""
     return ElmoModelRef(str(path))
-
-
-PositionGetter = Callable[[Doc, bool], Iterable[Sequence[int]]]
-
-
-def sentence_positions(doc: Doc, use_sentences: bool = True) -> list[list[int]]:
-    """The token indices of each biLM input of ``doc``, whitespace tokens left out (and groups left empty).
-
-    doc (Doc): the doc to embed.
-    use_sentences (bool): one group per sentence when the doc has sentence boundaries; else (or
-        when False) one group for the whole doc.
-
-    Groups longer than the component's ``max_length`` are cut into overlapping windows by
-    :func:`spacy_elmo.runtime.windows.embed_segments`, as every front end's are.
-    """
-    if use_sentences and len(doc) and doc.has_annotation("SENT_START"):
-        spans = list(doc.sents)
-    else:
-        spans = [doc[:]]
-    groups = ([token.i for token in span if not is_whitespace(token.text)] for span in spans)
-    return [group for group in groups if group]
-
-
-@registry.misc("spacy_elmo.sentence_positions.v1")
-def sentence_positions_v1() -> PositionGetter:
-    """The ``elmo`` component's default ``get_positions``: :func:`sentence_positions`.
-
-    A replacement is any registered function returning a callable ``(doc, use_sentences) ->
-    groups of token indices`` (each group in order; the component writes each group's vectors
-    to its tokens, and tokens in no group keep zeros).
-    """
-    return sentence_positions
 
 
 def as_model_ref(model: Union[str, ElmoModelRef, None]) -> ElmoModelRef:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -49,13 +49,8 @@ def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
     for doc in [docs] if isinstance(docs, Doc) else docs:
         total += 1
         vectors = mixed(doc, 0, len(doc))
-        if vectors is not None:
-            doc.tensor = vectors
-        else:
-            without_layers += 1
-        doc.user_hooks.update(vector=doc_vector, has_vector=doc_has_vector, similarity=similarity)
-        doc.user_span_hooks.update(vector=span_vector, has_vector=span_has_vector, similarity=similarity)
-        doc.user_token_hooks.update(vector=token_vector, has_vector=token_has_vector, similarity=similarity)
+        without_layers += vectors is None
+        attach_vectors(doc, vectors)
     if without_layers:
         warnings.warn(
             f"spacy_elmo: set_hooks: {without_layers} of {total} docs have no ELMo layers, so their vectors stay "
@@ -64,6 +59,19 @@ def set_hooks(docs: Union[Doc, Iterable[Doc]]) -> None:
             NoElmoLayersWarning,
             stacklevel=2,
         )
+
+
+def attach_vectors(doc: Doc, vectors: Optional[np.ndarray]) -> None:
+    """Set ``doc``'s hooks and, given its mixed ``vectors`` ``(len(doc), dim)``, ``doc.tensor``.
+
+    The ``elmo`` component calls this with the vectors it has just mixed, so a doc it embeds is not read back
+    from its stored layers; :func:`set_hooks` calls it with what it mixes from them.
+    """
+    if vectors is not None:
+        doc.tensor = vectors
+    doc.user_hooks.update(vector=doc_vector, has_vector=doc_has_vector, similarity=similarity)
+    doc.user_span_hooks.update(vector=span_vector, has_vector=span_has_vector, similarity=similarity)
+    doc.user_token_hooks.update(vector=token_vector, has_vector=token_has_vector, similarity=similarity)
 
 
 def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:

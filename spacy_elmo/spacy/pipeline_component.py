@@ -1,4 +1,5 @@
-"""The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc."""
+"""The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc; its default
+``get_positions`` (``spacy_elmo.sentence_positions.v1``: which tokens form each biLM input) is registered here."""
 
 from __future__ import annotations
 
@@ -11,21 +12,64 @@ import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
-from spacy.util import SimpleFrozenList, ensure_path, from_bytes, from_disk, logger, minibatch, to_bytes, to_disk
+from spacy.util import (
+    SimpleFrozenList,
+    ensure_path,
+    from_bytes,
+    from_disk,
+    logger,
+    minibatch,
+    registry,
+    to_bytes,
+    to_disk,
+)
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from ..runtime.backend import ElmoBackend
 from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, FrontSettings, config_lines
-from ..runtime.mix import LayerMix, mixed_width
+from ..runtime.mix import LayerMix, mix_layers, mixed_width
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
+from ..runtime.tokenize import is_whitespace
 from ..runtime.windows import embed_segments
 from ..sources.pinned_model import PinnedModel
-from .architectures import ElmoModelRef, PositionGetter, as_model_ref, optional_device, sentence_positions
+from .architectures import ElmoModelRef, as_model_ref, optional_device
 from .extensions import LAYERS, MIX, MODEL, install_extensions
-from .hooks import set_hooks
+from .hooks import attach_vectors
 from .layers import is_cached_reader, link, listening_layers, unlink
 from .saved_model import check_saved_identity, load_model_dir, load_payload, model_payload, save_model_dir
+
+PositionGetter = Callable[[Doc, bool], Iterable[Sequence[int]]]
+
+
+def sentence_positions(doc: Doc, use_sentences: bool = True) -> list[list[int]]:
+    """The token indices of each biLM input of ``doc``, whitespace tokens left out (and groups left empty).
+
+    doc (Doc): the doc to embed.
+    use_sentences (bool): one group per sentence when the doc has sentence boundaries; else (or
+        when False) one group for the whole doc.
+
+    Groups longer than the component's ``max_length`` are cut into overlapping windows by
+    :func:`spacy_elmo.runtime.windows.embed_segments`, as every front end's are.
+    """
+    if use_sentences and len(doc) and doc.has_annotation("SENT_START"):
+        spans = list(doc.sents)
+    else:
+        spans = [doc[:]]
+    groups = ([token.i for token in span if not is_whitespace(token.text)] for span in spans)
+    return [group for group in groups if group]
+
+
+@registry.misc("spacy_elmo.sentence_positions.v1")
+def sentence_positions_v1() -> PositionGetter:
+    """The ``elmo`` component's default ``get_positions``: :func:`sentence_positions`.
+
+    A replacement is any registered function returning a callable ``(doc, use_sentences) ->
+    groups of token indices`` (each group in order; the component writes each group's vectors
+    to its tokens, and tokens in no group keep zeros).
+    """
+    return sentence_positions
+
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
@@ -250,7 +294,6 @@ class ElmoComponent(Pipe):
 
     def __call__(self, doc: Doc) -> Doc:
         """Embed one doc and set its extensions (and hooks)."""
-        install_extensions()
         error_handler = self.get_error_handler()
         try:
             self.set_annotations([doc], self.predict([doc]))
@@ -260,7 +303,6 @@ class ElmoComponent(Pipe):
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = DEFAULT_PIPE_BATCH_SIZE) -> Iterator[Doc]:
         """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes."""
-        install_extensions()
         error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size):
             try:
@@ -298,8 +340,8 @@ class ElmoComponent(Pipe):
                 MIX,
                 {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma},
             )
-            if self.set_vectors:
-                set_hooks(doc)
+            if self.set_vectors:  # mixed from the layers in hand, as set_hooks would mix them from the doc
+                attach_vectors(doc, mix_layers(array, layers=self.layers, gamma=self.gamma))
 
     # -- serialization -------------------------------------------------------------------------
 

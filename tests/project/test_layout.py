@@ -55,7 +55,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/manylangs_files.py": ("test_manylangs.py",),
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
-    "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py"),
+    "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
     "bilm/engine/registry.py": ("test_engines.py", "test_precision.py"),
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
@@ -64,7 +64,6 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/int8_weights.py": ("test_cpu_support.py", "test_precision.py", "test_engines.py"),
     "bilm/engine/onednn.py": ("test_engines.py", "test_precision.py", "test_mkl_prepacked.py"),
     "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),
-    "bilm/engine/packs.py": ("test_engines.py", "test_mkl_prepacked.py"),
     # compat/: the peers' APIs
     "compat/__init__.py": ("test_compat_allennlp.py",),
     "compat/allennlp/__init__.py": ("test_compat_allennlp.py",),

@@ -77,6 +77,8 @@ def test_layer_options(fixture_dir, backend, config, weights):
     assert_recomputed_close(doc._.elmo, expected)
     assert_recomputed_close(doc[3].vector, expected[3])
     assert_recomputed_close(doc._.elmo_layers, raw)  # raw layers do not depend on the mix
+    # doc.tensor is mixed by the component from the layers in hand; the getters mix the stored ones: same bits
+    np.testing.assert_array_equal(doc.tensor, doc._.elmo)
 
 
 def test_bad_config_is_named(fixture_dir, tmp_path):
@@ -353,3 +355,4 @@ def test_all_layers_side_by_side_on_the_doc(fixture_dir, backend):
     assert doc._.elmo.shape == (len(doc), (backend.n_layers + 1) * backend.dim)
     np.testing.assert_array_equal(doc[1]._.elmo, np.concatenate([layers[k, 1] for k in range(backend.n_layers + 1)]))
     assert doc._.elmo_mix["layers"] == "all" and doc.vector.shape == ((backend.n_layers + 1) * backend.dim,)
+    np.testing.assert_array_equal(doc.tensor, doc._.elmo)  # the component's own mix equals the getter's

@@ -13,9 +13,9 @@ in :data:`ENGINES`:
 - :class:`PlainEngine` (``plain.py``): torch's products on any device and dtype (CUDA, emulated precisions)
 
 Shared by all: ``step_loop.py``, the one LSTM time loop (:class:`LayerSteps`; compiled by TorchScript for the
-low-precision engines), ``packs.py``, the packs an engine holds (remade when a weight changes), ``base.py``,
-the interface and the one attribute the engines keep on a module. ``tests/bilm/test_engines.py`` checks every engine
-available here against float32 by the same conformance test, on every device present.
+low-precision engines), and ``base.py``: the interface, the one attribute the engines keep on a module, and the
+packs an engine holds (:class:`~.base.WeightPacks`, remade when a weight changes). ``tests/bilm/test_engines.py``
+checks every engine available here against float32 by the same conformance test, on every device present.
 """
 
 from .base import Engine, ModuleState, Target

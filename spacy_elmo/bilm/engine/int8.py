@@ -44,8 +44,7 @@ from torch import nn
 from .. import cpu_support
 from ..int8_weights import prepack, quantize_weight
 from ..lstm import ProjectedLSTMCell
-from .base import M, Target, state_of
-from .packs import WeightPacks
+from .base import M, Target, WeightPacks, state_of
 from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 

@@ -26,8 +26,7 @@ from torch import nn
 
 from .. import cpu_support
 from . import mkl
-from .base import Target
-from .packs import WeightPacks
+from .base import Target, WeightPacks
 from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 

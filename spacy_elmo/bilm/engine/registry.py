@@ -5,7 +5,7 @@
 (the token encoder, the biLSTM: :class:`~.base.ModuleState`), so it lives and dies with the model: no registry
 keyed by module. It is chosen again only when the module's target changes (``model.to(...)``,
 :func:`.int8.quantize`) or the engine stops serving it (MKL packing turned off); its packs follow weight changes
-by themselves (:class:`.packs.WeightPacks`). :func:`prepare` is the load-time step (``load_bilm``): the model
+by themselves (:class:`.base.WeightPacks`). :func:`prepare` is the load-time step (``load_bilm``): the model
 made ready for a dtype by the engine family that loads it (a cast, or int8's quantization), and its engines
 chosen there and then.
 """
