@@ -336,12 +336,10 @@ class ElmoComponent(Pipe):
         for doc, array in zip(docs, activations):
             doc._.set(LAYERS, array)
             doc._.set(MODEL, fingerprint)
-            doc._.set(
-                MIX,
-                {"layers": list(self.layers) if isinstance(self.layers, list) else self.layers, "gamma": self.gamma},
-            )
-            if self.set_vectors:  # mixed from the layers in hand, as set_hooks would mix them from the doc
-                attach_vectors(doc, mix_layers(array, layers=self.layers, gamma=self.gamma))
+            layers = list(self.layers) if isinstance(self.layers, list) else self.layers  # the doc's own copy
+            doc._.set(MIX, {"layers": layers, "gamma": self.gamma})
+            if self.set_vectors:  # the layers in hand, mixed as stored: what set_hooks would mix from the doc
+                attach_vectors(doc, mix_layers(array, layers, self.gamma))
 
     # -- serialization -------------------------------------------------------------------------
 
