@@ -12,13 +12,14 @@ from .lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chars import batch_to_char_ids, token_to_char_ids, tokens_to_char_ids
-    from .model import BiLM, BiLMOptions
+    from .model import BiLM
+    from .options import BiLMOptions
     from .weights import WeightFileError, load_model, read_options, save_model
 
 # each public name -> the module that defines it, imported when the name is first used
 _HOMES = {
     "BiLM": ".model",
-    "BiLMOptions": ".model",
+    "BiLMOptions": ".options",
     "WeightFileError": ".weights",
     "batch_to_char_ids": ".chars",
     "load_model": ".weights",

@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from .encoder import CharCNNEncoder, Highway
-from .model import BiLM, BiLMOptions
+from .model import BiLM
+from .options import BiLMOptions
 
 BOS = "<bos>"  # the sentence markers, as words and as char-dictionary entries
 EOS = "<eos>"

@@ -13,8 +13,7 @@ encoding, adds the distinct-token dedup on top. On a GPU both run with full floa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -23,62 +22,7 @@ from . import inference
 from .encoder import CharCNNEncoder
 from .exact import exact_float32
 from .lstm import BiLSTMState, ElmoBiLSTM
-
-
-@dataclass(frozen=True)
-class BiLMOptions:
-    """The architecture, in the vocabulary of ELMo's ``options.json``."""
-
-    filters: tuple[tuple[int, int], ...]
-    char_embed_dim: int
-    n_characters: int
-    max_chars: int
-    n_highway: int
-    activation: str
-    cell_dim: int
-    projection_dim: int
-    n_layers: int
-    cell_clip: Optional[float]
-    proj_clip: Optional[float]
-    use_skip_connections: bool
-
-    @property
-    def output_dim(self) -> int:
-        return 2 * self.projection_dim
-
-    @property
-    def n_filters(self) -> int:
-        """Width of the char CNN's output: the sum of the filter counts."""
-        return sum(n for _, n in self.filters)
-
-    @property
-    def char_embedding_rows(self) -> int:
-        """Rows of the model's char embedding: the weight file's rows plus a zero row for char id 0.
-
-        Released files say 262 (or 261) and store 261 rows; both give 262 rows here.
-        """
-        return self.n_characters if self.n_characters >= 262 else self.n_characters + 1
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``options.json`` dictionary for these options."""
-        return {
-            "lstm": {
-                "cell_clip": self.cell_clip,
-                "use_skip_connections": self.use_skip_connections,
-                "n_layers": self.n_layers,
-                "proj_clip": self.proj_clip,
-                "projection_dim": self.projection_dim,
-                "dim": self.cell_dim,
-            },
-            "char_cnn": {
-                "embedding": {"dim": self.char_embed_dim},
-                "filters": [list(f) for f in self.filters],
-                "n_highway": self.n_highway,
-                "n_characters": self.n_characters,
-                "max_characters_per_token": self.max_chars,
-                "activation": self.activation,
-            },
-        }
+from .options import BiLMOptions
 
 
 def needs_autograd(module: nn.Module, *tensors: object) -> bool:

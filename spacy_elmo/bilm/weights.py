@@ -29,14 +29,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
-import torch
 
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
 from .files import OPTIONS, WEIGHTS, PathLike, atomic_paths, reported_as, write_json_atomically
-from .model import BiLM, BiLMOptions
+from .options import BiLMOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import BiLM
 
 
 class WeightFileError(ValueError):
@@ -548,6 +550,8 @@ def first_line(err: BaseException, limit: int = 200) -> str:
 
 def _read_into(model: BiLM, datasets: dict[str, Any], path: Path) -> None:
     """Read each checked dataset and copy it into its parameter."""
+    import torch
+
     with torch.no_grad():
         for name, entry, i in _expected(model.options):
             _assign(entry.target(model, i), entry.kind, _read_finite(datasets[name], name, path))
@@ -576,6 +580,8 @@ def _refuse_non_finite(array: np.ndarray, what: str) -> None:
 
 def _assign(target: Any, kind: str, array: np.ndarray) -> None:
     """Copy a file array into its parameter, undoing the file's layout (see :class:`_Entry`)."""
+    import torch
+
     if kind == "lstm_W":
         target.input_weight.copy_(torch.from_numpy(array[: target.input_dim]))
         target.state_weight.copy_(torch.from_numpy(array[target.input_dim :]))
@@ -593,6 +599,8 @@ def _assign(target: Any, kind: str, array: np.ndarray) -> None:
 def _export(target: Any, kind: str) -> np.ndarray:
     """A parameter in the file's layout (the inverse of :func:`_assign`)."""
     if kind == "lstm_W":
+        import torch
+
         return torch.cat([target.input_weight, target.state_weight]).detach().cpu().numpy()
     array = target.detach().cpu().numpy()
     if kind == "T":
@@ -649,6 +657,8 @@ def load_model(options_path: PathLike, weights_path: PathLike) -> BiLM:
     The options are checked against the schema and the weight file against the options before
     anything is built, so a bad pair fails fast with :class:`WeightFileError`.
     """
+    from .model import BiLM
+
     options = read_options(options_path)
     path = Path(weights_path)
     with _checked_file(path, options) as datasets:

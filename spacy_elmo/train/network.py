@@ -21,7 +21,8 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
-from ..bilm.model import BiLM, BiLMOptions, bilstm_outputs, run_token_encoder
+from ..bilm.model import BiLM, bilstm_outputs, run_token_encoder
+from ..bilm.options import BiLMOptions
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 from .padded_rows import pad_rows, row_rounding

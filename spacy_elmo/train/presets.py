@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Union
 
-from ..bilm.model import BiLMOptions
+from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
 
 PRESETS: dict[str, dict[str, Any]] = {

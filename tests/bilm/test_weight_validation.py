@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import spacy_elmo
 from spacy_elmo import WeightFileError
 from spacy_elmo.bilm import load_model, save_model
+from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import weights as weights_module
 from spacy_elmo.bilm.weights import options_from_dict
 from spacy_elmo.train.presets import PRESETS
@@ -250,7 +251,7 @@ def no_model_building(monkeypatch):
     def refuse(options):
         raise AssertionError(f"BiLM built before the weight file was checked: {options}")
 
-    monkeypatch.setattr(weights_module, "BiLM", refuse)
+    monkeypatch.setattr(model_module, "BiLM", refuse)  # (weights.load_model builds it from there)
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     # bilm/: the exact biLM, its inference path and its files
     "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
     "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
+    "bilm/options.py": ("test_weight_validation.py", "test_weights.py"),
     "bilm/encoder.py": ("test_char_cnn_trim.py", "test_inference_path.py", "test_mkl_prepacked.py"),
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
