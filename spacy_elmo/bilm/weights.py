@@ -17,6 +17,10 @@ options against the schema, then the weight file's links, dataset names (both wa
 dtypes and storage against the options (metadata only), and only then builds the model and reads
 the data, refusing NaN/Inf. Every problem is a :class:`WeightFileError` naming the file and the
 option or dataset.
+
+The schema bounds every size (:data:`MAX_WIDTH`, :data:`MAX_PARAMETERS`: an absurd architecture is refused before
+anything is allocated), and torch is imported only where a model is built, read or written: reading and checking
+options needs none, so ``spacy-elmo train --arch FILE`` checks its architecture before torch is imported.
 """
 
 from __future__ import annotations
@@ -65,7 +69,15 @@ def options_from_dict(raw: dict[str, Any], source: str = "options") -> BiLMOptio
     values["filters"] = tuple((width, count) for width, count in values["filters"])
     for clip in ("cell_clip", "proj_clip"):
         values[clip] = None if values[clip] is None else float(values[clip])
-    return BiLMOptions(**values)
+    options = BiLMOptions(**values)
+    parameters = parameter_count(options)
+    if parameters > MAX_PARAMETERS:
+        raise WeightFileError(
+            f"{source}: the architecture has {parameters:,} parameters, more than the {MAX_PARAMETERS:,} a biLM may "
+            "have here (about ten times the published 'original' ELMo): make lstm.dim, lstm.projection_dim or "
+            "char_cnn.filters smaller"
+        )
+    return options
 
 
 # -- the options.json schema ----------------------------------------------------------------
@@ -116,15 +128,26 @@ MAX_LSTM_LAYERS = 64
 MAX_HIGHWAY_LAYERS = 64
 LSTM_LAYERS = _int_between(1, MAX_LSTM_LAYERS)
 HIGHWAY_LAYERS = _int_between(0, MAX_HIGHWAY_LAYERS)
+# The widest dimension (lstm.dim, lstm.projection_dim, the char embedding's width and rows, a filter's count), the
+# most char CNN filters and the most parameters an architecture may ask for: far above any published ELMo (the
+# "original": widths up to 4096, 7 filters, 93.6M parameters; 1e9 float32 parameters are 4 GB, 16 GB with Adam's
+# state in training). Checked with the options, before anything is built: lstm.dim 10**9 would otherwise end in
+# an allocator's traceback (or a machine swapping) after the model began to be built.
+MAX_WIDTH = 65536
+MAX_FILTERS = 64
+MAX_PARAMETERS = 1_000_000_000
+WIDTH = _int_between(1, MAX_WIDTH)
 
 
 def _is_filter(value: Any) -> bool:
-    """A ``[width, count]`` pair of positive ints whose width fits in a token's characters."""
+    """A ``[width, count]`` pair of positive ints: a width that fits in a token's characters, at most
+    :data:`MAX_WIDTH` filters."""
     return (
         isinstance(value, list)
         and len(value) == 2
         and all(_is_int(x) and x >= 1 for x in value)
         and value[0] <= MAX_CHARS_PER_TOKEN
+        and value[1] <= MAX_WIDTH
     )
 
 
@@ -136,8 +159,9 @@ def _is_clip(value: Any) -> bool:
 
 
 _FILTERS = _Rule(
-    lambda value: isinstance(value, list) and len(value) > 0 and all(_is_filter(f) for f in value),
-    f"a non-empty list of [width, count] pairs of ints >= 1 (width <= {MAX_CHARS_PER_TOKEN})",
+    lambda value: isinstance(value, list) and 0 < len(value) <= MAX_FILTERS and all(_is_filter(f) for f in value),
+    f"a list of 1 to {MAX_FILTERS} [width, count] pairs of ints >= 1 (width <= {MAX_CHARS_PER_TOKEN}, "
+    f"count <= {MAX_WIDTH})",
 )
 _CLIP = _Rule(_is_clip, "a finite number >= 0, or null")
 _BOOLEAN = _Rule(lambda value: isinstance(value, bool), "true or false (a JSON boolean)")
@@ -146,13 +170,14 @@ _MAX_CHARS = _Rule(lambda value: _is_int(value) and value == MAX_CHARS_PER_TOKEN
 
 _SCHEMA: tuple[_Option, ...] = (
     _Option("char_cnn.filters", "filters", _FILTERS),
-    _Option("char_cnn.embedding.dim", "char_embed_dim", _int_at_least(1)),
-    _Option("char_cnn.n_characters", "n_characters", _int_at_least(PADDING_CHAR), 262),  # char ids go up to 261
+    _Option("char_cnn.embedding.dim", "char_embed_dim", WIDTH),
+    # char ids go up to 261: more rows are never read
+    _Option("char_cnn.n_characters", "n_characters", _int_between(PADDING_CHAR, MAX_WIDTH), 262),
     _Option("char_cnn.max_characters_per_token", "max_chars", _MAX_CHARS, MAX_CHARS_PER_TOKEN),
     _Option("char_cnn.n_highway", "n_highway", HIGHWAY_LAYERS, 0),
     _Option("char_cnn.activation", "activation", _ACTIVATION, "relu"),
-    _Option("lstm.dim", "cell_dim", _int_at_least(1)),
-    _Option("lstm.projection_dim", "projection_dim", _int_at_least(1)),
+    _Option("lstm.dim", "cell_dim", WIDTH),
+    _Option("lstm.projection_dim", "projection_dim", WIDTH),
     _Option("lstm.n_layers", "n_layers", LSTM_LAYERS),
     _Option("lstm.cell_clip", "cell_clip", _CLIP, None),
     _Option("lstm.proj_clip", "proj_clip", _CLIP, None),

@@ -107,8 +107,8 @@ def test_saving_non_finite_weights_is_refused(fixture_dir, tmp_path):
             'lstm.use_skip_connections must be true or false (a JSON boolean), not "false"',
         ),
         ("lstm", "use_skip_connections", 1, "lstm.use_skip_connections must be true or false (a JSON boolean), not 1"),
-        ("lstm", "dim", 64.0, "lstm.dim must be an int >= 1, not 64.0"),
-        ("lstm", "projection_dim", True, "lstm.projection_dim must be an int >= 1, not true"),
+        ("lstm", "dim", 64.0, "lstm.dim must be an int from 1 to 65536, not 64.0"),
+        ("lstm", "projection_dim", True, "lstm.projection_dim must be an int from 1 to 65536, not true"),
         ("lstm", "n_layers", 0, "lstm.n_layers must be an int from 1 to 64, not 0"),
         ("lstm", "n_layers", "2", 'lstm.n_layers must be an int from 1 to 64, not "2"'),
         ("lstm", "cell_clip", "3", 'lstm.cell_clip must be a finite number >= 0, or null, not "3"'),
@@ -117,11 +117,11 @@ def test_saving_non_finite_weights_is_refused(fixture_dir, tmp_path):
         ("char_cnn", "n_highway", 2.0, "char_cnn.n_highway must be an int from 0 to 64, not 2.0"),
         ("lstm", "n_layers", 10**9, "lstm.n_layers must be an int from 1 to 64, not 1000000000"),
         ("char_cnn", "n_highway", 10**9, "char_cnn.n_highway must be an int from 0 to 64, not 1000000000"),
-        ("char_cnn", "n_characters", 100, "char_cnn.n_characters must be an int >= 261, not 100"),
+        ("char_cnn", "n_characters", 100, "char_cnn.n_characters must be an int from 261 to 65536, not 100"),
         ("char_cnn", "max_characters_per_token", 49, "char_cnn.max_characters_per_token must be 50, not 49"),
         ("char_cnn", "activation", "gelu", 'char_cnn.activation must be "relu" or "tanh", not "gelu"'),
         ("char_cnn", "embedding", 4, "char_cnn.embedding must be an object, not 4"),
-        ("char_cnn", "embedding", {"dim": 4.5}, "char_cnn.embedding.dim must be an int >= 1, not 4.5"),
+        ("char_cnn", "embedding", {"dim": 4.5}, "char_cnn.embedding.dim must be an int from 1 to 65536, not 4.5"),
     ],
 )
 def test_options_are_checked_by_the_schema(model_copy, section, key, value, message):
@@ -139,7 +139,7 @@ def test_options_are_checked_by_the_schema(model_copy, section, key, value, mess
 def test_filters_must_be_width_count_pairs_of_positive_ints(filters):
     raw = PRESETS["tiny"]
     raw = {**raw, "char_cnn": {**raw["char_cnn"], "filters": filters}}
-    with pytest.raises(WeightFileError, match=r"char_cnn\.filters must be a non-empty list of \[width, count\] pairs"):
+    with pytest.raises(WeightFileError, match=r"char_cnn\.filters must be a list of 1 to 64 \[width, count\] pairs"):
         options_from_dict(raw)
 
 
@@ -147,6 +147,48 @@ def test_presets_and_their_json_round_trip():
     for raw in PRESETS.values():
         options = options_from_dict(raw)
         assert options_from_dict(json.loads(json.dumps(options.to_json()))) == options
+
+
+def _tiny_with(section, key, value):
+    raw = json.loads(json.dumps(PRESETS["tiny"]))
+    raw[section][key] = value
+    return raw
+
+
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("lstm", "dim", 10**9, "lstm.dim must be an int from 1 to 65536, not 1000000000"),
+        ("lstm", "projection_dim", 10**8, "lstm.projection_dim must be an int from 1 to 65536, not 100000000"),
+        ("char_cnn", "filters", [[1, 16], [2, 10**9]], "char_cnn.filters must be a list of 1 to 64 [width, count]"),
+        ("char_cnn", "filters", [[1, 1]] * 65, "char_cnn.filters must be a list of 1 to 64 [width, count]"),
+        ("char_cnn", "embedding", {"dim": 10**9}, "char_cnn.embedding.dim must be an int from 1 to 65536, not 1000"),
+        ("char_cnn", "n_characters", 10**9, "char_cnn.n_characters must be an int from 261 to 65536, not 1000"),
+        # each width allowed (projection_dim 60000 too), together 1.3e11 parameters: two layers' W_0 of each direction
+        ("lstm", "dim", 60000, "the architecture has 129,606,802,984 parameters, more than the 1,000,000,000"),
+    ],
+)
+def test_absurd_architectures_are_refused_with_the_options(monkeypatch, section, key, value, message):
+    """docs/guarantees.md: an absurd size is refused at once (it ended in a 150-line allocator traceback)."""
+    monkeypatch.setattr(model_module, "BiLM", lambda *a, **k: pytest.fail("built the model"))
+    raw = _tiny_with(section, key, value)
+    if message.startswith("the architecture"):
+        raw["lstm"]["projection_dim"] = 60000
+    with pytest.raises(WeightFileError) as err:
+        options_from_dict(raw, source="huge.json")
+    assert str(err.value).startswith(f"huge.json: {message}") and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_parameter_bound_is_far_above_the_original_and_checked_on_load(model_copy):
+    from spacy_elmo.bilm.weights import MAX_PARAMETERS, parameter_count
+
+    assert 10 * parameter_count(options_from_dict(PRESETS["original"])) <= MAX_PARAMETERS  # 93.6M
+    options, weights = model_copy
+    raw = json.loads(options.read_text())
+    raw["lstm"].update(dim=60000, projection_dim=60000)  # a file that declares it is no more than its options
+    options.write_text(json.dumps(raw))
+    with pytest.raises(WeightFileError, match=r"parameters, more than the 1,000,000,000 a biLM may have"):
+        load(options, weights)
 
 
 @pytest.mark.parametrize(
@@ -260,8 +302,8 @@ def no_model_building(monkeypatch):
         (
             "char_cnn",
             "n_characters",
-            10**9,
-            "dataset 'char_embed' has shape (261, 4), expected (999999999, 4) "
+            65536,  # the most the schema takes (more: test_absurd_architectures_are_refused_with_the_options)
+            "dataset 'char_embed' has shape (261, 4), expected (65535, 4) "
             "from the options (char_cnn.n_characters, char_cnn.embedding.dim)",
         ),
         (
@@ -281,15 +323,15 @@ def no_model_building(monkeypatch):
         (
             "lstm",
             "dim",
-            10**8,
-            f"dataset '{LSTM.format(0)}/W_0' has shape (32, 256), expected (32, 400000000) "
+            65536,
+            f"dataset '{LSTM.format(0)}/W_0' has shape (32, 256), expected (32, 262144) "
             "from the options (lstm.projection_dim, lstm.dim)",
         ),
         (
             "char_cnn",
             "filters",
-            [[1, 4], [2, 8], [3, 16], [4, 32], [5, 10**9]],
-            "dataset 'CNN/W_cnn_4' has shape (1, 5, 4, 64), expected (1, 5, 4, 1000000000) "
+            [[1, 4], [2, 8], [3, 16], [4, 32], [5, 10000]],
+            "dataset 'CNN/W_cnn_4' has shape (1, 5, 4, 64), expected (1, 5, 4, 10000) "
             "from the options (char_cnn.filters, char_cnn.embedding.dim)",
         ),
     ],
@@ -427,12 +469,12 @@ def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path
     from spacy_elmo.sources.info import parameter_count
 
     options = json.loads((fixture_dir / "options.json").read_text())
-    options["char_cnn"]["n_characters"] = 10**9
+    options["char_cnn"]["n_characters"] = 65536
     path = tmp_path / "options.json"
     path.write_text(json.dumps(options))
     monkeypatch.setattr(spacy_elmo.bilm.model, "BiLM", lambda *a, **k: pytest.fail("built the model"))
     base = parameter_count(fixture_dir / "options.json")
-    assert parameter_count(path) == base + (10**9 - 262) * options["char_cnn"]["embedding"]["dim"]
+    assert parameter_count(path) == base + (65536 - 262) * options["char_cnn"]["embedding"]["dim"]
 
 
 def _random_bytes(options, weights):
