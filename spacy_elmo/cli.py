@@ -233,14 +233,25 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
+    from .runtime.validation import positive_int
+    from .sources.model_names import require_model
     from .train.config import check_config
     from .train.corpus import make_sources
+    from .train.presets import architecture as read_architecture
+    from .train.shards import read_manifest
 
     with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
         train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
         valid_sources = make_sources(valid_files, "lines", tokenizer)
         if not train_sources and not corpus_dirs and not resume:
             raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
+        for corpus_dir in corpus_dirs:
+            read_manifest(corpus_dir)
+        if init_from is not None:
+            require_model(init_from)
+        elif not resume:  # (--init-from's model, or a resumed run's checkpoint, gives the architecture)
+            read_architecture(architecture)  # a preset or a JSON file, within the schema's size bounds
+        positive_int(processes, "--processes")
         options = {name: ctx.params[name] for name in _CONFIG_OPTIONS}
         options["cutoffs"] = _word_ranks(cutoffs)
         options["init_from"] = str(init_from) if init_from else None
@@ -408,9 +419,14 @@ def evaluate(
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from .output.checks import check_output_path
+    from .sources.model_names import require_model
+    from .train.corpus import make_sources
 
     with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(*text_files)
+        make_sources(text_files, "raw" if raw else "lines", tokenizer)  # (the tokenizer's name)
+        for model in (model_dir, *shared_vocab):
+            require_model(model)
         if output:
             check_output_path(output)
     from .train import evaluate as run_evaluate
@@ -503,6 +519,7 @@ def embed(
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .output.checks import check_output_path, read_scheduler
+    from .runtime.tokenize import check_tokenizer
     from .runtime.validation import check_dtype, positive_int
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
@@ -511,6 +528,7 @@ def embed(
         check_output_path(output_file)
         check_dtype(dtype)
         positive_int(batch_size, "batch_size")
+        check_tokenizer(tokenizer)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         if scheduler is not None:
@@ -621,8 +639,9 @@ def similarity(
     from .output.checks import check_output_path
 
     if plot is not None:
-        with _errors_exit_2():  # before the model loads
+        with _errors_exit_2():  # before torch is imported and the model loads
             check_output_path(plot)
+        _require_plotting()
     from .runtime.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
@@ -631,12 +650,19 @@ def similarity(
         result = word_similarity(load_bilm(model), sentence_a, sentence_b, word)
     typer.echo(result.table())
     if plot is not None:
-        try:
-            plot_figure(result, plot)
-        except ImportError as err:
-            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(2) from err
+        plot_figure(result, plot)
         typer.echo(f"wrote {plot}")
+
+
+def _require_plotting() -> None:
+    """A missing matplotlib said in one line (exit 2) before a model or pipeline loads, naming the extra."""
+    from .similarity import check_plotting
+
+    try:
+        check_plotting()
+    except ImportError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from err
 
 
 @app.command("plot-mix")
@@ -652,6 +678,7 @@ def plot_mix(
         if not pipeline.is_dir():
             raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
         check_output_path(output)
+    _require_plotting()
     import spacy
 
     from .similarity import plot_mixes
@@ -673,11 +700,7 @@ def plot_mix(
             raise ValueError(f"{pipeline}: no component has a trained ElmoScalarMix layer")
     for name, (weights, gamma) in mixes.items():
         typer.echo(f"{name}: weights {' / '.join(f'{w:.3f}' for w in weights)}, gamma {gamma:.3f}")
-    try:
-        plot_mixes(mixes, output, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
-    except ImportError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
+    plot_mixes(mixes, output, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
     typer.echo(f"wrote {output}")
 
 

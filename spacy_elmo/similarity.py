@@ -2,6 +2,9 @@
 
 Layer 0 (the char CNN) sees only the word itself, so its cosine is 1.0; the LSTM layers see the
 sentence, so a word used in two senses ("bank" of a river, of money) drifts apart there.
+
+Importing this module imports neither torch nor matplotlib: the command line checks that plots can be drawn
+(:func:`check_plotting`) before it loads a model.
 """
 
 from __future__ import annotations
@@ -9,18 +12,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .about import install_extra
 from .bilm.files import PathLike, atomic_path
-from .runtime.backend import ElmoBackend
 from .runtime.cosine import cosine
 from .runtime.mix import mix_layers
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.tokenize import split_on_spaces
 from .runtime.windows import embed_segments
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .runtime.backend import ElmoBackend
 
 
 @dataclass
@@ -75,6 +80,16 @@ def _position(tokens: list[str], word: str, name: str) -> int:
     raise ValueError(f"sentence {name} has no token {word!r} (tokens: {tokens})")
 
 
+def check_plotting() -> None:
+    """An ImportError naming the extra to install unless matplotlib's parts the figures use import (say it before
+    a model loads or a pipeline is read, not after)."""
+    try:
+        import matplotlib.figure
+        import matplotlib.patches  # noqa: F401
+    except ImportError:
+        raise ImportError(f"plots need matplotlib: {install_extra('plot')}") from None
+
+
 def new_figure(**subplots: Any) -> tuple[Any, Any]:
     """A matplotlib ``Figure`` and its axes (``subplots`` as ``Figure.subplots`` takes them), or an ImportError
     saying which extra to install.
@@ -82,10 +97,9 @@ def new_figure(**subplots: Any) -> tuple[Any, Any]:
     Built with the object API, not pyplot: no backend is switched (``matplotlib.use`` is process-wide and would
     change the user's own plotting), no window opens, and nothing is left in pyplot's figure registry.
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError(f"plots need matplotlib: {install_extra('plot')}") from None
+    check_plotting()
+    from matplotlib.figure import Figure
+
     figsize = subplots.pop("figsize", None)
     figure = Figure(figsize=figsize)
     return figure, figure.subplots(**subplots)
@@ -93,6 +107,7 @@ def new_figure(**subplots: Any) -> tuple[Any, Any]:
 
 def plot(result: WordSimilarity, path: Path) -> None:
     """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
+    check_plotting()
     from matplotlib.patches import Rectangle
 
     (a, b), (i, j) = result.tokens, result.positions

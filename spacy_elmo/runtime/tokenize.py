@@ -8,7 +8,10 @@ a row for it.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Callable, Optional, Union, overload
 
 Tokenizer = Callable[[str], list[str]]
@@ -49,15 +52,45 @@ def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[An
     """
     if callable(spec):
         return spec
+    check_tokenizer(spec)  # None or a str from here
     if spec == WHITESPACE:
         return str.split
-    if spec is None or spec == SPACY:
-        return spacy_tokenizer(DEFAULT_LANGUAGE)
-    if isinstance(spec, str):
-        return spacy_tokenizer(spec)
-    raise TypeError(
-        f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable"
-    )
+    return spacy_tokenizer(DEFAULT_LANGUAGE if spec is None or spec == SPACY else str(spec))
+
+
+def check_tokenizer(spec: TokenizerSpec) -> None:
+    """Refuse, importing nothing, a tokenizer setting :func:`resolve_tokenizer` cannot resolve: a string that is
+    neither ``"whitespace"``, ``"spacy"`` nor a language spaCy has (a folder of ``spacy.lang`` or a registered
+    language), or a value of another type. So the command line says ``--tokenizer bogus`` before torch or spaCy is
+    imported; a language whose own needs are missing (``ja`` without SudachiPy) is said when it loads."""
+    if spec is None or callable(spec) or spec in (WHITESPACE, SPACY):
+        return
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable"
+        )
+    if not _spacy_has_language(spec):
+        shown = spec if len(spec) <= 40 else spec[:37] + "..."
+        raise ValueError(
+            f"tokenizer={shown!r}: not a spaCy language code: use {WHITESPACE!r}, {SPACY!r} or a language spaCy has "
+            "(en, de, fr, ...)"
+        )
+
+
+def _spacy_has_language(code: str) -> bool:
+    """Whether spaCy (not imported) has the language ``code``: its folder under ``spacy/lang``, or a language a
+    package registers (the ``spacy_languages`` entry points). True when spaCy is not installed: loading says so."""
+    try:
+        spec = importlib.util.find_spec("spacy")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return True
+    if code.isidentifier() and any(
+        (Path(folder) / "lang" / code / "__init__.py").is_file() for folder in spec.submodule_search_locations
+    ):
+        return True
+    return any(entry.name == code for entry in importlib.metadata.entry_points(group="spacy_languages"))
 
 
 @functools.cache

@@ -6,7 +6,8 @@ A model is named by ``"default"`` (the bundled biLM), a bundled version's own na
 options URL of a published model; or given as an ``options=`` + ``weights=`` pair of paths or
 URLs. :func:`resolve_model_files` turns any of them into a local ``(options.json, weights)``
 pair, downloading and unpacking into the cache (:mod:`.download`) when needed; :func:`model_dir_in` finds
-the model folder inside an unpacked archive.
+the model folder inside an unpacked archive. What a string names before anything is read, the early checks and
+the error for a string that names nothing are :mod:`.model_names`' (torch-free, for the command line).
 
 Two directory formats are told apart by their files: ELMo's (``options.json`` + an HDF5 weight
 file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` and
@@ -17,7 +18,6 @@ file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` a
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -27,23 +27,12 @@ from typing import Optional
 from ..bilm import manylangs_files
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
-from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in, version_names
+from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
+from .model_names import check_model_name, is_default, not_found  # noqa: F401 (check_model_name re-exported)
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 DEFAULT_MODEL_DIR = DEFAULT_DIR  # the bundled default's folder (bundled_versions names every bundled model)
-
-
-def is_default(model: Optional[PathLike]) -> bool:
-    """Whether ``model`` names the bundled default biLM."""
-    if model is None or str(model) == "default":
-        return True
-    if is_url(str(model)):
-        return False
-    try:
-        return Path(model).expanduser().resolve() == DEFAULT_MODEL_DIR.resolve()
-    except OSError:
-        return False
 
 
 def bundled_name(model: Optional[PathLike]) -> Optional[str]:
@@ -111,47 +100,8 @@ def resolve_model_files(
             f"{OPTIONS} and the weights), or both files as load_bilm(options=..., weights=...)"
         )
     if not path.is_dir():
-        if _is_bare_name(text):
-            raise WeightFileError(_unknown_name_message(text, path.absolute()))
-        raise WeightFileError(f"ELMo model directory not found: {path}")
+        raise not_found(text)
     return _in_directory(path)
-
-
-def check_model_name(model: Optional[PathLike]) -> None:
-    """Fail now, reading and downloading nothing, on a mistyped model name: a bare word that is neither a path
-    here nor a published name but close to one (``"orignal"``); ``WeightFileError`` says "did you mean ...?".
-
-    For front ends that load their model later (the spaCy component loads it at the first doc). Anything
-    else waits for the load: a bare word close to no name may be the relative folder a saved pipeline was
-    made from (its own copy is what it loads), and paths, archives and URLs are checked when read.
-    """
-    if model is None or is_default(model) or is_url(os.fspath(model)) or is_version_name(os.fspath(model)):
-        return
-    text = os.fspath(model)
-    if not _is_bare_name(text) or published_model(text) is not None or Path(text).expanduser().exists():
-        return
-    if _close_names(text):
-        raise WeightFileError(_unknown_name_message(text, Path(text).expanduser().resolve()))
-
-
-def _is_bare_name(text: str) -> bool:
-    """Whether ``text`` reads as a model name rather than a path: no folder separator, no archive suffix."""
-    return os.sep not in text and "/" not in text and not is_archive(text)
-
-
-def _close_names(text: str) -> list[str]:
-    """The published and bundled names ``text`` is a likely typo of, closest first (difflib, case-insensitive)."""
-    names = {name.lower(): name for name in ("default", *version_names(), *PUBLISHED)}
-    return [names[found] for found in difflib.get_close_matches(text.lower(), list(names), n=3, cutoff=0.75)]
-
-
-def _unknown_name_message(text: str, path: Path) -> str:
-    close = _close_names(text)
-    suggestion = f"did you mean {' or '.join(repr(name) for name in close)}? " if close else ""
-    return (
-        f"ELMo model {text!r} not found: no published model has that name and there is no folder {path}; "
-        f"{suggestion}`spacy-elmo models` lists the published models"
-    )
 
 
 def published_files(entry: PublishedModel) -> tuple[Path, Path]:

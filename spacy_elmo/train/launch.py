@@ -21,7 +21,6 @@ import typer
 from .allocator import keep_freed_memory
 from .config import TrainConfig
 from .distributed import World, join_world, leave_world, run_processes, training_processes
-from .presets import architecture
 from .trainer import Trainer
 
 # errors(quiet): a block whose error the user can fix becomes its one-line message (none when quiet) and typer.Exit(2)
@@ -79,11 +78,8 @@ def run_training(run: TrainRun, processes: int = 1, device: str = "cpu") -> int:
     """Run ``run`` in this process (alone, or as the rank torchrun started it as), or in ``processes`` new processes
     that form one group on this machine (gloo on the CPU, nccl between GPUs: ``device``); returns the exit status,
     0 or the first failed process's."""
-    with run.errors(False):
+    with run.errors(False):  # (the command line has checked the architecture, before torch was imported)
         count = training_processes(processes, device)
-        config = run.config
-        if count > 1 and not run.resume and config.init_from is None and isinstance(config.architecture, str):
-            architecture(config.architecture)  # a bad name or file is said once, before the processes start
     if count > 1:
         typer.echo(f"training processes: {count}")
         return run_processes(count, _spawned_run, dataclasses.replace(run, errors_from_rank_0_only=True), device=device)

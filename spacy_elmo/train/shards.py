@@ -29,12 +29,16 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..bilm.files import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
 from ..runtime.windows import length_batches
-from .batching import SPECIALS, Vocabulary
 from .layouts import PathLike
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .batching import Vocabulary
+# batching (which imports torch) only where a vocabulary is built: the command line reads a corpus's manifest
+# (read_manifest) before torch is imported
 
 MANIFEST = CORPUS_MANIFEST
 COUNTS = CORPUS_COUNTS
@@ -156,6 +160,8 @@ class PreparedCorpus:
     def vocabulary(self, max_size: Optional[int], min_count: int) -> Vocabulary:
         """The softmax vocabulary of :meth:`Vocabulary.build` over the counting pass's counts, read only as far as
         needed."""
+        from .batching import SPECIALS, Vocabulary
+
         words: list[str] = []
         limit = None if max_size is None else max(0, max_size - len(SPECIALS))
         for word, count in self.word_counts():

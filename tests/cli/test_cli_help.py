@@ -3,6 +3,7 @@ that parse; a missing input file or a bad argument said before any model loads, 
 imported."""
 
 import importlib
+import json
 import re
 import shlex
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from spacy_elmo.about import install_extra
 from spacy_elmo.cli import app
 
 WIDTH = {"COLUMNS": "80"}  # a common terminal: summaries must fit it whole
@@ -147,6 +149,15 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["plot-mix", "in.txt", "mix.png"], "in.txt is not a directory: give a trained spaCy pipeline's directory"),
         (["plot-mix", ".", "no_folder/mix.png"], "cannot write no_folder/mix.png: the directory no_folder does not"),
         (["similarity", "a b", "b c", "--word", "b", "--plot", "no_folder/s.png"], "the directory no_folder does"),
+        (["train", "out", "--train", "in.txt", "--arch", "nosuch"], "unknown architecture 'nosuch': expected one of"),
+        (["train", "out", "--train", "in.txt", "--arch", "missing.json"], "unknown architecture 'missing.json'"),
+        (["train", "out", "--corpus", "missing"], "missing is not a prepared corpus (no corpus.json)"),
+        (["train", "out", "--train", "in.txt", "--init-from", "missing"], "ELMo model 'missing' not found"),
+        (["train", "out", "--train", "in.txt", "--init-from", "no/dir"], "ELMo model directory not found: no/dir"),
+        (["train", "out", "--train", "in.txt", "--processes", "0"], "--processes=0: expected a positive integer"),
+        (["embed", "in.txt", "out.h5", "--tokenizer", "bogus"], "tokenizer='bogus': not a spaCy language code"),
+        (["evaluate", "default", "in.txt", "--tokenizer", "bogus"], "unknown tokenizer 'bogus'"),
+        (["evaluate", "missing", "in.txt"], "ELMo model 'missing' not found"),
     ],
 )
 def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message, tmp_path):
@@ -154,6 +165,54 @@ def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message,
     status, said, imported = run_command(*args, cwd=tmp_path)
     assert status == 2 and said.startswith("error: ") and message in said and "\n" not in said, said
     assert imported == [], f"spacy-elmo {args[0]} imported {imported} before checking its arguments"
+
+
+def _tiny_arch(**lstm):
+    """The tiny preset's options, its ``lstm`` section updated."""
+    from spacy_elmo.train.presets import PRESETS
+
+    raw = json.loads(json.dumps(PRESETS["tiny"]))
+    raw["lstm"].update(lstm)
+    return raw
+
+
+@pytest.mark.parametrize(
+    "arch, message",
+    [
+        (_tiny_arch(dim=10**9), "huge.json: lstm.dim must be an int from 1 to 65536, not 1000000000"),
+        (_tiny_arch(projection_dim=10**8), "huge.json: lstm.projection_dim must be an int from 1 to 65536"),
+        (_tiny_arch(dim=60000, projection_dim=60000), "huge.json: the architecture has 129,606,802,984 parameters"),
+        ({"lstm": 1}, "huge.json: expected an object with 'lstm' and 'char_cnn' sections"),
+    ],
+)
+def test_an_absurd_architecture_is_said_before_torch_is_imported(arch, message, tmp_path):
+    """``train --arch FILE`` with absurd widths ended in a 150-line allocator traceback after the model began to be
+    built: its schema and size bounds are checked with the other arguments."""
+    (tmp_path / "in.txt").write_text("a b c\n", encoding="utf-8")
+    (tmp_path / "huge.json").write_text(json.dumps(arch), encoding="utf-8")
+    status, said, imported = run_command("train", "out", "--train", "in.txt", "--arch", "huge.json", cwd=tmp_path)
+    assert status == 2 and said.startswith(f"error: {message}") and "\n" not in said, said
+    assert imported == [], f"spacy-elmo train imported {imported} before checking its arguments"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["similarity", "a b", "b c", "--word", "b", "--plot", "s.png", "--model", "missing"],
+        ["plot-mix", ".", "mix.png"],
+    ],
+)
+def test_a_missing_matplotlib_is_said_before_a_model_or_pipeline_loads(args, tmp_path):
+    """It was said after the model loaded (similarity: once matplotlib.patches failed to import, as a traceback)."""
+    blocked = "import sys\nsys.modules['matplotlib'] = None  # as if it were not installed\n" + _IMPORTS_SEEN
+    result = subprocess.run(
+        [sys.executable, "-c", blocked, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    *said, seen = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and said == [f"error: plots need matplotlib: {install_extra('plot')}"], said
+    assert "pip install matplotlib" in said[0] and seen == "imported:", seen
+    assert not any(tmp_path.iterdir())
 
 
 def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():

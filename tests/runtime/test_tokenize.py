@@ -39,3 +39,28 @@ def test_training_reads_with_the_same_tokenizers(tmp_path):
     path.write_text(TEXT.replace("\n", " ") + "\n", encoding="utf-8")
     assert [w for s in read_sentences(Source(path, "lines", "spacy")) for w in s] == resolve_tokenizer("spacy")(TEXT)
     assert [w for s in read_sentences(Source(path, "lines", "whitespace")) for w in s] == TEXT.split()
+
+
+def test_a_tokenizer_name_is_checked_without_importing_spacy():
+    """`embed --tokenizer bogus` was said only once the model had loaded and spaCy had been imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from spacy_elmo.runtime.tokenize import check_tokenizer\n"
+        "for good in ('whitespace', 'spacy', 'de', 'xx', None, str.split):\n"
+        "    check_tokenizer(good)\n"
+        "for bad in ('bogus', '../en', 'en/../../x'):\n"
+        "    try:\n"
+        "        check_tokenizer(bad)\n"
+        "    except ValueError as err:\n"
+        "        assert str(err).startswith(f'tokenizer={bad!r}: not a spaCy language code'), err\n"
+        "    else:\n"
+        "        raise AssertionError(bad)\n"
+        "assert not {'spacy', 'torch'} & set(sys.modules), sorted({'spacy', 'torch'} & set(sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(ValueError, match="tokenizer='bogus': not a spaCy language code"):
+        resolve_tokenizer("bogus")  # the same message, where front ends resolve it

@@ -19,6 +19,7 @@ from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
 from spacy_elmo.train.config import option_flags
 from spacy_elmo.train.evaluation import load_language_model, perplexity
+from spacy_elmo.train.shards import KIND, VERSION
 from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
 from spacy_elmo.train.trainer import TrainingDiverged, _number
 from tests.conftest import torch_threads
@@ -382,6 +383,11 @@ def test_the_cli_passes_every_option_to_its_train_config_field(texts, monkeypatc
     options = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
     assert set(_GIVEN) == {f.name for f in options}, "give the new TrainConfig field a value in _GIVEN"
     args = [arg for f in options for arg in (option_flags(f)[0], _GIVEN[f.name][0]) if arg is not None]
+    # --corpus and --init-from name what exists (the command checks both before torch is imported)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / _GIVEN["init_from"][0]).mkdir(parents=True)
+    manifest = {"format": KIND, "version": VERSION, "shards": [], "words": 0, "sentences": 0, "distinct_words": 0}
+    (tmp_path / "corpus.json").write_text(json.dumps(manifest), encoding="utf-8")
     given = _config_of(monkeypatch, tmp_path, *train_files, "--corpus", str(tmp_path), *args)  # --continue-corpus
     assert {f.name: getattr(given, f.name) for f in options} == {name: value for name, (_, value) in _GIVEN.items()}
     assert given.train == defaults.train
