@@ -554,6 +554,9 @@ def embed(
                 progress=progress,
                 embed_chunks=embed_chunks,
             )
+    if not summary["sentences"]:  # the file is still written, with no line's dataset (docs/cli.md)
+        empty = "<stdin>" if str(input_file) == "-" else input_file
+        typer.secho(f"warning: {empty} is empty: {output_file} holds no sentence", fg=typer.colors.YELLOW, err=True)
     typer.echo(
         f"wrote {output_file}: {summary['sentences']} sentences, {summary['tokens']} tokens "
         f"in {summary['seconds']:.1f} s"

@@ -193,6 +193,22 @@ def test_standard_input(backend, fixture_dir, text_file, tmp_path, monkeypatch):
     assert result.exit_code == 2 and "error: <stdin>, line 2: not valid UTF-8" in result.output, result.output
 
 
+def test_an_empty_input_is_said_on_stderr_and_still_written(fixture_dir, tmp_path):
+    """An empty file gave an empty HDF5 and exit 0 without a word: now one warning line names it (docs/cli.md)."""
+    empty, out = tmp_path / "empty.txt", tmp_path / "out.hdf5"
+    empty.write_bytes(b"")
+    for source, stdin, shown in ((empty, None, empty), ("-", b"", "<stdin>")):
+        result = run_cli(fixture_dir, source, out, input=stdin)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == f"warning: {shown} is empty: {out} holds no sentence\n", result.stderr
+        assert "wrote" in result.stdout and "0 sentences" in result.stdout
+        with h5py.File(out, "r") as f:
+            assert list(f) == ["sentence_to_index"] and json.loads(f["sentence_to_index"][0]) == {}
+    (tmp_path / "blank.txt").write_text("\n", encoding="utf-8")  # a blank line is a sentence (an empty array)
+    result = run_cli(fixture_dir, tmp_path / "blank.txt", out)
+    assert result.exit_code == 0 and result.stderr == "" and "1 sentences" in result.stdout, result.output
+
+
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
 def test_an_endless_line_is_one_line_of_error(fixture_dir, tmp_path):
     """`embed /dev/zero` read one endless line until a MemoryError (a 66-line traceback)."""
