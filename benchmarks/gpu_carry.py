@@ -66,7 +66,13 @@ def pinned(name: str) -> str:
 
 
 def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"], check=True)
+    """Run pip; its failure (no package index reachable, no such version) is one line, pip's last, not a traceback."""
+    command = [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        reason = said[-1][:300] if said else f"exit status {done.returncode}"
+        sys.exit(f"gpu_carry: pip {args[0]} failed (is a package index reachable from here?): {reason}")
 
 
 def binary_options(python_version: str) -> list[str]:
@@ -78,12 +84,20 @@ def binary_options(python_version: str) -> list[str]:
 
 
 def download_wheels(folder: Path, python_version: str) -> None:
-    """spacy-elmo's and the peer's missing needs, as wheels the machine installs with ``pip --no-index``."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir()
+    """spacy-elmo's and the peer's missing needs, as wheels the machine installs with ``pip --no-index``.
+
+    They are downloaded into a new folder beside ``folder``, which replaces it only once every wheel is there: a
+    failed download (no package index reachable) leaves the wheels an earlier run downloaded as they were.
+    """
     requirements = [pinned(name) for name in PACKAGE_NEEDS] + list(PEER_NEEDS)
-    pip("download", *binary_options(python_version), "--dest", str(folder), *requirements)
-    pip("wheel", "--no-deps", "--wheel-dir", str(folder), *PEER_SDIST_ONLY)  # pure Python: any Python's wheel
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f"{folder.name}.") as scratch:  # removed whatever ends
+        new = Path(scratch) / "new"
+        new.mkdir()
+        pip("download", *binary_options(python_version), "--dest", str(new), *requirements)
+        pip("wheel", "--no-deps", "--wheel-dir", str(new), *PEER_SDIST_ONLY)  # pure Python: any Python's wheel
+        if folder.exists():
+            folder.rename(Path(scratch) / "old")  # the earlier run's wheels, removed with the scratch folder
+        new.rename(folder)
 
 
 def copy_peer(folder: Path) -> None:
