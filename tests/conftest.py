@@ -105,6 +105,47 @@ def fixture_dir() -> Path:
     return FIXTURE_DIR
 
 
+class ModelFolder:
+    """A private model folder (options.json + weights.hdf5, as the package writes them) of the fixture biLM, whose
+    weights a test replaces on disk with others of the same shapes, and puts back."""
+
+    def __init__(self, fixture_dir: Path, folder: Path) -> None:
+        from spacy_elmo.bilm.weights import load_model, save_model
+
+        self.model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        self.path = save_model(self.model, folder)
+        self.weights = self.path / "weights.hdf5"
+        self.original = self.weights.read_bytes()
+
+    def replace_weights(self, shift: float = 0.05) -> None:
+        """Every parameter moved by ``shift``, written over weights.hdf5 by the package's writer (a new file renamed
+        over it: same size, new content)."""
+        import torch
+
+        from spacy_elmo.bilm.files import atomic_path
+        from spacy_elmo.bilm.weights import write_weights_file
+
+        with torch.no_grad():
+            for parameter in self.model.parameters():
+                parameter.add_(shift)
+        with atomic_path(self.weights) as tmp:
+            write_weights_file(self.model, tmp, shown_as=self.weights)
+        assert self.weights.stat().st_size == len(self.original) and self.weights.read_bytes() != self.original
+
+    def put_back(self) -> None:
+        """The original weights, written back as a new file."""
+        from spacy_elmo.bilm.files import atomic_path
+
+        with atomic_path(self.weights) as tmp:
+            tmp.write_bytes(self.original)
+
+
+@pytest.fixture
+def model_folder(fixture_dir, tmp_path) -> ModelFolder:
+    """A private copy of the fixture biLM in ``tmp_path / "model"`` whose weights the test may replace."""
+    return ModelFolder(fixture_dir, tmp_path / "model")
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """``../shared/data``: the public corpora (skips with how to get them when absent)."""

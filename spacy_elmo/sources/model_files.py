@@ -21,6 +21,7 @@ import difflib
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
@@ -283,11 +284,45 @@ def find_weights(directory: Path) -> Path:
     raise WeightFileError(f"ELMo model directory {directory} has several .hdf5 files ({names}); name one with weights=")
 
 
+FileState = tuple[int, int, int, int]  # a file's size, mtime_ns, ctime_ns and inode
+
+
+def files_state(paths: Iterable[Path]) -> tuple[FileState, ...]:
+    """Each file's ``(size, mtime_ns, ctime_ns, inode)``: what tells that a file changed without reading it. A file
+    replaced by a rename (as every writer of this package replaces one) has a new inode; one rewritten in place
+    with its mtime put back (``cp -p``) a new ctime."""
+    states = []
+    for path in paths:
+        stat = os.stat(path)
+        states.append((stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino))
+    return tuple(states)
+
+
+# fingerprints already computed in this process: (options, weights) -> (their files' state then, fingerprint)
+_FINGERPRINTS: dict[tuple[str, str], tuple[tuple[FileState, ...], str]] = {}
+
+
 def fingerprint(options_path: Path, weights_path: Path) -> str:
     """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint.
 
-    An ELMoForManyLangs model's covers each of its files (name and bytes).
+    An ELMoForManyLangs model's covers each of its files (name and bytes). Remembered for the process while
+    :func:`files_state` of the model's files stays the same, so checking files again (before a fitted
+    ``ElmoVectorizer`` transforms, before a pipeline copies its model) reads no weights unless they changed.
     """
+    files = list(model_file_map(options_path, weights_path).values())
+    key = (os.fspath(options_path), os.fspath(weights_path))
+    before = files_state(files)
+    known = _FINGERPRINTS.get(key)
+    if known is not None and known[0] == before:
+        return known[1]
+    value = _hashed(options_path, weights_path)
+    if files_state(files) == before:  # not remembered when a file changed while it was read
+        _FINGERPRINTS[key] = (before, value)
+    return value
+
+
+def _hashed(options_path: Path, weights_path: Path) -> str:
+    """:func:`fingerprint`, read from the files."""
     digest = hashlib.sha256()
     if is_manylangs(options_path, weights_path):
         for name, path in sorted(model_file_map(options_path, weights_path).items()):
