@@ -137,3 +137,22 @@ def test_allennlp_elmo_command_cuda_device_is_one_line_exit_2(fixture_dir, tmp_p
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output, result.output
     assert f"error: cuda_device={cuda_device}: " in result.output, result.output
     assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_on_a_machine_with_two_gpus_an_index_beyond_them_names_those_there(monkeypatch):
+    """The branch a CUDA machine takes, on any machine: torch's answers made those of one with two GPUs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError) as err:
+        resolve_device("cuda:2")
+    assert str(err.value) == (
+        "device='cuda:2': this machine has 2 CUDA devices (cuda:0 .. cuda:1); use 'cpu' (the CPU) or one of those"
+    )
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    if not torch.backends.mps.is_available():
+        with pytest.raises(
+            ValueError,
+            match=r"^device='mps': MPS \(Apple's GPU\) is not available on this machine; "
+            r"use 'cpu' \(the CPU\) or 'cuda'$",
+        ):
+            resolve_device("mps")
