@@ -555,7 +555,9 @@ def info(
     from .sources.model_files import resolve_model_files
     from .sources.published import published_model
 
-    entry = None if Path(model_dir).expanduser().is_dir() else published_model(model_dir)  # a local folder wins
+    entry = published_model(model_dir)
+    if entry is not None and Path(model_dir).expanduser().is_dir():  # a local folder of that name wins
+        entry = None
     if entry is not None and not all(is_cached(url) for url in entry.urls):
         typer.echo(describe_published(entry))
         return

@@ -18,6 +18,7 @@ file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` a
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..bilm import manylangs_files
+from ..bilm.excerpt import excerpt
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in, version_names
@@ -88,22 +90,23 @@ def resolve_model_files(
     version = bundled_version(text)  # a bundled version by its own name: its folder in the package, no download
     if version is not None:
         return _bundled(version.directory, f"the bundled model {text!r}")
-    if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
-        return _in_directory(Path(text).expanduser())
+    url = is_url(text)
+    path = Path(text) if url else local_path(text)  # a name no path can have: said here, once
+    if not url and is_model_dir(path):  # a local model folder wins over a published name
+        return _in_directory(path)
     entry = published_model(text)
-    if entry is None and is_url(text):
+    if entry is None and url:
         entry = published_by_url(text)
     if entry is not None:
         return published_files(entry)
-    if is_url(text):
+    if url:
         if is_archive(text):
             archive = cached_path(text, what=f"archive {text}")
             return _in_directory(model_dir_in(unpacked_archive(archive, source=text), text))
         raise WeightFileError(
-            f"{text} is neither a published model's file nor a .zip/.tar.gz archive; for separate files use "
+            f"{excerpt(text)} is neither a published model's file nor a .zip/.tar.gz archive; for separate files use "
             f"load_bilm(options=OPTIONS_URL, weights=WEIGHTS_URL); published names: {', '.join(PUBLISHED)}"
         )
-    path = Path(text).expanduser()
     if path.is_file() and is_archive(text):
         return _in_directory(model_dir_in(unpacked_archive(path), str(path)))
     if path.is_file():
@@ -114,8 +117,24 @@ def resolve_model_files(
     if not path.is_dir():
         if _is_bare_name(text):
             raise WeightFileError(_unknown_name_message(text, path.absolute()))
-        raise WeightFileError(f"ELMo model directory not found: {path}")
+        raise WeightFileError(f"ELMo model directory not found: {excerpt(str(path))}")
     return _in_directory(path)
+
+
+def local_path(text: str) -> Path:
+    """``text`` as a local path (``~`` expanded), refused with a ``WeightFileError`` when this system cannot hold a
+    path of that name (a name too long for a folder entry or a path: ``ENAMETOOLONG``), rather than the ``OSError``
+    the first look at it would raise: the one look every route from a model string to a local path takes."""
+    path = Path(text).expanduser()
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise WeightFileError(
+                f"ELMo model {excerpt(text)} not found: too long to be a path on this system, and no published model "
+                "has that name; `spacy-elmo models` lists the published models"
+            ) from None
+    return path
 
 
 def check_model_name(model: Optional[PathLike]) -> None:
@@ -129,7 +148,7 @@ def check_model_name(model: Optional[PathLike]) -> None:
     if model is None or is_default(model) or is_url(os.fspath(model)) or is_version_name(os.fspath(model)):
         return
     text = os.fspath(model)
-    if not _is_bare_name(text) or published_model(text) is not None or Path(text).expanduser().exists():
+    if not _is_bare_name(text) or published_model(text) is not None or local_path(text).exists():
         return
     if _close_names(text):
         raise WeightFileError(_unknown_name_message(text, Path(text).expanduser().resolve()))
@@ -150,7 +169,8 @@ def _unknown_name_message(text: str, path: Path) -> str:
     close = _close_names(text)
     suggestion = f"did you mean {' or '.join(repr(name) for name in close)}? " if close else ""
     return (
-        f"ELMo model {text!r} not found: no published model has that name and there is no folder {path}; "
+        f"ELMo model {excerpt(text)} not found: no published model has that name and there is no folder "
+        f"{excerpt(str(path))}; "
         f"{suggestion}`spacy-elmo models` lists the published models"
     )
 

@@ -104,7 +104,7 @@ def make_elmo(
     layers: Union[str, int, list[float]],
     gamma: float,
     batch_size: int,
-    max_length: int,
+    max_length: Optional[int],
     window_overlap: int,
     use_sentences: bool,
     set_vectors: bool,
@@ -170,7 +170,7 @@ class ElmoComponent(Pipe):
         layers: LayerMix = DEFAULTS.layers,
         gamma: float = DEFAULTS.gamma,
         batch_size: int = DEFAULTS.batch_size,  # type: ignore[assignment]  # 64 here, not the vectorizer's None
-        max_length: int = DEFAULTS.max_length,  # type: ignore[assignment]
+        max_length: Optional[int] = DEFAULTS.max_length,
         window_overlap: int = DEFAULTS.window_overlap,
         use_sentences: bool = True,
         set_vectors: bool = True,

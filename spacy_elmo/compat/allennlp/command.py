@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from ...sources.download import HOME_ENV, OFFLINE_ENV, DownloadError, is_offline
-from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
+from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder, check_cuda_device
 
 SUBCOMMAND = "elmo"  # AllenNLP's name of this command: ``allennlp elmo`` / ``main()`` with ``sys.argv[1] == "elmo"``
 
@@ -80,7 +80,12 @@ def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
     ``argv`` is ``INPUT OUTPUT (--all | --top | --average) ...``, optionally after AllenNLP's
     subcommand word, ``elmo ...``, as ``allennlp.commands.main`` reads ``sys.argv``.
     """
-    args = build_parser(prog).parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+    args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    try:
+        check_cuda_device(args.cuda_device)
+    except ValueError as err:  # a bad argument, as argparse says one: one line and exit 2, before the model is read
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     for package in args.include_package:
         importlib.import_module(package)
     output_format = "all" if args.all else "top" if args.top else "average"
