@@ -12,13 +12,9 @@ from spacy_elmo.sources.download import HOME_ENV, home
 FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA_DIR = SHARED / "data"
+# the skip reason (one actionable line); docs/contributing.md ("Tests") says where each corpus comes from
 CORPORA_HELP = (
-    "public corpora (WikiText-2, SST-5/SST-2, TREC-6, WNUT-17; about 28 MB) not found at {path}. They live in "
-    "../shared/data beside the checkout; on a machine with a network, `python -m spacy project assets "
-    "examples/project` fetches SST-5 and WNUT-17 from their public sources (URLs and checksums in "
-    "examples/project/project.yml); WikiText-2 is in GitHub pytorch/examples "
-    "(word_language_model/data/wikitext-2/), TREC-6 in harvardnlp/sent-conv-torch; the README of each folder "
-    "of ../shared/data gives source, commit and licence"
+    "corpora (WikiText-2, SST, TREC-6, WNUT-17) not found at {path}: get them as docs/contributing.md says (Tests)"
 )
 
 

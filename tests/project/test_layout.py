@@ -25,7 +25,6 @@ SHARED: dict[str, tuple[str, ...]] = {
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "sources/info.py": ("test_weight_validation.py", "test_train.py"),
     "sources/model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),

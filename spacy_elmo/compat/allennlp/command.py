@@ -110,10 +110,11 @@ def default_model_unavailable(err: DownloadError) -> str:
     """One complete line for when AllenNLP's default model (the published ``original``) can be neither read from the
     cache nor downloaded: why, in a few words, and the ways out (a local model, or a download where there is a network).
     """
-    network = re.search(r"failed: (could not connect|the transfer was cut off) \(", str(err))
+    network = re.search(r"failed: (could not connect|the transfer was cut off) (?:to \S+ )?\(", str(err))
     if is_offline():
         reason = f"{OFFLINE_ENV}=1"
-    elif network:  # the fetcher's text goes on with the network library's long description, clipped: not kept
+    elif network:  # the fetcher's text goes on with the host and its advice, or the network library's long
+        # description, clipped: not kept
         reason = f"{network.group(1)}; {OFFLINE_ENV}=1 never tries"
     else:  # a checksum, a full disk...: the fetcher's own line says which
         reason = str(err)
