@@ -518,8 +518,10 @@ def embed(
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
     from .output.embed_file import embed_file
     from .runtime.backend import dtype_name, load_bilm
+    from .runtime.tokenize import resolve_tokenizer
 
     with _errors_exit_2():
+        resolve_tokenizer(tokenizer)  # a misspelled name (and the closest valid ones) said before the model loads
         _set_threads(threads)
         backend = load_bilm(model, device=device, dtype=dtype)
         chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker

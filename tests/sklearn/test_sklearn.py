@@ -194,6 +194,22 @@ def test_bad_input_names_sample_and_type(vec, X, error, match):
         vec.fit_transform(X)
 
 
+def test_rows_of_one_whole_text_are_refused_not_read_as_one_token_each(vec):
+    df = pd.DataFrame({"text": ["a great movie", "bad plot"]})
+    one_word_then_a_text = [["great"], ["bad\tplot " + "x" * 100]]
+    for X, where in (
+        (df[["text"]].values.tolist(), r"sample 0 is .* one token with several words \('a great movie'\)"),
+        (one_word_then_a_text, r"sample 1 is .* one token with several words \('bad\\tplot x{31}\.\.\.'\)"),
+    ):
+        for call in (vec.fit, vec.transform, vec.fit_transform):
+            with pytest.raises(ValueError, match=where + r".*pass the texts as strings \(df\['text'\]") as err:
+                call(X)
+            assert "\n" not in str(err.value)
+    np.testing.assert_array_equal(vec.transform(df[["text"]]), vec.transform(df["text"]))  # the frame is one column
+    merged = vec.transform([["New York", "is", "big"]])  # a merged token among others is taken as given
+    assert not np.allclose(merged, vec.transform([["New", "York", "is", "big"]]))
+
+
 @pytest.mark.parametrize(
     "params, error, match",
     [
