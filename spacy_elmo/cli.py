@@ -536,8 +536,10 @@ def embed(
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
     from .output.embed_file import embed_file
     from .runtime.backend import dtype_name, load_bilm
+    from .runtime.tokenize import resolve_tokenizer
 
     with _errors_exit_2():
+        resolve_tokenizer(tokenizer)  # a misspelled name (and the closest valid ones) said before the model loads
         _set_threads(threads)
         backend = load_bilm(model, device=device, dtype=dtype)
         chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
@@ -576,7 +578,9 @@ def info(
     from .sources.model_files import resolve_model_files
     from .sources.published import published_model
 
-    entry = None if Path(model_dir).expanduser().is_dir() else published_model(model_dir)  # a local folder wins
+    entry = published_model(model_dir)
+    if entry is not None and Path(model_dir).expanduser().is_dir():  # a local folder of that name wins
+        entry = None
     if entry is not None and not all(is_cached(url) for url in entry.urls):
         typer.echo(describe_published(entry))
         return

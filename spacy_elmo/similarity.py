@@ -10,6 +10,7 @@ Importing this module imports neither torch nor matplotlib: the command line che
 from __future__ import annotations
 
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,7 +112,8 @@ def plot(result: WordSimilarity, path: Path) -> None:
     from matplotlib.patches import Rectangle
 
     (a, b), (i, j) = result.tokens, result.positions
-    figure, (bars, heat) = new_figure(nrows=1, ncols=2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
+    # the heatmap's cells take the room its panel has (aspect "auto"), so no gap opens beside a short sentence pair
+    figure, (bars, heat) = new_figure(nrows=1, ncols=2, figsize=(10, 4.4), gridspec_kw={"width_ratios": [1, 1.25]})
     labels = [label.split(" (")[0] if not label.startswith("mix") else "mix" for label, _ in result.layers]
     values = [cosine for _, cosine in result.layers]
     shown = bars.bar(labels, values, color=["#9e9e9e"] + ["#1f77b4"] * (len(values) - 2) + ["#d62728"])
@@ -119,32 +121,38 @@ def plot(result: WordSimilarity, path: Path) -> None:
     bars.set_ylim(min(0.0, min(values)) - 0.05, 1.1)
     bars.set_ylabel("cosine similarity")
     bars.set_title(f"{result.word!r} in A vs B, per layer")
-    image = heat.imshow(result.token_matrix, cmap="viridis", vmin=min(0.0, float(result.token_matrix.min())), vmax=1.0)
+    low = min(0.0, float(result.token_matrix.min()))
+    image = heat.imshow(result.token_matrix, cmap="viridis", vmin=low, vmax=1.0, aspect="auto")
     heat.set_xticks(range(len(b)), b, rotation=60, ha="right")
     heat.set_yticks(range(len(a)), a)
     heat.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     heat.set_xlabel("sentence B")
     heat.set_ylabel("sentence A")
     heat.set_title("token-by-token cosine (mixed vectors)")
-    figure.colorbar(image, ax=heat, fraction=0.046)
+    figure.colorbar(image, ax=heat, fraction=0.05, pad=0.02)
     figure.tight_layout()
     save_figure(figure, path)
 
 
 def plot_mixes(mixes: dict[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
-    """Bars of each component's learned layer weights (softmax(s)), gamma in its legend label."""
-    figure, axes = new_figure(figsize=(7, 4))
+    """Bars of each component's learned layer weights (softmax(s), each layer's share of the mix: they sum to 1), gamma
+    in its legend label. The axis starts at 0, so a small lean from equal weights is drawn as small."""
+    figure, axes = new_figure(figsize=(8, 4.3))
     n_layers = max(len(weights) for weights, _ in mixes.values())
     width = 0.8 / len(mixes)
     for k, (name, (weights, gamma)) in enumerate(mixes.items()):
         xs = [layer + (k - (len(mixes) - 1) / 2) * width for layer in range(len(weights))]
         bars = axes.bar(xs, weights, width, label=f"{name} (gamma {gamma:.2f})")
-        axes.bar_label(bars, fmt="%.2f", fontsize=8)
-    axes.axhline(1 / n_layers, color="gray", linewidth=0.8, linestyle="--", label="equal weights")
+        axes.bar_label(bars, fmt="%.3f", fontsize=8, label_type="center", color="white")  # clear of the line
+    axes.axhline(1 / n_layers, color="gray", linewidth=0.8, linestyle="--", label=f"equal weights (1/{n_layers})")
     axes.set_xticks(range(n_layers), ["layer 0 (char CNN)"] + [f"layer {k} (LSTM {k})" for k in range(1, n_layers)])
-    axes.set_ylabel("learned weight softmax(s)")
-    axes.set_title(title or "ELMo layer weights learned by spacy train", fontsize=10)
-    axes.legend(fontsize=8)
+    highest = max(max(weights) for weights, _ in mixes.values())
+    axes.set_ylim(0.0, 1.35 * max(highest, 1 / n_layers))  # room above the bars and the line for the legend
+    axes.set_ylabel("weight in the mix (softmax; sums to 1)")
+    lines = (title or "ELMo layer weights learned by spacy train").split("\n")
+    title = "\n".join(textwrap.fill(line, 92, break_on_hyphens=False) for line in lines)  # within the figure's width
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=8, loc="upper right", ncol=2)
     figure.tight_layout()
     save_figure(figure, path)
 

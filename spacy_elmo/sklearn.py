@@ -89,7 +89,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         The normalised layer weights that ``layers`` resolves to (None for ``layers="all"``: no mix).
     model_pin_ : spacy_elmo.sources.pinned_model.PinnedModel
         The model ``fit`` used, pinned: what ``model`` named and the fingerprints of its files and vectors, which
-        ``transform`` resolves (the bundled version it was, should ``"default"`` name a newer one).
+        ``transform`` resolves (the bundled version it was, should ``"default"`` name a newer one) and checks the
+        files against: files changed on disk since ``fit`` (in this process or before a pickle was loaded) are a
+        ``WeightFileError`` naming the folder and both fingerprints, never other features.
     """
 
     def __init__(
@@ -135,8 +137,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def transform(self, X: Any) -> np.ndarray:
         """Float32 array ``(n_samples, n_features)``: each sample's mixed, pooled ELMo vectors."""
         settings = self._settings()
-        backend = self._load(self._model_to_load(), settings)
-        return pooled_matrix(_as_samples(X), backend, settings)
+        return pooled_matrix(_as_samples(X), self._pinned_backend(settings), settings)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """``elmo0, elmo1, ...``; with ``pooling="mean+max"``: ``elmo_mean0, ..., elmo_max0, ...``; with
@@ -179,10 +180,44 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         return FrontSettings.of(self, VECTORIZER_SETTINGS).checked()
 
     def _load(self, model: PathLike, settings: FrontSettings) -> ElmoBackend:
-        """The shared backend of ``model``, ``layers`` checked against its layers."""
+        """The shared backend of ``model``, ``layers`` checked against its layers, and the files checked against it
+        (the process keeps one backend per files, size and mtime: files rewritten without a new size or mtime
+        would leave it holding other weights than the files it names)."""
         backend = load_bilm(model, device=settings.device, dtype=settings.dtype)  # a bad dtype: ValueError naming it
+        PinnedModel(os.fspath(model), backend.files_fingerprint).check_files(
+            backend.options_path,
+            backend.weights_path,
+            where=self._where(),
+            since="this process loaded them",
+            what_to_do="put back the files it loaded, or start a new Python process to load them as they are now",
+        )
         settings.mixed_width(backend.n_layers, backend.dim)
         return backend
+
+    def _pinned_backend(self, settings: FrontSettings) -> ElmoBackend:
+        """The backend ``transform`` embeds with: the model ``fit`` pinned (:meth:`_model_to_load`), its files checked
+        against the pin before they are loaded (``WeightFileError``: they changed on disk since ``fit``, in this
+        process or before the vectorizer was pickled), so that other weights never give features under it."""
+        model = self._model_to_load()
+        pin = self._pin_in_force()
+        if pin is not None:
+            pin.check_files(
+                *resolve_model_files(model),
+                where=self._where(),
+                since="it was fitted",
+                what_to_do="put back the files it was fitted with, or fit the vectorizer and the estimators after it "
+                "again on these files",
+            )
+        return self._load(model, settings)
+
+    def _pin_in_force(self) -> Optional[PinnedModel]:
+        """``model_pin_`` while ``model`` still names what ``fit`` pinned (``set_params`` may have changed it)."""
+        pin: Optional[PinnedModel] = getattr(self, "model_pin_", None)
+        return pin if pin is not None and pin.name == os.fspath(self.model) else None
+
+    def _where(self) -> str:
+        """How error messages name this vectorizer."""
+        return f"ElmoVectorizer(model={os.fspath(self.model)!r})"
 
     def _fit(self, settings: FrontSettings) -> ElmoBackend:
         """Load what ``model`` names now and set the fitted state from it."""
@@ -201,12 +236,12 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         then that bundled version, so transform gives the vectors fit saw (:meth:`PinnedModel.resolve`; a
         ``WeightFileError`` says what to do when this spacy-elmo no longer bundles it). ``model`` changed since fit
         (``set_params``) loads what it names, as an unfitted vectorizer does."""
-        pin: Optional[PinnedModel] = getattr(self, "model_pin_", None)
-        if pin is None or pin.name != os.fspath(self.model):
+        pin = self._pin_in_force()
+        if pin is None:
             return self.model
         return pin.resolve(
             "this ElmoVectorizer was fitted",
-            f"ElmoVectorizer(model={os.fspath(self.model)!r})",
+            self._where(),
             installed=__version__,
             set_model="set its model to the files it was fitted with: set_params(model=FOLDER) (in a Pipeline, "
             "set_params(STEP__model=FOLDER))",

@@ -12,13 +12,9 @@ from spacy_elmo.sources.download import HOME_ENV, home
 FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA_DIR = SHARED / "data"
+# the skip reason (one actionable line); docs/contributing.md ("Tests") says where each corpus comes from
 CORPORA_HELP = (
-    "public corpora (WikiText-2, SST-5/SST-2, TREC-6, WNUT-17; about 28 MB) not found at {path}. They live in "
-    "../shared/data beside the checkout; on a machine with a network, `python -m spacy project assets "
-    "examples/project` fetches SST-5 and WNUT-17 from their public sources (URLs and checksums in "
-    "examples/project/project.yml); WikiText-2 is in GitHub pytorch/examples "
-    "(word_language_model/data/wikitext-2/), TREC-6 in harvardnlp/sent-conv-torch; the README of each folder "
-    "of ../shared/data gives source, commit and licence"
+    "corpora (WikiText-2, SST, TREC-6, WNUT-17) not found at {path}: get them as docs/contributing.md says (Tests)"
 )
 
 
@@ -103,6 +99,47 @@ def require_corpora(path: Path) -> Path:
 def fixture_dir() -> Path:
     """The AllenNLP test ELMo (options.json, lm_weights.hdf5) with reference activations, in tests/fixtures."""
     return FIXTURE_DIR
+
+
+class ModelFolder:
+    """A private model folder (options.json + weights.hdf5, as the package writes them) of the fixture biLM, whose
+    weights a test replaces on disk with others of the same shapes, and puts back."""
+
+    def __init__(self, fixture_dir: Path, folder: Path) -> None:
+        from spacy_elmo.bilm.weights import load_model, save_model
+
+        self.model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        self.path = save_model(self.model, folder)
+        self.weights = self.path / "weights.hdf5"
+        self.original = self.weights.read_bytes()
+
+    def replace_weights(self, shift: float = 0.05) -> None:
+        """Every parameter moved by ``shift``, written over weights.hdf5 by the package's writer (a new file renamed
+        over it: same size, new content)."""
+        import torch
+
+        from spacy_elmo.bilm.files import atomic_path
+        from spacy_elmo.bilm.weights import write_weights_file
+
+        with torch.no_grad():
+            for parameter in self.model.parameters():
+                parameter.add_(shift)
+        with atomic_path(self.weights) as tmp:
+            write_weights_file(self.model, tmp, shown_as=self.weights)
+        assert self.weights.stat().st_size == len(self.original) and self.weights.read_bytes() != self.original
+
+    def put_back(self) -> None:
+        """The original weights, written back as a new file."""
+        from spacy_elmo.bilm.files import atomic_path
+
+        with atomic_path(self.weights) as tmp:
+            tmp.write_bytes(self.original)
+
+
+@pytest.fixture
+def model_folder(fixture_dir, tmp_path) -> ModelFolder:
+    """A private copy of the fixture biLM in ``tmp_path / "model"`` whose weights the test may replace."""
+    return ModelFolder(fixture_dir, tmp_path / "model")
 
 
 @pytest.fixture(scope="session")

@@ -65,9 +65,12 @@ class TokenVectorCache:
         return self._slab.index_select(0, torch.as_tensor(slots, device=self._slab.device))
 
     def _allocate(self, count: int, keep: set, like: torch.Tensor) -> list[int]:
-        """``count`` free slots, growing the slab or evicting least recently used tokens not in ``keep``."""
+        """``count`` free slots, growing the slab or evicting least recently used tokens not in ``keep``.
+
+        Every slot of the slab is either a cached token's or in ``_free``: the free slots are ``_free``, no more.
+        """
         capacity = self._slab.shape[0] if self._slab.dim() == 2 else 0
-        if len(self._free) + capacity - len(self._slots) < count and capacity < self.max_tokens:
+        if len(self._free) < count and capacity < self.max_tokens:
             size = min(self.max_tokens, max(1024, 2 * capacity, len(self._slots) + count))
             slab = like.new_zeros(size, like.shape[-1])
             if capacity:

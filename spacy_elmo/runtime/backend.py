@@ -340,8 +340,8 @@ def load_bilm(
     it is part of ``backend.fingerprint``.
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
+    torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
     options_path, weights_path = resolve_model_files(model, options, weights)
-    torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files

@@ -11,6 +11,7 @@ vectorizer's ``transform``, one Dask partition), :func:`token_records` its token
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
@@ -35,6 +36,8 @@ T = TypeVar("T")
 
 TEXT, TOKENS, DOC = "text", "tokens", "doc"
 _KIND_NAMES = {TEXT: "a string", TOKENS: "a token list", DOC: "a spaCy Doc"}
+_SEVERAL_WORDS = re.compile(r"\S[ \t\n\r\f\v]+\S")  # ASCII whitespace between two characters of a token
+_EXCERPT = 40  # characters of a text an error message echoes
 
 
 class EmptyTextWarning(UserWarning):
@@ -119,7 +122,8 @@ def token_records(samples: Sequence[Any], backend: SentenceEmbedder, settings: F
 def sample_kind(samples: Sequence[Any]) -> str:
     """The one kind (``"text"``, ``"tokens"``, ``"doc"``) of all samples; ``TypeError`` names the first that breaks it.
 
-    An empty column is ``"text"``.
+    An empty column is ``"text"``. A token list of one token with several words (``[["a great movie"], ...]``, what
+    ``df[["text"]].values.tolist()`` gives) is a ``ValueError`` naming the sample.
     """
     first: Optional[str] = None
     for i, sample in enumerate(samples):
@@ -130,6 +134,8 @@ def sample_kind(samples: Sequence[Any]) -> str:
                 f"sample {i} is {type(sample).__name__} ({sample!r}){hint}: expected a string, "
                 "a list of token strings or a spaCy Doc"
             )
+        if kind == TOKENS:
+            _check_one_text_row(sample, i)
         if first is None:
             first = kind
         elif kind != first:
@@ -138,6 +144,21 @@ def sample_kind(samples: Sequence[Any]) -> str:
                 f"{_KIND_NAMES[first]}: all samples must be of one kind (texts, token lists or Docs)"
             )
     return first or TEXT
+
+
+def _check_one_text_row(tokens: Sequence[Any], index: int) -> None:
+    """``ValueError`` if sample ``index`` is a token list of one token with several words (ASCII whitespace between
+    them): what each row of a one-column 2-D ``X`` given as lists is (``df[["text"]].values.tolist()``). Token lists
+    are embedded as given, never split, so each text would silently be one token. A longer token list may hold a
+    merged token (``"New York"``, as a retokenized ``Doc`` does) and is taken as given."""
+    if len(tokens) == 1 and isinstance(tokens[0], str) and _SEVERAL_WORDS.search(tokens[0]):
+        text = tokens[0]
+        excerpt = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+        raise ValueError(
+            f"sample {index} is a token list of one token with several words ({excerpt!r}), as each row of a "
+            "one-column 2-D X (df[['text']].values.tolist()) is, and token lists are not split; pass the texts as "
+            "strings (df['text'] or a flat list), which the tokenizer setting splits"
+        )
 
 
 def token_rows(samples: Sequence[Any], kind: str, tokenizer: TokenizerSpec = None) -> Rows:

@@ -7,6 +7,7 @@ a row for it.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.metadata
 import importlib.util
@@ -48,7 +49,8 @@ def resolve_tokenizer(spec: TokenizerSpec = None) -> Callable[[str], Iterable[An
         language's blank tokenizer); a callable (returned as it is, e.g. ``nlp.tokenizer``).
 
     The built-in tokenizers return token strings without whitespace tokens; a callable's tokens
-    (strings or spaCy tokens) are the caller's to clean. ``ValueError`` names an unknown code.
+    (strings or spaCy tokens) are the caller's to clean. ``ValueError`` names an unknown name and the valid names
+    closest to it (``"whitspace"``: ``"whitespace"``).
     """
     if callable(spec):
         return spec
@@ -102,5 +104,27 @@ def spacy_tokenizer(lang: str) -> Tokenizer:
     try:
         tokenizer = spacy.blank(lang).tokenizer
     except (ImportError, KeyError) as err:
-        raise ValueError(f"tokenizer={lang!r}: not a spaCy language code ({err})") from err
+        codes = _spacy_language_codes()
+        if lang in codes:  # spaCy has the language, but it needs a package that is missing (e.g. "ja": sudachipy)
+            raise ValueError(f"tokenizer={lang!r}: spaCy's tokenizer for it cannot be made ({err})") from err
+        raise ValueError(
+            f"tokenizer={lang!r}: not a spaCy language code, {WHITESPACE!r} or {SPACY!r}{_did_you_mean(lang, codes)}"
+        ) from err
     return lambda text: [token.text for token in tokenizer(text) if not is_whitespace(token.text)]
+
+
+def _spacy_language_codes() -> list[str]:
+    """The language codes of the installed spaCy's own languages (``spacy.lang``'s packages), without importing
+    them."""
+    import pkgutil
+
+    import spacy.lang
+
+    return sorted(module.name for module in pkgutil.iter_modules(spacy.lang.__path__) if module.ispkg)
+
+
+def _did_you_mean(name: str, codes: list[str]) -> str:
+    """``"; did you mean 'whitespace'?"``: the valid names closest to ``name``, case ignored (a typo, ``"Spacy"``), or
+    ``""``."""
+    close = difflib.get_close_matches(name.lower(), [WHITESPACE, SPACY, *codes], n=3)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""

@@ -3,9 +3,9 @@
 Each returns the value in plain types or raises ``ValueError`` (``TypeError`` for input of the wrong
 kind) naming the setting: :func:`positive_int` (batch sizes and other counts), :func:`check_window_config`
 and :func:`optional_windows` (``max_length`` and ``window_overlap``), :func:`check_dtype` (a precision's
-name), :func:`resolve_device` (a torch device), :func:`validate_sentences` (token-list input). The mix's
-settings are checked in ``mix.py`` (``check_layer_spec``, ``check_gamma``) and pooling's in ``pooling.py``
-(``check_pooling``): each belongs to the one computation that reads it.
+name), :func:`resolve_device` (a torch device this machine has), :func:`validate_sentences` (token-list input).
+The mix's settings are checked in ``mix.py`` (``check_layer_spec``, ``check_gamma``) and pooling's in
+``pooling.py`` (``check_pooling``): each belongs to the one computation that reads it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
+from ..bilm.excerpt import excerpt
 from ..sources.bundled_versions import PRECISION_NAMES
 from ..sources.bundled_versions import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
 
@@ -85,23 +86,77 @@ def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
     return name
 
 
-def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
-    """``None`` means CPU; a CUDA device that is not available is an error, not a silent fallback."""
+def resolve_device(
+    device: Union[str, int, torch.device, None] = None, name: str = "device", *, cpu: object = "cpu"
+) -> torch.device:
+    """The torch device ``device`` names, checked to exist on this machine: the one check of a device, which every
+    front end runs before a model is put on one.
+
+    ``None`` means the CPU; an ``int`` N, ``"cuda:N"`` (AllenNLP's ``cuda_device``); ``"cuda"`` (no index), torch's
+    current CUDA device. Else a ``ValueError`` naming the setting ``name`` and what to give instead (``cpu``: how the
+    setting spells the CPU), never torch's error at the first tensor: a string torch does not read as a device
+    ("gpu", "cuda:x"); a device type whose backend this torch lacks or this machine does not have (CUDA, Apple's
+    MPS, Intel's XPU, any other); an index beyond the devices there are; the meta device, which holds no values.
+    """
     import torch
 
+    given = f"{name}={excerpt(device)}"
+    use_cpu = f"use {cpu!r} (the CPU)"
+    spelled = f"cuda:{int(device)}" if isinstance(device, numbers.Integral) and not isinstance(device, bool) else device
     try:
-        resolved = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError) as err:
+        resolved = torch.device("cpu" if spelled is None else spelled)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError):
         raise ValueError(
-            f"device={device!r} is not a torch device: use None or 'cpu', 'cuda', 'cuda:N' (or another torch "
-            f"device such as 'mps' or 'xpu') ({err})"
-        ) from err
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} requested but CUDA is not available")
-        if resolved.index is None:
-            resolved = torch.device("cuda", torch.cuda.current_device())
+            f"{given} is not a torch device: {use_cpu}, 'cuda', 'cuda:N' (or another torch device such as 'mps')"
+        ) from None
+    kind = resolved.type
+    if kind == "cpu":
+        return resolved
+    if kind == "meta":
+        raise ValueError(
+            f"{given}: the meta device holds shapes but no values, so nothing can be computed on it; {use_cpu}"
+        )
+    count = _device_count(kind)
+    backend = _BACKEND_NAMES.get(kind, kind.upper())
+    if count == 0:
+        build = f" (torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'})" if kind == "cuda" else ""
+        raise ValueError(f"{given}: {backend} is not available on this machine{build}; {use_cpu}{_others(kind)}")
+    if resolved.index is not None and resolved.index >= count:
+        there = f"{kind}:0" if count == 1 else f"{kind}:0 .. {kind}:{count - 1}"
+        raise ValueError(
+            f"{given}: this machine has {count} {backend} device{'s' if count > 1 else ''} ({there}); "
+            f"{use_cpu} or one of those"
+        )
+    if kind == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
     return resolved
+
+
+_BACKEND_NAMES = {"cuda": "CUDA", "mps": "MPS (Apple's GPU)", "xpu": "XPU (Intel's GPU)", "mtia": "MTIA"}
+
+
+def _device_count(kind: str) -> int:
+    """How many devices of type ``kind`` this machine has for torch: 0 where its backend is missing or sees none.
+
+    torch's module of that name answers (``torch.cuda``, ``torch.mps``, ``torch.xpu``...: ``is_available``,
+    ``device_count``); a type without one (``hpu``, ``xla``, ``vulkan``...) is not available to this torch alone.
+    """
+    import torch
+
+    if kind == "mps":  # torch.backends.mps answers in every torch this package takes (torch.mps only in newer ones)
+        return int(torch.backends.mps.is_available())
+    module = getattr(torch, kind, None)
+    is_available = getattr(module, "is_available", None)
+    if not callable(is_available) or not is_available():
+        return 0
+    count = getattr(module, "device_count", None)
+    return max(1, int(count())) if callable(count) else 1
+
+
+def _others(kind: str) -> str:
+    """``" or 'cuda'"`` when this machine has another kind of device than ``kind`` (its fix may be that one)."""
+    present = [other for other in _BACKEND_NAMES if other != kind and _device_count(other)]
+    return "".join(f" or {other!r}" for other in present)
 
 
 _STR_ONLY = {str}

@@ -22,7 +22,7 @@ from typing import Callable, Generic, Optional, Protocol, TypeVar
 import numpy as np
 
 from .settings import MAX_TOKENS_PER_CALL
-from .validation import check_window_config, positive_int
+from .validation import check_window_config, optional_windows, positive_int
 
 Key = TypeVar("Key")
 Out = TypeVar("Out")
@@ -48,10 +48,11 @@ class SentenceEmbedder(Protocol):
     ) -> list[np.ndarray]: ...
 
 
-def window_bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int, int, int]]:
-    """``(start, end, keep_start, keep_end)`` windows covering ``range(n)``; keeps tile it exactly once."""
-    max_length, overlap = check_window_config(max_length, overlap)
-    if n <= max_length:
+def window_bounds(n: int, max_length: Optional[int], overlap: int) -> list[tuple[int, int, int, int]]:
+    """``(start, end, keep_start, keep_end)`` windows covering ``range(n)``; keeps tile it exactly once.
+    ``max_length=None``: no windows, ``range(n)`` whole."""
+    max_length, overlap = optional_windows(max_length, overlap)
+    if max_length is None or n <= max_length:
         return [(0, n, 0, n)] if n else []
     step = max_length - overlap
     starts = [*range(0, n - max_length, step), n - max_length]

@@ -74,6 +74,7 @@ def cached_path(
                 f"on a machine with a network run `spacy-elmo download {name}` "
                 f"(with {HOME_ENV} pointing at the same cache), or unset {OFFLINE_ENV}"
             ),
+            connect_hint="check the network or proxy, or pass a folder holding the model's files",
             progress=progress,
         )
 

@@ -2,7 +2,8 @@
 
 Generic: it knows no file format and no command line. What a body must be is the caller's
 ``check`` (a callable that says what is wrong with a file, or ``None``), and what a user can do
-about a bad entry is the caller's ``retry_hint`` / ``offline_hint`` (text added to the messages).
+about a bad entry or a missing network is the caller's ``retry_hint`` / ``offline_hint`` / ``connect_hint``
+(text added to the messages).
 
 A URL is fetched with ``requests`` into ``ROOT/downloads/<hash of the URL>/<file name>``: streamed
 to a ``.part`` file, checked against the length the server announced, against ``check`` (so an
@@ -89,6 +90,7 @@ class Store:
         label: Optional[str] = None,
         retry_hint: str = "",
         offline_hint: str = "",
+        connect_hint: str = "",
         progress: Optional[bool] = None,
     ) -> Path:
         """The stored copy of ``url``, fetched into the store first if it is not there (module docstring).
@@ -96,8 +98,8 @@ class Store:
         ``what`` names the download in messages (e.g. ``model 'x'``; default: the URL); ``label`` is kept in the
         entry's record and given back by :meth:`entry_of` (default: the URL); ``retry_hint`` is what else fetches
         an entry again, offered beside deleting its folder (e.g. ``run `tool download --force x```);
-        ``offline_hint`` ends the message of an offline store missing the file; ``progress=None`` shows a tqdm
-        bar only on a terminal.
+        ``offline_hint`` ends the message of an offline store missing the file, ``connect_hint`` the one-line message
+        when the server cannot be reached (what else to do); ``progress=None`` shows a tqdm bar only on a terminal.
         """
         target = self.path_of(url)
         record = _record_path(target)
@@ -117,7 +119,7 @@ class Store:
                 if found is not None:
                     return found
                 self._drop_unloadable(target, record)
-                self._download(url, target, sha256, what, progress, label, retry_hint)
+                self._download(url, target, sha256, what, progress, label, (retry_hint, connect_hint))
         except Timeout:
             raise FetchError(f"timed out waiting for another process to download {url} into {target}") from None
         return target
@@ -238,12 +240,14 @@ class Store:
         what: str,
         progress: Optional[bool],
         label: str,
-        retry_hint: str,
+        hints: tuple[str, str],
     ) -> None:
-        """Fetch ``url`` into ``target`` under the caller's lock: ``.part`` file, resume, checks, rename."""
+        """Fetch ``url`` into ``target`` under the caller's lock: ``.part`` file, resume, checks, rename. ``hints``:
+        the caller's ``retry_hint`` and ``connect_hint``."""
+        retry_hint, connect_hint = hints
         part, version = _part_paths(target)
         record = _record_path(target)
-        size, digest = _fetch_to(url, part, what, progress)
+        size, digest = _fetch_to(url, part, what, progress, connect_hint)
         problem = self._problem(part, target.name)
         if problem is not None:
             _discard(part, version)
@@ -289,7 +293,7 @@ def _read_record(record: Path) -> Optional[dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tuple[int, str]:
+def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool], connect_hint: str = "") -> tuple[int, str]:
     """Stream ``url`` into ``part`` (resuming what is there), returning (size, sha256) of the whole file.
 
     A resume asks for the rest with ``Range`` and ``If-Range`` (the version the ``.part`` holds); a
@@ -297,7 +301,8 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tupl
     version) throws the ``.part`` away and starts again from zero. ``Accept-Encoding: identity``
     keeps servers from compressing; a server that compresses anyway is decoded, its length checked
     on the wire, and never resumed (ranges would count compressed bytes). Up to ``_ATTEMPTS``
-    requests; each failure becomes a :class:`FetchError` naming the download.
+    requests; each failure becomes a :class:`FetchError` naming the download (no connection at all: one short
+    line naming the host, ending with ``connect_hint``).
     """
     import requests
 
@@ -313,6 +318,8 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tupl
                 requests.exceptions.Timeout,
                 _CutOff,
             ) as err:
+                if transfer.never_connected(err):
+                    raise FetchError(_no_connection(url, what, err, connect_hint)) from None
                 transfer.broke_off(err, name, last=attempt + 1 == _ATTEMPTS)
                 continue
             except requests.exceptions.HTTPError as err:
@@ -327,6 +334,45 @@ def _fetch_to(url: str, part: Path, what: str, progress: Optional[bool]) -> tupl
         raise FetchError(f"downloading {name} failed after {_ATTEMPTS} attempts{why}; nothing was put in the cache")
     finally:
         transfer.close()
+
+
+def _no_connection(url: str, what: str, err: BaseException, hint: str) -> str:
+    """The one line for a server that could not be reached: the download, the host, why in a few words, the hint
+    (never the URL in full, nor requests' and urllib3's nested reprs)."""
+    address = urlparse(url)
+    host = (address.hostname or "")[:80] + (f":{address.port}" if address.port else "")
+    subject = what if what and url not in what else PurePosixPath(address.path).name[:60] or host
+    said = f"downloading {subject} failed: could not connect to {host} ({_connect_reason(err)})"
+    return said + (f"; {hint}" if hint else "")
+
+
+def _connect_reason(err: BaseException) -> str:
+    """Why a connection failed, in a few words, from the innermost error requests wraps."""
+    import socket
+
+    import requests
+
+    if isinstance(err, requests.exceptions.ProxyError):
+        return "proxy unreachable"
+    if isinstance(err, requests.exceptions.ConnectTimeout):
+        return "timed out"
+    seen: list[BaseException] = []
+    pending: list[Any] = [err]
+    while pending:  # the error and every error it carries (urllib3's .reason, args, causes), outermost first
+        current = pending.pop(0)
+        if not isinstance(current, BaseException) or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        pending += [getattr(current, "reason", None), *current.args, current.__cause__, current.__context__]
+    for kind, words in (
+        (socket.gaierror, "host name not resolved"),
+        (ConnectionRefusedError, "connection refused"),
+        (TimeoutError, "timed out"),
+        (ConnectionResetError, "connection reset"),
+    ):
+        if any(isinstance(e, kind) for e in seen):
+            return words
+    return type(err).__name__
 
 
 def _shown(url: str, what: str) -> str:
@@ -349,6 +395,7 @@ class _Transfer:
         self.bar: Any = None  # one tqdm bar for all attempts, made at the first reply
         self.resumable = False  # whether the last reply can be resumed (Accept-Ranges: bytes and a version to ask for)
         self.mismatch = ""  # why the last partial reply was refused, for the message if no attempt succeeds
+        self.replied = False  # whether the server replied to the last request
 
     def attempt(self) -> Optional[tuple[int, str]]:
         """One request: the rest of the ``.part``'s version if it has one, else the whole file. Returns (size,
@@ -358,9 +405,11 @@ class _Transfer:
         headers = {"Accept-Encoding": "identity"}
         if have:
             headers.update({"Range": f"bytes={have}-", "If-Range": version})
+        self.replied = False
         with self.session.get(
             self.url, stream=True, headers=headers, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S)
         ) as response:
+            self.replied = True
             if response.status_code == 416 and have:  # nothing left to send, or not of this version: start over
                 self.discard()
                 return None
@@ -423,25 +472,31 @@ class _Transfer:
                 handle.write(chunk)
                 bar.update(len(chunk))
 
+    def never_connected(self, err: BaseException) -> bool:
+        """Whether ``err`` is a connection that failed before the server replied, with no bytes kept from an earlier
+        try (the ``.part`` is then dropped): the network, not the transfer."""
+        import requests
+
+        if self.replied or not isinstance(err, requests.exceptions.ConnectionError):
+            return False
+        if self.part.is_file() and self.part.stat().st_size > 0:
+            return False
+        self.discard()
+        return True
+
     def broke_off(self, err: BaseException, name: str, last: bool) -> None:
         """After a transfer failed mid-way: keep the ``.part`` for the next attempt (or the next call) when the reply
         can be resumed and bytes came, else drop it; raise a :class:`FetchError` when this was the ``last`` attempt
-        or there is nothing to resume."""
-        import requests
-
+        or there is nothing to resume (a connection that never replied is :meth:`never_connected`'s)."""
         got = self.part.stat().st_size if self.part.is_file() else 0
         can_resume = got > 0 and self.resumable
         if not can_resume:
             self.discard()
         if last or not can_resume:
-            reason = (
-                "could not connect"
-                if got == 0 and isinstance(err, requests.exceptions.ConnectionError)
-                else "the transfer was cut off"
-            )
             kept = f"; the {got:,} bytes received are kept aside to resume on the next try" if can_resume else ""
             raise FetchError(
-                f"downloading {name} failed: {reason} ({_short(err)}); no incomplete file was put in the cache{kept}"
+                f"downloading {name} failed: the transfer was cut off ({_short(err)}); no incomplete file was put in "
+                f"the cache{kept}"
             ) from None
 
     def discard(self) -> None:

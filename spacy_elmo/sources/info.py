@@ -100,8 +100,17 @@ def corpus_names(corpus: dict[str, Any]) -> list[str]:
 
 
 def training_totals(metrics: dict[str, Any]) -> tuple[float, int, int]:
-    """Wall seconds, words seen and runs of the whole training history a ``metrics.json`` records (a run started
-    from an earlier one, ``--init-from``, counts that one's too)."""
+    """Wall seconds, words seen and runs of the whole training history a ``metrics.json`` records.
+
+    The ``stages`` list (every run, oldest first, each with its wall time and words) is summed where there is one: the
+    ``init_from`` chain may lack a run's wall time (the bundled default's first run has none there). A model trained
+    before stages were recorded has only that chain: its own run and each run the chain names.
+    """
+    stages = metrics.get("stages")
+    if isinstance(stages, list) and stages:
+        wall = sum(float(stage.get("wall_time_s") or 0) for stage in stages)
+        words = sum(int(stage.get("words_seen") or 0) for stage in stages)
+        return wall, words, len(stages)
     wall, words, runs, previous = metrics["wall_time_s"], metrics.get("words_seen", 0), 1, metrics.get("init_from")
     while previous and previous.get("command"):
         wall += previous.get("wall_time_s") or 0
@@ -133,6 +142,7 @@ def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
     if "wall_time_s" in metrics:
         wall, words, runs = training_totals(metrics)
         lines.append(
-            f"train time:   {wall / 60:.1f} min wall, {words:,} words seen ({runs} run{'s' if runs > 1 else ''})"
+            f"train time:   {wall / 60:.1f} min wall ({wall / 3600:.1f} h), {words:,} words seen "
+            f"({runs} run{'s' if runs > 1 else ''})"
         )
     return lines

@@ -21,15 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
 from ..bilm import manylangs_files
+from ..bilm.excerpt import excerpt
 from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
-from .model_names import check_model_name, is_default, not_found  # noqa: F401 (check_model_name re-exported)
+from .model_names import check_model_name, is_default, local_path, not_found  # noqa: F401 (check_model_name re-exported)
 from .published import PUBLISHED, PublishedModel, published_by_url, published_model
 
 DEFAULT_MODEL_DIR = DEFAULT_DIR  # the bundled default's folder (bundled_versions names every bundled model)
@@ -76,22 +78,23 @@ def resolve_model_files(
     version = bundled_version(text)  # a bundled version by its own name: its folder in the package, no download
     if version is not None:
         return _bundled(version.directory, f"the bundled model {text!r}")
-    if is_model_dir(Path(text).expanduser()):  # a local model folder wins over a published name
-        return _in_directory(Path(text).expanduser())
+    url = is_url(text)
+    path = Path(text) if url else local_path(text)  # a name no path can have: said here, once
+    if not url and is_model_dir(path):  # a local model folder wins over a published name
+        return _in_directory(path)
     entry = published_model(text)
-    if entry is None and is_url(text):
+    if entry is None and url:
         entry = published_by_url(text)
     if entry is not None:
         return published_files(entry)
-    if is_url(text):
+    if url:
         if is_archive(text):
             archive = cached_path(text, what=f"archive {text}")
             return _in_directory(model_dir_in(unpacked_archive(archive, source=text), text))
         raise WeightFileError(
-            f"{text} is neither a published model's file nor a .zip/.tar.gz archive; for separate files use "
+            f"{excerpt(text)} is neither a published model's file nor a .zip/.tar.gz archive; for separate files use "
             f"load_bilm(options=OPTIONS_URL, weights=WEIGHTS_URL); published names: {', '.join(PUBLISHED)}"
         )
-    path = Path(text).expanduser()
     if path.is_file() and is_archive(text):
         return _in_directory(model_dir_in(unpacked_archive(path), str(path)))
     if path.is_file():
@@ -233,11 +236,45 @@ def find_weights(directory: Path) -> Path:
     raise WeightFileError(f"ELMo model directory {directory} has several .hdf5 files ({names}); name one with weights=")
 
 
+FileState = tuple[int, int, int, int]  # a file's size, mtime_ns, ctime_ns and inode
+
+
+def files_state(paths: Iterable[Path]) -> tuple[FileState, ...]:
+    """Each file's ``(size, mtime_ns, ctime_ns, inode)``: what tells that a file changed without reading it. A file
+    replaced by a rename (as every writer of this package replaces one) has a new inode; one rewritten in place
+    with its mtime put back (``cp -p``) a new ctime."""
+    states = []
+    for path in paths:
+        stat = os.stat(path)
+        states.append((stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino))
+    return tuple(states)
+
+
+# fingerprints already computed in this process: (options, weights) -> (their files' state then, fingerprint)
+_FINGERPRINTS: dict[tuple[str, str], tuple[tuple[FileState, ...], str]] = {}
+
+
 def fingerprint(options_path: Path, weights_path: Path) -> str:
     """sha256 of the canonical options and the weight file's bytes: equal files, equal fingerprint.
 
-    An ELMoForManyLangs model's covers each of its files (name and bytes).
+    An ELMoForManyLangs model's covers each of its files (name and bytes). Remembered for the process while
+    :func:`files_state` of the model's files stays the same, so checking files again (before a fitted
+    ``ElmoVectorizer`` transforms, before a pipeline copies its model) reads no weights unless they changed.
     """
+    files = list(model_file_map(options_path, weights_path).values())
+    key = (os.fspath(options_path), os.fspath(weights_path))
+    before = files_state(files)
+    known = _FINGERPRINTS.get(key)
+    if known is not None and known[0] == before:
+        return known[1]
+    value = _hashed(options_path, weights_path)
+    if files_state(files) == before:  # not remembered when a file changed while it was read
+        _FINGERPRINTS[key] = (before, value)
+    return value
+
+
+def _hashed(options_path: Path, weights_path: Path) -> str:
+    """:func:`fingerprint`, read from the files."""
     digest = hashlib.sha256()
     if is_manylangs(options_path, weights_path):
         for name, path in sorted(model_file_map(options_path, weights_path).items()):

@@ -9,10 +9,12 @@ the same strings into files and says a missing model with the same error (:func:
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 from pathlib import Path
 from typing import Optional
 
+from ..bilm.excerpt import excerpt
 from ..bilm.files import PathLike
 from ..bilm.weights import WeightFileError
 from .bundled_versions import DEFAULT_DIR, is_version_name, version_names
@@ -39,8 +41,24 @@ def require_model(model: PathLike) -> None:
     text = os.fspath(model)
     if is_default(model) or is_url(text) or is_version_name(text) or published_model(text) is not None:
         return
-    if not Path(text).expanduser().exists():
+    if not local_path(text).exists():
         raise not_found(text)
+
+
+def local_path(text: str) -> Path:
+    """``text`` as a local path (``~`` expanded), refused with a ``WeightFileError`` when this system cannot hold a
+    path of that name (a name too long for a folder entry or a path: ``ENAMETOOLONG``), rather than the ``OSError``
+    the first look at it would raise: the one look every route from a model string to a local path takes."""
+    path = Path(text).expanduser()
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise WeightFileError(
+                f"ELMo model {excerpt(text)} not found: too long to be a path on this system, and no published model "
+                "has that name; `spacy-elmo models` lists the published models"
+            ) from None
+    return path
 
 
 def not_found(text: str) -> WeightFileError:
@@ -49,7 +67,7 @@ def not_found(text: str) -> WeightFileError:
     path = Path(text).expanduser()
     if _is_bare_name(text):
         return WeightFileError(_unknown_name_message(text, path.absolute()))
-    return WeightFileError(f"ELMo model directory not found: {path}")
+    return WeightFileError(f"ELMo model directory not found: {excerpt(str(path))}")
 
 
 def check_model_name(model: Optional[PathLike]) -> None:
@@ -63,7 +81,7 @@ def check_model_name(model: Optional[PathLike]) -> None:
     if model is None or is_default(model) or is_url(os.fspath(model)) or is_version_name(os.fspath(model)):
         return
     text = os.fspath(model)
-    if not _is_bare_name(text) or published_model(text) is not None or Path(text).expanduser().exists():
+    if not _is_bare_name(text) or published_model(text) is not None or local_path(text).exists():
         return
     if _close_names(text):
         raise WeightFileError(_unknown_name_message(text, Path(text).expanduser().resolve()))
@@ -84,6 +102,6 @@ def _unknown_name_message(text: str, path: Path) -> str:
     close = _close_names(text)
     suggestion = f"did you mean {' or '.join(repr(name) for name in close)}? " if close else ""
     return (
-        f"ELMo model {text!r} not found: no published model has that name and there is no folder {path}; "
-        f"{suggestion}`spacy-elmo models` lists the published models"
+        f"ELMo model {excerpt(text)} not found: no published model has that name and there is no folder "
+        f"{excerpt(str(path))}; {suggestion}`spacy-elmo models` lists the published models"
     )

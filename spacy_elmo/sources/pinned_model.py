@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..bilm.weights import WeightFileError
@@ -26,7 +27,7 @@ from .bundled_versions import (
     precision_fingerprint,
     version_with_fingerprint,
 )
-from .model_files import bundled_name
+from .model_files import bundled_name, fingerprint
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
@@ -60,6 +61,26 @@ class PinnedModel:
     def matches(self, files_fingerprint: str) -> bool:
         """Whether files with ``files_fingerprint`` are those pinned (read in any precision)."""
         return any(precision_fingerprint(files_fingerprint, p) == self.recorded for p in VECTOR_PRECISIONS)
+
+    def check_files(self, options_path: Path, weights_path: Path, *, where: str, since: str, what_to_do: str) -> None:
+        """``WeightFileError`` unless the model files at ``options_path`` / ``weights_path`` are still the pinned ones
+        (:meth:`matches`) as they are on disk now: the one check, before a fitted ``ElmoVectorizer`` transforms and
+        before the spaCy component copies its model into a save, that nothing pairs other files with this pin.
+
+        ``model_files.fingerprint`` reads the files again only when their size, times or inode changed, so the
+        check costs a stat of each file. The message: "``where``: the ELMo model files in FOLDER changed on disk
+        since ``since`` (fingerprint ... then, ... now): ``what_to_do``". Nothing recorded: nothing to check.
+        """
+        recorded = self.recorded
+        if recorded is None:
+            return
+        current = fingerprint(options_path, weights_path)
+        if self.matches(current):
+            return
+        raise WeightFileError(
+            f"{where}: the ELMo model files in {_excerpt(str(options_path.parent), 200)} changed on disk since {since} "
+            f"(fingerprint {_excerpt(recorded, 40)} then, {current} now): {what_to_do}"
+        )
 
     def bundled(self, what: str) -> Optional[str]:
         """The bundled model to load for this pin of a bundled model (``name`` is "default", a version name or its
@@ -145,3 +166,8 @@ class PinnedModel:
             fingerprint=saved.get("fingerprint"),
             saved_by=saved.get("spacy_elmo_version"),
         )
+
+
+def _excerpt(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (a recorded value may come from a pickle or a saved file)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

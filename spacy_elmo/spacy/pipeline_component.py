@@ -37,7 +37,7 @@ from .architectures import ElmoModelRef, as_model_ref, optional_device
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import attach_vectors
 from .layers import is_cached_reader, link, listening_layers, unlink
-from .saved_model import check_saved_identity, load_model_dir, load_payload, model_payload, save_model_dir
+from .saved_model import check_saved_identity, load_model_dir, load_payload, model_dir_writer, model_payload
 
 PositionGetter = Callable[[Doc, bool], Iterable[Sequence[int]]]
 
@@ -104,7 +104,7 @@ def make_elmo(
     layers: Union[str, int, list[float]],
     gamma: float,
     batch_size: int,
-    max_length: int,
+    max_length: Optional[int],
     window_overlap: int,
     use_sentences: bool,
     set_vectors: bool,
@@ -170,7 +170,7 @@ class ElmoComponent(Pipe):
         layers: LayerMix = DEFAULTS.layers,
         gamma: float = DEFAULTS.gamma,
         batch_size: int = DEFAULTS.batch_size,  # type: ignore[assignment]  # 64 here, not the vectorizer's None
-        max_length: int = DEFAULTS.max_length,  # type: ignore[assignment]
+        max_length: Optional[int] = DEFAULTS.max_length,
         window_overlap: int = DEFAULTS.window_overlap,
         use_sentences: bool = True,
         set_vectors: bool = True,
@@ -346,9 +346,12 @@ class ElmoComponent(Pipe):
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
         """Save the model: a copy of its files (options.json + weights, or an ELMoForManyLangs model's).
 
-        Bundled and remote models are saved as a reference (name or URL + fingerprint).
+        Bundled and remote models are saved as a reference (name or URL + fingerprint). Files gone or changed on disk
+        since the model was loaded: ``WeightFileError``, and nothing of the component is written.
         """
-        to_disk(ensure_path(path), {"model": lambda directory: save_model_dir(self, directory)}, exclude)
+        # checked before spaCy makes the component's folder: a model that cannot be saved leaves nothing of it
+        writers = {} if "model" in exclude else {"model": model_dir_writer(self)}
+        to_disk(ensure_path(path), writers, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
         """Load the model saved by :meth:`to_disk` (from the pipeline's own copy)."""
@@ -356,7 +359,8 @@ class ElmoComponent(Pipe):
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
-        """The model as bytes (options.json + weights, or a reference for the bundled default)."""
+        """The model as bytes (options.json + weights, or a reference for the bundled default); files gone or changed
+        on disk since the model was loaded: ``WeightFileError``."""
         return to_bytes({"model": lambda: srsly.msgpack_dumps(model_payload(self, with_files=True))}, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:

@@ -3,9 +3,11 @@
 ``to_disk`` writes the model's files (a copy, options.json + weights or an ELMoForManyLangs model's) beside
 :data:`MODEL_META`, a small JSON description; a bundled or published model is saved as a reference alone (its name
 and fingerprints: a :class:`~spacy_elmo.sources.pinned_model.PinnedModel`). ``to_bytes`` holds the same description
-with the files' bytes. Loading reads the description back, checks it (a damaged one fails naming the key), and
-hands the component the model to load and the pin to check it against (:meth:`ElmoComponent.use_model`); a
-reference to a bundled model resolves to the bundled version it was saved with (``PinnedModel.resolve``).
+with the files' bytes. Both check the files against the loaded model first (``PinnedModel.check_files``): files
+changed on disk since it was loaded would be saved under its fingerprint, a save that could never load. Loading
+reads the description back, checks it (a damaged one fails naming the key), and hands the component the model to
+load and the pin to check it against (:meth:`ElmoComponent.use_model`); a reference to a bundled model resolves to
+the bundled version it was saved with (``PinnedModel.resolve``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import srsly
 
@@ -68,29 +70,37 @@ def model_payload(component: ElmoComponent, with_files: bool) -> dict[str, Any]:
     identity = {"fingerprint": backend.fingerprint, "files_fingerprint": backend.files_fingerprint}
     if component.model_ref.is_remote:  # name or URL + fingerprint; the files come from the download cache
         return {"source": "remote", "model": component.model_ref.path, **identity}
-    files = loaded_files(component)
     payload = {"source": "files", **identity}
-    if with_files and set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
+    if not with_files:
+        return payload
+    files = loaded_files(component)
+    if set(files) == {OPTIONS, WEIGHTS}:  # ELMo's format: the two files under their own keys
         payload["options"] = files[OPTIONS].read_bytes()
         payload["weights"] = files[WEIGHTS].read_bytes()
-    elif with_files:  # another format (ELMoForManyLangs): each of its files by name
+    else:  # another format (ELMoForManyLangs): each of its files by name
         payload["files"] = {name: path.read_bytes() for name, path in files.items()}
     return payload
 
 
-def save_model_dir(component: ElmoComponent, directory: Path) -> None:
-    """The model's files (a copy, unless they are this folder's already) and :data:`MODEL_META`, written as one
-    set (:func:`~spacy_elmo.bilm.files.atomic_paths`): an error or a full disk leaves the folder's previous save
-    whole."""
-    directory.mkdir(parents=True, exist_ok=True)
+def model_dir_writer(component: ElmoComponent) -> Callable[[Path], None]:
+    """What ``to_disk`` writes into the model's folder (:func:`save_model_dir`), described and checked now: a model
+    that cannot be saved (its files gone, or changed on disk since it was loaded) fails before the component
+    writes anything."""
     payload = model_payload(component, with_files=False)
-    copies: dict[Path, Path] = {}  # target -> source
-    if payload["source"] == "files":
-        copies = {
-            directory / name: path
-            for name, path in loaded_files(component).items()
-            if not _same_file(path, directory / name)  # re-saving a loaded pipeline into its own folder
-        }
+    files = loaded_files(component) if payload["source"] == "files" else {}
+    return lambda directory: save_model_dir(directory, payload, files)
+
+
+def save_model_dir(directory: Path, payload: dict[str, Any], files: dict[str, Path]) -> None:
+    """The model's ``files`` (a copy, unless they are this folder's already) and ``payload`` as :data:`MODEL_META`,
+    written as one set (:func:`~spacy_elmo.bilm.files.atomic_paths`): an error or a full disk leaves the folder's
+    previous save whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    copies = {  # target -> source
+        directory / name: path
+        for name, path in files.items()
+        if not _same_file(path, directory / name)  # re-saving a loaded pipeline into its own folder
+    }
     meta = directory / MODEL_META
     with atomic_paths(*copies, meta) as temporaries:
         for (target, source), tmp in zip(copies.items(), temporaries):
@@ -101,13 +111,16 @@ def save_model_dir(component: ElmoComponent, directory: Path) -> None:
 
 
 def loaded_files(component: ElmoComponent) -> dict[str, Path]:
-    """The files of the loaded model, which a saved pipeline copies; gone since loading: an error saying so.
+    """The files of the loaded model, which a saved pipeline copies; gone or changed on disk since loading: an
+    error saying so.
 
     The backend holds the model's parameters, not its files (an int8 backend no longer even holds the
-    float32 weights), so a pipeline cannot be saved from memory once its model folder is deleted or moved.
+    float32 weights), so a pipeline cannot be saved from memory once its model folder is deleted or moved; and
+    files changed since would be saved under the loaded model's fingerprint, a pipeline that could never load.
     """
     try:
-        return model_file_map(*component.model_ref.files())
+        options, weights = component.model_ref.files()
+        files = model_file_map(options, weights)
     except WeightFileError as err:
         raise WeightFileError(
             f"component {component.name!r}: cannot save the model: it was loaded from {component.model_ref.path}, "
@@ -115,6 +128,17 @@ def loaded_files(component: ElmoComponent) -> dict[str, Path]:
             "of its files: put them back there, or save a pipeline whose elmo model is a folder that exists, "
             '"default" or a published name'
         ) from err
+    backend = component.backend
+    PinnedModel(component.model_ref.path, backend.files_fingerprint).check_files(
+        options,
+        weights,
+        where=f"component {component.name!r}: cannot save the model",
+        since="the pipeline loaded them",
+        what_to_do="a save would pair them with the loaded model's fingerprint. Put back the files it loaded, or "
+        "make the pipeline again on these files (its elmo component then loads them) and train the components "
+        "after it again",
+    )
+    return files
 
 
 def load_model_dir(component: ElmoComponent, directory: Path) -> None:

@@ -153,7 +153,7 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["train", "out", "--train", "in.txt", "--arch", "missing.json"], "unknown architecture 'missing.json'"),
         (["train", "out", "--corpus", "missing"], "missing is not a prepared corpus (no corpus.json)"),
         (["train", "out", "--train", "in.txt", "--init-from", "missing"], "ELMo model 'missing' not found"),
-        (["train", "out", "--train", "in.txt", "--init-from", "no/dir"], "ELMo model directory not found: no/dir"),
+        (["train", "out", "--train", "in.txt", "--init-from", "no/dir"], "ELMo model directory not found: 'no/dir'"),
         (["train", "out", "--train", "in.txt", "--processes", "0"], "--processes=0: expected a positive integer"),
         (["embed", "in.txt", "out.h5", "--tokenizer", "bogus"], "tokenizer='bogus': not a spaCy language code"),
         (["evaluate", "default", "in.txt", "--tokenizer", "bogus"], "unknown tokenizer 'bogus'"),

@@ -122,6 +122,20 @@ def test_command_line(fixture_dir, text_file, tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
+def test_a_misspelled_tokenizer_is_named_with_the_valid_one_before_the_model_loads(text_file, tmp_path):
+    path, _ = text_file
+    out = tmp_path / "out.hdf5"
+    missing_model = tmp_path / "no-model"  # not loaded: the tokenizer is checked first
+    result = CliRunner().invoke(
+        app, ["embed", str(path), str(out), "--model", str(missing_model), "--tokenizer", "whitspace"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: tokenizer='whitspace': not a spaCy language code, 'whitespace' or 'spacy'; did you mean 'whitespace'?"
+    )
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("case", ["directory", "parent is a file", "missing parent", "unwritable parent"])
 def test_unusable_output_fails_before_any_work(backend, fixture_dir, text_file, tmp_path, monkeypatch, case):
     path, _ = text_file

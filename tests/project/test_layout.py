@@ -25,7 +25,6 @@ SHARED: dict[str, tuple[str, ...]] = {
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "sources/info.py": ("test_weight_validation.py", "test_train.py"),
     "sources/model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
@@ -52,7 +51,6 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/encoder.py": ("test_char_cnn_trim.py", "test_inference_path.py", "test_mkl_prepacked.py"),
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
-    "bilm/vocab_cache.py": ("test_inference_path.py", "test_logging.py"),
     "bilm/manylangs_files.py": ("test_manylangs.py",),
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),

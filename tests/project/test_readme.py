@@ -229,16 +229,47 @@ def test_the_bundled_model_paragraph_quotes_its_files_and_its_card():
     ]
     for text in computed:
         assert text in paragraph, text
+    assert "It is for trying things out offline" in paragraph and "for real work, load a published model" in paragraph
     card = (folder / "README.md").read_text(encoding="utf-8").splitlines()
     for row, figures in [
         ("TREC-6, TF-IDF + ELMo mean", ("0.906", "p = 0.043", "0.884")),
         ("WNUT-17 entity F", ("0.294", "0.148")),
+        ("SST-5 test accuracy (5,000 training sentences), mean / mean+max", ("0.348", "0.391")),
         ("SST-5, each layer's own mean+max row", ("0.363", "0.391")),
     ]:
         line = next(line for line in card if line.startswith(f"| {row}") or (row in line and line.startswith("|")))
         for figure in figures:
             assert figure in line and figure in paragraph, (row, figure)
     assert "gap +0.042, p = 0.043" in paragraph and "**+0.042 (0.043)**" in _page("benchmarks/RESULTS.md")
+
+
+def test_each_classifier_figure_says_its_variant_as_results_md_has_it():
+    """The README's TREC-6 and SST-5 accuracies name the vectorizer settings and the TF-IDF baseline they come from,
+    as the rows of benchmarks/RESULTS.md do; docs/sklearn.md's example (another TF-IDF) says it is another one."""
+    import inspect
+
+    from spacy_elmo import ElmoVectorizer
+
+    defaults = {name: p.default for name, p in inspect.signature(ElmoVectorizer).parameters.items()}
+    assert (defaults["layers"], defaults["pooling"]) == ("average", "mean")  # what "ElmoVectorizer()'s defaults" are
+    said = " ".join(_page("README.md").split())
+    paragraph = said[said.index("**The bundled model**") :]
+    results = _page("benchmarks/RESULTS.md")
+    for readme_says, results_row in [
+        ("TF-IDF + ELMo (`ElmoVectorizer()`'s defaults: the layer average, mean pooling) 0.906",
+         "| TF-IDF + ELMo mean | v2 | **0.906** |"),
+        ("TF-IDF's 0.884 (word 1-2-grams, C = 4;", "| TF-IDF + LR (C=4) | - | 0.884 |"),
+        ("0.348 with `ElmoVectorizer()`'s defaults", "| ELMo mean | v2 | 0.348 |"),
+        ('0.363 with every layer\'s pooled row side by side (`ElmoVectorizer(layers="all", pooling="mean+max")`)',
+         "| ELMo per layer, mean+max | v2 | 0.363 |"),
+        ("against 0.391", "| TF-IDF + LR (C=4) | - | 0.391 |"),
+    ]:  # fmt: skip
+        assert readme_says in paragraph, readme_says
+        assert results_row in results, results_row
+    sklearn_page = " ".join(_page("docs/sklearn.md").split())
+    assert "LogisticRegression with C = 1 for every row, TF-IDF on word 1-2-grams" in sklearn_page
+    assert "TF-IDF 0.854" in sklearn_page
+    assert "(C = 4, words seen at least twice: 0.884 on TREC-6, 0.391" in sklearn_page
 
 
 def test_the_readmes_batch_bound_is_the_tests():
@@ -284,6 +315,8 @@ NOT_RUN = {  # a command's start -> why no test runs it as written
     "(tests/benchmarks/test_gpu_check.py runs its CPU smoke run)",
 }
 RUN_STARTS = (  # commands run as written, in page order, in one fresh folder per page
+    "printf ",
+    ".venv/bin/spacy-elmo ",
     "spacy-elmo embed sentences.txt vectors.hdf5",
     "spacy-elmo similarity ",
     "spacy-elmo info",
@@ -295,6 +328,10 @@ RUN_STARTS = (  # commands run as written, in page order, in one fresh folder pe
 # what the run commands read that the reader brings: a text file, and the pipeline the guide's training steps make
 # (here the example config assembled, which `spacy package` packages the same way)
 SENTENCES = "They sat on the bank of the river .\nThe bank will approve your loan .\n"
+# The README's commands follow its Quick start and bring nothing else: they run in a checkout with the Quick start's
+# `.venv` (`pip install -e .`: no extras, not activated) and no sentences.txt.
+AFTER_QUICK_START = {"README.md"}
+EXTRAS_MODULES = ("matplotlib", "dask", "distributed", "dask_ml")  # the [plot] and [dask] extras' imports
 
 
 def _shell_commands(block: str) -> list[str]:
@@ -326,7 +363,6 @@ def test_shell_commands_run_as_written(page, tmp_path):
     import sys
 
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
-    (tmp_path / "sentences.txt").write_text(SENTENCES, encoding="utf-8")
     runs = _shell_runs(page)
     if any("out/model-best" in command for command in runs):
         import spacy
@@ -335,10 +371,18 @@ def test_shell_commands_run_as_written(page, tmp_path):
         (tmp_path / "out").mkdir()
         spacy.util.load_model_from_config(config, auto_fill=True).to_disk(tmp_path / "out" / "model-best")
     bin_dir = os.path.dirname(sys.executable)  # this environment's python, spacy-elmo and spacy commands first
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    python_path = [str(ROOT), os.environ.get("PYTHONPATH")]
+    if page in AFTER_QUICK_START:  # not activated: only .venv/bin/... finds this environment's commands
+        path = [d for d in path if Path(d).resolve() != Path(bin_dir).resolve()]
+        python_path.insert(0, str(_quick_start_venv(tmp_path)))
+    else:
+        (tmp_path / "sentences.txt").write_text(SENTENCES, encoding="utf-8")
+        path.insert(0, bin_dir)
     env = {
         **os.environ,
-        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PATH": os.pathsep.join(path),
+        "PYTHONPATH": os.pathsep.join(filter(None, python_path)),
         "SPACY_ELMO_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
     }
@@ -347,6 +391,27 @@ def test_shell_commands_run_as_written(page, tmp_path):
             command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
         )
         assert done.returncode == 0, f"{page}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+def _quick_start_venv(folder: Path) -> Path:
+    """The Quick start's ``.venv`` in ``folder``: its ``python`` and ``spacy-elmo`` are this environment's, with the
+    extras' modules hidden (``pip install -e .`` installs none). Returns the folder that hides them, for PYTHONPATH."""
+    import shlex
+    import sys
+
+    bin_dir = folder / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = shlex.quote(sys.executable)
+    for name, command in (("python", python), ("spacy-elmo", f"{python} -m spacy_elmo")):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {command} "$@"\n', encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
+    hidden = folder / ".venv" / "without-extras"
+    for module in EXTRAS_MODULES:
+        (hidden / module).mkdir(parents=True)
+        (hidden / module / "__init__.py").write_text(
+            f"raise ImportError('{module} is not installed: the Quick start installs no extras')\n", encoding="utf-8"
+        )
+    return hidden
 
 
 def test_install_lines_work_from_a_checkout():
@@ -364,6 +429,29 @@ def test_install_lines_work_from_a_checkout():
                 page.name,
                 said[published.start() - 40 : published.end() + 10],
             )
+
+
+def test_the_torch_install_note_says_which_build_pip_gets():
+    """Pinning torch does not keep pip from a CUDA build: PyPI's Linux torch is one. Every page with the install
+    command says so and gives PyTorch's CPU-only index."""
+    pages = [page for page in PAGES if "pip install torch==2.13.0" in page.read_text(encoding="utf-8")]
+    assert {page.name for page in pages} >= {"README.md", "index.md", "contributing.md"}
+    for page in pages:
+        said = " ".join(page.read_text(encoding="utf-8").split())
+        assert "On Linux, torch from PyPI is a CUDA build" in said, page.name
+        assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in said, page.name
+        assert "does not pull" not in said and "is installed first because" not in said, page.name
+
+
+def test_gpu_support_is_said_to_be_unmeasured_while_results_has_no_gpu_run():
+    """While benchmarks/RESULTS.md records no GPU run, the README and the training guide say so once, plainly, and
+    name no GPU a run was made on."""
+    gpu_section = _page("benchmarks/RESULTS.md").split("\n## GPU\n", 1)[1].split("\n#", 1)[0]
+    assert "No GPU figures" in gpu_section  # when a GPU run is recorded, say what it measured instead
+    for name in ("README.md", "docs/training.md"):
+        said = " ".join(_page(name).split())
+        assert said.count("no GPU run is recorded yet") + said.count("No GPU run is recorded yet") == 1, name
+        assert "NVIDIA H200)" not in said and "checks it on the GPU it runs on" not in said, name
 
 
 def test_what_default_names_is_said_as_it_is():

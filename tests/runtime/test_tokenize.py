@@ -34,6 +34,21 @@ def test_resolver_names_and_callables():
         resolve_tokenizer(3)
 
 
+@pytest.mark.parametrize(
+    "name, suggested",
+    [("whitspace", "'whitespace'"), ("Spacy", "'spacy'"), ("WHITESPACE", "'whitespace'"), ("EN", "'en'")],
+)
+def test_a_misspelled_name_is_answered_with_the_closest_valid_names(name, suggested):
+    with pytest.raises(ValueError) as err:
+        resolve_tokenizer(name)
+    message = str(err.value)
+    assert message.startswith(f"tokenizer={name!r}: not a spaCy language code, 'whitespace' or 'spacy'")
+    assert message.endswith(f"; did you mean {suggested}?") and "\n" not in message
+    with pytest.raises(ValueError) as err:
+        resolve_tokenizer("xx-nope")  # nothing close: no guess
+    assert "did you mean" not in str(err.value)
+
+
 def test_training_reads_with_the_same_tokenizers(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text(TEXT.replace("\n", " ") + "\n", encoding="utf-8")

@@ -34,6 +34,12 @@ def test_overlap_is_split_in_the_middle():
     assert window_bounds(10, 6, 2) == [(0, 6, 0, 5), (4, 10, 5, 10)]
 
 
+def test_max_length_none_is_one_window_of_the_whole_sequence():
+    """None means no windows (the spaCy component's ``max_length = null``, which ElmoFineTune reads too)."""
+    assert window_bounds(1000, None, 32) == [(0, 1000, 0, 1000)]
+    assert window_bounds(0, None, 32) == []
+
+
 @pytest.mark.parametrize("max_length,overlap", [(0, 0), (4, 4), (4, -1), (4.0, 1), (True, 0)])
 def test_bad_window_config(max_length, overlap):
     with pytest.raises(ValueError, match=r"max_length|window_overlap"):

@@ -1,6 +1,8 @@
 """ElmoVectorizer: values against the backend by hand, scikit-learn conventions, pipelines, Doc reuse, errors."""
 
+import os
 import pickle
+import re
 import runpy
 import subprocess
 import sys
@@ -192,6 +194,22 @@ def test_bad_input_names_sample_and_type(vec, X, error, match):
         vec.fit_transform(X)
 
 
+def test_rows_of_one_whole_text_are_refused_not_read_as_one_token_each(vec):
+    df = pd.DataFrame({"text": ["a great movie", "bad plot"]})
+    one_word_then_a_text = [["great"], ["bad\tplot " + "x" * 100]]
+    for X, where in (
+        (df[["text"]].values.tolist(), r"sample 0 is .* one token with several words \('a great movie'\)"),
+        (one_word_then_a_text, r"sample 1 is .* one token with several words \('bad\\tplot x{31}\.\.\.'\)"),
+    ):
+        for call in (vec.fit, vec.transform, vec.fit_transform):
+            with pytest.raises(ValueError, match=where + r".*pass the texts as strings \(df\['text'\]") as err:
+                call(X)
+            assert "\n" not in str(err.value)
+    np.testing.assert_array_equal(vec.transform(df[["text"]]), vec.transform(df["text"]))  # the frame is one column
+    merged = vec.transform([["New York", "is", "big"]])  # a merged token among others is taken as given
+    assert not np.allclose(merged, vec.transform([["New", "York", "is", "big"]]))
+
+
 @pytest.mark.parametrize(
     "params, error, match",
     [
@@ -285,6 +303,80 @@ def test_pickle_is_small_and_reloads_the_shared_backend(fixture_dir, backend):
     assert restored.get_params() == est.get_params() and restored.model_fingerprint_ == est.model_fingerprint_
     np.testing.assert_array_equal(restored.transform(TEXTS), before)
     assert load_bilm(fixture_dir) is backend  # still one model in this process
+
+
+def _changed_files_message(folder, since, fitted=None):
+    """The one line a vectorizer refuses model files with that changed on disk since ``since``."""
+    then = re.escape(fitted) if fitted else "[0-9a-f]{32}"
+    return (
+        rf"^ElmoVectorizer\(model={re.escape(repr(str(folder)))}\): the ELMo model files in {re.escape(str(folder))} "
+        rf"changed on disk since {since} \(fingerprint {then} then, [0-9a-f]{{32}} now\): [^\n]+$"
+    )
+
+
+def test_weights_replaced_on_disk_since_fit_are_refused_not_used(model_folder):
+    """Weights replaced in a fitted vectorizer's model folder (same shapes) gave other features under the fit's pin,
+    in the same process and after unpickling; transform refuses them, naming the folder and both fingerprints."""
+    est = ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
+    before = est.transform(TEXTS)
+    blob = pickle.dumps(est)
+    np.testing.assert_array_equal(pickle.loads(blob).transform(TEXTS), before)  # files unchanged: as fitted
+    fitted = est.model_pin_.files_fingerprint
+
+    model_folder.replace_weights()
+    message = _changed_files_message(model_folder.path, "it was fitted", fitted)
+    with pytest.raises(WeightFileError, match=message) as err:
+        est.transform(TEXTS)
+    assert "put back the files it was fitted with, or fit the vectorizer" in str(err.value)
+    assert str(err.value).count(fitted) == 1
+    with pytest.raises(WeightFileError, match=message):
+        pickle.loads(blob).transform(TEXTS)
+    refitted = clone(est).fit(TEXTS)  # what the message says: fit again on these files ...
+    assert refitted.model_pin_.files_fingerprint != fitted
+    assert np.abs(refitted.transform(TEXTS) - before).max() > 1e-3
+
+    model_folder.put_back()  # ... or put the files back
+    assert_recomputed_close(est.transform(TEXTS), before)
+    assert_recomputed_close(pickle.loads(blob).transform(TEXTS), before)
+    with pytest.raises(WeightFileError, match=_changed_files_message(model_folder.path, "it was fitted")):
+        refitted.transform(TEXTS)
+
+
+def test_unchanged_files_are_checked_without_reading_their_weights(model_folder, monkeypatch):
+    """transform checks the files against the fit's pin by their size, times and inode: the weights (hundreds of MB
+    for a published model) are read again only once they changed."""
+    from spacy_elmo.sources import model_files
+
+    est = ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
+    reads = []
+
+    def spied_open(file, *args, **kwargs):
+        reads.append(Path(file).name)
+        return open(file, *args, **kwargs)
+
+    monkeypatch.setattr(model_files, "open", spied_open, raising=False)
+    est.transform(TEXTS)
+    est.transform(TEXTS)
+    assert reads == []
+    model_folder.replace_weights()
+    with pytest.raises(WeightFileError, match="changed on disk since it was fitted"):
+        est.transform(TEXTS)
+    assert reads == ["weights.hdf5"]
+
+
+def test_files_changed_under_the_loaded_model_with_size_and_mtime_kept_are_refused(model_folder):
+    """The process keeps one loaded model per files, size and mtime: weights replaced with both kept (the mtime put
+    back) were embedded with the weights loaded before them; the files are checked against the loaded model."""
+    ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
+    stat = model_folder.weights.stat()
+    model_folder.replace_weights()
+    os.utime(model_folder.weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    message = _changed_files_message(model_folder.path, "this process loaded them")
+    with pytest.raises(WeightFileError, match=message) as err:
+        ElmoVectorizer(model=str(model_folder.path)).transform(TEXTS)
+    assert "put back the files it loaded, or start a new Python process" in str(err.value)
+    with pytest.raises(WeightFileError, match=message):
+        ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
 
 
 def test_pipeline_featureunion_and_columntransformer(fixture_dir, backend):

@@ -7,6 +7,7 @@ import io
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -279,6 +280,36 @@ def test_404_and_refused_connections_are_clear_errors(home, server):
     server.stop()
     with pytest.raises(DownloadError, match="could not connect"):
         load_bilm(options=url, weights=url.replace("options.json", "weights.hdf5"))
+
+
+def test_no_network_is_one_short_line_naming_the_host_and_the_way_out(home, monkeypatch):
+    """`spacy-elmo download NAME` where the server cannot be reached: one line naming the host and what to do, not
+    requests' 400-character repr of urllib3's nested errors, clipped."""
+    from spacy_elmo.cli import app
+
+    with socket.socket() as closed:  # bound and not listening: connections to it are refused, and no one else takes it
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        entry = PublishedModel(
+            name="loopback-closed",
+            options_url=f"http://127.0.0.1:{port}/m/options.json",
+            weights_url=f"http://127.0.0.1:{port}/m/weights.hdf5",
+            architecture="fixture",
+            parameters_m=0.1,
+            approx_mb=1,
+            trained_on="test",
+            source="test",
+        )
+        monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, entry.name, entry)
+        result = CliRunner().invoke(app, ["download", "loopback-closed"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 200, lines
+    line = lines[0]
+    assert f"could not connect to 127.0.0.1:{port} (connection refused)" in line, line
+    assert "network or proxy" in line and "folder" in line, line  # the way out
+    assert "model 'loopback-closed'" in line and "HTTPConnectionPool" not in line, line
+    assert not list(home.rglob("*.part")), list(home.rglob("*"))
 
 
 def test_offline_mode_names_the_model_the_cache_and_the_command(home, server, monkeypatch):

@@ -147,7 +147,9 @@ def torch_equal(a, b) -> bool:
     return bool((a.detach() == b.detach()).all())
 
 
-@pytest.mark.parametrize("windows", [{}, {"max_length": 4, "window_overlap": 2}], ids=["whole", "windows"])
+@pytest.mark.parametrize(
+    "windows", [{}, {"max_length": 4, "window_overlap": 2}, {"max_length": None}], ids=["whole", "windows", "none"]
+)
 def test_before_training_it_gives_the_frozen_mix_vectors(fixture_dir, windows):
     """Initialized, not yet trained: the same vectors as the layers the shared backend computes, mixed (the
     component's windows too: sentences longer than max_length are cut and stitched the same way)."""

@@ -1,6 +1,7 @@
 """Saving and loading: DocBin, Doc bytes, nlp.to_disk/to_bytes, a fresh process, config assembly."""
 
 import json
+import re
 import runpy
 import shutil
 import subprocess
@@ -172,6 +173,43 @@ def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_di
     with pytest.raises(WeightFileError, match=message):
         nlp.to_disk(tmp_path / "pipeline")
     np.testing.assert_array_equal(nlp("The bank").tensor, before)  # the loaded model still embeds
+
+
+def test_saving_weights_changed_on_disk_since_loading_is_refused(model_folder, tmp_path):
+    """A pipeline whose model files changed on disk after it loaded them saved the new weights under the loaded
+    model's fingerprint: a save that could never load. to_disk and to_bytes refuse in one line, writing nothing of
+    the component; a previous save in the folder stays whole and loads."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(model_folder.path)})
+    expected = nlp(TEXTS[0])
+    loaded = nlp.get_pipe("elmo").backend.files_fingerprint
+    previous = tmp_path / "previous"
+    nlp.to_disk(previous)  # the files as loaded: saved
+    saved = {p.name: p.read_bytes() for p in (previous / "elmo" / "model").iterdir()}
+
+    model_folder.replace_weights()
+    message = (
+        rf"^component 'elmo': cannot save the model: the ELMo model files in {re.escape(str(model_folder.path))} "
+        rf"changed on disk since the pipeline loaded them \(fingerprint {loaded} then, [0-9a-f]{{32}} now\): a save "
+        r"would pair them with the loaded model's fingerprint\. Put back the files it loaded, or make the pipeline "
+        r"again on these files [^\n]+$"
+    )
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_bytes()
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_disk(tmp_path / "fresh")
+    assert not (tmp_path / "fresh" / "elmo").exists()  # spaCy writes its own parts first; nothing of the component
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_disk(previous)
+    assert {p.name: p.read_bytes() for p in (previous / "elmo" / "model").iterdir()} == saved
+    assert_same_vectors(spacy.load(previous)(TEXTS[0]), expected, recomputed=True)
+
+    model_folder.put_back()  # what the message says: the files it loaded back in place, and it saves again
+    nlp.to_disk(tmp_path / "again")
+    assert_same_vectors(spacy.load(tmp_path / "again")(TEXTS[0]), expected, recomputed=True)
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo", config={"model": "/nonexistent/elmo"})
+    assert_same_vectors(fresh.from_bytes(nlp.to_bytes())(TEXTS[0]), expected, recomputed=True)
 
 
 def test_a_failed_save_leaves_the_previous_one_whole(fixture_dir, tmp_path, monkeypatch):

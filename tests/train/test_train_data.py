@@ -6,10 +6,13 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spacy_elmo.bilm.chars import token_to_char_ids
 from spacy_elmo.bilm.encoder import CharCNNEncoder
-from spacy_elmo.train.batching import Vocabulary, bucket_batches, mixed_sentences, tensorize
+from spacy_elmo.train.batching import CharCache, Vocabulary, bucket_batches, mixed_sentences, tensorize
 from spacy_elmo.train.corpus import Source, make_sources, read_sentences, split_sentences
 
 
@@ -142,3 +145,27 @@ def test_architecture_from_preset_or_options_file(tmp_path):
         build_options(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="unknown architecture 'huge'"):
         build_options("huge")
+
+
+class CharCacheMachine(RuleBasedStateMachine):
+    """The trainer's char-id cache against a plain dict: always the token's own ids, never more than its bound."""
+
+    @initialize(max_size=st.integers(0, 6))
+    def start(self, max_size: int) -> None:
+        self.cache = CharCache(max_size)
+        self.seen: dict[str, None] = {}  # the model: the first max_size distinct tokens asked for are kept
+
+    @rule(token=st.one_of(st.sampled_from(["the", "bank", "Zürich", "", "x" * 60]), st.text(max_size=8)))
+    def ids(self, token: str) -> None:
+        np.testing.assert_array_equal(self.cache(token), token_to_char_ids(token))
+        if len(self.seen) < self.cache.max_size:
+            self.seen.setdefault(token)
+
+    @invariant()
+    def bounded(self) -> None:
+        assert list(self.cache.cache) == list(self.seen)
+        assert len(self.cache.cache) <= self.cache.max_size
+
+
+TestCharCacheMachine = CharCacheMachine.TestCase
+TestCharCacheMachine.settings = settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))

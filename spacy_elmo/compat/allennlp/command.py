@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from ...sources.download import HOME_ENV, OFFLINE_ENV, DownloadError, is_offline
-from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
+from .embedder import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder, check_cuda_device
 
 SUBCOMMAND = "elmo"  # AllenNLP's name of this command: ``allennlp elmo`` / ``main()`` with ``sys.argv[1] == "elmo"``
 
@@ -80,7 +80,12 @@ def main(prog: Optional[str] = None, argv: Optional[list[str]] = None) -> None:
     ``argv`` is ``INPUT OUTPUT (--all | --top | --average) ...``, optionally after AllenNLP's
     subcommand word, ``elmo ...``, as ``allennlp.commands.main`` reads ``sys.argv``.
     """
-    args = build_parser(prog).parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+    args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    try:
+        check_cuda_device(args.cuda_device)
+    except ValueError as err:  # a bad argument, as argparse says one: one line and exit 2, before the model is read
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     for package in args.include_package:
         importlib.import_module(package)
     output_format = "all" if args.all else "top" if args.top else "average"
@@ -105,10 +110,11 @@ def default_model_unavailable(err: DownloadError) -> str:
     """One complete line for when AllenNLP's default model (the published ``original``) can be neither read from the
     cache nor downloaded: why, in a few words, and the ways out (a local model, or a download where there is a network).
     """
-    network = re.search(r"failed: (could not connect|the transfer was cut off) \(", str(err))
+    network = re.search(r"failed: (could not connect|the transfer was cut off) (?:to \S+ )?\(", str(err))
     if is_offline():
         reason = f"{OFFLINE_ENV}=1"
-    elif network:  # the fetcher's text goes on with the network library's long description, clipped: not kept
+    elif network:  # the fetcher's text goes on with the host and its advice, or the network library's long
+        # description, clipped: not kept
         reason = f"{network.group(1)}; {OFFLINE_ENV}=1 never tries"
     else:  # a checksum, a full disk...: the fetcher's own line says which
         reason = str(err)

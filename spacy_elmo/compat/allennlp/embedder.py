@@ -10,6 +10,7 @@ previous one left in its batch rows, so the same sentence can get other vectors 
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import IO, Union
 import numpy as np
 import torch
 
+from ...bilm.excerpt import excerpt
 from ...output.embed_file import bounded_lines, hdf5_output
 from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
 from ...runtime.settings import DEFAULT_BATCH_SIZE
+from ...runtime.validation import resolve_device
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
 
@@ -28,6 +31,15 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
 DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
+
+
+def check_cuda_device(cuda_device: int) -> None:
+    """AllenNLP's ``cuda_device`` (-1 or below: the CPU; N: ``cuda:N``) checked to exist on this machine
+    (:func:`~spacy_elmo.runtime.validation.resolve_device`, every front end's check): a ``ValueError`` naming it."""
+    if isinstance(cuda_device, bool) or not isinstance(cuda_device, numbers.Integral):
+        raise TypeError(f"cuda_device={excerpt(cuda_device)}: expected an int (-1: the CPU, N: the GPU cuda:N)")
+    if cuda_device >= 0:
+        resolve_device(cuda_device, "cuda_device", cpu=-1)
 
 
 class ElmoEmbedder:
@@ -42,6 +54,7 @@ class ElmoEmbedder:
         *,
         stateful: bool = True,
     ) -> None:
+        check_cuda_device(cuda_device)  # before the model is read: a GPU this machine lacks is a ValueError naming it
         self.elmo_bilm = _ElmoBiLm(options_file, weight_file, stateful=stateful)
         if cuda_device >= 0:
             self.elmo_bilm = self.elmo_bilm.cuda(device=cuda_device)
