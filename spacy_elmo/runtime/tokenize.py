@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable, Optional, Union, overload
 
+from ..bilm.excerpt import excerpt
+
 Tokenizer = Callable[[str], list[str]]
 TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]
 
@@ -72,11 +74,15 @@ def check_tokenizer(spec: TokenizerSpec) -> None:
             f"tokenizer={spec!r}: expected None, {WHITESPACE!r}, {SPACY!r}, a spaCy language code or a callable"
         )
     if not _spacy_has_language(spec):
-        shown = spec if len(spec) <= 40 else spec[:37] + "..."
-        raise ValueError(
-            f"tokenizer={shown!r}: not a spaCy language code: use {WHITESPACE!r}, {SPACY!r} or a language spaCy has "
-            "(en, de, fr, ...)"
-        )
+        raise ValueError(unknown_tokenizer(spec, _spacy_language_codes()))
+
+
+def unknown_tokenizer(name: str, codes: list[str]) -> str:
+    """The one message for a tokenizer name that names nothing, with the valid names closest to it (case ignored:
+    ``"whitspace"``, ``"Spacy"``) among ``whitespace``, ``spacy`` and spaCy's language ``codes``."""
+    close = difflib.get_close_matches(name.lower(), [WHITESPACE, SPACY, *codes], n=3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else " (en, de, fr, ...)"
+    return f"tokenizer={excerpt(name)}: not a spaCy language code, {WHITESPACE!r} or {SPACY!r}{hint}"
 
 
 def _spacy_has_language(code: str) -> bool:
@@ -107,24 +113,18 @@ def spacy_tokenizer(lang: str) -> Tokenizer:
         codes = _spacy_language_codes()
         if lang in codes:  # spaCy has the language, but it needs a package that is missing (e.g. "ja": sudachipy)
             raise ValueError(f"tokenizer={lang!r}: spaCy's tokenizer for it cannot be made ({err})") from err
-        raise ValueError(
-            f"tokenizer={lang!r}: not a spaCy language code, {WHITESPACE!r} or {SPACY!r}{_did_you_mean(lang, codes)}"
-        ) from err
+        raise ValueError(unknown_tokenizer(lang, codes)) from err
     return lambda text: [token.text for token in tokenizer(text) if not is_whitespace(token.text)]
 
 
 def _spacy_language_codes() -> list[str]:
-    """The language codes of the installed spaCy's own languages (``spacy.lang``'s packages), without importing
-    them."""
-    import pkgutil
-
-    import spacy.lang
-
-    return sorted(module.name for module in pkgutil.iter_modules(spacy.lang.__path__) if module.ispkg)
-
-
-def _did_you_mean(name: str, codes: list[str]) -> str:
-    """``"; did you mean 'whitespace'?"``: the valid names closest to ``name``, case ignored (a typo, ``"Spacy"``), or
-    ``""``."""
-    close = difflib.get_close_matches(name.lower(), [WHITESPACE, SPACY, *codes], n=3)
-    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    """The language codes of the installed spaCy's own languages (``spacy/lang``'s packages), importing nothing
+    (so the command line can name them before torch or spaCy is imported); none when spaCy is not installed."""
+    try:
+        spec = importlib.util.find_spec("spacy")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folders = [Path(folder) / "lang" for folder in spec.submodule_search_locations]
+    return sorted({path.parent.name for folder in folders if folder.is_dir() for path in folder.glob("*/__init__.py")})
