@@ -6,9 +6,9 @@ import dataclasses
 import functools
 import json
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -18,7 +18,7 @@ from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .output.embed_file import EmbedChunks
+    from .output.embed_file import ClusterSetUp
 
 # The command listing of `spacy-elmo --help`, in the order a new user needs the commands (embedding first, training
 # later): each command's one-sentence summary, and the examples its --help ends with.
@@ -234,48 +234,26 @@ def train(
     writes files and prints.
     """
     from .runtime.validation import positive_int
-    from .sources.model_names import require_model
-    from .train.config import check_config
-    from .train.corpus import make_sources
-    from .train.presets import architecture as read_architecture
-    from .train.shards import read_manifest
+    from .train.command_config import command_config
 
     with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
-        train_sources = make_sources(train_files, "lines", tokenizer) + make_sources(raw_files, "raw", raw_tokenizer)
-        valid_sources = make_sources(valid_files, "lines", tokenizer)
-        if not train_sources and not corpus_dirs and not resume:
-            raise ValueError("give training text with --train FILE and/or --raw FILE, or --corpus DIR")
-        for corpus_dir in corpus_dirs:
-            read_manifest(corpus_dir)
-        if init_from is not None:
-            require_model(init_from)
-        elif not resume:  # (--init-from's model, or a resumed run's checkpoint, gives the architecture)
-            read_architecture(architecture)  # a preset or a JSON file, within the schema's size bounds
-        positive_int(processes, "--processes")
-        options = {name: ctx.params[name] for name in _CONFIG_OPTIONS}
-        options["cutoffs"] = _word_ranks(cutoffs)
-        options["init_from"] = str(init_from) if init_from else None
-        config = TrainConfig(
-            train=[s.to_json() for s in train_sources],
-            valid=[s.to_json() for s in valid_sources],
-            corpus=[str(d.expanduser().resolve()) for d in corpus_dirs],
-            **options,
+        config = command_config(
+            {name: ctx.params[name] for name in _CONFIG_OPTIONS},
+            train_files=train_files,
+            raw_files=raw_files,
+            valid_files=valid_files,
+            corpus_dirs=corpus_dirs,
+            tokenizer=tokenizer,
+            raw_tokenizer=raw_tokenizer,
+            resume=resume,
         )
-        check_config(config)
+        positive_int(processes, "--processes")
     from .train.launch import TrainRun, run_training
 
     run = TrainRun(config, output_dir, _errors_exit_2, resume=resume, overwrite=overwrite, progress=progress)
     status = run_training(run, processes, device)
     if status:
         raise typer.Exit(status)
-
-
-def _word_ranks(text: str) -> tuple[int, ...]:
-    """``--cutoffs 2000,10000`` as its word ranks."""
-    try:
-        return tuple(int(rank) for rank in text.split(",") if rank.strip())
-    except ValueError:
-        raise ValueError(f"--cutoffs must be word ranks separated by commas (e.g. 2000,10000), not {text!r}") from None
 
 
 @app.command("prepare-corpus")
@@ -429,24 +407,18 @@ def evaluate(
             require_model(model)
         if output:
             check_output_path(output)
-    from .train import evaluate as run_evaluate
-
-    def model_name(path: Path) -> Union[str, Path]:
-        return "default" if str(path) == "default" else path
+    from .train.evaluation import evaluate_files, record_result
 
     with _errors_exit_2():
-        if record:  # a bad name or metrics.json is said before the evaluation, and changes nothing
-            from .train.evaluation import check_record
-
-            check_record(model_dir, record)
-        result = run_evaluate(
-            model_name(model_dir),
+        result = evaluate_files(
+            model_dir,
             text_files,
             format="raw" if raw else "lines",
             tokenizer=tokenizer,
             max_length=max_length,
-            shared_with=[model_name(other) for other in shared_vocab],
+            shared_with=shared_vocab,
             device=device,
+            record=record,
         )
     counted = f"{result['predictions']} predictions of words in every vocabulary, " if shared_vocab else ""
     typer.echo(
@@ -458,8 +430,6 @@ def evaluate(
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:
-        from .train.evaluation import record_result
-
         with _errors_exit_2():
             record_result(model_dir, record, result)
 
@@ -518,44 +488,33 @@ def embed(
     ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
-    from .output.checks import check_output_path, read_scheduler
-    from .runtime.tokenize import check_tokenizer
-    from .runtime.validation import check_dtype, positive_int
+    from .output.checks import check_embed_arguments
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(input_file)
-        check_output_path(output_file)
-        check_dtype(dtype)
-        positive_int(batch_size, "batch_size")
-        check_tokenizer(tokenizer)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
-        if scheduler is not None:
-            read_scheduler(scheduler)
+        check_embed_arguments(output_file, dtype=dtype, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler)
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
-    from .output.embed_file import embed_file
-    from .runtime.backend import dtype_name, load_bilm
-    from .runtime.tokenize import resolve_tokenizer
+    from .output.embed_file import embed_model_file
 
     with _errors_exit_2():
-        resolve_tokenizer(tokenizer)  # a misspelled name (and the closest valid ones) said before the model loads
         _set_threads(threads)
-        backend = load_bilm(model, device=device, dtype=dtype)
-        chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
-        with cluster(model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
-            summary = embed_file(
-                backend,
-                input_file,
-                output_file,
-                output_format=chosen[0] if chosen else "all",
-                batch_size=batch_size,
-                tokenizer=tokenizer,
-                use_sentence_keys=use_sentence_keys,
-                forget_sentences=forget_sentences,
-                progress=progress,
-                embed_chunks=embed_chunks,
-            )
+        summary = embed_model_file(
+            model,
+            input_file,
+            output_file,
+            device=device,
+            dtype=dtype,
+            cluster=cluster,
+            output_format=chosen[0] if chosen else "all",
+            batch_size=batch_size,
+            tokenizer=tokenizer,
+            use_sentence_keys=use_sentence_keys,
+            forget_sentences=forget_sentences,
+            progress=progress,
+        )
     if not summary["sentences"]:  # the file is still written, with no line's dataset (docs/cli.md)
         empty = "<stdin>" if str(input_file) == "-" else input_file
         typer.secho(f"warning: {empty} is empty: {output_file} holds no sentence", fg=typer.colors.YELLOW, err=True)
@@ -686,25 +645,11 @@ def plot_mix(
             raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
         check_output_path(output)
     _require_plotting()
-    import spacy
-
     from .similarity import plot_mixes
-    from .spacy import learned_mix
+    from .spacy.layers import trained_mixes
 
     with _errors_exit_2():
-        try:
-            nlp = spacy.load(pipeline)
-        except OSError as err:  # spaCy's "[E053] Could not read meta.json ...": no pipeline there
-            raise ValueError(f"{pipeline}: not a spaCy pipeline ({err})") from err
-        mixes = {}
-        for name, pipe in nlp.pipeline:
-            try:
-                mix = learned_mix(pipe)
-            except (TypeError, ValueError):
-                continue  # no (or no initialized) ElmoScalarMix in this component
-            mixes[name] = (mix.weights, mix.gamma)
-        if not mixes:
-            raise ValueError(f"{pipeline}: no component has a trained ElmoScalarMix layer")
+        mixes = trained_mixes(pipeline)
     for name, (weights, gamma) in mixes.items():
         typer.echo(f"{name}: weights {' / '.join(f'{w:.3f}' for w in weights)}, gamma {gamma:.3f}")
     plot_mixes(mixes, output, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
@@ -740,11 +685,11 @@ def main() -> None:
     app()
 
 
-def _embed_chunks_on(scheduler: Optional[str]) -> Callable[..., AbstractContextManager[Optional[EmbedChunks]]]:
+def _embed_chunks_on(scheduler: Optional[str]) -> Optional[ClusterSetUp]:
     """``embed --scheduler``'s set-up: :func:`spacy_elmo.output.cluster.embed_chunks_on` the cluster it names, its
-    dashboard said on stderr (no scheduler: ``embed_chunks`` None, this process computes)."""
+    dashboard said on stderr (no scheduler: None, this process computes)."""
     if scheduler is None:
-        return lambda *args: nullcontext()
+        return None
     from .about import install_extra
 
     try:

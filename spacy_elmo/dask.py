@@ -33,7 +33,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from .bilm.files import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
-from .runtime.text_rows import pooled_matrix, token_records
+from .runtime.text_rows import pooled_matrix, sample_column, token_records
 from .runtime.validation import resolve_device
 from .sources.model_files import model_shape, resolve_model_files
 
@@ -128,14 +128,14 @@ def _pooled_partition(
     texts: Any, model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]
 ) -> np.ndarray:
     """One partition through the vectorizer's computation (the worker's shared backend)."""
-    return pooled_matrix(_as_list(texts), _worker_backend(model, settings, cache_dir), settings)
+    return pooled_matrix(sample_column(_as_list(texts)), _worker_backend(model, settings, cache_dir), settings)
 
 
 def _token_partition(
     texts: Any, model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]
 ) -> list[dict[str, Any]]:
     """One partition's token records: tokenized and windowed as ``ElmoVectorizer`` does (``text_rows``), mixed."""
-    return token_records(_as_list(texts), _worker_backend(model, settings, cache_dir), settings)
+    return token_records(sample_column(_as_list(texts)), _worker_backend(model, settings, cache_dir), settings)
 
 
 def _worker_backend(model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]) -> ElmoBackend:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,7 +135,7 @@ def plot(result: WordSimilarity, path: Path) -> None:
     save_figure(figure, path)
 
 
-def plot_mixes(mixes: dict[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
+def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
     """Bars of each component's learned layer weights (softmax(s), each layer's share of the mix: they sum to 1), gamma
     in its legend label. The axis starts at 0, so a small lean from equal weights is drawn as small."""
     figure, axes = new_figure(figsize=(8, 4.3))

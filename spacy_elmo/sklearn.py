@@ -10,14 +10,13 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from .about import __version__
 from .bilm.files import PathLike
-from .runtime.backend import ElmoBackend, dtype_name, load_bilm, resolve_dtype
+from .runtime.backend import ElmoBackend, dtype_name, load_bilm
 from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
 from .runtime.mix import ALL, LayerMix, layer_weights
 from .runtime.pooling import pooling_parts
 from .runtime.stored_layers import is_doc
-from .runtime.text_rows import EmptyTextWarning, pooled_matrix, sample_kind
+from .runtime.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
 from .runtime.tokenize import TokenizerSpec
-from .runtime.validation import resolve_device
 from .sources.model_files import model_shape, resolve_model_files
 from .sources.pinned_model import PinnedModel
 
@@ -123,21 +122,20 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> ElmoVectorizer:
         """Check the parameters and the input, load the backend and pin its model; nothing is learned."""
         settings = self._settings()
-        sample_kind(_as_samples(X))  # one kind of sample, or a TypeError naming the first that breaks it
+        _as_column(X)  # one kind of sample, or a TypeError naming the first that breaks it
         self._fit(settings)
         return self
 
     def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> np.ndarray:
         """``fit`` then ``transform``, reading ``X`` once (so a generator works)."""
         settings = self._settings()
-        samples = _as_samples(X)
-        sample_kind(samples)  # checked before the fitted state is set, as fit does
-        return pooled_matrix(samples, self._fit(settings), settings)
+        column = _as_column(X)  # checked before the fitted state is set, as fit does
+        return pooled_matrix(column, self._fit(settings), settings)
 
     def transform(self, X: Any) -> np.ndarray:
         """Float32 array ``(n_samples, n_features)``: each sample's mixed, pooled ELMo vectors."""
         settings = self._settings()
-        return pooled_matrix(_as_samples(X), self._pinned_backend(settings), settings)
+        return pooled_matrix(_as_column(X), self._pinned_backend(settings), settings)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """``elmo0, elmo1, ...``; with ``pooling="mean+max"``: ``elmo_mean0, ..., elmo_max0, ...``; with
@@ -163,14 +161,6 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
         return {"X_types": ["string"], "requires_fit": False, "stateless": True, "preserves_dtype": [np.float32]}
 
-    def check_settings(self, n_layers: Optional[int] = None) -> None:
-        """Check the parameters without loading the model; with ``n_layers`` (the model's LSTM layers) ``layers`` and
-        ``dtype`` on ``device`` too. ``TypeError`` or ``ValueError`` names a bad one."""
-        settings = self._settings()
-        if n_layers is not None:
-            resolve_dtype(self.dtype, resolve_device(self.device))  # what load_bilm would refuse, named here
-            settings.mixed_width(n_layers, 1)
-
     # -- internals -------------------------------------------------------------------------
 
     def _settings(self) -> FrontSettings:
@@ -180,9 +170,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         return FrontSettings.of(self, VECTORIZER_SETTINGS).checked()
 
     def _load(self, model: PathLike, settings: FrontSettings) -> ElmoBackend:
-        """The shared backend of ``model``, ``layers`` checked against its layers, and the files checked against it
-        (the process keeps one backend per files, size and mtime: files rewritten without a new size or mtime
-        would leave it holding other weights than the files it names)."""
+        """The shared backend of ``model``, the files checked against it (the process keeps one backend per files,
+        size and mtime: files rewritten without a new size or mtime would leave it holding other weights than the
+        files it names). ``layers`` is checked against its layers where they are used: ``fit``'s layer weights,
+        ``transform``'s width (``pooled_matrix``)."""
         backend = load_bilm(model, device=settings.device, dtype=settings.dtype)  # a bad dtype: ValueError naming it
         PinnedModel(os.fspath(model), backend.files_fingerprint).check_files(
             backend.options_path,
@@ -191,7 +182,6 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             since="this process loaded them",
             what_to_do="put back the files it loaded, or start a new Python process to load them as they are now",
         )
-        settings.mixed_width(backend.n_layers, backend.dim)
         return backend
 
     def _pinned_backend(self, settings: FrontSettings) -> ElmoBackend:
@@ -220,11 +210,13 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         return f"ElmoVectorizer(model={os.fspath(self.model)!r})"
 
     def _fit(self, settings: FrontSettings) -> ElmoBackend:
-        """Load what ``model`` names now and set the fitted state from it."""
+        """Load what ``model`` names now and set the fitted state from it (``layers`` checked against the model's by
+        its weights, before any of it is set)."""
         backend = self._load(self.model, settings)
+        weights = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
         self.model_fingerprint_ = backend.fingerprint
         self.dtype_ = dtype_name(backend.dtype)
-        self.layer_weights_ = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
+        self.layer_weights_ = weights
         self.model_pin_ = PinnedModel(
             os.fspath(self.model), backend.files_fingerprint, backend.fingerprint, saved_by=__version__
         )
@@ -265,8 +257,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 # -- input handling --------------------------------------------------------------------------
 
 
-def _as_samples(X: Any) -> list[Any]:
-    """One column of samples as a list: a list/tuple/iterable, 1-D array, Series, or one-column table."""
+def _as_column(X: Any) -> SampleColumn:
+    """One column of samples (a list/tuple/iterable, 1-D array, Series, or one-column table) as a list, and its kind
+    (``text_rows.sample_kind``: a ``TypeError`` or ``ValueError`` names the first sample that breaks it)."""
     if X is None or isinstance(X, (str, bytes, dict)) or is_doc(X):
         raise TypeError(
             f"X must be a list-like of texts, token lists or spaCy Docs (one sample per row), "
@@ -284,6 +277,7 @@ def _as_samples(X: Any) -> list[Any]:
     elif ndim is not None and ndim != 1:
         raise ValueError(f"X must be one column of samples; got an array with {ndim} dimensions")
     try:
-        return list(X)
+        samples = list(X)
     except TypeError:
         raise TypeError(f"X must be a list-like of texts, token lists or spaCy Docs, not {type(X).__name__}") from None
+    return sample_column(samples)

@@ -1,19 +1,19 @@
 """The checks of an output's arguments that need neither torch nor Dask: where a file goes (an embedding file, a
-figure, a result) and which cluster computes it. The command line runs them before it imports anything heavy (a
-bad path is said at once), and :mod:`.embed_file` and :mod:`.cluster` run the same ones: each message has one
-home."""
+figure, a result), which cluster computes it, and ``spacy-elmo embed``'s arguments as a whole. The command line runs
+them before it imports anything heavy (a bad path is said at once), and :mod:`.embed_file` and :mod:`.cluster` run
+the same ones: each message has one home."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 LOCAL_SCHEDULER = re.compile(r"local:(\d+)")
 SCHEDULER_ADDRESS = re.compile(r"([a-z][a-z0-9+]*://)?[^\s:/]+(:\d+)?")
 
-__all__ = ["check_output_path", "read_scheduler"]
+__all__ = ["check_embed_arguments", "check_output_path", "read_scheduler"]
 
 
 def check_output_path(output_path: Union[str, os.PathLike[str]]) -> None:
@@ -43,3 +43,19 @@ def read_scheduler(scheduler: str) -> Union[int, str]:
     if not SCHEDULER_ADDRESS.fullmatch(text):
         raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
     return text
+
+
+def check_embed_arguments(
+    output_path: Union[str, os.PathLike[str]], *, dtype: str, batch_size: int, tokenizer: str, scheduler: Optional[str]
+) -> None:
+    """``spacy-elmo embed``'s arguments, each checked importing nothing heavy (torch, spaCy, Dask): the output file,
+    the precision's name, the batch size, the tokenizer's name and what ``--scheduler`` names (None: no cluster)."""
+    from ..runtime.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
+    from ..runtime.validation import check_dtype, positive_int
+
+    check_output_path(output_path)
+    check_dtype(dtype)
+    positive_int(batch_size, "batch_size")
+    check_tokenizer(tokenizer)
+    if scheduler is not None:
+        read_scheduler(scheduler)

@@ -62,6 +62,9 @@ Line = tuple[int, str]  # (0-based line number, text)
 T = TypeVar("T")
 # token chunks in, their activations out in the same order; the callable moves the progress bar by n sentences
 EmbedChunks = Callable[[Iterator[list[list[str]]], Callable[[int], object]], Iterator[list[np.ndarray]]]
+# a cluster set up for a loaded model (``spacy-elmo embed --scheduler``: ``cluster.embed_chunks_on``): given the model's
+# name, device, precision, the batch size and the model's fingerprint, a context that gives the cluster's embed_chunks
+ClusterSetUp = Callable[[str, Optional[str], str, int, str], contextlib.AbstractContextManager[EmbedChunks]]
 
 
 def embed_file(
@@ -114,6 +117,46 @@ def embed_file(
                 n_lines += 1
             datasets.finish()
     return {"sentences": n_lines, "tokens": n_tokens, "seconds": time.perf_counter() - started}
+
+
+def embed_model_file(
+    model: str,
+    input_path: PathLike,
+    output_path: PathLike,
+    *,
+    device: Optional[str],
+    dtype: str,
+    cluster: Optional[ClusterSetUp],
+    output_format: str,
+    batch_size: int,
+    tokenizer: str,
+    use_sentence_keys: bool,
+    forget_sentences: bool,
+    progress: bool,
+) -> dict[str, float]:
+    """:func:`embed_file` with the model that ``model`` names (``spacy-elmo embed``): the tokenizer resolved first (a
+    misspelled name and the closest valid ones said before the model loads), then the model loaded once on
+    ``device`` in ``dtype``; its precision ("auto" resolved here, once) is the one every worker of ``cluster`` loads,
+    whose ``embed_chunks`` then computes the activations (``cluster`` None: this process does)."""
+    from ..runtime.backend import dtype_name, load_bilm
+
+    resolve_tokenizer(tokenizer)
+    backend = load_bilm(model, device=device, dtype=dtype)
+    chosen_dtype = dtype_name(backend.dtype)
+    on_cluster = None if cluster is None else cluster(model, device, chosen_dtype, batch_size, backend.fingerprint)
+    with on_cluster or contextlib.nullcontext() as embed_chunks:  # (no cluster: embed_chunks None, computed here)
+        return embed_file(
+            backend,
+            input_path,
+            output_path,
+            output_format=output_format,
+            batch_size=batch_size,
+            tokenizer=tokenizer,
+            use_sentence_keys=use_sentence_keys,
+            forget_sentences=forget_sentences,
+            progress=progress,
+            embed_chunks=embed_chunks,
+        )
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 ``ElmoVectorizer``, the spaCy ``elmo`` component (its factory, ``__init__`` and default config) and
 ``spacy_elmo.dask`` take the same settings: which layers and how they are mixed, pooling, batches, windows, device,
 precision and tokenizer. :class:`FrontSettings` is their one declaration: a field is a setting's name, type and
-default (scikit-learn's and Dask's; :data:`COMPONENT_DEFAULTS` where the spaCy component's config differs), and
+default (scikit-learn's and Dask's; :class:`ComponentSettings` where the spaCy component's differ), and
 :meth:`FrontSettings.checked` holds every check that needs no model, :meth:`FrontSettings.width` the checks that
 need its shape. Only the signatures that conventions require spell the settings out (scikit-learn's ``__init__``,
 spaCy's factory and component), taking their defaults from here; ``tests/runtime/test_settings.py`` holds them
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
 from .pooling import check_pooling, pooled_dim
@@ -29,7 +29,9 @@ from .settings import (
     DEFAULT_POOLING,
 )
 from .tokenize import TokenizerSpec, resolve_tokenizer
-from .validation import check_dtype, optional_windows, positive_int
+from .validation import check_dtype, optional_windows, positive_int, resolve_device
+
+Settings = TypeVar("Settings", bound="FrontSettings")
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,17 @@ class FrontSettings:
     verbose: Union[bool, int] = 0
 
     @classmethod
-    def of(cls, owner: Any, names: tuple[str, ...]) -> FrontSettings:
+    def of(cls: type[Settings], owner: Any, names: tuple[str, ...]) -> Settings:
         """The settings ``owner`` holds as attributes (an estimator's parameters), the others at their defaults."""
         return cls(**{name: getattr(owner, name) for name in names})
 
-    def checked(self) -> FrontSettings:
+    def set_on(self, owner: Any, names: tuple[str, ...]) -> None:
+        """Set the settings ``names`` as attributes of ``owner``: :meth:`of`'s inverse (the spaCy component keeps its
+        settings as attributes, checked)."""
+        for name in names:
+            setattr(owner, name, getattr(self, name))
+
+    def checked(self: Settings) -> Settings:
         """These settings in plain Python types after every check that needs no model; a ``TypeError`` or
         ``ValueError`` names the first bad one."""
         max_length, overlap = optional_windows(self.max_length, self.window_overlap)
@@ -91,8 +99,29 @@ class FrontSettings:
         return pooled_dim(self.mixed_width(n_layers, dim), self.pooling)
 
 
-# the spaCy component's defaults where its config differs: 64 sentences per batch, the precision spelled out
-COMPONENT_DEFAULTS = FrontSettings(batch_size=DEFAULT_BATCH_SIZE, dtype=DEFAULT_DTYPE)
+@dataclass(frozen=True)
+class ComponentSettings(FrontSettings):
+    """The spaCy component's settings, where they differ from :class:`FrontSettings`: its config spells out the batch
+    size (64 sentences per batch, never None) and the precision ("float32", never None), and the device is checked
+    when the component is made (not when its model loads: a pipeline fails at ``add_pipe`` or ``spacy.load``)."""
+
+    batch_size: int = DEFAULT_BATCH_SIZE
+    dtype: str = DEFAULT_DTYPE
+
+    def checked(self: Settings) -> Settings:
+        """:meth:`FrontSettings.checked`, a batch size that is a number, and the device: a ``ValueError`` for one this
+        machine lacks (:func:`~spacy_elmo.runtime.validation.resolve_device`, every front end's check); ``None`` or
+        ``""``: None, the device of thinc's current ops when the model loads (``spacy/architectures.py``)."""
+        settings = super().checked()
+        if settings.batch_size is None:
+            raise ValueError("batch_size=None: expected a positive integer")
+        if settings.device in (None, ""):
+            return dataclasses.replace(settings, device=None)
+        resolve_device(settings.device)
+        return dataclasses.replace(settings, device=str(settings.device))
+
+
+COMPONENT_DEFAULTS = ComponentSettings()  # the spaCy component's defaults (its factory, __init__ and config)
 
 # which settings each front end takes
 VECTORIZER_SETTINGS = (

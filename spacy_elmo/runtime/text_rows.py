@@ -1,11 +1,12 @@
 """Texts -> unique token sequences -> layers -> rows: what ``ElmoVectorizer`` and ``spacy_elmo.dask`` compute.
 
-A column of samples (strings, token lists, or spaCy ``Doc`` objects: one kind per column) becomes
-a map from each unique token sequence to the rows that hold it (:func:`token_rows`), so identical
-samples are embedded once; whitespace tokens are dropped (``tokenize.is_whitespace``). The unique
-sequences then go through ``windows.embed_segments`` (or ``fold_segments``), longest first
-(:func:`embedded_rows`, :func:`folded_rows`). :func:`pooled_matrix` is the whole trip for one column (the
-vectorizer's ``transform``, one Dask partition), :func:`token_records` its token-level sibling (``embed_tokens``).
+A column of samples (strings, token lists, or spaCy ``Doc`` objects: one kind per column, found once where the column
+enters: :func:`sample_column`) becomes a map from each unique token sequence to the rows that hold it
+(:func:`token_rows`), so identical samples are embedded once; whitespace tokens are dropped
+(``tokenize.is_whitespace``). The unique sequences then go through ``windows.embed_segments`` (or
+``fold_segments``), longest first (:func:`embedded_rows`, :func:`folded_rows`). :func:`pooled_matrix` is the whole
+trip for one column (the vectorizer's ``transform``, one Dask partition), :func:`token_records` its token-level
+sibling (``embed_tokens``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
@@ -21,8 +23,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .front_settings import FrontSettings
-from .mix import mix_layers, mixed_width
-from .pooling import PoolSink, pool, pooled_dim
+from .mix import mix_layers
+from .pooling import PoolSink, pool
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
@@ -45,18 +47,33 @@ class EmptyTextWarning(UserWarning):
     them usually means the wrong column or an unread file. Shown once per process (Python's default filter)."""
 
 
-def pooled_matrix(samples: Sequence[Any], backend: ElmoBackend, settings: FrontSettings) -> np.ndarray:
-    """Float32 ``(len(samples), settings.width(...))``: each sample's mixed, pooled row, identical samples embedded
-    once, long ones window by window (memory flat in a text's length; never stitched).
+@dataclass(frozen=True)
+class SampleColumn:
+    """One column of samples and their one kind (``"text"``, ``"tokens"``, ``"doc"``), found once where the column
+    enters (:func:`sample_column`)."""
 
-    ``settings`` are checked (:meth:`FrontSettings.checked`). A ``Doc`` whose ``doc._.elmo_layers`` this model made
-    (same fingerprint and shape) is pooled from them, not recomputed. A sample with no tokens gives zeros and an
+    samples: Sequence[Any]
+    kind: str
+
+
+def sample_column(samples: Sequence[Any]) -> SampleColumn:
+    """``samples`` and their kind (:func:`sample_kind`: a ``TypeError`` or ``ValueError`` names the first sample that
+    breaks it)."""
+    return SampleColumn(samples, sample_kind(samples))
+
+
+def pooled_matrix(column: SampleColumn, backend: ElmoBackend, settings: FrontSettings) -> np.ndarray:
+    """Float32 ``(len(column.samples), settings.width(...))``: each sample's mixed, pooled row, identical samples
+    embedded once, long ones window by window (memory flat in a text's length; never stitched).
+
+    ``settings`` are checked (:meth:`FrontSettings.checked`); ``layers`` is checked against the model's here, where
+    the width is found (a ``ValueError`` naming it). A ``Doc`` whose ``doc._.elmo_layers`` this model made (same
+    fingerprint and shape) is pooled from them, not recomputed. A sample with no tokens gives zeros and an
     :class:`EmptyTextWarning`.
     """
+    samples, kind = column.samples, column.kind
     n_outputs = backend.n_layers + 1
-    kind = sample_kind(samples)
-    width = pooled_dim(mixed_width(settings.layers, n_outputs, backend.dim), settings.pooling)
-    out = np.zeros((len(samples), width), dtype=np.float32)
+    out = np.zeros((len(samples), settings.width(backend.n_layers, backend.dim)), dtype=np.float32)
 
     def pooled(activations: np.ndarray) -> np.ndarray:
         return pool(mix_layers(activations, settings.layers, settings.gamma), settings.pooling)
@@ -102,10 +119,10 @@ def pooled_matrix(samples: Sequence[Any], backend: ElmoBackend, settings: FrontS
     return out  # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
 
 
-def token_records(samples: Sequence[Any], backend: SentenceEmbedder, settings: FrontSettings) -> list[dict[str, Any]]:
+def token_records(column: SampleColumn, backend: SentenceEmbedder, settings: FrontSettings) -> list[dict[str, Any]]:
     """``{"tokens": [str, ...], "vectors": float32 (n_tokens, width)}`` per sample: the tokens :func:`pooled_matrix`
     embeds and their mixed layers (the rows ``pooling="mean"`` would average); strings or token lists only."""
-    kind = sample_kind(samples)
+    samples, kind = column.samples, column.kind
     if kind == DOC:
         raise TypeError("embed_tokens takes strings or token lists, not spaCy Docs")
     rows = token_rows(samples, kind, settings.tokenizer)

@@ -25,7 +25,6 @@ from thinc.util import get_torch_default_device
 
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
-from ..runtime.validation import resolve_device
 from ..sources.model_files import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
 from .layers import LEARNED, LayerChoice, build_scalar_mix
@@ -87,16 +86,6 @@ def as_model_ref(model: Union[str, ElmoModelRef, None]) -> ElmoModelRef:
     if isinstance(model, (str, Path)):
         return ElmoModelRef(str(model))
     raise TypeError(f"model={model!r}: expected a directory path, 'default' or spacy_elmo.ElmoBiLM.v1")
-
-
-def optional_device(device: Optional[str]) -> Optional[str]:
-    """The config's ``device``, checked when the component is made (a ``ValueError`` for one this machine lacks:
-    :func:`~spacy_elmo.runtime.validation.resolve_device`, every front end's check); ``None``/``""``: follow thinc's
-    ops when the model loads (:func:`component_device`)."""
-    if device in (None, ""):
-        return None
-    resolve_device(device)
-    return str(device)
 
 
 def component_device(device: Union[str, torch.device, None]) -> Union[str, torch.device, None]:

@@ -12,6 +12,7 @@ before it in the pipeline (``ElmoComponent.find_listeners``, as for tok2vec list
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Union, cast
 
 import numpy as np
@@ -356,3 +357,24 @@ def learned_mix(obj: Any) -> LearnedMix:
     weights = layer_weights(list(s) if choice == LEARNED else choice, len(s))
     gamma = float(mix.ops.to_numpy(mix.get_param("gamma"))[0]) + mix.attrs["gamma_anchor"]
     return LearnedMix([float(w) for w in weights], gamma)
+
+
+def trained_mixes(pipeline: Path) -> dict[str, LearnedMix]:
+    """The learned mix of each component of the trained pipeline saved in ``pipeline`` that has one, by component
+    name (``spacy-elmo plot-mix``); a ``ValueError`` when ``pipeline`` holds no spaCy pipeline, or none of its
+    components has a trained ElmoScalarMix layer."""
+    import spacy
+
+    try:
+        nlp = spacy.load(pipeline)
+    except OSError as err:  # spaCy's "[E053] Could not read meta.json ...": no pipeline there
+        raise ValueError(f"{pipeline}: not a spaCy pipeline ({err})") from err
+    mixes = {}
+    for name, pipe in nlp.pipeline:
+        try:
+            mixes[name] = learned_mix(pipe)
+        except (TypeError, ValueError):
+            continue  # no (or no initialized) ElmoScalarMix in this component
+    if not mixes:
+        raise ValueError(f"{pipeline}: no component has a trained ElmoScalarMix layer")
+    return mixes

@@ -27,13 +27,13 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from ..runtime.backend import ElmoBackend
-from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, FrontSettings, config_lines
+from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
 from ..runtime.mix import LayerMix, mix_layers, mixed_width
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
 from ..runtime.tokenize import is_whitespace
 from ..runtime.windows import embed_segments
 from ..sources.pinned_model import PinnedModel
-from .architectures import ElmoModelRef, as_model_ref, optional_device
+from .architectures import ElmoModelRef, as_model_ref
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import attach_vectors
 from .layers import is_cached_reader, link, listening_layers, unlink
@@ -110,7 +110,7 @@ def make_elmo(
     set_vectors: bool,
     device: Optional[str],
     get_positions: PositionGetter,
-    dtype: str = DEFAULTS.dtype,  # type: ignore[assignment]  # "float32" here, not the vectorizer's None
+    dtype: str = DEFAULTS.dtype,  # a default, unlike the others: configs saved before this setting existed load
 ) -> ElmoComponent:
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -169,28 +169,23 @@ class ElmoComponent(Pipe):
         *,
         layers: LayerMix = DEFAULTS.layers,
         gamma: float = DEFAULTS.gamma,
-        batch_size: int = DEFAULTS.batch_size,  # type: ignore[assignment]  # 64 here, not the vectorizer's None
+        batch_size: int = DEFAULTS.batch_size,
         max_length: Optional[int] = DEFAULTS.max_length,
         window_overlap: int = DEFAULTS.window_overlap,
         use_sentences: bool = True,
         set_vectors: bool = True,
         device: Optional[str] = DEFAULTS.device,
         get_positions: Optional[PositionGetter] = None,
-        dtype: str = DEFAULTS.dtype,  # type: ignore[assignment]
+        dtype: str = DEFAULTS.dtype,
     ) -> None:
         install_extensions()
         self.vocab = vocab
         self.name = name
         self.model_ref = as_model_ref(model)
-        settings = FrontSettings(
-            layers=layers, gamma=gamma, batch_size=batch_size, max_length=max_length, window_overlap=window_overlap
-        ).checked()
-        if settings.batch_size is None:
-            raise ValueError("batch_size=None: expected a positive integer")
-        self.layers = settings.layers
-        self.gamma = settings.gamma
-        self.batch_size: int = settings.batch_size
-        self.max_length, self.window_overlap = settings.max_length, settings.window_overlap
+        # the settings it shares with the other front ends, as given, then checked and kept in plain types
+        self.layers, self.gamma, self.batch_size = layers, gamma, batch_size
+        self.max_length, self.window_overlap, self.device, self.dtype = max_length, window_overlap, device, dtype
+        ComponentSettings.of(self, COMPONENT_SETTINGS).checked().set_on(self, COMPONENT_SETTINGS)
         if get_positions is not None and not callable(get_positions):
             raise TypeError(
                 f"get_positions={get_positions!r}: expected a function (doc, use_sentences) -> token index groups"
@@ -198,9 +193,6 @@ class ElmoComponent(Pipe):
         self.get_positions: PositionGetter = get_positions or sentence_positions
         self.use_sentences = bool(use_sentences)
         self.set_vectors = bool(set_vectors)
-        self.device = optional_device(device)
-        FrontSettings(dtype=dtype).checked()  # a bad value fails here, naming it
-        self.dtype = str(dtype)
         self._backend: Optional[ElmoBackend] = None
         self._pin: Optional[PinnedModel] = None  # the model a loaded pipeline was saved with (saved_model.py)
         self.listener_map: dict[str, list[Model]] = {}

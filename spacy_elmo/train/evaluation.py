@@ -221,6 +221,38 @@ def evaluate(
     return perplexity_on(model, vocab, sources, token_budget, max_length, counted_words=counted_words)
 
 
+def evaluate_files(
+    model_dir: PathLike,
+    paths: Sequence[PathLike],
+    *,
+    format: str,
+    tokenizer: str,
+    max_length: Optional[int],
+    shared_with: Sequence[PathLike],
+    device: Union[str, torch.device, None],
+    record: Optional[str] = None,
+) -> dict[str, float]:
+    """``spacy-elmo evaluate``: :func:`evaluate` of the models the command names ("default": the bundled model, any
+    other name a path), after ``record``'s name and the model's ``metrics.json`` are checked (:func:`check_record`:
+    a bad one is said before the evaluation, and changes nothing)."""
+    if record:
+        check_record(model_dir, record)
+    return evaluate(
+        _model_name(model_dir),
+        paths,
+        format=format,
+        tokenizer=tokenizer,
+        max_length=max_length,
+        shared_with=[_model_name(other) for other in shared_with],
+        device=device,
+    )
+
+
+def _model_name(path: PathLike) -> PathLike:
+    """A model the command line names: "default" (the bundled model) as that name, any other as its path."""
+    return "default" if str(path) == "default" else path
+
+
 def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     """The softmax vocabulary (``vocab.txt``) of the trained model in ``model_dir``."""
     from ..sources.model_files import resolve_model_files

@@ -77,11 +77,13 @@ def test_bilm_imports_no_front_end():
 
 
 # what train/ builds on besides bilm/ and itself: the tokenizers, windows' length batching, what a model string means
-# (--init-from, evaluate), the version recorded in a prepared corpus; never the backend or a front end
+# (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a prepared
+# corpus; never the backend or a front end
 TRAIN_USES = {
     "spacy_elmo.runtime.tokenize",
     "spacy_elmo.runtime.windows",
     "spacy_elmo.sources.model_files",
+    "spacy_elmo.sources.model_names",
     "spacy_elmo.about",
 }
 

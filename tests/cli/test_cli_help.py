@@ -81,7 +81,7 @@ def test_each_commands_help_ends_with_examples_that_parse(name):
     "args, heavy",
     [
         (["embed", "missing.txt", "out.hdf5"], "spacy_elmo.runtime.backend.load_bilm"),
-        (["evaluate", "default", "missing.txt"], "spacy_elmo.train.evaluate"),
+        (["evaluate", "default", "missing.txt"], "spacy_elmo.train.evaluation.evaluate_files"),
         (["adapt", "out", "--train", "missing.spacy", "--dev", "missing.spacy"], "spacy_elmo.spacy.adapt.adapt"),
         (["plot-mix", "missing_pipeline", "mix.png"], "spacy.load"),
     ],

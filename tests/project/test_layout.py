@@ -32,6 +32,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
+    "train/command_config.py": ("test_cli_help.py", "test_train.py"),
     "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
     "runtime/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),

@@ -238,6 +238,50 @@ def test_the_front_ends_signatures_agree_with_the_settings_spec():
     assert declared == used, f"declared but no front end takes them: {declared - used}"
 
 
+def test_the_signatures_type_each_setting_as_its_declaration_does():
+    """The component's batch size and precision were typed int and str against a declaration of the vectorizer's
+    Optional ones, their defaults under ``# type: ignore``: the component's differences are declared
+    (ComponentSettings), and every signature's types agree with its declaration."""
+    import inspect
+
+    from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.runtime import front_settings as spec
+    from spacy_elmo.spacy.pipeline_component import ElmoComponent, make_elmo
+
+    def declared(declaration, names, skip=()):
+        types = {field.name: field.type for field in dataclasses.fields(declaration)}
+        return {name: types[name] for name in names if name not in skip}
+
+    def spelled(function, names, skip=()):
+        parameters = inspect.signature(function).parameters
+        return {name: parameters[name].annotation for name in names if name not in skip}
+
+    component = type(spec.COMPONENT_DEFAULTS)
+    # spaCy validates a config against the factory's own types: its layers are spelled out (LayerMix's members)
+    checks = [
+        (ElmoVectorizer.__init__, spec.FrontSettings, spec.VECTORIZER_SETTINGS, ()),
+        (ElmoComponent.__init__, component, spec.COMPONENT_SETTINGS, ()),
+        (make_elmo, component, spec.COMPONENT_SETTINGS, ("layers",)),
+    ]
+    for function, declaration, names, skip in checks:
+        assert spelled(function, names, skip) == declared(declaration, names, skip), function.__qualname__
+        header = inspect.getsource(function).split('"""', 1)[0]  # the signature, up to the docstring
+        assert "type: ignore" not in header, f"{function.__qualname__}: a default that fights its declaration"
+
+
+def test_the_component_checks_its_own_settings_when_it_is_made():
+    import numpy as np
+
+    from spacy_elmo.runtime.front_settings import ComponentSettings
+
+    checked = ComponentSettings(device="", batch_size=np.int64(8)).checked()
+    assert checked == ComponentSettings(device=None, batch_size=8) and type(checked.batch_size) is int
+    with pytest.raises(ValueError, match="batch_size=None: expected a positive integer"):
+        ComponentSettings(batch_size=None).checked()
+    with pytest.raises(ValueError, match="device='gpu' is not a torch device"):
+        ComponentSettings(device="gpu").checked()
+
+
 def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
     from spacy_elmo.runtime import front_settings as spec
 

@@ -232,6 +232,33 @@ def test_bad_params_raise_in_fit_not_init(fixture_dir, params, error, match):
         est.transform(["a"])
 
 
+def test_a_layer_spec_the_model_lacks_fails_fit_before_any_fitted_state(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir), layers=[1.0, 2.0])
+    for call in (est.fit, est.fit_transform):
+        with pytest.raises(ValueError, match="exactly 3 weights"):
+            call(TEXTS)
+        assert not [name for name in vars(est) if name.endswith("_")]
+
+
+def test_each_call_finds_the_kind_of_its_samples_once(vec, monkeypatch):
+    """fit_transform looked at every sample's kind twice: before fitting, and again when pooling."""
+    import spacy_elmo.runtime.text_rows as text_rows
+
+    seen = []
+    kind = text_rows._kind
+    monkeypatch.setattr(text_rows, "_kind", lambda sample: seen.append(sample) or kind(sample))
+    for call in (vec.fit, vec.transform, vec.fit_transform):
+        seen.clear()
+        call(TEXTS)
+        assert seen == TEXTS, call.__name__
+
+
+def test_the_public_methods_are_the_ones_scikit_learn_calls():
+    """check_settings was public, documented nowhere and called by nothing: gone."""
+    own = {name for name, value in vars(ElmoVectorizer).items() if callable(value) and not name.startswith("_")}
+    assert own == {"fit", "fit_transform", "transform", "get_feature_names_out"}
+
+
 def test_missing_model_dir_is_a_weight_file_error(tmp_path):
     with pytest.raises(WeightFileError, match="not found"):
         ElmoVectorizer(model=str(tmp_path / "nope")).fit(["a"])

@@ -322,6 +322,30 @@ def test_component_class_defaults(fixture_dir, nlp):
     assert nlp.get_pipe_meta("elmo").assigns == ["doc._.elmo_layers", "doc._.elmo_model", "doc._.elmo_mix"]
 
 
+def test_component_settings_are_checked_and_kept_in_plain_types(fixture_dir, nlp):
+    component = ElmoComponent(
+        nlp.vocab,
+        str(fixture_dir),
+        layers=np.int64(1),
+        gamma=np.float64(0.5),
+        batch_size=np.int64(8),
+        max_length=np.int64(16),
+        window_overlap=np.int64(4),
+        device="",
+    )
+    kept = [component.layers, component.gamma, component.batch_size, component.max_length, component.window_overlap]
+    assert kept == [1, 0.5, 8, 16, 4] and [type(value) for value in kept] == [int, float, int, int, int]
+    assert component.device is None and component.dtype == "float32"
+    for bad, match in (
+        ({"batch_size": None}, "batch_size=None: expected a positive integer"),
+        ({"device": "gpu"}, "device='gpu' is not a torch device"),
+        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"max_length": 8, "window_overlap": 8}, "window_overlap=8"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ElmoComponent(nlp.vocab, str(fixture_dir), **bad)
+
+
 @spacy.registry.misc("test_spacy_elmo.word_by_word.v1")
 def word_by_word_v1():
     """A position getter that embeds every non-space token alone (and ignores use_sentences)."""
