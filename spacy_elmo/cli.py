@@ -336,14 +336,6 @@ def prepare_corpus(
     )
 
 
-def _set_threads(threads: Optional[int]) -> None:
-    """The process's torch thread count, from --threads (or the resumed run's); the library never sets it."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
-
-
 @app.command()
 def adapt(
     output_dir: Path = typer.Argument(..., help="Directory for the adapted model (an ELMo model directory)"),
@@ -372,12 +364,13 @@ def adapt(
     """
     with _errors_exit_2():
         _require_inputs(train_docs, dev_docs)
+    from .bilm.threads import set_process_threads
     from .spacy.adapt import AdaptOptions
     from .spacy.adapt import adapt as run_adapt
     from .train.allocator import keep_freed_memory
 
     with _errors_exit_2():
-        _set_threads(threads)
+        set_process_threads(threads)  # this command's own process: the user's --threads
         keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
         result = run_adapt(
@@ -534,13 +527,14 @@ def embed(
         if scheduler is not None:
             read_scheduler(scheduler)
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
+    from .bilm.threads import set_process_threads
     from .output.embed_file import embed_file
     from .runtime.backend import dtype_name, load_bilm
     from .runtime.tokenize import resolve_tokenizer
 
     with _errors_exit_2():
         resolve_tokenizer(tokenizer)  # a misspelled name (and the closest valid ones) said before the model loads
-        _set_threads(threads)
+        set_process_threads(threads)  # this command's own process: the user's --threads
         backend = load_bilm(model, device=device, dtype=dtype)
         chosen_dtype = dtype_name(backend.dtype)  # "auto" resolved here, once, for every worker
         with cluster(model, device, chosen_dtype, batch_size, backend.fingerprint) as embed_chunks:
