@@ -308,7 +308,6 @@ def prepare_corpus(
     One streaming pass with bounded memory (the text is never held, only the word counts); the
     layouts drop Project Gutenberg's licence header/footer and WikiExtractor's markup.
     """
-    import shlex
     import sys
 
     from .train.layouts import check_layout
@@ -318,6 +317,7 @@ def prepare_corpus(
         check_layout(layout)
     from .train.prepare import SourceSpec, read_source_info
     from .train.prepare import prepare_corpus as run_prepare
+    from .train.recorded_paths import recorded_command
 
     with _errors_exit_2():
         specs = [SourceSpec(path, layout, tokenizer, read_source_info(source_info, path)) for path in sources]
@@ -327,7 +327,7 @@ def prepare_corpus(
             max_length=max_length,
             shard_sentences=shard_sentences,
             progress=progress,
-            command=" ".join(shlex.quote(a) for a in sys.argv),
+            command=recorded_command(sys.argv, output_dir, cwd=Path.cwd()),  # paths as the corpus's folder sees them
         )
     typer.echo(
         f"prepared {output_dir}: {manifest['words']:,} words, {manifest['sentences']:,} sentences, "
