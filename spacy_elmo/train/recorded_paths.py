@@ -64,11 +64,19 @@ def recorded_argument(value: str, folder: PathLike, cwd: Optional[PathLike] = No
 
 
 def recorded_command(argv: Union[str, Sequence[str]], folder: PathLike, cwd: Optional[PathLike] = None) -> str:
-    """A command line (``sys.argv``, or a recorded line) as a record in ``folder`` keeps it: every path argument by
-    :func:`recorded_argument` (the program by its name: ``spacy-elmo``, ``__main__.py`` for ``python -m``).
-    ``cwd``: where the command ran, for the running command's relative paths; a recorded line has none."""
+    """A command line (``sys.argv``, or a recorded line) as a record in ``folder`` keeps it: the program as it was
+    typed (``spacy-elmo``; ``python -m spacy_elmo`` for its ``.../spacy_elmo/__main__.py``), every path argument by
+    :func:`recorded_argument`. ``cwd``: where the command ran, for the running command's relative paths; a recorded
+    line has none."""
     args = shlex.split(argv) if isinstance(argv, str) else list(argv)
-    return " ".join(shlex.quote(recorded_argument(a, folder, cwd)) for a in args)
+    if not args:
+        return ""
+    program = PurePath(args[0])
+    if program.name == "__main__.py" and program.parent.name:  # what `python -m PACKAGE` puts in sys.argv[0]
+        head = f"python -m {program.parent.name}"
+    else:
+        head = shlex.quote(recorded_argument(args[0], folder, cwd))
+    return " ".join([head, *(shlex.quote(recorded_argument(a, folder, cwd)) for a in args[1:])])
 
 
 def recorded(value: Any, folder: PathLike) -> Any:

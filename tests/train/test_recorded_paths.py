@@ -54,7 +54,7 @@ def test_a_record_keeps_no_path_from_the_root():
         "stages": [{"started_from": "/work/runs/stage-1", "sources": [{"path": "/work/data/raw/wiki", "words": 3}]}],
     }
     assert recorded(metrics, "/tmp/out") == {
-        "command": "__main__.py train out --corpus gutenberg",
+        "command": "python -m spacy_elmo train out --corpus gutenberg",
         "corpus": {"prepared": ["gutenberg"], "words": 12},
         "stages": [{"started_from": "stage-1", "sources": [{"path": "wiki", "words": 3}]}],
     }
