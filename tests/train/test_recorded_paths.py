@@ -66,6 +66,24 @@ def test_a_checkpoint_keeps_the_way_from_its_folder_to_the_text():
     assert resolved_path("/a/data/train.txt", "/b/runs/out") == "/a/data/train.txt"  # an older checkpoint's
 
 
+def test_a_prepared_corpus_names_its_sources_and_its_command_without_the_machines_folders(tmp_path, monkeypatch):
+    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+
+    source = tmp_path / "texts" / "wiki"
+    source.mkdir(parents=True)
+    (source / "a.txt").write_text("one two three .\nfour five .\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    argv = ["/venv/bin/spacy-elmo", "prepare-corpus", "prep/wiki", "--source", str(source)]
+    command = recorded_command(argv, "prep/wiki", cwd=tmp_path)
+    manifest = prepare_corpus("prep/wiki", [SourceSpec(source, "lines", "whitespace")], progress=False, command=command)
+    written = (tmp_path / "prep" / "wiki" / "corpus.json").read_text(encoding="utf-8")
+    assert str(tmp_path) not in written
+    assert manifest["command"] == "spacy-elmo prepare-corpus wiki --source wiki"
+    assert [s["path"] for s in manifest["sources"]] == ["wiki"] and manifest["sources"][0]["files"][0][
+        "path"
+    ] == "a.txt"
+
+
 def _strings(value):
     if isinstance(value, dict):
         for item in value.values():
