@@ -2,8 +2,8 @@
 
     python benchmarks/gpu_carry.py [--spacy] [--python-version 3.12]
 
-A GPU machine with a CUDA torch, numpy, h5py, scikit-learn, pytest and hypothesis but no package index (the one
-lent for this project's checks: torch 2.11 + CUDA 13, Python 3.12) lacks a few of spacy-elmo's own needs and
+A GPU machine with a CUDA torch, numpy, h5py, scikit-learn, pytest and hypothesis but no package index (such as
+one with torch 2.11 + CUDA 13 and Python 3.12 that takes 64 MiB of files) lacks a few of spacy-elmo's own needs and
 AllenNLP 0.9.0's ELMo code. This downloads them here as wheels for that machine's Python (``.whl/``; overrides,
 which has no wheel, is built), copies the peer's loader and the WikiText-2 test text (``.peer/``), with
 ``--spacy`` also packs spaCy and what it needs, without its tests and other languages' data (``.spacy.tar.xz``,

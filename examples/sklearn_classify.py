@@ -3,7 +3,8 @@
     python examples/sklearn_classify.py --dataset trec --model path/to/elmo_dir
     python examples/sklearn_classify.py --dataset sst5 --max-train 2000   # the bundled default model
 
-Datasets are read from ``--data-dir`` (default: ``../shared/data`` beside the checkout):
+Datasets are read from ``--data-dir DIR``, a folder holding them as below (by default the spacy-elmo repository's
+own copy, ``shared/data`` beside its checkout, where there is one):
 ``trec`` (TREC-6 coarse question types, 5,452 train / 500 test), ``sst5`` (SST fine-grained
 sentiment, 8,544 / 2,210) or ``sst2`` (binary, 6,920 / 1,821). Both are already tokenized
 with spaces, so the texts are split on whitespace (``tokenizer=str.split``) rather than re-tokenized.
@@ -132,8 +133,7 @@ def main() -> None:
             2,
             (
                 f"error: {args.dataset} data not found ({err.filename}).\n"
-                f"This example reads the data sets of the spacy-elmo repository's ../shared/data folder by default;\n"
-                f"point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
+                f"Point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
                 f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
                 f"Public sources: SST-5 via `python -m spacy project assets examples/project --vars.data DIR`\n"
                 f"(URLs and checksums in examples/project/project.yml), TREC-6 from GitHub harvardnlp/sent-conv-torch\n"

@@ -286,7 +286,6 @@ def prepare_corpus(
     One streaming pass with bounded memory (the text is never held, only the word counts); the
     layouts drop Project Gutenberg's licence header/footer and WikiExtractor's markup.
     """
-    import shlex
     import sys
 
     from .train.layouts import check_layout
@@ -296,6 +295,7 @@ def prepare_corpus(
         check_layout(layout)
     from .train.prepare import SourceSpec, read_source_info
     from .train.prepare import prepare_corpus as run_prepare
+    from .train.recorded_paths import recorded_command
 
     with _errors_exit_2():
         specs = [SourceSpec(path, layout, tokenizer, read_source_info(source_info, path)) for path in sources]
@@ -305,21 +305,13 @@ def prepare_corpus(
             max_length=max_length,
             shard_sentences=shard_sentences,
             progress=progress,
-            command=" ".join(shlex.quote(a) for a in sys.argv),
+            command=recorded_command(sys.argv, output_dir, cwd=Path.cwd()),  # paths as the corpus's folder sees them
         )
     typer.echo(
         f"prepared {output_dir}: {manifest['words']:,} words, {manifest['sentences']:,} sentences, "
         f"{manifest['distinct_words']:,} distinct words in {len(manifest['shards'])} shards "
         f"({manifest['words_per_s']:,.0f} words/s)"
     )
-
-
-def _set_threads(threads: Optional[int]) -> None:
-    """The process's torch thread count, from --threads (or the resumed run's); the library never sets it."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
 
 
 @app.command()
@@ -350,12 +342,13 @@ def adapt(
     """
     with _errors_exit_2():
         _require_inputs(train_docs, dev_docs)
+    from .bilm.threads import set_process_threads
     from .spacy.adapt import AdaptOptions
     from .spacy.adapt import adapt as run_adapt
     from .train.allocator import keep_freed_memory
 
     with _errors_exit_2():
-        _set_threads(threads)
+        set_process_threads(threads)  # this command's own process: the user's --threads
         keep_freed_memory()  # as train does
         options = AdaptOptions(epochs=epochs, max_steps=max_steps, lr=lr, token_budget=token_budget, seed=seed)
         result = run_adapt(
@@ -497,10 +490,11 @@ def embed(
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         check_embed_arguments(output_file, dtype=dtype, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler)
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
+    from .bilm.threads import set_process_threads
     from .output.embed_file import embed_model_file
 
     with _errors_exit_2():
-        _set_threads(threads)
+        set_process_threads(threads)  # this command's own process: the user's --threads
         summary = embed_model_file(
             model,
             input_file,

@@ -8,7 +8,8 @@ it) and :data:`SPLIT_TOKENS` (the char CNN runs as two halves on the pool thread
 using torch afterwards, so changing it during a call (even briefly) leaves other code's threads
 on the wrong count. Here a limit applies to the calling thread alone: OpenMP's thread count is a
 per-thread setting (``omp_set_num_threads`` outside a parallel region), and MKL has
-``mkl_set_num_threads_local``; torch's own setting is never written.
+``mkl_set_num_threads_local``. torch's own setting is written in one place, :func:`set_process_threads`, which
+only the commands call, in their own processes (``--threads``); the library never does.
 
 After ``fork`` the child has no pool threads (libgomp's, ours) and may hold copies of locks that
 other threads of the parent held: :func:`at_fork_in_child` registers what must be renewed there,
@@ -127,6 +128,17 @@ def _torch_thread_count() -> int:
     """torch's thread count as this thread sees it. Asked before a limit is set: torch's first call in a thread sets
     that thread's OpenMP count to its own, which would otherwise undo the limit at the block's first op."""
     return torch.get_num_threads()
+
+
+def set_process_threads(threads: Optional[int]) -> None:
+    """Set torch's process-wide thread count to ``threads`` (``None`` or 0: leave torch's choice).
+
+    The one place the count is set, for a command's own process only: ``--threads`` of ``embed`` and ``adapt``
+    (cli.py) and each training process of ``train`` (train/launch.py: ``--threads``, or the cores shared out
+    between its processes). Library code never calls it: the count is its caller's.
+    """
+    if threads:
+        torch.set_num_threads(int(threads))
 
 
 @contextlib.contextmanager

@@ -93,10 +93,17 @@ def describe_published(entry: PublishedModel) -> str:
 
 
 def corpus_names(corpus: dict[str, Any]) -> list[str]:
-    """The training text a ``metrics.json`` names: its text files (``folder/file``) and its prepared corpus folders
-    (``spacy-elmo prepare-corpus``'s output, which a run given ``--corpus`` records under ``"prepared"``)."""
-    files = [f"{Path(source['path']).parent.name}/{Path(source['path']).name}" for source in corpus.get("train", [])]
+    """The training text a ``metrics.json`` names: its text files (``folder/file``, or the name alone where the run
+    recorded no folder) and its prepared corpus folders (``spacy-elmo prepare-corpus``'s output, which a run given
+    ``--corpus`` records under ``"prepared"``)."""
+    files = [_file_name(Path(source["path"])) for source in corpus.get("train", [])]
     return files + [Path(folder).name for folder in corpus.get("prepared", [])]
+
+
+def _file_name(path: Path) -> str:
+    """``folder/file``, or ``file`` where the record names no folder (a run records a file outside its own folder
+    by its name: train/recorded_paths)."""
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
 def training_totals(metrics: dict[str, Any]) -> tuple[float, int, int]:

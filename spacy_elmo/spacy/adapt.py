@@ -36,6 +36,7 @@ from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.distributed import training_device
 from ..train.folder_lock import holds_output_folder
 from ..train.outputs import refuse_another_model
+from ..train.recorded_paths import absolute_path, recorded_argument, recorded_path
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
 
@@ -137,9 +138,9 @@ def adapt(
     metrics = Trainer(config, out, progress=progress, overwrite=overwrite, device=device).run()
     after = evaluate(out, [text_dir / ADAPT_DEV_TEXT], device=device)
     result = {
-        "init_from": init_from,
-        "train_docs": str(train_docs),
-        "dev_docs": str(dev_docs),
+        "init_from": recorded_argument(str(init_from), out, cwd=Path.cwd()),
+        "train_docs": recorded_path(absolute_path(train_docs), out),
+        "dev_docs": recorded_path(absolute_path(dev_docs), out),
         "n_train_docs": n_train,
         "n_dev_docs": n_dev,
         "steps": metrics.get("steps"),

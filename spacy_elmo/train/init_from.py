@@ -33,7 +33,7 @@ class InitialModel:
 def load_initial_model(model: PathLike) -> InitialModel:
     """The model named by ``--init-from`` (a directory, ``"default"``, a published name or URL)."""
     options_path, weights_path = resolve_model_files(model)
-    directory = options_path.parent
+    directory = options_path.parent.absolute()  # (the run records it by name: recorded_paths)
     bilm = load_model(options_path, weights_path)
     if not (directory / VOCAB).is_file():
         return InitialModel(bilm, directory)

@@ -15,9 +15,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
-import torch
 import typer
 
+from ..bilm.threads import set_process_threads
 from .allocator import keep_freed_memory
 from .config import TrainConfig
 from .distributed import World, join_world, leave_world, run_processes, training_processes
@@ -61,8 +61,7 @@ class TrainRun:
             # --threads, else (several processes) the cores shared out, else the resumed run's, else torch's choice
             several = max(1, _cores() // world.local_size) if world.size > 1 else None
             threads = self.config.threads or several or trainer.config.threads
-            if threads:  # the command's own process: the user's --threads (the library never sets them)
-                torch.set_num_threads(int(threads))
+            set_process_threads(threads)  # the command's own process (the library never sets the count)
             if world.size > 1 and world.is_main:
                 typer.echo(f"{world.describe()}; {threads} torch thread{'' if threads == 1 else 's'} per process")
             metrics = trainer.run()

@@ -360,9 +360,14 @@ def _cell(value: Any) -> str:
 
 
 def _short(path: str) -> str:
-    """``.../shared/data/x/y.txt`` -> ``data/x/y.txt``: the part that names the data set."""
-    parts = Path(path).parts
-    return str(Path(*parts[parts.index("data") :])) if "data" in parts else Path(path).name
+    """A text file as the card shows it: as the run recorded it (a name, or a path inside the model's folder); an
+    older run's path from the root from its ``data`` folder on (``/x/data/x/y.txt`` -> ``data/x/y.txt``: the part
+    that names the data set), else by name."""
+    where = Path(path)
+    if not where.is_absolute():
+        return where.as_posix()
+    parts = where.parts
+    return str(Path(*parts[parts.index("data") :])) if "data" in parts else where.name
 
 
 def write_model_card(directory: PathLike, title: str = DEFAULT_TITLE, notes: str = "") -> Path:

@@ -29,6 +29,7 @@ from ..bilm.files import (
 )
 from ..bilm.weights import write_model_files
 from .config import TrainConfig
+from .recorded_paths import recorded, recorded_argument, resolved_path, resumable_path
 from .storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,8 +100,9 @@ def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> No
 
 
 def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
-    """Write ``metrics.json`` (indented JSON)."""
-    write_text_atomically(directory / METRICS, json.dumps(jsonable(metrics), indent=2) + "\n")
+    """Write ``metrics.json`` (indented JSON), its paths as a shared folder may show them (:func:`~.recorded_paths.
+    recorded`: relative to ``directory``, or names; never this machine's directories)."""
+    write_text_atomically(directory / METRICS, json.dumps(recorded(jsonable(metrics), directory), indent=2) + "\n")
 
 
 def write_checkpoint(
@@ -113,15 +115,42 @@ def write_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
 ) -> None:
-    """Write checkpoint.safetensors (model, optimizer, RNG and position; no pickle), replacing the last one."""
+    """Write checkpoint.safetensors (model, optimizer, RNG and position; no pickle), replacing the last one.
+
+    Its config keeps the training text as the way from ``directory`` to it (:func:`resumable_config`), its metrics
+    as ``metrics.json`` records them."""
     info = {
-        "config": jsonable(asdict(config)),
+        "config": resumable_config(config, directory),
         "vocab": vocab,
         "state": state,
-        "metrics": jsonable(metrics),
+        "metrics": recorded(jsonable(metrics), directory),
         "best_valid": None if math.isinf(best_valid) else best_valid,
     }
     save_checkpoint(directory / CHECKPOINT, model.state_dict(), optimizer.state_dict(), torch.get_rng_state(), info)
+
+
+def resumable_config(config: TrainConfig, directory: Path) -> dict[str, Any]:
+    """``config`` as a checkpoint in ``directory`` keeps it: the text files and prepared corpora ``--resume`` reads
+    again as the way from ``directory`` to them (:func:`~.recorded_paths.resumable_path`; :func:`resumed_paths`
+    reads them back), ``--init-from`` (read only when the run started) as a record names it."""
+    saved = jsonable(asdict(config))
+    for key in ("train", "valid"):
+        saved[key] = [{**source, "path": resumable_path(source["path"], directory)} for source in saved[key]]
+    saved["corpus"] = [resumable_path(folder, directory) for folder in saved["corpus"]]
+    if saved["init_from"] is not None:
+        saved["init_from"] = recorded_argument(saved["init_from"], directory)
+    return saved
+
+
+def resumed_paths(saved: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """A checkpoint's config (:func:`resumable_config`) with its text files and corpora from the root again."""
+    resumed = dict(saved)
+    for key in ("train", "valid"):
+        resumed[key] = [{**source, "path": resolved_path(source["path"], directory)} for source in saved[key]]
+    resumed["corpus"] = [resolved_path(folder, directory) for folder in saved.get("corpus", [])]
+    if saved.get("init_from"):  # (an older checkpoint's from the root)
+        resumed["init_from"] = recorded_argument(saved["init_from"], directory)
+    return resumed
 
 
 def jsonable(value: Any) -> Any:
@@ -141,6 +170,8 @@ __all__ = [
     "model_files_in",
     "refuse_another_model",
     "remove_replaced_run",
+    "resumable_config",
+    "resumed_paths",
     "write_checkpoint",
     "write_metrics",
 ]

@@ -27,6 +27,7 @@ from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import split_sentences
 from .folder_lock import folder_claimed
 from .layouts import PathLike, check_layout, layout_files, text_blocks
+from .recorded_paths import recorded
 from .shards import COUNTS, KIND, MANIFEST, VERSION, shard_name
 
 
@@ -225,6 +226,7 @@ def _prepare(
         "sources": records,
         "shards": writer.shards,
     }
+    manifest = recorded(manifest, out)  # a shared corpus names its sources by name, not by this machine's paths
     try:
         write_json_atomically(out / MANIFEST, manifest)
     except BaseException:

@@ -23,7 +23,6 @@ import dataclasses
 import itertools
 import math
 import random
-import shlex
 import sys
 import time
 import warnings
@@ -54,12 +53,14 @@ from .outputs import (
     jsonable,
     refuse_another_model,
     remove_replaced_run,
+    resumed_paths,
     write_checkpoint,
     write_metrics,
 )
 from .precision import autocast, describe, training_dtype, warn_if_emulated
 from .presets import architecture
-from .shards import CorpusBatches, PreparedCorpus
+from .recorded_paths import absolute_path, is_path_argument, recorded, recorded_argument, recorded_command
+from .shards import MANIFEST, CorpusBatches, PreparedCorpus
 from .stages import continued_reading, earlier_stages, start_stage, update_stage
 from .storage import (
     CHECKPOINT,
@@ -116,7 +117,10 @@ class Trainer:
         if resume:
             path = require_file(self.output_dir, CHECKPOINT, LEGACY_CHECKPOINT, "a training checkpoint", "--resume: ")
             checkpoint = load_checkpoint(path)
-            config = _resumed_config(checkpoint, config, path)
+            config = _resumed_config(checkpoint, config, path, self.output_dir)
+            _require_resumed_text(config)
+        else:
+            config = _from_the_root(config)  # what the run records names them relative to its folder
         self.config = config
         self.dtype = training_dtype(config.precision, self.device)
         self.precision_note = describe(config.precision, self.dtype, self.device)  # printed by the CLI
@@ -196,7 +200,7 @@ class Trainer:
         self.optimizer = adam(self.model.parameters(), config.lr)
         self.state: dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "words_seen": 0, "train_seconds": 0.0}
         self.metrics: dict[str, Any] = {
-            "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "command": recorded_command(sys.argv, self.output_dir, cwd=Path.cwd()),
             "config": jsonable(asdict(config)),
             "corpus": {"train": config.train, "valid": config.valid, "prepared": config.corpus, **self.corpus},
             "vocab_size": len(self.vocab),
@@ -212,6 +216,8 @@ class Trainer:
             self.metrics["init_from"] = previous_training(initial.directory)
         earlier = earlier_stages(initial.directory) if initial is not None else []
         start_stage(self.metrics, earlier, sources, str(initial.directory) if initial is not None else None)
+        # as metrics.json will say it: paths relative to the folder or by name (the earlier stages' too)
+        self.metrics = recorded(jsonable(self.metrics), self.output_dir)
         if config.continue_corpus and self.prepared is not None:
             reading = continued_reading(earlier, self._corpus_reading(), self.prepared.fingerprint)
             self.state.update(corpus_position=reading["position"], epoch=reading["epoch"])
@@ -571,10 +577,37 @@ class Trainer:
         self.checkpoint_step = self.state["step"]
 
 
-def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> TrainConfig:
-    """The checkpoint's config, with the length/time limits (and threads, if given) of ``config`` (checked already)."""
+def _from_the_root(config: TrainConfig) -> TrainConfig:
+    """``config`` with its text files, prepared corpora and a local ``--init-from`` folder from the root (as this
+    process finds them), so that the run's records name each relative to its folder or by name
+    (:mod:`.recorded_paths`), wherever the command ran."""
+    init_from = config.init_from
+    return dataclasses.replace(
+        config,
+        train=[{**source, "path": absolute_path(source["path"])} for source in config.train],
+        valid=[{**source, "path": absolute_path(source["path"])} for source in config.valid],
+        corpus=[absolute_path(folder) for folder in config.corpus],
+        init_from=absolute_path(init_from) if init_from and is_path_argument(str(init_from)) else init_from,
+    )
+
+
+def _require_resumed_text(config: TrainConfig) -> None:
+    """A FileNotFoundError naming the first text file or prepared corpus of a resumed run that is not where its
+    checkpoint finds it: from the run's folder, the way the run started (a folder moved without its text)."""
+    wanted = [Path(s["path"]) for s in config.train + config.valid] + [Path(d) / MANIFEST for d in config.corpus]
+    for missing in (path for path in wanted if not path.is_file()):
+        raise FileNotFoundError(
+            f"--resume: the run's text is not at {missing}: a checkpoint finds its text from its own folder, as "
+            "the run started; move or copy a run folder together with its text"
+        )
+
+
+def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path, output_dir: Path) -> TrainConfig:
+    """The checkpoint's config, with the length/time limits (and threads, if given) of ``config`` (checked already);
+    its text files and corpora found from ``output_dir``, the checkpoint's folder, as it keeps them."""
     try:
-        saved = TrainConfig(**{"precision": "float32", **checkpoint.info["config"]})  # older runs trained in float32
+        resumed = resumed_paths(checkpoint.info["config"], output_dir)
+        saved = TrainConfig(**{"precision": "float32", **resumed})  # older runs trained in float32
         saved.cutoffs = tuple(int(c) for c in saved.cutoffs)
         for items in (saved.train, saved.valid):
             _sources(items)  # each must be a list of {"path", "format", "tokenizer"}
@@ -585,7 +618,10 @@ def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path) -> 
         check_config(saved)  # what is wrong now came from the checkpoint
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise TrainingFileError(f"{path} holds no valid training config ({type(err).__name__}: {err})") from err
-    _warn_of_ignored_options(config, saved)
+    given = _from_the_root(config)  # compared as the checkpoint keeps them: files from the root, --init-from recorded
+    if given.init_from:
+        given.init_from = recorded_argument(given.init_from, output_dir)
+    _warn_of_ignored_options(given, saved)
     return saved
 
 

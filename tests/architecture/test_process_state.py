@@ -138,9 +138,9 @@ PROCESS_WIDE_TARGETS = (
 
 # each with why the process-wide change is the caller's wish or is undone before anyone else can see it
 PROCESS_WIDE_ALLOWED = {
-    "spacy_elmo.cli": {"torch.set_num_threads"},  # `spacy-elmo ... --threads N`: the user asked for it
-    # `spacy-elmo train`'s runner, in the command's own processes: --threads, or the cores shared out between them
-    "spacy_elmo.train.launch": {"torch.set_num_threads"},
+    # threads.set_process_threads, the one setter of torch's thread count: called only by the commands in their own
+    # processes (`--threads N`, training's cores shared out: tests/architecture/test_threads_and_sizes.py)
+    "spacy_elmo.bilm.threads": {"torch.set_num_threads"},
     # the training run's --seed: dropout and the data order draw from torch's global generator (train() is the run)
     "spacy_elmo.train.trainer": {"torch.manual_seed", "torch.set_rng_state"},
     # SIGTERM / Ctrl-C remove the partial output file while it is written; set only where the default is in

@@ -21,13 +21,15 @@ THREAD_NAMES = {
     "get_num_threads",
     "omp_set_num_threads",
     "MKL_Set_Num_Threads_Local",
+    "set_process_threads",  # threads.py's one setter of torch's process-wide count
 }
 # module pattern (fnmatch) -> the thread names it may use, and why
 THREADS_ALLOWED = {
     "spacy_elmo.bilm.threads": THREAD_NAMES,
-    "spacy_elmo.cli": {"set_num_threads"},  # `--threads N`: the user asked for a process-wide count
+    # the commands' own processes set the count through threads.set_process_threads, never torch's call itself:
+    "spacy_elmo.cli": {"set_process_threads"},  # `embed` and `adapt --threads N`: the user asked for it
     # `spacy-elmo train`'s runner, in the command's own processes: --threads, or the cores shared out between them
-    "spacy_elmo.train.launch": {"set_num_threads"},
+    "spacy_elmo.train.launch": {"set_process_threads"},
     # an engine's cost model may depend on the thread count (which rows MKL's packs serve): kernels are its choice
     "spacy_elmo.bilm.engine.*": {"get_num_threads"},
 }
@@ -43,18 +45,41 @@ def test_the_thread_scan_sees_misplaced_thread_names():
     """Guards the check below: reading the thread count outside threads.py and the engines is found."""
     assert misplaced_thread_names("spacy_elmo.bilm.inference", {"torch", "get_num_threads"}) == {"get_num_threads"}
     assert misplaced_thread_names("spacy_elmo.bilm.engine.mkl", {"get_num_threads"}) == set()
-    assert misplaced_thread_names("spacy_elmo.cli", {"set_num_threads", "ThreadPoolExecutor"}) == {"ThreadPoolExecutor"}
+    assert misplaced_thread_names("spacy_elmo.cli", {"set_process_threads", "ThreadPoolExecutor"}) == {
+        "ThreadPoolExecutor"
+    }
+    # a second place that sets torch's count itself, beside threads.set_process_threads, is found
+    assert misplaced_thread_names("spacy_elmo.train.launch", {"torch", "set_num_threads"}) == {"set_num_threads"}
+    assert misplaced_thread_names("spacy_elmo.runtime.backend", {"set_process_threads"}) == {"set_process_threads"}
 
 
 def test_threads_are_started_limited_and_read_only_in_bilm_threads():
     """Thread pools, thread-count settings and choices made from the thread count live in bilm/threads.py; only the
-    CLI sets torch's process-wide count, and the engines may read it for their cost models."""
+    commands' own processes (cli.py, train/launch.py) set torch's process-wide count, through its one setter
+    (threads.set_process_threads), and the engines may read it for their cost models."""
     assert THREAD_NAMES & used_names(MODULES["spacy_elmo.bilm.threads"])  # the check sees what it looks for
     for name, path in MODULES.items():
         misplaced = misplaced_thread_names(name, used_names(path))
         assert not misplaced, (
             f"{name} uses {sorted(misplaced)}: thread pools, limits and counts belong in bilm/threads.py"
         )
+
+
+def test_torchs_thread_count_is_set_in_one_place():
+    """torch's process-wide thread count has one setter (bilm/threads.set_process_threads: one call of
+    ``torch.set_num_threads``, none of ``set_num_interop_threads``); the commands call it, no module beside it."""
+    setters = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in ("set_num_threads", "set_num_interop_threads"):
+                    setters.append(f"{name}:{node.lineno}")
+    assert len(setters) == 1 and setters[0].startswith("spacy_elmo.bilm.threads:"), (
+        f"torch's thread count is set at {setters}: only bilm/threads.set_process_threads sets it"
+    )
 
 
 # -- size thresholds ---------------------------------------------------------------------------------

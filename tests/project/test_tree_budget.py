@@ -1,8 +1,8 @@
 """The repository travels: its tracked files stay under a size budget and hold no second copy of a model file.
 
-A checkout is copied whole to build machines and accelerators (some take at most 64 MiB with the wheels they
-need); training stages' exports and duplicated bundled files are what grew it before. The budget is for the
-tracked files of the working tree, not git history.
+A checkout is copied whole to the machines that build and test it (a GPU machine without a package index takes
+at most 64 MiB with the wheels it needs: benchmarks/gpu_carry.py); training stages' exports and duplicated bundled
+files are what grew it before. The budget is for the tracked files of the working tree, not git history.
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ def test_adapt_writes_a_model_the_elmo_component_loads(tmp_path):
     record = json.loads((out / ADAPTATION).read_text())
     before, after = record["dev_perplexity_before"]["mean"], record["dev_perplexity_after"]["mean"]
     assert record["steps"] == 3 and record["n_train_docs"] == len(TEXTS)
+    for written in (ADAPTATION, "metrics.json"):  # files named by name, never by this machine's folders
+        assert str(tmp_path) not in (out / written).read_text(), written
+    assert record["train_docs"] == corpus.name
     assert after < before  # three steps on the dev text itself lower its perplexity
     assert f"{before:.2f} -> {after:.2f}" in result.output
     said = [line for line in result.output.splitlines() if "dev perplexity" in line or "fine-tuning" in line]

@@ -293,9 +293,9 @@ def test_fine_tuning_starts_from_the_released_model(fixture_dir, texts, tmp_path
     change = (after - start).norm() / start.norm()
     assert 0 < change < 0.5  # moved by three small steps, not re-initialised
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["init_from"]["model"] == str(fixture_dir.resolve())
+    assert metrics["init_from"]["model"] == fixture_dir.name  # by name: no path of this machine (recorded_paths)
     card = (tmp_path / "README.md").read_text()
-    assert f"Initialised from `{fixture_dir.resolve()}`" in card and "clipping 3" in card
+    assert f"Initialised from `{fixture_dir.name}`" in card and "clipping 3" in card
 
 
 def test_cli_trains_and_info_counts_the_file_parameters(texts, tmp_path):

@@ -85,6 +85,19 @@ def trained(texts, tmp_path_factory):
     return out
 
 
+def copy_run(run: Path, texts: Path, target: Path) -> None:
+    """A copy of the run folder ``run`` at ``target``, with its text beside it as the text was beside the run: a
+    checkpoint finds its text from its own folder (train/recorded_paths)."""
+    import os
+    import shutil
+
+    shutil.copytree(run, target)
+    beside = target.parent / os.path.relpath(texts, run.parent)
+    if not beside.exists():
+        beside.parent.mkdir(parents=True, exist_ok=True)
+        beside.symlink_to(texts, target_is_directory=True)
+
+
 def cli_train(out: Path, *args: str):
     return CliRunner().invoke(app, ["train", str(out), "--arch", "tiny", "--no-progress", "--threads", "1", *args])
 
@@ -419,6 +432,7 @@ def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, 
         "adam": (bad_adam, info),
         "rng": ({**tensors, "rng.torch": torch.zeros(3, dtype=torch.uint8)}, info),
     }
+    (tmp_path / texts.name).symlink_to(texts)  # beside each case's folder as beside the run's (its checkpoint's way)
     for name, (case_tensors, case_info) in cases.items():
         out = tmp_path / name
         out.mkdir()
@@ -429,16 +443,15 @@ def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, 
             Trainer(config(texts), out, resume=True, progress=False)
 
 
-def test_metrics_and_model_card_survive_a_write_that_fails_halfway(trained, tmp_path, monkeypatch):
+def test_metrics_and_model_card_survive_a_write_that_fails_halfway(texts, trained, tmp_path, monkeypatch):
     """A full disk while recording a result or refreshing the card leaves metrics.json and README.md whole."""
-    import shutil
     from pathlib import Path as PathType
 
     from spacy_elmo.train.evaluation import record_result
     from spacy_elmo.train.model_card import write_model_card
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     write_model_card(model)
     before = {name: (model / name).read_text(encoding="utf-8") for name in ("metrics.json", "README.md")}
     real_write_text = PathType.write_text
@@ -463,10 +476,9 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_new_run_refuses_a_folder_holding_another_model(texts, trained, tmp_path):
-    import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     before = _files(model)
     result = cli_train(model, "--train", str(texts / "train.txt"), "--max-steps", "1")
     assert result.exit_code == 2, result.output
@@ -482,13 +494,12 @@ def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tm
     """Options were written before the weights and the softmax: a full disk between them left a folder whose model
     no longer loaded. The model's files are now replaced together, once all of them are written."""
     import errno
-    import shutil
 
     from spacy_elmo.output.write_guard import WriteFailedError
     from spacy_elmo.train import outputs
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     kept = {name: data for name, data in _files(model).items() if name != "checkpoint.safetensors"}
 
     def full_disk(softmax, path):
@@ -530,14 +541,13 @@ def test_a_full_disk_while_writing_a_tensor_file_names_it_and_keeps_the_old_one(
 @pytest.mark.parametrize("name", ["checkpoint.safetensors", "softmax.safetensors"])
 def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_path, monkeypatch, name):
     """A checkpoint or softmax that the disk refuses: one line naming it, exit 2, the previous files whole."""
-    import shutil
 
     from safetensors import SafetensorError
 
     from spacy_elmo.train import storage
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     before = _files(model)
     real_save_file = storage.save_file
 
@@ -570,10 +580,9 @@ def test_resume_removes_the_temporaries_of_killed_runs(texts, trained, tmp_path)
     """A SIGKILL during a checkpoint write left its hidden temporary, checkpoint-sized, which --resume never
     removed (two after four kills). A live process's temporary stays."""
     import os
-    import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     size = (model / "checkpoint.safetensors").stat().st_size
     dead = [
         model / f".checkpoint.safetensors.{_pid_of_an_ended_process()}.0123abcd.tmp",
@@ -589,11 +598,10 @@ def test_resume_removes_the_temporaries_of_killed_runs(texts, trained, tmp_path)
 
 
 def test_a_resumed_runs_warning_points_at_its_caller(texts, trained, tmp_path):
-    import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
-    with pytest.warns(UserWarning, match="ignored: lr=0.5") as caught:
+    copy_run(trained, texts, model)
+    with pytest.warns(UserWarning, match=r"ignored: .*lr=0\.5") as caught:  # (train: the copy's text, not these)
         Trainer(config(texts, lr=0.5), model, resume=True, progress=False)
     assert caught[0].filename == __file__
 
@@ -609,13 +617,12 @@ sys.stdin.read()  # until killed
 
 def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, trained, tmp_path):
     """`train out ... & train out --seed 2`: both said "saved to out" and the folder held one run's model."""
-    import shutil
     import signal
     import subprocess
     import sys
 
     out = tmp_path / "out"
-    shutil.copytree(trained, out)
+    copy_run(trained, texts, out)
     for name in ("train.spacy", "dev.spacy"):  # adapt's inputs exist: a missing one is refused first, by name
         (tmp_path / name).touch()
     live = subprocess.Popen(
@@ -653,10 +660,9 @@ def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, 
 
 def test_evaluate_record_refuses_a_bad_metrics_file_before_evaluating(texts, trained, tmp_path):
     """A string wall_time_s: metrics.json got the record, then a 70-line TypeError left the card behind it."""
-    import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(trained, model)
+    copy_run(trained, texts, model)
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
     (model / "metrics.json").write_text(json.dumps({**metrics, "wall_time_s": "12"}), encoding="utf-8")
     (model / "README.md").write_text("# the card\n", encoding="utf-8")
@@ -702,13 +708,12 @@ def test_a_run_killed_while_writing_a_checkpoint_leaves_nothing_after_resume(tex
     """Each kill during a checkpoint write left a checkpoint-sized hidden temporary (two after two kills), which no
     --resume removed."""
     import itertools
-    import shutil
     import signal
     import subprocess
     import sys
 
     out = tmp_path / "out"
-    shutil.copytree(trained, out)
+    copy_run(trained, texts, out)
     before = (out / "checkpoint.safetensors").read_bytes()
     for _ in range(2):
         run = subprocess.Popen(

@@ -32,7 +32,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-SHARED = ROOT.parent / "shared"
+# WikiText-2 (tokenized), whose valid.txt every stage validates on: --wikitext, by default the copy beside the checkout
+WIKITEXT = ROOT.parent / "shared" / "data" / "wikitext-2"
 EXPORT = ("options.json", "weights.hdf5", "softmax.safetensors", "vocab.txt", "metrics.json")
 RECORD = ("options.json", "metrics.json")  # what a stage keeps here, beside its card
 EXPORTS = HERE / "exports.json"  # stage number -> sha256 of its exported files (the files are not committed)
@@ -42,17 +43,18 @@ TABLE_START = "| stage | words seen (stage / all) |"
 MACHINES = HERE / "machines.json"  # stage number -> the machine it ran on (this script records it)
 BUNDLED = ROOT / "spacy_elmo" / "models" / "default"  # the bundled default, once a stage became it
 BUNDLED_NOTES = HERE / "bundled-card-notes.md"  # its card's notes: dates, commits, licences, evidence
-# a stage's card shows its commands with these paths instead of the training machine's own (metrics.json keeps those)
-_ABSOLUTE = r"(?<![^\s`])(?:/[^\s/`]+)+"  # a path from the root, starting a word
+# a stage's card shows its commands with these folders, where metrics.json names each by its name alone
+# (spacy_elmo/train/recorded_paths.py): the stage folders, the prepared corpora, WikiText-2's valid.txt
 PORTABLE_PATHS = (
-    (re.compile(_ABSOLUTE + r"/(training/default-v2/stage-\d+)"), r"\1"),  # a committed stage: from the repository
-    (re.compile(_ABSOLUTE + r"/prep/(gutenberg|wiki|simplewiki)\b"), r"DATA/prep/\1"),  # corpus.sh's output
-    (re.compile(_ABSOLUTE + r"/shared/data/"), "../shared/data/"),  # the shared data beside the checkout
-    (re.compile(_ABSOLUTE + r"/(stage-\d+)"), r"OUT/\1"),  # a training run's own folder
+    (re.compile(r"(?<= train )(stage-\d+)\b"), r"OUT/\1"),  # the training run's own folder
+    (re.compile(r"(?<=--init-from )(stage-\d+)\b"), r"OUT/\1"),  # the export of the stage before
+    (re.compile(r"(?<=--corpus )(gutenberg|wiki|simplewiki)\b"), r"DATA/prep/\1"),  # corpus.sh's output
+    (re.compile(r"(?<=--valid )valid\.txt\b"), "wikitext-2/valid.txt"),
 )
 PATHS_NOTE = (
-    "The commands below name `DATA/prep` (the prepared corpus: `training/default-v2/corpus.sh`) and `OUT` (the "
-    "training run's work folder) where the training machine had its own paths; `metrics.json` keeps them as run."
+    "The commands below name `DATA/prep` (the prepared corpus: `training/default-v2/corpus.sh`), `OUT` (the "
+    "training runs' work folder) and `wikitext-2` (WikiText-2's tokenized text, as in GitHub's `pytorch/examples`, "
+    "`word_language_model/data/wikitext-2`), which `metrics.json` names by their names alone."
 )
 
 
@@ -110,7 +112,9 @@ def export_of(number: int, work: Path) -> Path:
     )
 
 
-def stage_command(prep: Path, out: Path, previous: Path | None, threads: int, processes: int) -> list[str]:
+def stage_command(
+    prep: Path, out: Path, previous: Path | None, threads: int, processes: int, wikitext: Path
+) -> list[str]:
     # several processes of one thread each (torchrun, gloo) keep 2 cores busier than one process of 2 threads
     launcher = [sys.executable]
     if processes > 1:
@@ -120,14 +124,14 @@ def stage_command(prep: Path, out: Path, previous: Path | None, threads: int, pr
         command += ["--init-from", str(previous), "--continue-corpus"]
     for corpus in CORPORA:
         command += ["--corpus", str(prep / corpus)]
-    command += ["--valid", str(SHARED / "data" / "wikitext-2" / "valid.txt"), *FLAGS]
+    command += ["--valid", str(wikitext / "valid.txt"), *FLAGS]
     return [*command, "--eval-every", "1000", "--threads", str(threads), "--no-progress"]
 
 
-def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) -> Path:
+def train(prep: Path, minutes: float, threads: int, processes: int, work: Path, wikitext: Path) -> Path:
     number = int(stages()[-1].name.split("-", 1)[1]) + 1
     out = work / f"stage-{number}"
-    command = stage_command(prep, out, export_of(number - 1, work), threads, processes)
+    command = stage_command(prep, out, export_of(number - 1, work), threads, processes, wikitext)
     command += ["--max-minutes", str(minutes)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
@@ -150,7 +154,7 @@ def train(prep: Path, minutes: float, threads: int, processes: int, work: Path) 
     return target
 
 
-def reproduce(prep: Path, number: int, threads: int, processes: int, work: Path) -> Path:
+def reproduce(prep: Path, number: int, threads: int, processes: int, work: Path, wikitext: Path) -> Path:
     """Train recorded stage ``number`` again for its recorded steps into ``work``; say whether it is byte-equal."""
     record = HERE / f"stage-{number}" / "metrics.json"
     if not record.is_file():
@@ -158,7 +162,7 @@ def reproduce(prep: Path, number: int, threads: int, processes: int, work: Path)
     steps = json.loads(record.read_text())["stages"][-1]["steps"]
     out = work / f"stage-{number}"
     previous = export_of(number - 1, work) if number > 1 else None
-    command = [*stage_command(prep, out, previous, threads, processes), "--max-steps", str(steps)]
+    command = [*stage_command(prep, out, previous, threads, processes, wikitext), "--max-steps", str(steps)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
     same = matches_record(out, number)
@@ -174,7 +178,7 @@ def reproduce(prep: Path, number: int, threads: int, processes: int, work: Path)
 
 
 def portable(text: str) -> str:
-    """``text`` with the training machine's absolute paths in commands replaced by ``PORTABLE_PATHS``' names."""
+    """``text`` with the folders that commands name by their names alone shown as ``PORTABLE_PATHS`` says."""
     for pattern, replacement in PORTABLE_PATHS:
         text = pattern.sub(replacement, text)
     return text
@@ -193,7 +197,7 @@ def write_bundled_card() -> Path:
     """Write the bundled default's card from its files and ``BUNDLED_NOTES``, with portable paths.
 
     Run again after anything rewrites the card: ``spacy-elmo evaluate --record`` keeps its title and notes but
-    renders the training machine's paths again.
+    renders the commands' folders by their names again.
     """
     from spacy_elmo.train.model_card import write_model_card
 
@@ -239,6 +243,9 @@ def main() -> None:
     parser.add_argument(
         "--work", type=Path, default=Path(tempfile.gettempdir()) / "default-v2", help="where the run writes"
     )
+    parser.add_argument(
+        "--wikitext", type=Path, default=WIKITEXT, help="WikiText-2's folder (tokenized; its valid.txt validates)"
+    )
     parser.add_argument("--reproduce", type=int, metavar="N", help="train recorded stage N again (its steps)")
     parser.add_argument(
         "--table-only", action="store_true", help="only rewrite README.md's stage table and the cards' paths"
@@ -254,9 +261,10 @@ def main() -> None:
         if args.prep is None:
             parser.error("give the folder of the prepared corpora")
         if args.reproduce is not None:
-            reproduce(args.prep, args.reproduce, args.threads, args.processes, args.work)
+            reproduce(args.prep, args.reproduce, args.threads, args.processes, args.work, args.wikitext)
             return
-        print(f"stage recorded in {train(args.prep, args.minutes, args.threads, args.processes, args.work)}")
+        trained = train(args.prep, args.minutes, args.threads, args.processes, args.work, args.wikitext)
+        print(f"stage recorded in {trained}")
     for folder in stages():
         make_card_portable(folder / "README.md")
     rewrite_readme()

@@ -11,7 +11,7 @@ import typer
 from spacy.tokens import DocBin
 
 PREFIX = "__label__"
-FETCH = "python -m spacy project assets . --vars.data assets"  # the public files, into assets/
+FETCH = "python -m spacy project assets ."  # the public files, into the `data` folder (assets/ by default)
 
 
 def require_data(path: Path) -> None:
@@ -19,9 +19,8 @@ def require_data(path: Path) -> None:
     if not path.is_file():
         raise SystemExit(
             f"error: {path}: no such file. The project reads its corpora from the folder in its `data` variable "
-            f"(by default ../../../shared/data, the repository's offline copy). Fetch the public files with "
-            f"`{FETCH}` and run with `--vars.data assets` (e.g. `python -m spacy project run all . --vars.data "
-            f"assets`), or point `data` (or the *_train/dev/test variables) at your own copy."
+            f"(assets/ by default). Fetch the public files there with `{FETCH}`, or give a folder that holds "
+            f"them as `--vars.data DIR` (or point the *_train/dev/test variables at your own copy)."
         )
 
 

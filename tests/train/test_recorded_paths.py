@@ -1,0 +1,153 @@
+"""What a run's files say of the paths it was given: relative to its folder or by name, never this machine's
+directories; and a run folder moved together with its text still resumes."""
+
+import dataclasses
+import json
+import random
+import shutil
+import sys
+
+import pytest
+
+from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
+from spacy_elmo.train.recorded_paths import recorded, recorded_command, recorded_path, resolved_path, resumable_path
+from spacy_elmo.train.storage import load_checkpoint
+from tests.conftest import torch_threads
+
+
+def test_a_record_names_a_path_inside_its_folder_relative_to_it_and_any_other_by_name():
+    folder = "/home/someone/runs/stage-2"
+    assert recorded_path("/home/someone/runs/stage-2/text/train.txt", folder) == "text/train.txt"
+    assert recorded_path(folder, folder) == "stage-2"  # the folder itself, by its name
+    assert recorded_path("/home/someone/runs/stage-1", folder) == "stage-1"
+    assert recorded_path("/home/someone/runs/stage-20/x.txt", folder) == "x.txt"  # a name that only starts alike
+    assert recorded_path("text/train.txt", folder) == "text/train.txt"  # recorded already: unchanged
+
+
+def test_a_command_is_recorded_with_each_path_as_the_folder_sees_it():
+    argv = [
+        "/home/someone/venv/bin/spacy-elmo",
+        "train",
+        "runs/stage-2",
+        "--init-from",
+        "/home/someone/runs/stage-1",
+        "--corpus=/data/prep/wiki",
+        "--valid",
+        "../shared/data/wikitext-2/valid.txt",
+        "--arch",
+        "small",
+        "--init-from",
+        "https://example.org/elmo/model.tar.gz",
+    ]
+    line = recorded_command(argv, "/home/someone/runs/stage-2", cwd="/home/someone")
+    assert line == (
+        "spacy-elmo train stage-2 --init-from stage-1 --corpus=wiki --valid valid.txt --arch small "
+        "--init-from https://example.org/elmo/model.tar.gz"
+    )
+    assert recorded_command(line, "/elsewhere") == line  # a recorded line, recorded again: the same
+
+
+def test_a_record_keeps_no_path_from_the_root():
+    metrics = {
+        "command": "/x/spacy_elmo/__main__.py train /tmp/out --corpus /work/data/prep/gutenberg",
+        "corpus": {"prepared": ["/work/data/prep/gutenberg"], "words": 12},
+        "stages": [{"started_from": "/work/runs/stage-1", "sources": [{"path": "/work/data/raw/wiki", "words": 3}]}],
+    }
+    assert recorded(metrics, "/tmp/out") == {
+        "command": "python -m spacy_elmo train out --corpus gutenberg",
+        "corpus": {"prepared": ["gutenberg"], "words": 12},
+        "stages": [{"started_from": "stage-1", "sources": [{"path": "wiki", "words": 3}]}],
+    }
+
+
+def test_a_checkpoint_keeps_the_way_from_its_folder_to_the_text():
+    assert resumable_path("/a/data/train.txt", "/a/runs/out") == "../../data/train.txt"
+    assert resolved_path("../../data/train.txt", "/b/runs/out") == "/b/data/train.txt"  # the folder moved with it
+    assert resolved_path("/a/data/train.txt", "/b/runs/out") == "/a/data/train.txt"  # an older checkpoint's
+
+
+def test_a_prepared_corpus_names_its_sources_and_its_command_without_the_machines_folders(tmp_path, monkeypatch):
+    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+
+    source = tmp_path / "texts" / "wiki"
+    source.mkdir(parents=True)
+    (source / "a.txt").write_text("one two three .\nfour five .\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    argv = ["/venv/bin/spacy-elmo", "prepare-corpus", "prep/wiki", "--source", str(source)]
+    command = recorded_command(argv, "prep/wiki", cwd=tmp_path)
+    manifest = prepare_corpus("prep/wiki", [SourceSpec(source, "lines", "whitespace")], progress=False, command=command)
+    written = (tmp_path / "prep" / "wiki" / "corpus.json").read_text(encoding="utf-8")
+    assert str(tmp_path) not in written
+    assert manifest["command"] == "spacy-elmo prepare-corpus wiki --source wiki"
+    assert [s["path"] for s in manifest["sources"]] == ["wiki"] and manifest["sources"][0]["files"][0][
+        "path"
+    ] == "a.txt"
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+@pytest.mark.slow
+def test_a_run_records_no_path_of_this_machine_and_resumes_when_moved_with_its_text(tmp_path, monkeypatch):
+    """Every file of a run folder is free of the machine's directories (metrics.json, the card, the checkpoint), and
+    the folder, moved together with its text, continues with --resume."""
+    first = tmp_path / "first"
+    data, out = first / "data", first / "runs" / "out"
+    data.mkdir(parents=True)
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    for name, lines in (("train.txt", 300), ("valid.txt", 40)):
+        text = "\n".join(" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(lines))
+        (data / name).write_text(text + "\n", encoding="utf-8")
+    monkeypatch.chdir(first)  # the command's relative paths are from where it ran
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/spacy-elmo", "train", "runs/out", "--train", "data/train.txt"])
+    config = TrainConfig(
+        train=[s.to_json() for s in make_sources(["data/train.txt"])],
+        valid=[s.to_json() for s in make_sources([data / "valid.txt"])],
+        architecture="tiny",
+        min_count=1,
+        token_budget=512,
+        max_length=20,
+        max_steps=2,
+        checkpoint_every=1,
+        eval_every=0,
+        threads=1,
+        seed=3,
+    )
+    with torch_threads(1):
+        train(config, "runs/out", progress=False)
+        metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+        checkpoint = load_checkpoint(out / "checkpoint.safetensors").info
+        card = (out / "README.md").read_text(encoding="utf-8")
+        for where, text in (("metrics.json", json.dumps(metrics)), ("the checkpoint", json.dumps(checkpoint))):
+            assert str(tmp_path) not in text, where
+        assert str(tmp_path) not in card
+        absolute = [s for s in _strings([metrics, checkpoint["metrics"]]) if s.startswith("/")]
+        assert not absolute, absolute
+        assert metrics["command"] == "spacy-elmo train out --train train.txt"
+        assert [s["path"] for s in metrics["corpus"]["train"] + metrics["corpus"]["valid"]] == [
+            "train.txt",
+            "valid.txt",
+        ]
+        assert [s["path"] for s in checkpoint["config"]["train"]] == ["../../data/train.txt"]
+
+        moved = tmp_path / "moved"
+        shutil.move(first, moved)
+        monkeypatch.chdir(tmp_path)
+        moved_text = [
+            {**source, "path": str(moved / "data" / name)}
+            for source, name in zip(config.train + config.valid, ("train.txt", "valid.txt"))
+        ]
+        again = dataclasses.replace(config, train=moved_text[:1], valid=moved_text[1:], max_steps=3)
+        resumed = Trainer(again, moved / "runs" / "out", resume=True, progress=False)
+        assert [str(s.path) for s in resumed.train_sources] == [str(moved / "data" / "train.txt")]
+        resumed.run()
+    assert resumed.state["step"] == 3
