@@ -1,5 +1,6 @@
 """Vectors are identified per device only where devices give other vectors: bfloat16 / float16 on a GPU."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -51,12 +52,12 @@ def test_a_cuda_backend_keys_bfloat16_apart_and_float32_together(fixture_dir):
 def test_float16_that_overflows_is_refused_not_handed_out(tmp_path, fixture_sentences):
     """A model whose values pass float16's largest (65504) gives an error naming the fix, never inf / nan vectors."""
     from spacy_elmo import load_bilm
-    from spacy_elmo.bilm import BiLM, BiLMOptions
+    from spacy_elmo.bilm import BiLM
     from spacy_elmo.bilm.weights import save_model
     from tests.bilm.test_inference_path import _options
 
     torch.manual_seed(0)
-    model = BiLM(BiLMOptions(**{**_options().__dict__, "cell_clip": None, "proj_clip": None}))
+    model = BiLM(dataclasses.replace(_options(), cell_clip=None, proj_clip=None))
     with torch.no_grad():
         model.token_encoder.projection.weight.mul_(1e6)  # token vectors far beyond 65504
     folder = save_model(model, tmp_path / "loud")
