@@ -49,6 +49,7 @@ from typing import Optional
 import torch
 
 from .int8_weights import prepack, quantize_weight  # the model's own: the probe multiplies what the model will
+from .probe import feature
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -152,9 +153,12 @@ def isa_flags() -> str:
 
 def aten_capability() -> str:
     """ATen's vector ISA in use (``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``...; follows ``ATEN_CPU_CAPABILITY``)."""
+    capability = feature(torch, "backends.cpu.get_cpu_capability")
+    if not callable(capability):
+        return "unknown"
     try:
-        return str(torch.backends.cpu.get_cpu_capability())
-    except (AttributeError, RuntimeError):
+        return str(capability())
+    except RuntimeError:
         return "unknown"
 
 
@@ -172,9 +176,12 @@ def fp16_native() -> bool:
 
 
 def _mkldnn_query(name: str) -> bool:
+    query = feature(torch, f"ops.mkldnn.{name}")
+    if query is None:
+        return False
     try:
-        return bool(getattr(torch.ops.mkldnn, name)()) and torch.backends.mkldnn.is_available()
-    except (AttributeError, RuntimeError):
+        return bool(query()) and torch.backends.mkldnn.is_available()
+    except RuntimeError:
         return False
 
 

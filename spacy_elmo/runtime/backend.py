@@ -283,7 +283,7 @@ class ElmoBackend:
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is torch or numpy running out of device (or host) memory for an allocation."""
-    if isinstance(err, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", ()))):
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
         return True
     message = str(err)
     return "out of memory" in message or "can't allocate memory" in message
