@@ -175,6 +175,18 @@ def fp16_native() -> bool:
     return _mkldnn_query("_is_mkldnn_fp16_supported")
 
 
+@functools.cache
+def float16_products() -> bool:
+    """Whether this torch multiplies float16 matrices on the CPU at all (natively or emulated): torch 2.1's CPU has no
+    float16 matrix product ("addmm_impl_cpu_" not implemented for 'Half'). Asked once per process, of torch itself."""
+    half = torch.ones(2, 2, dtype=torch.float16)
+    try:
+        torch.nn.functional.linear(half, half, half[0])
+    except RuntimeError:
+        return False
+    return True
+
+
 def _mkldnn_query(name: str) -> bool:
     query = feature(torch, f"ops.mkldnn.{name}")
     if query is None:

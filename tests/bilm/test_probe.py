@@ -13,11 +13,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support, exact
 from spacy_elmo.bilm.engine import mkl
 from spacy_elmo.bilm.probe import feature, has_feature
 from spacy_elmo.runtime import validation
-from spacy_elmo.train import packed_lstm
+from spacy_elmo.train import network, packed_lstm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,3 +169,64 @@ def test_mkl_packs_are_available_where_torch_has_the_operators(monkeypatch):
     monkeypatch.setattr(torch.ops, "mkl", ops, raising=False)
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
     assert mkl.available() is True
+
+
+# -- bilm/cpu_support.py and runtime/backend.py: float16 products on the CPU (none in torch 2.1) ----------------------
+
+
+def test_float16_products_where_torch_lacks_them(monkeypatch):
+    def torch_2_1_linear(*args):
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+
+    monkeypatch.setattr(torch.nn.functional, "linear", torch_2_1_linear)
+    assert cpu_support.float16_products.__wrapped__() is False
+
+
+def test_float16_products_where_torch_has_them():
+    half = torch.ones(2, 2, dtype=torch.float16)
+    try:
+        expected = bool(torch.nn.functional.linear(half, half).eq(2).all())
+    except RuntimeError:
+        expected = False
+    assert cpu_support.float16_products.__wrapped__() is expected
+
+
+def test_float16_on_a_cpu_without_float16_products_is_refused_in_one_line(fixture_dir, monkeypatch):
+    monkeypatch.setattr(cpu_support, "float16_products", lambda: False)
+    with pytest.raises(
+        ValueError, match=r"dtype='float16': this torch \(.+\) has no float16 products on the CPU"
+    ) as err:
+        load_bilm(fixture_dir, dtype="float16")
+    assert "\n" not in str(err.value) and "'bfloat16'" in str(err.value)
+    assert load_bilm(fixture_dir, dtype="bfloat16").dtype is torch.bfloat16  # the other precisions still load
+
+
+def test_float16_on_a_cpu_with_float16_products_loads(fixture_dir, monkeypatch):
+    monkeypatch.setattr(cpu_support, "float16_products", lambda: True)
+    assert load_bilm(fixture_dir, dtype="float16").dtype is torch.float16
+
+
+# -- train/network.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) --------------------
+
+
+def test_autocast_dtype_on_this_torch():
+    assert network.autocast_dtype("cpu") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert network.autocast_dtype("cpu") is torch.bfloat16
+        assert network.autocast_dtype("cuda") is None
+
+
+def test_autocast_dtype_on_a_torch_without_per_device_type_functions(monkeypatch):
+    """torch 2.1-2.3: no ``get_autocast_dtype``; ``is_autocast_enabled()`` takes no argument (it means CUDA)."""
+    monkeypatch.delattr(torch, "get_autocast_dtype", raising=False)
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda: False)
+    monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: True, raising=False)
+    monkeypatch.setattr(torch, "get_autocast_cpu_dtype", lambda: torch.bfloat16, raising=False)
+    assert network.autocast_dtype("cpu") is torch.bfloat16 and network.autocast_dtype("cuda") is None
+
+
+def test_autocast_dtype_on_a_torch_with_per_device_type_functions(monkeypatch):
+    """torch 2.4+: ``is_autocast_enabled(kind)`` and ``get_autocast_dtype(kind)``."""
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda kind: kind == "cuda")
+    monkeypatch.setattr(torch, "get_autocast_dtype", lambda kind: torch.float16, raising=False)
+    assert network.autocast_dtype("cuda") is torch.float16 and network.autocast_dtype("cpu") is None
