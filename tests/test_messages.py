@@ -63,13 +63,18 @@ def test_an_unknown_tokenizer_language_fails_in_fit(fixture_dir):
 
 
 def test_a_pipeline_displays_in_a_notebook_without_warnings(fixture_dir):
-    from sklearn.externals._numpydoc.docscrape import ClassDoc
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
+    try:  # the docstring parser newer scikit-learn's display runs on each estimator
+        from sklearn.externals._numpydoc.docscrape import ClassDoc
+    except ImportError:  # scikit-learn 1.3 has none and reads no docstring
+        ClassDoc = None
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Unknown section Input" was a UserWarning
-        ClassDoc(ElmoVectorizer)
+        if ClassDoc is not None:
+            ClassDoc(ElmoVectorizer)
         html = make_pipeline(ElmoVectorizer(model=str(fixture_dir)), LogisticRegression())._repr_html_()
     assert "ElmoVectorizer" in html
 

@@ -49,6 +49,7 @@ from typing import Optional
 import torch
 
 from .int8_weights import prepack, quantize_weight  # the model's own: the probe multiplies what the model will
+from .probe import feature
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -152,9 +153,12 @@ def isa_flags() -> str:
 
 def aten_capability() -> str:
     """ATen's vector ISA in use (``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``...; follows ``ATEN_CPU_CAPABILITY``)."""
+    capability = feature(torch, "backends.cpu.get_cpu_capability")
+    if not callable(capability):
+        return "unknown"
     try:
-        return str(torch.backends.cpu.get_cpu_capability())
-    except (AttributeError, RuntimeError):
+        return str(capability())
+    except RuntimeError:
         return "unknown"
 
 
@@ -171,10 +175,25 @@ def fp16_native() -> bool:
     return _mkldnn_query("_is_mkldnn_fp16_supported")
 
 
-def _mkldnn_query(name: str) -> bool:
+@functools.cache
+def float16_products() -> bool:
+    """Whether this torch multiplies float16 matrices on the CPU at all (natively or emulated): torch 2.1's CPU has no
+    float16 matrix product ("addmm_impl_cpu_" not implemented for 'Half'). Asked once per process, of torch itself."""
+    half = torch.ones(2, 2, dtype=torch.float16)
     try:
-        return bool(getattr(torch.ops.mkldnn, name)()) and torch.backends.mkldnn.is_available()
-    except (AttributeError, RuntimeError):
+        torch.nn.functional.linear(half, half, half[0])
+    except RuntimeError:
+        return False
+    return True
+
+
+def _mkldnn_query(name: str) -> bool:
+    query = feature(torch, f"ops.mkldnn.{name}")
+    if query is None:
+        return False
+    try:
+        return bool(query()) and torch.backends.mkldnn.is_available()
+    except RuntimeError:
         return False
 
 

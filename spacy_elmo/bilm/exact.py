@@ -20,15 +20,22 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from .probe import has_feature
 from .threads import ForkSafeLock, renew_after_fork
 
 _LOCK = ForkSafeLock()
-_PER_BACKEND = hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
-    getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
-)
-_MKLDNN_PER_BACKEND = hasattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision") and hasattr(
-    getattr(torch.backends.mkldnn, "conv", None), "fp32_precision"
-)
+
+
+def per_backend_settings(backends: Any) -> tuple[bool, bool]:
+    """Whether ``backends`` (``torch.backends``) has torch 2.9's per-backend ``fp32_precision`` settings: for CUDA
+    (cuBLAS matmul and cuDNN conv), for the CPU (oneDNN matmul and conv). Older torch has the global flags only,
+    and its ``torch.backends.cuda.matmul`` raises AssertionError for an attribute it lacks (torch 2.1 to 2.8)."""
+    cuda = has_feature(backends, "cuda.matmul.fp32_precision") and has_feature(backends, "cudnn.conv.fp32_precision")
+    cpu = has_feature(backends, "mkldnn.matmul.fp32_precision") and has_feature(backends, "mkldnn.conv.fp32_precision")
+    return cuda, cpu
+
+
+_PER_BACKEND, _MKLDNN_PER_BACKEND = per_backend_settings(torch.backends)
 Settings = tuple[Any, ...]
 
 

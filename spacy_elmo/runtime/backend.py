@@ -283,7 +283,7 @@ class ElmoBackend:
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is torch or numpy running out of device (or host) memory for an allocation."""
-    if isinstance(err, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", ()))):
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
         return True
     message = str(err)
     return "out of memory" in message or "can't allocate memory" in message
@@ -305,6 +305,11 @@ def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch
     name = check_dtype(dtype)
     if name == AUTO:
         return cpu_support.auto_dtype(resolve_device(device))
+    if name == "float16" and resolve_device(device).type == "cpu" and not cpu_support.float16_products():
+        raise ValueError(
+            f"dtype='float16': this torch ({torch.__version__}) has no float16 products on the CPU: use 'bfloat16' or "
+            f"'float32' there, float16 on a GPU, or a newer torch"
+        )
     return DTYPES[name]
 
 

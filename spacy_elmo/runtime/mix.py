@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -19,17 +20,22 @@ LayerMix = Union[str, int, Sequence[float]]  # the ``layers`` setting: which lay
 ALL = "all"  # every layer's vectors side by side (simple_elmo's name): ``n_outputs * dim`` wide, no weights
 _NAMED = ("average", "top", ALL)
 _EXPECTED = "expected 'average', 'top', 'all', a layer index or a list of weights"
+# an index as text: spaCy 3.7's config validation (pydantic 1's rules) hands ``layers = 0`` over as "0", since a str is
+# the first type the setting takes
+_INDEX_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def check_layer_spec(layers: Any) -> LayerMix:
-    """``layers`` after every check that needs no model: ``"average"``, ``"top"``, ``"all"``, an int, or finite
-    numbers.
+    """``layers`` after every check that needs no model: ``"average"``, ``"top"``, ``"all"``, an int (or an int as
+    text, ``"-1"``), or finite numbers.
 
     Returns the spec in plain Python types (an ``int``, a list of ``float``); ``ValueError`` or
     ``TypeError`` names a bad one. Whether an index or the number of weights fits a model is
     :func:`layer_weights`'s to check.
     """
     if isinstance(layers, str):
+        if _INDEX_TEXT.fullmatch(layers):
+            return int(layers)
         if layers not in _NAMED:
             raise ValueError(f"layers={layers!r}: {_EXPECTED}")
         return layers

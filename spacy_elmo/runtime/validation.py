@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from ..bilm.excerpt import excerpt
+from ..bilm.probe import feature
 from ..sources.bundled_versions import PRECISION_NAMES
 from ..sources.bundled_versions import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
 
@@ -145,11 +146,11 @@ def _device_count(kind: str) -> int:
 
     if kind == "mps":  # torch.backends.mps answers in every torch this package takes (torch.mps only in newer ones)
         return int(torch.backends.mps.is_available())
-    module = getattr(torch, kind, None)
-    is_available = getattr(module, "is_available", None)
+    module = feature(torch, kind)  # torch.xpu, torch.mtia: newer torch only
+    is_available = feature(module, "is_available")
     if not callable(is_available) or not is_available():
         return 0
-    count = getattr(module, "device_count", None)
+    count = feature(module, "device_count")
     return max(1, int(count())) if callable(count) else 1
 
 

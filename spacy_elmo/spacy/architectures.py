@@ -10,8 +10,6 @@ registers spancat's suggesters beside spancat. pyproject.toml's
 them in a process that has not imported spacy_elmo.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union

@@ -1,8 +1,6 @@
 """The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc; its default
 ``get_positions`` (``spacy_elmo.sentence_positions.v1``: which tokens form each biLM input) is registered here."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -111,7 +109,7 @@ def make_elmo(
     device: Optional[str],
     get_positions: PositionGetter,
     dtype: str = DEFAULTS.dtype,  # a default, unlike the others: configs saved before this setting existed load
-) -> ElmoComponent:
+) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
         nlp.vocab,
@@ -345,7 +343,7 @@ class ElmoComponent(Pipe):
         writers = {} if "model" in exclude else {"model": model_dir_writer(self)}
         to_disk(ensure_path(path), writers, exclude)
 
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
         """Load the model saved by :meth:`to_disk` (from the pipeline's own copy)."""
         from_disk(ensure_path(path), {"model": lambda directory: load_model_dir(self, directory)}, exclude)
         return self
@@ -355,7 +353,7 @@ class ElmoComponent(Pipe):
         on disk since the model was loaded: ``WeightFileError``."""
         return to_bytes({"model": lambda: srsly.msgpack_dumps(model_payload(self, with_files=True))}, exclude)
 
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> ElmoComponent:
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoComponent":
         """Load the model from :meth:`to_bytes` output (files go to a temporary directory kept for the process)."""
         from_bytes(bytes_data, {"model": lambda b: load_payload(self, srsly.msgpack_loads(b))}, exclude)
         return self

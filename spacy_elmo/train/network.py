@@ -23,6 +23,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, bilstm_outputs, run_token_encoder
 from ..bilm.options import BiLMOptions
+from ..bilm.probe import feature
 from .config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 from .padded_rows import pad_rows, row_rounding
@@ -304,9 +305,23 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
     """The products' operand type on ``device``: bfloat16 under that device type's autocast to bfloat16 (mixed-precision
     training: ``torch.autocast("cpu")`` or ``torch.autocast("cuda")``), else float32."""
     kind = device.type
-    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
+    if kind in ("cpu", "cuda") and autocast_dtype(kind) == torch.bfloat16:
         return torch.bfloat16
     return torch.float32
+
+
+def autocast_dtype(kind: str) -> Optional[torch.dtype]:
+    """The dtype that device type ``kind``'s (``"cpu"``, ``"cuda"``) autocast runs products in; None where it is off.
+
+    torch 2.4+ asks per device type (``is_autocast_enabled(kind)``, ``get_autocast_dtype(kind)``); torch 2.1-2.3 has a
+    function per device (``is_autocast_cpu_enabled``, ``get_autocast_gpu_dtype``...) and an ``is_autocast_enabled``
+    that takes no argument."""
+    get_dtype = feature(torch, "get_autocast_dtype")
+    if get_dtype is not None:
+        return get_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    if kind == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
 
 
 def _without_clipping(options: BiLMOptions) -> BiLMOptions:

@@ -55,6 +55,7 @@ import torch
 
 from ..bilm import cpu_support
 from ..bilm.engine import onednn
+from ..bilm.probe import feature
 from .padded_rows import row_rounding
 
 
@@ -81,11 +82,17 @@ class _PackedBiLSTMLayer(torch.autograd.Function):
             return _backward(ctx, grad_out)
 
 
+def _has_autocast_before_2_4(kind: str) -> bool:
+    """Whether device type ``kind`` has autocast, in a torch without ``torch.amp.is_autocast_available`` (before
+    2.4): CPU and CUDA."""
+    return kind in ("cpu", "cuda")
+
+
 def _without_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The autocast of ``device``'s type turned off: the products' precision is ``compute_dtype``'s, never an
     autocast's (a user's ``torch.autocast("cuda")`` would run the forward products in float16, the backward's in
     float32). Nothing for a device type without autocast (``meta``)."""
-    available = getattr(torch.amp, "is_autocast_available", lambda kind: kind in ("cpu", "cuda"))
+    available = feature(torch, "amp.is_autocast_available", _has_autocast_before_2_4)
     if not available(device.type):
         return contextlib.nullcontext()
     return torch.autocast(device.type, enabled=False)

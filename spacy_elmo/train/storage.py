@@ -84,12 +84,13 @@ def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str
 
 
 def _os_error(err: SafetensorError) -> Exception:
-    """The OSError behind a failed safetensors write (its Rust I/O error ends "(os error N)"), so a full disk is
-    reported as every other write's; ``err`` itself when it was not the operating system's."""
-    found = re.search(r"\(os error (\d+)\)", str(err))
+    """The OSError behind a failed safetensors write (its Rust I/O error says "(os error N)", or in safetensors 0.4
+    "IoError(Os { code: N, ...})"), so a full disk is reported as every other write's; ``err`` itself when it was not
+    the operating system's."""
+    found = re.search(r"\(os error (\d+)\)|\bOs \{ code: (\d+)", str(err))
     if found is None:
         return err
-    number = int(found.group(1))
+    number = int(found.group(1) or found.group(2))
     return OSError(number, os.strerror(number))
 
 

@@ -5,6 +5,7 @@ fresh ``Embedder``), for small random models built and saved with its own classe
 ``tests/fixtures/elmoformanylangs/make_reference.py`` makes them (see its docstring).
 """
 
+import io
 import json
 import shutil
 import warnings
@@ -179,6 +180,15 @@ def _nested(*tensors):
         return torch.nested.nested_tensor(list(tensors))
 
 
+def _saves_nested_tensors() -> bool:
+    """Whether this torch can save a nested tensor at all (torch 2.1 cannot: no file of its making holds one)."""
+    try:
+        torch.save({"x": _nested(torch.zeros(2), torch.zeros(3))}, io.BytesIO())
+    except RuntimeError:
+        return False
+    return True
+
+
 def _edit_state(directory, name, edit):
     path = directory / name
     state = dict(torch.load(path, weights_only=True))
@@ -216,10 +226,11 @@ def _edit_state(directory, name, edit):
             lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(128).to_sparse()}),
             r"'forward_layer_0\.state_linearity\.bias' is a sparse_coo tensor, expected a dense one",
         ),
-        (
+        pytest.param(
             "encoder.pkl",
             lambda s: s.update({"forward_layer_0.state_linearity.bias": _nested(torch.zeros(64), torch.zeros(64))}),
             r"'forward_layer_0\.state_linearity\.bias' is a nested tensor, expected a dense one",
+            marks=pytest.mark.skipif(not _saves_nested_tensors(), reason="this torch cannot save a nested tensor"),
         ),
     ],
 )

@@ -37,7 +37,7 @@ from spacy_elmo.bilm.engine import int8, onednn, step_loop
 from spacy_elmo.bilm.weights import load_model, save_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.sources.model_files import resolve_model_files
-from tests.bilm.test_inference_path import _options, _random_batch, _random_state
+from tests.bilm.test_inference_path import _options, _random_batch, _random_state, needs_float16
 from tests.numerics import assert_recomputed_close
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2.5e-2, "int8": 4e-2}
@@ -118,7 +118,9 @@ def sentences(fixture_dir):
     return [s.split() for group in groups for s in group]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", pytest.param("int8", marks=needs_int8)])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param("float16", marks=needs_float16), "bfloat16", pytest.param("int8", marks=needs_int8)]
+)
 def test_fixture_within_documented_tolerance(fixture_dir, backend, sentences, dtype, count_packs, monkeypatch):
     monkeypatch.setattr(onednn, "MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
     low = load_bilm(fixture_dir, dtype=dtype)
@@ -223,7 +225,8 @@ def test_trained_model_on_wikitext_sentences(dtype, data_dir, trained_reference)
 
 
 def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
-    names = ["float32", "float16", "bfloat16"] + (["int8"] if cpu_support.int8_available() else [])
+    names = ["float32", "bfloat16"] + (["float16"] if cpu_support.float16_products() else [])
+    names += ["int8"] if cpu_support.int8_available() else []
     backends = [load_bilm(fixture_dir, dtype=name) for name in names]
     assert len({b.fingerprint for b in backends}) == len(names)
     assert len({id(b) for b in backends}) == len(names)

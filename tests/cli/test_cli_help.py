@@ -45,7 +45,8 @@ def usage(name):
 
 def test_usage_lines_spell_arguments_in_upper_case():
     assert usage("embed").endswith(" embed [OPTIONS] INPUT_FILE OUTPUT_FILE")
-    assert usage("evaluate").endswith(" evaluate [OPTIONS] MODEL_DIR TEXT_FILES...")
+    # newer typer marks a variadic argument "..."; typer 0.9 (spaCy 3.7's) does not
+    assert re.search(r" evaluate \[OPTIONS\] MODEL_DIR TEXT_FILES(\.\.\.)?$", usage("evaluate"))
     assert usage("info").endswith(" info [OPTIONS] [MODEL_DIR]")  # optional: in brackets
     for name in set(commands()) - OWN_HELP:
         arguments = usage(name).split("[OPTIONS]", 1)[1]

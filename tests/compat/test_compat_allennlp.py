@@ -46,6 +46,11 @@ def _script():
 
 
 SCRIPT = _script()
+# the training cases run AllenNLP's dropout: they compare only where this torch draws the references' masks
+same_dropout_masks = pytest.mark.skipif(
+    SCRIPT.dropout_masks_sha256() != MANIFEST["dropout_masks_sha256"],
+    reason=f"this torch ({torch.__version__}) draws other dropout masks than the references' ({MANIFEST['torch']})",
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,7 +65,7 @@ def random_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("random_elmo")
     (folder / "options.json").write_text(json.dumps(MANIFEST["random_options"]))
     sha = SCRIPT.write_random_weights(folder / "weights.hdf5", MANIFEST["random_options"], MANIFEST["random_seed"])
-    assert sha == MANIFEST["random_weights_sha256"], "the random weights differ from the ones AllenNLP ran"
+    assert sha == MANIFEST["random_weights_data_sha256"], "the random weights differ from the ones AllenNLP ran"
     return folder / "options.json", folder / "weights.hdf5"
 
 
@@ -179,6 +184,7 @@ def test_elmo_four_dimensional_input(model):
     close("Elmo", out["elmo_representations"][0], refs["elmo_4d/0"], name, "4-D input")
 
 
+@same_dropout_masks
 @pytest.mark.parametrize("requires_grad", [True, False], ids=["fine-tuned", "frozen"])
 def test_elmo_training_steps_and_gradients(model, requires_grad):
     """train(): dropout active (same seed, same masks as AllenNLP), two steps with the state carried, every gradient."""
@@ -249,6 +255,7 @@ def test_bilm_and_char_encoder_gradients_in_eval_mode(model):
     check_gradients(encoder, refs, "char_encoder_grad/grad/", name, "_ElmoCharacterEncoder")
 
 
+@same_dropout_masks
 def test_a_typical_training_script_trains_as_with_allennlp(model):
     """The script that ran on AllenNLP (Elmo + classifier, Adam, four steps, dropout, state carried), on this
     package."""
@@ -296,6 +303,7 @@ def test_token_embedder_with_projection(model):
         close("ElmoTokenEmbedder", embedder(ids.view(2, 2, *ids.shape[1:])), refs["token_embedder/4d"], name, "4-D")
 
 
+@same_dropout_masks
 def test_token_embedder_fine_tuned_in_train_mode(model):
     name, options, weights, cases, refs = model
     embedder = ElmoTokenEmbedder(options, weights, projection_dim=5, requires_grad=True)

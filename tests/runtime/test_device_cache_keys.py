@@ -9,6 +9,7 @@ import torch
 
 from spacy_elmo.runtime.validation import VECTOR_PRECISIONS, vectors_precision
 from spacy_elmo.sources.bundled_versions import precision_fingerprint
+from tests.bilm.test_inference_path import needs_float16
 
 
 @pytest.mark.parametrize(
@@ -49,6 +50,7 @@ def test_a_cuda_backend_keys_bfloat16_apart_and_float32_together(fixture_dir):
     )
 
 
+@needs_float16
 def test_float16_that_overflows_is_refused_not_handed_out(tmp_path, fixture_sentences):
     """A model whose values pass float16's largest (65504) gives an error naming the fix, never inf / nan vectors."""
     from spacy_elmo import load_bilm

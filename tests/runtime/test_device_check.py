@@ -12,7 +12,7 @@ from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.compat.allennlp import ElmoEmbedder
 from spacy_elmo.compat.allennlp.command import main as allennlp_main
-from spacy_elmo.runtime.validation import resolve_device
+from spacy_elmo.runtime.validation import _device_count, resolve_device
 
 N_CUDA = torch.cuda.device_count()
 
@@ -21,7 +21,7 @@ def _refused_here() -> list:
     """Device strings this machine cannot run on, whatever it has: backends it lacks, the meta device, an index
     beyond its GPUs, spellings torch does not read."""
     devices = ["meta", "hpu", f"cuda:{N_CUDA}", "gpu", "cuda:x", "x" * 100_000]
-    devices += [kind for kind in ("mps", "xpu") if not getattr(torch, kind).is_available()]
+    devices += [kind for kind in ("mps", "xpu") if not _device_count(kind)]  # torch 2.1: no torch.xpu
     if not N_CUDA:
         devices.append("cuda")
     return devices

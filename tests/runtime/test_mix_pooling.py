@@ -44,6 +44,8 @@ def test_one_layer_spec_check_before_the_model_is_known():
 
     assert check_layer_spec("top") == "top" and check_layer_spec(np.int64(-1)) == -1
     assert check_layer_spec((1, np.float32(0.5), "2")) == [1.0, 0.5, 2.0]
+    # an index as text is that index: spaCy 3.7's config validation hands ``layers = 0`` over as "0"
+    assert check_layer_spec("0") == 0 and check_layer_spec("-2") == -2 and check_layer_spec("+1") == 1
     for bad, error in [
         ("bottom", ValueError),
         (True, TypeError),
@@ -51,6 +53,9 @@ def test_one_layer_spec_check_before_the_model_is_known():
         ([1.0, float("nan")], ValueError),
         ([1.0, None], TypeError),
         (2.5, TypeError),
+        ("1.5", ValueError),
+        ("", ValueError),
+        ("0x1", ValueError),
     ]:
         with pytest.raises(error, match="layers="):
             check_layer_spec(bad)

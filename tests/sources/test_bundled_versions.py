@@ -220,11 +220,11 @@ def test_a_saved_default_with_a_fingerprint_of_no_version_says_what_to_do(tmp_pa
     assert "pip install 'spacy-elmo==0.1.0'" in message and "no longer bundles" in message
 
 
-@pytest.mark.filterwarnings("ignore::spacy_elmo.bilm.cpu_support.SlowPrecisionWarning")  # emulated float16: fine
+@pytest.mark.filterwarnings("ignore::spacy_elmo.bilm.cpu_support.SlowPrecisionWarning")  # emulated bfloat16: fine
 def test_a_pipeline_saved_before_files_fingerprints_follows_its_precision_fingerprint(monkeypatch, next_dir, tmp_path):
     """Pipelines saved before the files fingerprint was recorded hold only the vectors' (precision-specific) one."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"dtype": "float16"})
+    nlp.add_pipe("elmo", config={"dtype": "bfloat16"})
     expected = layers(nlp)
     nlp.to_disk(tmp_path / "pipeline")
     meta_path = tmp_path / "pipeline" / "elmo" / "model" / "model.json"

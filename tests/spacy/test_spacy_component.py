@@ -1,9 +1,11 @@
 """The spaCy "elmo" component against the backend's own numbers (AllenNLP test model in tests/fixtures)."""
 
+import inspect
 import os
 import signal
 import subprocess
 import sys
+import typing
 import warnings
 from pathlib import Path
 
@@ -12,12 +14,42 @@ import pytest
 import spacy
 import torch
 from spacy.tokens import Doc
+from spacy.util import registry
 
 from spacy_elmo import WeightFileError, load_bilm
 from spacy_elmo.runtime import windows
 from spacy_elmo.spacy import ElmoComponent
 from spacy_elmo.spacy.hooks import EmptyVectorWarning
 from tests.numerics import assert_recomputed_close
+
+
+def test_registered_functions_carry_evaluated_annotations():
+    """spaCy 3.7's confection builds a pydantic model from each registered function's annotations as they stand: a
+    string (what ``from __future__ import annotations`` leaves) is a ForwardRef there, and ``add_pipe("elmo")``
+    fails with 'field "nlp" not yet prepared so type is still a ForwardRef'. Newer confection resolves strings,
+    so this checks the cause on every spaCy: the factory and each registered function of the package carry
+    evaluated types (the floor pass of .ci/run makes the pipeline on spaCy 3.7.0 itself)."""
+    import spacy_elmo.spacy  # noqa: F401  # registers the factory and the functions
+
+    functions = {
+        name: function
+        for table in (registry.architectures, registry.misc)
+        for name, function in table.get_all().items()
+        if name.startswith("spacy_elmo.")
+    }
+    functions["elmo"] = registry.factories.get("elmo")
+    assert {"elmo", "spacy_elmo.ElmoBiLM.v1", "spacy_elmo.ElmoScalarMix.v2", "spacy_elmo.sentence_positions.v1"} <= set(
+        functions
+    )
+    unevaluated = {
+        name: [
+            p.name
+            for p in inspect.signature(function).parameters.values()
+            if isinstance(p.annotation, (str, typing.ForwardRef))
+        ]
+        for name, function in functions.items()
+    }
+    assert not any(unevaluated.values()), {name: params for name, params in unevaluated.items() if params}
 
 
 def make_nlp(fixture_dir, **config):

@@ -207,4 +207,4 @@ def test_shipped_configs_are_already_filled(config, tmp_path):
     from spacy.cli.init_config import fill_config
 
     shipped, filled = fill_config(tmp_path / "filled.cfg", config, silent=True)
-    assert filled.to_str() == shipped.to_str()
+    assert dict(filled) == dict(shipped)  # the settings and values; spaCy 3.7 writes a section's keys sorted

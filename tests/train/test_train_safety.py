@@ -568,6 +568,25 @@ def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_p
     assert not [p for p in _files(model) if p.endswith(".tmp")]
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Error while serializing: I/O error: No space left on device (os error 28)",
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })',
+    ],
+    ids=["newer-safetensors", "safetensors-0.4"],
+)
+def test_a_safetensors_write_error_is_the_operating_systems_in_every_spelling(message):
+    from safetensors import SafetensorError
+
+    from spacy_elmo.train.storage import _os_error
+
+    error = _os_error(SafetensorError(message))
+    assert isinstance(error, OSError) and error.errno == 28
+    other = SafetensorError("Error while serializing: tensor invalid")
+    assert _os_error(other) is other
+
+
 def _pid_of_an_ended_process() -> int:
     import subprocess
     import sys

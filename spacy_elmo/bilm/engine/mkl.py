@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from ..lstm import ProjectedLSTMCell
+from ..probe import has_feature
 from .base import Target, WeightPacks
 from .plain import PlainEngine
 from .step_loop import StepWeight
@@ -51,11 +52,8 @@ _PACK_FOR_ROWS = 32  # MKL's packed layout does not depend on it; the probe in m
 
 def available() -> bool:
     """Whether this torch has MKL's packed GEMM ops (x86 builds with MKL)."""
-    try:
-        _ = (torch.ops.mkl._mkl_linear, torch.ops.mkl._mkl_reorder_linear_weight)  # raise where they are missing
-    except (AttributeError, RuntimeError):
-        return False
-    return torch.backends.mkl.is_available()
+    ops = ("ops.mkl._mkl_linear", "ops.mkl._mkl_reorder_linear_weight")
+    return all(has_feature(torch, op) for op in ops) and torch.backends.mkl.is_available()
 
 
 def max_rows() -> int:
