@@ -243,18 +243,22 @@ def test_the_signatures_type_each_setting_as_its_declaration_does():
     Optional ones, their defaults under ``# type: ignore``: the component's differences are declared
     (ComponentSettings), and every signature's types agree with its declaration."""
     import inspect
+    import sys
 
     from spacy_elmo import ElmoVectorizer
     from spacy_elmo.runtime import front_settings as spec
     from spacy_elmo.spacy.pipeline_component import ElmoComponent, make_elmo
 
+    def evaluated(annotation, module):  # a postponed annotation (a string) as the type it names
+        return eval(annotation, vars(sys.modules[module])) if isinstance(annotation, str) else annotation
+
     def declared(declaration, names, skip=()):
-        types = {field.name: field.type for field in dataclasses.fields(declaration)}
+        types = {field.name: evaluated(field.type, declaration.__module__) for field in dataclasses.fields(declaration)}
         return {name: types[name] for name in names if name not in skip}
 
     def spelled(function, names, skip=()):
         parameters = inspect.signature(function).parameters
-        return {name: parameters[name].annotation for name in names if name not in skip}
+        return {name: evaluated(parameters[name].annotation, function.__module__) for name in names if name not in skip}
 
     component = type(spec.COMPONENT_DEFAULTS)
     # spaCy validates a config against the factory's own types: its layers are spelled out (LayerMix's members)
