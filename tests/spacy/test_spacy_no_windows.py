@@ -8,6 +8,7 @@ from thinc.api import Config
 
 from spacy_elmo import load_bilm
 from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH
+from tests.numerics import assert_recomputed_close
 
 WORDS = [f"w{i % 7}" for i in range(2 * DEFAULT_MAX_LENGTH + 44)]  # longer than the default window
 
@@ -36,4 +37,5 @@ def test_max_length_null_survives_the_config_round_trip(fixture_dir, tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.get_pipe("elmo").max_length is None
-    np.testing.assert_array_equal(loaded(" ".join(WORDS))._.elmo_layers, nlp(" ".join(WORDS))._.elmo_layers)
+    # the saved copy is another backend: its vectors are recomputed (float32 rounding, tests/numerics.py)
+    assert_recomputed_close(loaded(" ".join(WORDS))._.elmo_layers, nlp(" ".join(WORDS))._.elmo_layers)
