@@ -14,24 +14,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_char_ids
+from spacy_elmo.bilm import BiLM, batch_to_char_ids
 from spacy_elmo.bilm.vocab_cache import TokenVectorCache
+from tests.bilm.test_inference_path import _options
 from tests.numerics import assert_recomputed_close
 
-OPTIONS = BiLMOptions(
-    filters=((1, 4), (2, 8), (3, 8)),
-    char_embed_dim=4,
-    n_characters=262,
-    max_chars=50,
-    n_highway=1,
-    activation="relu",
-    cell_dim=8,
-    projection_dim=8,
-    n_layers=1,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    use_skip_connections=True,
-)
+OPTIONS = _options(cell_dim=8, n_layers=1)  # the inference tests' small biLM, one narrow layer
 # Capacities around the slab's first size (1024), where growing and evicting meet, and small ones that evict at once.
 CAPACITIES = [20000, 2100, 1030, 1000, 40, 5, 2, 1, 0]
 POOL = [f"w{i}" for i in range(60)] + ["the", "bank", ",", "Zürich", "x" * 60, "1965"]
