@@ -114,12 +114,11 @@ def speed(
 
 def kernel_ceiling(repeats: int = 50) -> list[str]:
     """The products' own speed limit: one "original" LSTM step's recurrent (512 -> 16384) and projection (4096 -> 512)
-    products, float32 (``torch.mm``, MKL) vs int8 (this CPU's chosen kernel, :mod:`spacy_elmo.bilm.cpu_support`), on
+    products, float32 (``torch.mm``, MKL) vs int8 (this CPU's chosen kernel, :mod:`spacy_elmo.bilm.engine.int8`), on
     one thread, for 1 and 32 rows. The whole biLM cannot gain more from int8 than these ratios."""
-    from spacy_elmo.bilm import cpu_support
     from spacy_elmo.bilm.engine import int8
 
-    kernels = cpu_support.int8_kernels()
+    kernels = int8.int8_kernels()
     rows_out = []
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -219,12 +218,12 @@ def run_compare(args: argparse.Namespace) -> int:
     """
     torch.set_num_threads(args.threads)
     from spacy_elmo import load_bilm
-    from spacy_elmo.bilm import cpu_support
+    from spacy_elmo.bilm import engine
 
     dtypes = args.dtypes.split(",") if args.dtypes else default_dtypes()
     cpu = bench.cpu_description()
     print(f"CPU: {cpu}", flush=True)
-    print(f"precision support: {cpu_support.summary()}", flush=True)
+    print(f"precision support: {engine.summary()}", flush=True)
     started, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     pool = bench.read_sentences(25000)
     near20 = [s for s in pool if 18 <= len(s) <= 22]
@@ -274,7 +273,7 @@ def run_compare(args: argparse.Namespace) -> int:
     lines = [
         f"CPU: {cpu}",
         "",
-        f"Precision support: {cpu_support.summary()}",
+        f"Precision support: {engine.summary()}",
         "",
         f"{args.threads} threads; started {started}, load average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} "
         "at end.",
@@ -475,15 +474,15 @@ def run_trained(args: argparse.Namespace) -> int:
     Prints (and with ``--out`` writes) one JSON object; ``--markdown`` also prints the table RESULTS.md holds.
     """
     from spacy_elmo import load_bilm
-    from spacy_elmo.bilm import cpu_support
+    from spacy_elmo.bilm import cpu_support, engine
 
     reference = reference_model(args.model)
     dtypes = args.dtypes.split(",")
     report: dict[str, Any] = {
         "model": args.model,
         "isa": cpu_support.isa_flags(),
-        "int8 kernels": cpu_support.summary()["int8"],
-        "auto": str(cpu_support.auto_dtype(torch.device("cpu"))).replace("torch.", ""),
+        "int8 kernels": engine.summary()["int8"],
+        "auto": engine.summary()["auto (cpu)"],
         "torch": torch.__version__,
     }
     degenerate = degenerate_inputs()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from .bilm.engine.precisions import dtype_help
 from .bilm.files import WriteFailedError
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
@@ -454,10 +455,7 @@ def embed(
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
     dtype: str = typer.Option(
         DEFAULT_DTYPE,
-        help=(
-            "precision: float32 (exact), bfloat16, float16, int8 (faster on CPU, approximate) or auto (the fastest "
-            "here)"
-        ),
+        help=dtype_help(),
     ),
     use_sentence_keys: bool = typer.Option(
         False,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..bilm import cpu_support, engine, manylangs_files
+from ..bilm.engine.precisions import AUTO, PRECISIONS, auto_precision
 from ..bilm.files import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
@@ -25,8 +26,6 @@ from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, 
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
 from .validation import (
-    AUTO,
-    PRECISION_NAMES,
     check_dtype,
     positive_int,
     resolve_device,
@@ -37,8 +36,8 @@ from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
-# "int8": float32 activations, int8 weights in the inference path's products (bilm/engine/int8.py), CPU only
-DTYPES = {name: getattr(torch, name) for name in PRECISION_NAMES}
+# each precision's torch dtype ("int8": float32 activations, int8 weights in the inference path's products)
+DTYPES = {p.name: p.dtype() for p in PRECISIONS}
 
 
 class ElmoBackend:
@@ -57,19 +56,9 @@ class ElmoBackend:
         device: torch.device,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        if dtype == torch.int8:
-            if device.type != "cpu":
-                raise ValueError(
-                    f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
-                )
-            if not cpu_support.int8_available():
-                raise ValueError(
-                    "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), "
-                    "which this torch lacks"
-                )
-        # cast, or (int8) packed with the float32 matrices released, and its engines chosen (bilm/engine)
+        # cast, or (int8: CPU only) packed with the float32 matrices released, and its engines chosen (bilm/engine)
         self.model = engine.prepare(model, device, dtype)
-        cpu_support.warn_if_slow(dtype, device, stacklevel=4)  # correct but emulated: say so once, with what to pick
+        engine.warn_if_slow(dtype, device, stacklevel=4)  # correct but emulated: say so once, with what to pick
         self.options_path = options_path
         self.weights_path = weights_path
         self.device = device
@@ -296,15 +285,16 @@ _CACHE_LOCK = ForkSafeLock()
 
 
 def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
-    """``None`` means float32 (exact); "bfloat16", "float16" and "int8" trade accuracy for speed (docs/precision.md);
-    "auto" is the fastest of them on ``device`` (default CPU) that holds its documented bound on every input
-    (float32: no low precision does on a trained model).
+    """The torch dtype of the precision ``dtype`` names (a row of the precision table,
+    :data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`; ``None`` means float32, exact; the others trade accuracy
+    for speed: docs/precision.md); "auto" is the fastest of them on ``device`` (default CPU) that holds its
+    documented bound on every input (float32: no low precision does on a trained model).
 
     ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
     """
     name = check_dtype(dtype)
     if name == AUTO:
-        return cpu_support.auto_dtype(resolve_device(device))
+        return DTYPES[auto_precision(resolve_device(device).type)]
     if name == "float16" and resolve_device(device).type == "cpu" and not cpu_support.float16_products():
         raise ValueError(
             f"dtype='float16': this torch ({torch.__version__}) has no float16 products on the CPU: use 'bfloat16' or "
@@ -339,10 +329,11 @@ def load_bilm(
     ``None`` keeps its settings (defaults: 256 MiB in memory, a disk cache only when given or
     named by ``SPACY_ELMO_CACHE_DIR``).
 
-    ``dtype``: ``None``/"float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest of them
-    that holds its documented error bound on every input: float32, since int8, bfloat16 and float16 do not
-    on a trained model's repetitive input; docs/precision.md); ``backend.dtype`` says which was chosen, and
-    it is part of ``backend.fingerprint``.
+    ``dtype``: a precision's name in the precision table (:data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`):
+    ``None``/"float32" (exact) or a low precision ("bfloat16", "int8"...: approximate, docs/precision.md), or
+    "auto" (the fastest of them that holds its documented error bound on every input: float32, since no low
+    precision does on a trained model's repetitive input); ``backend.dtype`` says which was chosen, and it is part
+    of ``backend.fingerprint``.
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
     torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
@@ -376,17 +367,9 @@ def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
     return load_model(options_path, weights_path)
 
 
-PRECISIONS = {
-    "float32": "float32 (exact)",
-    "float16": "float16 weights and activations (approximate)",
-    "bfloat16": "bfloat16 weights and activations (approximate)",
-    "int8": "int8 weights per output channel, float32 activations (approximate)",
-}
-
-
 def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: int) -> None:
     """INFO: which model was loaded from where, with which precision; DEBUG: the kernels it will use."""
-    precision = dtype_name(backend.dtype)
+    name = dtype_name(backend.dtype)
     logger.info(
         "loaded ELMo model %s from %s (weights %s, %.1f MB) on %s, precision %s; fingerprint %s",
         os.fspath(model) if model is not None else "from options/weights",
@@ -394,7 +377,7 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         backend.weights_path.name,
         weights_bytes / 1e6,
         backend.device,
-        PRECISIONS.get(precision, precision),
+        next((p.description for p in PRECISIONS if p.name == name), name),
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):

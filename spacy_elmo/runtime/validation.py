@@ -16,33 +16,29 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
+from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
 from ..bilm.excerpt import excerpt
 from ..bilm.probe import feature
-from ..sources.bundled_versions import PRECISION_NAMES
-from ..sources.bundled_versions import VECTOR_PRECISIONS as VECTOR_PRECISIONS  # vectors_precision's names
 
 if TYPE_CHECKING:
     import torch
 # torch is imported where a check needs it, not here: the CLI checks its arguments (a precision's name, a count)
 # through this module before anything imports torch (docs/cli.md)
 
-AUTO = "auto"  # the fastest precision that holds its bound on every input: float32 (bilm/cpu_support.auto_dtype)
+# what a dtype may name: a precision of the table (bilm/engine/precisions.py), or "auto" (float32: auto_precision)
 DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
 
 
 def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
-    """The name in :data:`VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in :data:`PRECISION_NAMES`) gives on
-    ``device``."""
-    if dtype not in ("bfloat16", "float16"):
+    """The name in :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in
+    :data:`PRECISION_NAMES`) gives on ``device``: its row's
+    :meth:`~spacy_elmo.bilm.engine.precisions.Precision.vectors_on`."""
+    if dtype not in PRECISION_NAMES or precision(dtype).cuda_vectors is None:  # one name on every device: no torch
         return dtype
+    row = precision(dtype)
     import torch
 
-    if torch.device(device).type == "cuda":
-        return f"{dtype}-cuda"
-    return dtype
-
-
-_DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "qint8": "int8"}
+    return row.vectors_on(torch.device(device).type)
 
 
 def positive_int(value: Any, name: str) -> int:
@@ -77,7 +73,7 @@ def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
     if dtype is None:
         return "float32"
     if isinstance(dtype, str):
-        name = _DTYPE_ALIASES.get(dtype, dtype)
+        name = ALIASES.get(dtype, dtype)
     else:
         import torch
 

@@ -22,11 +22,6 @@ from typing import Optional
 MODELS_DIR = Path(__file__).parents[1] / "models"
 DEFAULT_NAME = "default"  # the name of whichever bundled version is the default
 DEFAULT_DIR = MODELS_DIR / DEFAULT_NAME  # the folder of whichever bundled version is the default
-PRECISION_NAMES = ("bfloat16", "float16", "float32", "int8")  # the precisions ``load_bilm`` takes by name
-# the names vectors are identified by (cache keys, saved pipelines, precision_fingerprint): float32 is one on every
-# device (CPU and CUDA agree to float32 rounding), while bfloat16 and float16 on a GPU run other kernels than on a
-# CPU (other sums and roundings, far beyond float32's), so their vectors get names of their own
-VECTOR_PRECISIONS = (*PRECISION_NAMES, "bfloat16-cuda", "float16-cuda")
 
 
 @dataclass(frozen=True)
@@ -91,7 +86,8 @@ def version_in(directory: Path) -> Optional[str]:
 
 
 def precision_fingerprint(files_fingerprint: str, precision: str) -> str:
-    """The identity of the vectors a model's files give in ``precision`` ("float32", "int8", ...).
+    """The identity of the vectors a model's files give in ``precision`` ("float32", "int8", "bfloat16-cuda": a name
+    of the precision table's :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS`).
 
     float32's is the files' own fingerprint; another precision gives other vectors, so a hash of both.
     """

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..bilm import cpu_support, manylangs_files
+from ..bilm import engine, manylangs_files
 from ..bilm.weights import check_model_files, read_options
 from ..bilm.weights import parameter_count as _layout_parameter_count
 from .model_files import METRICS, is_manylangs
@@ -41,7 +41,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"parameters:   {_layout_parameter_count(options):,} (biLM, without the softmax)",
         CHECKED,
     ]
-    support = cpu_support.summary()
+    support = engine.summary()
     lines.append(
         f"this machine: {support['cpu vendor']} {support['cpu flags']} (ATen {support['aten capability']}); "
         f"float32 kernels {support['float32 kernels']}; int8 {support['int8']}; "

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..bilm.engine.precisions import VECTOR_PRECISIONS
 from ..bilm.weights import WeightFileError
 from .bundled_versions import (
     DEFAULT_NAME,
     DEFAULT_VERSION,
     UNRECORDED_VERSION,
-    VECTOR_PRECISIONS,
     VERSIONS,
     bundled_version,
     precision_fingerprint,

@@ -7,10 +7,12 @@ import math
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Optional
 
+from ..bilm.engine.precisions import training_precisions
+
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
 DEFAULT_SHARD_SENTENCES = 2000  # sentences per shard of a prepared corpus (spacy-elmo prepare-corpus)
-PRECISIONS = ("auto", "float32", "bfloat16")  # see train/precision.py
+PRECISIONS = training_precisions()  # "auto" and the precision table's rows that train (train/precision.py)
 
 
 def _option(help: str, *flags: str) -> dict[str, Any]:

@@ -27,10 +27,10 @@ as the forward loop runs) and the gates sit in another order with g's weights do
   needs (each gate's derivative, o (1 - tanh(c)^2), f): the backward loop is then a few products
   per step, and every weight gradient is one GEMM over all steps.
 
-- float32 on a CPU whose float32 products run on oneDNN's pre-packed kernels
-  (:func:`spacy_elmo.bilm.cpu_support.float32_kernels`: AMD CPUs, one choice per machine): the two per-step
-  products by a big weight (the gates' forward, the state gradient's backward) go through oneDNN packs made once
-  per call (the weights change once per optimizer step) and reused at every step; the products over all steps
+- float32 on a CPU whose float32 products run on oneDNN's pre-packed kernels (the oneDNN engine family's choice,
+  :func:`spacy_elmo.bilm.engine.onednn.float32_step_packs`: AMD CPUs, one choice per machine): the two per-step
+  products by a big weight (the gates' forward, the state gradient's backward) go through that family's packs, made
+  once per call (the weights change once per optimizer step) and reused at every step; the products over all steps
   stay MKL's.
 
 A training step is bound by memory traffic more than by arithmetic on a 2-core machine, so the
@@ -53,7 +53,6 @@ from typing import Any, Optional
 
 import torch
 
-from ..bilm import cpu_support
 from ..bilm.engine import onednn
 from ..bilm.probe import feature
 from .padded_rows import row_rounding
@@ -134,16 +133,12 @@ def _float_view(storage: torch.Tensor, step: slice) -> tuple[torch.Tensor, bool]
 
 
 def _step_packs(out_in: torch.Tensor, like: torch.Tensor, compute_dtype: torch.dtype) -> Optional[list[torch.Tensor]]:
-    """oneDNN packs of each direction's ``(out, in)`` weight in ``out_in`` for the per-step products, where float32
-    runs on oneDNN's pre-packed kernels in this process (:func:`~spacy_elmo.bilm.cpu_support.float32_kernels`);
-    None where those products stay torch's ``bmm`` (MKL's GEMM): bfloat16, another device, MKL chosen, a weight
-    below the engines' :data:`~spacy_elmo.bilm.engine.onednn.MIN_ELEMENTS`, or a torch that cannot pack."""
+    """Packs of each direction's ``(out, in)`` weight in ``out_in`` for the per-step products, as the float32 engine
+    family decides (:func:`~spacy_elmo.bilm.engine.onednn.float32_step_packs`); None where those products stay
+    torch's ``bmm`` (MKL's GEMM): bfloat16, another device, or that family's no."""
     if compute_dtype != torch.float32 or like.device.type != "cpu":
         return None
-    if out_in[0].numel() < onednn.MIN_ELEMENTS or cpu_support.float32_kernels() != "onednn":
-        return None
-    packs = [onednn.make_pack(weight) for weight in out_in]
-    return None if any(pack is None for pack in packs) else packs  # type: ignore[return-value]
+    return onednn.float32_step_packs(out_in)
 
 
 def _forward(

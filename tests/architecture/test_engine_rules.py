@@ -17,7 +17,6 @@ PRECISION_BLIND = (
     "spacy_elmo.bilm.vocab_cache",
     "spacy_elmo.bilm.engine.step_loop",
     "spacy_elmo.bilm.engine.base",
-    "spacy_elmo.bilm.int8_weights",
 )
 TORCH_DTYPES = {"float32", "float64", "bfloat16", "float16", "half", "int8", "qint8", "quint8"}
 

@@ -147,7 +147,7 @@ PROCESS_WIDE_ALLOWED = {
     # force, in the main thread, and put back in a finally
     "spacy_elmo.output.embed_file": {"signal.signal"},
     # the quantized engine, which torch reads only when packing: set for one pack, under a lock, and put back
-    "spacy_elmo.bilm.int8_weights": {"torch.backends.quantized.engine"},
+    "spacy_elmo.bilm.engine.int8": {"torch.backends.quantized.engine"},
     # full float32 (no TF32 on CUDA, no oneDNN bf16 / TF32 on CPU) while the package's own products run (counted
     # across threads), put back by the last to leave
     "spacy_elmo.bilm.exact": {
@@ -275,7 +275,7 @@ def test_no_registry_keyed_by_module_in_bilm():
 
 
 def test_the_quantized_engine_setting_is_touched_in_one_place():
-    """``torch.backends.quantized.engine`` is process-wide: only bilm/int8_weights.prepack sets it (where it must
+    """``torch.backends.quantized.engine`` is process-wide: only bilm/engine/int8.prepack sets it (where it must
     differ, under its lock, and puts it back)."""
     setters = {}
     for name, path in MODULES.items():
@@ -286,4 +286,4 @@ def test_the_quantized_engine_setting_is_touched_in_one_place():
                     quantized = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
                     if quantized and target.attr == "engine" and target.value.attr == "quantized":
                         setters.setdefault(name, []).append(node.lineno)
-    assert set(setters) == {"spacy_elmo.bilm.int8_weights"}, setters
+    assert set(setters) == {"spacy_elmo.bilm.engine.int8"}, setters

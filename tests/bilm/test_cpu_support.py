@@ -1,4 +1,5 @@
-"""Precision on every x86 CPU (spacy_elmo.bilm.cpu_support): kernels chosen by what this CPU's kernels do.
+"""Precision on every x86 CPU: what this CPU runs natively (spacy_elmo.bilm.cpu_support), and the kernels each engine
+family chooses by what this CPU's kernels do (int8's per role, float32's oneDNN or MKL).
 
 The kernels of a CPU without VNNI (AVX2-only: AMD Zen 2/3, older Intel) are exercised on any CI machine
 in two ways: in a child process whose environment caps oneDNN, fbgemm and ATen to AVX2 (as CI's second
@@ -18,7 +19,9 @@ import torch
 
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
+from spacy_elmo.bilm.engine import int8, onednn, registry
 from spacy_elmo.bilm.engine.int8 import prepack, quantize_weight, released_packs
+from spacy_elmo.bilm.engine.precisions import auto_precision
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
 from tests.bilm.test_precision import TOLERANCE, layer_errors, needs_int8
@@ -34,9 +37,9 @@ AVX2_CAPS = {
 @pytest.fixture
 def fresh_kernels(monkeypatch):
     """Probe the int8 kernels afresh for the test, and again after it."""
-    cpu_support.int8_kernels.cache_clear()
+    int8.int8_kernels.cache_clear()
     yield
-    cpu_support.int8_kernels.cache_clear()
+    int8.int8_kernels.cache_clear()
 
 
 def saturating_product(engine: str, reduce_range: bool, rows: int) -> float:
@@ -51,18 +54,18 @@ def saturating_product(engine: str, reduce_range: bool, rows: int) -> float:
 def test_chosen_int8_kernels_do_not_saturate(rows):
     """Whatever this CPU is, the chosen kernel of each role computes a product that saturates int16 pair sums
     exactly."""
-    kernels = cpu_support.int8_kernels()
+    kernels = int8.int8_kernels()
     for kernel in (kernels.many_rows, kernels.few_rows):
         assert saturating_product(kernel.engine, kernel.reduce_range, rows) < 1e-3
         if kernel.reduce_range:  # 7 bits only where 8 would be wrong: a VNNI CPU keeps full range
-            assert not cpu_support._saturation_free(kernel.engine)
+            assert not int8._saturation_free(kernel.engine)
 
 
 @needs_int8
 def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fresh_kernels, monkeypatch):
     """The choice an AVX2-only CPU gets (both roles with reduce_range) on this machine: still within the int8 bound."""
-    monkeypatch.setattr(cpu_support, "_saturation_free", lambda engine: False)
-    kernels = cpu_support.int8_kernels()
+    monkeypatch.setattr(int8, "_saturation_free", lambda engine: False)
+    kernels = int8.int8_kernels()
     assert kernels.many_rows.reduce_range and kernels.few_rows.reduce_range
     model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     low = ElmoBackend(
@@ -78,14 +81,14 @@ def test_seven_bit_activations_stay_within_the_bound(fixture_dir, sentences, fre
 def test_full_range_where_the_kernels_saturate_would_be_wrong(fresh_kernels, monkeypatch):
     """Why the probe matters: forcing full range onto kernels that saturate breaks the bound by far (skipped on VNNI
     CPUs)."""
-    engine = cpu_support.int8_kernels().many_rows.engine
+    engine = int8.int8_kernels().many_rows.engine
     if saturating_product(engine, False, 8) < 1e-3:
         pytest.skip(
             "this CPU's int8 kernels sum in int32 (VNNI/AMX): nothing saturates; see the AVX2 child-process test"
         )
-    assert cpu_support._saturation_free(engine) is False
-    cpu_support.int8_kernels.cache_clear()
-    assert cpu_support.int8_kernels().many_rows.reduce_range
+    assert int8._saturation_free(engine) is False
+    int8.int8_kernels.cache_clear()
+    assert int8.int8_kernels().many_rows.reduce_range
 
 
 AVX2_CHILD = r"""
@@ -94,6 +97,7 @@ import numpy as np, torch
 from spacy_elmo import load_bilm
 from spacy_elmo.runtime.backend import ElmoBackend
 from spacy_elmo.bilm import cpu_support
+from spacy_elmo.bilm.engine import int8
 from spacy_elmo.bilm.weights import load_model
 fixture = sys.argv[1]
 sentences = [s.split() for group in json.load(open(fixture + "/sentences.json")) for s in group]
@@ -106,12 +110,12 @@ with warnings.catch_warnings(record=True) as caught:
     bf16 = load_bilm(fixture, dtype="bfloat16")
     again = ElmoBackend(load_model(bf16.options_path, bf16.weights_path), bf16.options_path, bf16.weights_path,
                         torch.device("cpu"), torch.bfloat16)
-kernels = cpu_support.int8_kernels()
+kernels = int8.int8_kernels()
 print(json.dumps({
     "capability": cpu_support.aten_capability(), "bf16_native": cpu_support.bf16_native(),
     "warnings": [(w.category.__name__, str(w.message)) for w in caught],
     "kernels": [[k.engine, k.reduce_range] for k in (kernels.many_rows, kernels.few_rows)],
-    "saturating": {e: not cpu_support._saturation_free(e) for e in cpu_support.int8_engines()},
+    "saturating": {e: not int8._saturation_free(e) for e in int8.int8_engines()},
     "auto": str(load_bilm(fixture, dtype="auto").dtype),
     "int8": errors(load_bilm(fixture, dtype="int8").embed(sentences)), "bf16": errors(bf16.embed(sentences)),
 }))
@@ -139,7 +143,7 @@ def test_avx2_only_kernels_in_a_child_process(fixture_dir):
 
 
 def test_slow_precision_warns_once_naming_what_to_pick(fixture_dir, monkeypatch):
-    monkeypatch.setattr(cpu_support, "_warned", {})
+    monkeypatch.setattr(registry, "_warned", {})
     monkeypatch.setattr(cpu_support, "bf16_native", lambda: False)
     files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     with pytest.warns(cpu_support.SlowPrecisionWarning, match=r"bfloat16.*emulated.*dtype='int8'.*'float32'.*'auto'"):
@@ -149,20 +153,20 @@ def test_slow_precision_warns_once_naming_what_to_pick(fixture_dir, monkeypatch)
         ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.bfloat16)  # once per process
         ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.float32)  # float32 never warns
     monkeypatch.setattr(cpu_support, "bf16_native", lambda: True)
-    assert cpu_support.slow_precision_reason(torch.bfloat16, torch.device("cpu")) is None
-    assert cpu_support.slow_precision_reason(torch.bfloat16, torch.device("cuda")) is None  # CPU kernels only
+    assert registry.slow_precision_reason(torch.bfloat16, torch.device("cpu")) is None
+    assert registry.slow_precision_reason(torch.bfloat16, torch.device("cuda")) is None  # CPU kernels only
 
 
 def test_auto_never_picks_a_precision_that_can_be_silently_wrong(fixture_dir, monkeypatch):
     """No low precision holds its bound on every input of a trained model (tests/bilm/test_engines.py's property test,
     docs/precision.md), so "auto" is float32 on every device and CPU, fast int8 kernels or not."""
     for fast in (True, False):
-        monkeypatch.setattr(cpu_support, "int8_fast", lambda fast=fast: fast)
+        monkeypatch.setattr(cpu_support, "vector_kernels", lambda fast=fast: fast)
         assert resolve_dtype("auto") is torch.float32
-        assert cpu_support.auto_dtype(torch.device("cuda")) is torch.float32
+        assert auto_precision("cuda") == "float32"
     auto = load_bilm(fixture_dir, dtype="auto")
     assert auto is load_bilm(fixture_dir) and auto.dtype is torch.float32
-    assert cpu_support.summary()["auto (cpu)"] == "float32"
+    assert registry.summary()["auto (cpu)"] == "float32"
     with pytest.raises(ValueError, match=r"dtype must be one of.*'auto'"):
         resolve_dtype("fastest")
 
@@ -286,7 +290,7 @@ def test_original_architecture_within_the_int8_bound(tmp_path):
     exact = load_bilm(directory).embed(sentences)
     int8 = load_bilm(directory, dtype="int8")
     errors = layer_errors(int8.embed(sentences), exact)
-    print("original int8", errors, cpu_support.summary())
+    print("original int8", errors, registry.summary())
     assert (errors > 0).all() and (errors < TOLERANCE["int8"]).all()
     kept = sum(p.numel() for p in int8.model.parameters() if not p.is_meta)
     assert kept < 0.01 * sum(p.numel() for p in int8.model.parameters())  # no float32 copy of the big matrices
@@ -301,9 +305,9 @@ def sentences(fixture_dir):
 @pytest.fixture
 def fresh_float32_choice(monkeypatch):
     """Decide the float32 kernels afresh for the test, and again after it."""
-    cpu_support.float32_kernels.cache_clear()
+    onednn.float32_kernels.cache_clear()
     yield
-    cpu_support.float32_kernels.cache_clear()
+    onednn.float32_kernels.cache_clear()
 
 
 def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeypatch):
@@ -316,22 +320,22 @@ def test_float32_kernels_forced_by_the_environment(fresh_float32_choice, monkeyp
     expected = {"mkl": engine.MklEngine, "onednn": engine.Float32Engine}
     for value in ("mkl", "onednn", " ONEDNN "):
         monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", value)
-        cpu_support.float32_kernels.cache_clear()
-        choice = cpu_support.float32_kernels()
-        if value.strip().lower() == "onednn" and not cpu_support.onednn_float32_available():
+        onednn.float32_kernels.cache_clear()
+        choice = onednn.float32_kernels()
+        if value.strip().lower() == "onednn" and not onednn.onednn_float32_available():
             assert choice == "mkl"  # no exact oneDNN float32 here: MKL's, whatever was forced
             continue
-        assert choice == value.strip().lower() and engine.registry.choose(target) is expected[choice]
+        assert choice == value.strip().lower() and registry.choose(target) is expected[choice]
     monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "fast")
-    cpu_support.float32_kernels.cache_clear()
+    onednn.float32_kernels.cache_clear()
     with pytest.raises(ValueError, match="SPACY_ELMO_FLOAT32_KERNELS='fast' is not one of onednn, mkl, auto"):
-        cpu_support.float32_kernels()
+        onednn.float32_kernels()
 
 
 def test_float32_kernels_auto_follows_the_cpu_vendor_once(fresh_float32_choice, monkeypatch):
     """auto: oneDNN's kernels on AMD CPUs (where they were measured faster than MKL's), MKL's on Intel and on a CPU
     that names no vendor; asked once per process (every later ask is the cached answer)."""
-    if not cpu_support.onednn_float32_available():
+    if not onednn.onednn_float32_available():
         pytest.skip("this torch has no exact oneDNN float32 products")
     monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "auto")
     asked = []
@@ -342,8 +346,8 @@ def test_float32_kernels_auto_follows_the_cpu_vendor_once(fresh_float32_choice, 
             return vendor
 
         monkeypatch.setattr(cpu_support, "cpu_vendor", named)
-        cpu_support.float32_kernels.cache_clear()
-        assert [cpu_support.float32_kernels() for _ in range(3)] == [expected] * 3
+        onednn.float32_kernels.cache_clear()
+        assert [onednn.float32_kernels() for _ in range(3)] == [expected] * 3
     assert asked == ["AuthenticAMD", "GenuineIntel", ""]
 
 
@@ -351,8 +355,8 @@ def test_float32_kernels_need_exact_onednn_products(fresh_float32_choice, monkey
     """An AMD CPU whose torch has no exact oneDNN float32 products keeps MKL's."""
     monkeypatch.setenv("SPACY_ELMO_FLOAT32_KERNELS", "auto")
     monkeypatch.setattr(cpu_support, "cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr(cpu_support, "onednn_float32_available", lambda: False)
-    assert cpu_support.float32_kernels() == "mkl"
+    monkeypatch.setattr(onednn, "onednn_float32_available", lambda: False)
+    assert onednn.float32_kernels() == "mkl"
 
 
 def test_cpu_vendor_is_what_the_machine_reports():
@@ -364,5 +368,5 @@ def test_cpu_vendor_is_what_the_machine_reports():
     reported = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), None)
     if reported is not None:
         assert cpu_support.cpu_vendor() == reported
-    assert cpu_support.summary()["cpu vendor"] == (cpu_support.cpu_vendor() or "unknown")
-    assert cpu_support.summary()["float32 kernels"] in ("onednn", "mkl")
+    assert registry.summary()["cpu vendor"] == (cpu_support.cpu_vendor() or "unknown")
+    assert registry.summary()["float32 kernels"] in ("onednn", "mkl")

@@ -18,15 +18,18 @@ bfloat16 exceed their bounds there, which is why "auto" never picks them; docs/p
 """
 
 import copy
+import importlib
+import inspect
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from spacy_elmo.bilm import BiLM, batch_to_char_ids, cpu_support, engine, load_model
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, engine, load_model
 from spacy_elmo.bilm import threads as threads_module
-from spacy_elmo.bilm.engine import mkl, onednn
+from spacy_elmo.bilm.engine import int8, mkl, onednn, precisions
 from spacy_elmo.bilm.model import bilstm_outputs
 from spacy_elmo.sources.model_files import resolve_model_files
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
@@ -42,7 +45,7 @@ DEVICES = [
 
 def ready_for(cls, model, device, keep_float32=True):
     """``model`` prepared for ``cls`` on ``device`` (skip, by name, where ``cls`` does not serve it here)."""
-    if cls.load_dtype == torch.int8 and not cpu_support.int8_available():
+    if cls.load_dtype == torch.int8 and not int8.int8_available():
         pytest.skip(f"{cls.name}: this torch has no quantized engine")
     if cls.load_dtype == torch.int8 and device.type != "cpu":
         pytest.skip(f"{cls.name}: CPU only")
@@ -56,10 +59,10 @@ def ready_for(cls, model, device, keep_float32=True):
 def force_float32_kernels(cls, monkeypatch):
     """The float32 kernels ``cls`` runs chosen for this test (this CPU's own choice serves only one of the two
     float32 engines): MKL's for the MKL engine and the plain one, oneDNN's for the oneDNN float32 engine."""
-    if cls is engine.Float32Engine and not cpu_support.onednn_float32_available():
+    if cls is engine.Float32Engine and not onednn.onednn_float32_available():
         pytest.skip(f"{cls.name}: this torch has no exact oneDNN float32 products")
     choice = "onednn" if cls is engine.Float32Engine else "mkl"
-    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: choice)
+    monkeypatch.setattr(onednn, "float32_kernels", lambda: choice)
 
 
 def engine_model(cls, device, monkeypatch, keep_float32=True):
@@ -207,7 +210,7 @@ def trained():
 
 def auto_picks(dtype: torch.dtype) -> bool:
     """Whether ``dtype="auto"`` picks ``dtype`` on a CPU or a CUDA device."""
-    return dtype in {cpu_support.auto_dtype(torch.device(kind)) for kind in ("cpu", "cuda")}
+    return str(dtype).replace("torch.", "") in {precisions.auto_precision(kind) for kind in ("cpu", "cuda")}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -243,16 +246,62 @@ def test_a_precision_auto_picks_holds_its_bound_on_repetitive_input(cls, device,
 
 
 def test_every_engine_is_tested_and_named_once():
-    """The conformance tests above see every engine, in one explicit order, the plain engine last (it serves every
-    target, so an engine after it would never run)."""
+    """The conformance tests above see every engine, in one explicit order (the precision table's), the plain engine
+    last (it serves every target, so an engine after it would never run)."""
     names = [cls.name for cls in ENGINES]
     assert len(set(names)) == len(names) and ENGINES[-1] is engine.PlainEngine
-    assert names == ["onednn-bf16", "int8", "onednn-float32", "mkl-float32", "plain"]
+    assert names == ["onednn-bf16", "onednn-float32", "mkl-float32", "int8", "plain"]
     for target in (
         engine.Target(torch.device("cuda"), torch.float16, False),
         engine.Target(torch.device("meta"), torch.float64, True),
     ):
         assert engine.PlainEngine.serves(target)
+
+
+def named_engine(path: str) -> type:
+    """The engine class a precision row's ``"module.Class"`` names in bilm/engine."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(f"spacy_elmo.bilm.engine.{module}"), name)
+
+
+def engine_classes() -> set[type]:
+    """Every engine class defined in bilm/engine's modules (those with a name: the abstract bases have none)."""
+    found = set()
+    for path in Path(engine.__file__).parent.glob("[!_]*.py"):
+        module = importlib.import_module(f"spacy_elmo.bilm.engine.{path.stem}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, engine.Engine) and cls.__module__ == module.__name__ and "name" in vars(cls):
+                found.add(cls)
+    return found
+
+
+def test_the_precision_table_names_every_engine_and_orders_them():
+    """ENGINES is the precision table's engines, row by row, then the plain engine; an engine that no row names
+    would never be asked (so adding a precision is its engine file and its row), and each row's engines load its
+    dtype."""
+    named = [(row, named_engine(path)) for row in precisions.PRECISIONS for path in row.engines]
+    assert (*(cls for _, cls in named), engine.PlainEngine) == ENGINES
+    assert engine_classes() == set(ENGINES)
+    assert all(cls.load_dtype == row.dtype() for row, cls in named)
+
+
+def test_the_precision_table_keeps_the_names_vectors_are_stored_by():
+    """dtype names, aliases and vectors' names are cache keys and fingerprints (saved pipelines, disk caches): the
+    table's order and words may change, these never."""
+    from spacy_elmo.bilm import cpu_support
+
+    assert set(precisions.PRECISION_NAMES) == {"bfloat16", "float16", "float32", "int8"}
+    assert set(precisions.VECTOR_PRECISIONS) == {*precisions.PRECISION_NAMES, "bfloat16-cuda", "float16-cuda"}
+    assert precisions.ALIASES == {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32"} | {
+        "qint8": "int8"
+    }
+    for row in precisions.PRECISIONS:
+        assert str(row.dtype()) == f"torch.{row.name}" and row.vectors_on("cpu") == row.name
+        if row.native is not None:  # a fact of cpu_support, and a warning that names the CPU's flags
+            assert callable(getattr(cpu_support, row.native)) and isinstance(getattr(cpu_support, row.native)(), bool)
+            assert "{flags}" in row.emulated and row.emulated.format(flags="F", aten="A").startswith(
+                f"dtype='{row.name}' has no"
+            )
 
 
 def test_each_engine_tolerance_is_the_documented_bound_of_its_precision():
@@ -270,7 +319,7 @@ def test_an_engine_precision_is_its_target():
     assert engine.PlainEngine(engine.Target(torch.device("cpu"), torch.float32, True)).precision == "int8"
 
 
-@pytest.mark.skipif(not cpu_support.int8_available(), reason="this torch has no quantized engine")
+@pytest.mark.skipif(not int8.int8_available(), reason="this torch has no quantized engine")
 def test_packing_leaves_the_process_wide_quantized_engine_as_it_was():
     """int8 packs are made for the engine each role chose, whatever the process's ``torch.backends.quantized.engine``
     says, and the setting comes back as it was (library code changes no process-wide state)."""

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.bilm import BiLM, batch_to_char_ids, cpu_support, load_model
+from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.encoder import Highway
-from spacy_elmo.bilm.engine import base, engine_of, mkl, step_loop
+from spacy_elmo.bilm.engine import base, engine_of, mkl, onednn, step_loop
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
 from tests.numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
@@ -31,7 +31,7 @@ def count_packed(monkeypatch):
     """Pack every matrix, and count the packed products by the weight they used."""
     monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(mkl, "ENABLED", True)
-    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: "mkl")  # the MKL engine, whatever this CPU prefers
+    monkeypatch.setattr(onednn, "float32_kernels", lambda: "mkl")  # the MKL engine, whatever this CPU prefers
     counts = {}
     plain_linear = mkl.linear
 
@@ -123,7 +123,7 @@ def test_packs_follow_weight_updates(count_packed):
 def test_a_pack_that_disagrees_is_not_used(monkeypatch):
     """If MKL's packed product ever differs from sgemm (the probe), the plain path runs instead."""
     monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: "mkl")
+    monkeypatch.setattr(onednn, "float32_kernels", lambda: "mkl")
     monkeypatch.setattr(mkl, "linear", lambda rows, out_in, bias, pack: torch.zeros(rows.shape[0], out_in.shape[0]))
     torch.manual_seed(6)
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
@@ -140,7 +140,7 @@ def test_a_pack_that_disagrees_is_not_used(monkeypatch):
 @pytest.mark.parametrize("rows", [1, 3, 20, 32, 64, 200])
 def test_packed_highway_equals_plain(threads, rows, monkeypatch):
     monkeypatch.setattr(mkl, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: "mkl")
+    monkeypatch.setattr(onednn, "float32_kernels", lambda: "mkl")
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -4,7 +4,7 @@ Low precision is an approximation of the float32 model, not a rounding of it, so
 ``tests/numerics.py`` (a few ulps) does not apply. The bound here is the error of each layer
 relative to that layer's activation scale (its largest magnitude over the sentences compared),
 ``max |low - float32| / max |float32|``, every layer checked. The kernels differ by CPU
-(``spacy_elmo.bilm.cpu_support``: int8 takes 7-bit activations where the CPU's kernels saturate at
+(``spacy_elmo.bilm.engine.int8``: int8 takes 7-bit activations where the CPU's kernels saturate at
 full range, i.e. without VNNI), so the figures are per ISA level. Measured with torch 2.13 on an Intel
 Xeon (AVX-512 VNNI/BF16), natively and with oneDNN, fbgemm, ATen and MKL capped to AVX2 (the
 kernels of an AVX2-only CPU such as AMD Zen 3; CI's second pass), worst layer:
@@ -67,7 +67,7 @@ ORDINARY = [
 ]
 
 needs_int8 = pytest.mark.skipif(
-    not cpu_support.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)"
+    not int8.int8_available(), reason="this torch has no quantized engine (fbgemm / onednn)"
 )
 
 
@@ -193,7 +193,7 @@ def trained_text_bound(dtype):
     """What docs/precision.md states for ``dtype`` on the trained model's ordinary sentences, on this CPU's kernels."""
     if dtype == "float32":
         return TRAINED_FLOAT32_BOUND
-    kernels = cpu_support.int8_kernels()
+    kernels = int8.int8_kernels()
     seven_bit = kernels is not None and (kernels.many_rows.reduce_range or kernels.few_rows.reduce_range)
     return TRAINED_TEXT_TOLERANCE["int8 7-bit" if dtype == "int8" and seven_bit else dtype]
 
@@ -226,7 +226,7 @@ def test_trained_model_on_wikitext_sentences(dtype, data_dir, trained_reference)
 
 def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
     names = ["float32", "bfloat16"] + (["float16"] if cpu_support.float16_products() else [])
-    names += ["int8"] if cpu_support.int8_available() else []
+    names += ["int8"] if int8.int8_available() else []
     backends = [load_bilm(fixture_dir, dtype=name) for name in names]
     assert len({b.fingerprint for b in backends}) == len(names)
     assert len({id(b) for b in backends}) == len(names)
@@ -387,7 +387,7 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
     """Every weight has one int8 pack, made by its role's kernel: the LSTM's step weights by the step kernel (fbgemm),
     the input projections and token layers by the many-rows one (oneDNN where AMX serves int8, forced here on any
     CPU). A second pack of the step weights would be a second int8 copy (oneDNN's pack holds two)."""
-    if amx and cpu_support.INT8_AMX_ENGINE not in cpu_support.int8_engines():
+    if amx and int8.INT8_AMX_ENGINE not in int8.int8_engines():
         pytest.skip("this torch has no oneDNN quantized engine")
     monkeypatch.setattr(cpu_support, "amx_int8", lambda: amx)
     made = []
@@ -398,16 +398,17 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
         return plain(q, scale, engine_name)
 
     monkeypatch.setattr(int8, "prepack", counting)
-    cpu_support.int8_kernels.cache_clear()
+    int8.int8_kernels.cache_clear()
     try:
-        kernels = cpu_support.int8_kernels()
-        preferred = cpu_support.INT8_AMX_ENGINE if amx else cpu_support.INT8_ENGINE
+        kernels = int8.int8_kernels()
+        preferred = int8.INT8_AMX_ENGINE if amx else int8.INT8_ENGINE
         # the role's engine, unless it saturates here and another engine is exact (e.g. oneDNN capped to AVX2
         # while fbgemm keeps its own VNNI kernels): then that one
-        if cpu_support._saturation_free(preferred) or kernels.many_rows.engine == preferred:
+        if int8._saturation_free(preferred) or kernels.many_rows.engine == preferred:
             assert kernels.many_rows.engine == preferred
         else:
-            assert cpu_support._saturation_free(kernels.many_rows.engine) and not kernels.many_rows.reduce_range
+            assert int8._saturation_free(kernels.many_rows.engine) and not kernels.many_rows.reduce_range
+        made.clear()  # the saturation probes above pack through the same primitive: count the model's packs only
         model = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
         model = engine.prepare(model, torch.device("cpu"), torch.int8, keep_float32=keep_float32)
         sentence = ["The", "bank", "approved", "the", "loan", "."]
@@ -419,9 +420,9 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
         steps = 2 * len(cells)
         others = len(cells) + 2 * len(model.token_encoder.highways) + 1  # input projections, highway layers, projection
         assert len(made) == steps + others  # one pack per weight, none made twice
-        assert made.count(cpu_support.INT8_FEW_ROWS_ENGINE) >= steps
+        assert made.count(int8.INT8_FEW_ROWS_ENGINE) >= steps
         assert made.count(kernels.many_rows.engine) >= others
-        if kernels.many_rows.engine != cpu_support.INT8_FEW_ROWS_ENGINE:  # two kernels: each weight exactly its role's
+        if kernels.many_rows.engine != int8.INT8_FEW_ROWS_ENGINE:  # two kernels: each weight exactly its role's
             assert made.count(kernels.many_rows.engine) == others
         with torch.inference_mode():
             ours, _, _ = model(ids)
@@ -432,7 +433,7 @@ def test_int8_packs_one_copy_per_weight(fixture_dir, amx, keep_float32, monkeypa
         ).all()
     finally:  # the patched CPU's kernels never outlive the test (a later int8 load would probe them again)
         monkeypatch.undo()
-        cpu_support.int8_kernels.cache_clear()
+        int8.int8_kernels.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", [pytest.param("int8", marks=needs_int8), "bfloat16"])

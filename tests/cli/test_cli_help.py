@@ -219,6 +219,7 @@ def test_a_missing_matplotlib_is_said_before_a_model_or_pipeline_loads(args, tmp
 def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
     code = (
         "import sys, spacy_elmo, spacy_elmo.train, spacy_elmo.train.config, spacy_elmo.bilm.files\n"
+        "import spacy_elmo.bilm.engine.precisions, spacy_elmo.runtime.validation  # the precision table: no torch\n"
         "heavy = {'torch', 'spacy', 'sklearn'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "from spacy_elmo import ElmoBackend, ElmoVectorizer, WeightFileError, layer_weights, load_bilm\n"
@@ -232,7 +233,7 @@ def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("package", ["spacy_elmo", "spacy_elmo.train", "spacy_elmo.bilm"])
+@pytest.mark.parametrize("package", ["spacy_elmo", "spacy_elmo.train", "spacy_elmo.bilm", "spacy_elmo.bilm.engine"])
 def test_no_lazy_public_name_is_also_a_submodule(package):
     """A name both public and a submodule's is whichever was imported last (``spacy_elmo.train.evaluate`` once was
     the module or the function depending on import order)."""

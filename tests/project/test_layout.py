@@ -61,7 +61,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
     "bilm/engine/int8.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
     "bilm/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
-    "bilm/int8_weights.py": ("test_cpu_support.py", "test_precision.py", "test_engines.py"),
+    "bilm/engine/precisions.py": ("test_engines.py", "test_device_cache_keys.py", "test_windows.py"),
     "bilm/engine/onednn.py": ("test_engines.py", "test_precision.py", "test_mkl_prepacked.py"),
     "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),
     # compat/: the peers' APIs

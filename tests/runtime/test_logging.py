@@ -63,10 +63,9 @@ def _expected_float32_kernels() -> str:
     process chose them, else MKL's packed GEMM where this torch has its ops; SPACY_ELMO_PACKED_WEIGHTS=0: neither."""
     if os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() in ("0", "false", "no", "off"):
         return "kernels: plain engine, torch's cpu kernels, float32"
-    from spacy_elmo.bilm import cpu_support
-    from spacy_elmo.bilm.engine import step_loop
+    from spacy_elmo.bilm.engine import onednn, step_loop
 
-    if cpu_support.float32_kernels() == "onednn":  # by the CPU's vendor, or forced by SPACY_ELMO_FLOAT32_KERNELS
+    if onednn.float32_kernels() == "onednn":  # by the CPU's vendor, or forced by SPACY_ELMO_FLOAT32_KERNELS
         return (
             "kernels: onednn-float32 engine, float32 precision, oneDNN pre-packed products of up to 512 rows, "
             f"MKL's GEMM for more, {step_loop.loop_kind()} LSTM time loop"

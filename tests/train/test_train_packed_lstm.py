@@ -4,7 +4,6 @@ import pytest
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from spacy_elmo.bilm import cpu_support
 from spacy_elmo.bilm.engine import onednn
 from spacy_elmo.bilm.lstm import run_directions
 from spacy_elmo.train.network import FusedBiLSTM
@@ -161,7 +160,7 @@ _ONEDNN_LINEAR = onednn.linear
 def _layer_results(monkeypatch, kernels: str, calls: list[int]):
     """Output and every gradient of one layer at the default architecture's widths (its state products are big
     enough for oneDNN packs), with ``kernels`` as the process's float32 choice; ``calls`` counts oneDNN products."""
-    monkeypatch.setattr(cpu_support, "float32_kernels", lambda: kernels)
+    monkeypatch.setattr(onednn, "float32_kernels", lambda: kernels)
 
     def counted(*args):
         calls.append(1)
@@ -181,7 +180,7 @@ def _layer_results(monkeypatch, kernels: str, calls: list[int]):
     return [out.detach(), *torch.autograd.grad((out * upstream).sum(), [x, w_ih, w_hh, bias, w_hr])]
 
 
-@pytest.mark.skipif(not cpu_support.onednn_float32_available(), reason="this torch has no oneDNN float32 packs")
+@pytest.mark.skipif(not onednn.onednn_float32_available(), reason="this torch has no oneDNN float32 packs")
 def test_onednn_step_products_agree_with_mkl_and_repeat_bit_for_bit(monkeypatch):
     """Where the process's float32 choice is oneDNN, the per-step state products (forward and backward) run on its
     packs: float32 rounding away from MKL's bmm, and the same bits on a rerun (resumed training repeats itself)."""

@@ -74,7 +74,7 @@ def test_the_cli_prints_the_precision_and_metrics_record_it(texts, tmp_path, mon
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["precision"] == "float32" and metrics["config"]["precision"] == "auto"
     bad = CliRunner().invoke(app, [*args, "--precision", "float16"])
-    assert bad.exit_code == 2 and "--precision must be auto, float32 or bfloat16, not 'float16'" in bad.output
+    assert bad.exit_code == 2 and "--precision must be auto, bfloat16 or float32, not 'float16'" in bad.output
 
 
 def test_a_bfloat16_step_loss_is_within_tolerance_of_float32(data_dir):

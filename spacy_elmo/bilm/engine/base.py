@@ -2,10 +2,10 @@
 
 An engine serves one module of the inference path (the token encoder, or the biLSTM) on one
 :class:`Target` (device, dtype, int8 or not). It is chosen once (:func:`.registry.engine_of`) and then owns
-everything that depends on that choice: the packs of the weights, how each product is computed (its family's
-cost model: which row counts and weight sizes take which kernel, constants of its own file), and the step
-weights of an LSTM layer, which the one step loop (:mod:`.step_loop`) runs. The inference path
-(:mod:`..inference`) only asks it for products and layer steps; it never looks at a dtype itself.
+everything that depends on that choice: which kernels its family runs on this CPU, the packs of the weights, how
+each product is computed (its family's cost model: which row counts and weight sizes take which kernel, constants
+of its own file), and the step weights of an LSTM layer, which the one step loop (:mod:`.step_loop`) runs. The
+inference path (:mod:`..inference`) only asks it for products and layer steps; it never looks at a dtype itself.
 
 The packs an engine holds (:class:`WeightPacks`) are one per weight, remade whenever the weight changes. A pack is
 keyed by its owner module and parameter name, and is valid for one version of that parameter (the same tensor
@@ -86,8 +86,9 @@ class Target:
 class Engine(ABC):
     """How one module's inference products run on one :class:`Target`; one subclass per kernel family.
 
-    Adding one (fp16 on CPU, a CUDA graph) is one subclass and one line in :data:`.registry.ENGINES`; its
-    ``tolerance`` is what ``tests/bilm/test_engines.py`` holds it to against float32, on every device it serves.
+    Adding one (fp16 on CPU, a CUDA graph) is one subclass, in its family's file, named by its precision's row of
+    :data:`.precisions.PRECISIONS` (which orders :data:`.registry.ENGINES`); its ``tolerance`` is what
+    ``tests/bilm/test_engines.py`` holds it to against float32, on every device it serves.
     """
 
     name: ClassVar[str]  # shown in logs and test ids
@@ -113,6 +114,12 @@ class Engine(ABC):
     def load(cls, model: M, device: torch.device, dtype: torch.dtype, keep_float32: bool = False) -> M:
         """``model`` ready for this engine in ``dtype`` on ``device`` (eval mode): a cast, unless a family does more."""
         return model.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def choices(cls) -> dict[str, str]:
+        """The kernels this family chose in this process where it chooses among several (its line of ``spacy-elmo
+        info``: :func:`.registry.summary`), by what it serves; empty where it runs one set of kernels."""
+        return {}
 
     @abstractmethod
     def describe(self) -> str:

@@ -1,19 +1,31 @@
-"""The int8 engine: every product through int8 weights, the steps in the compiled loop; quantize, the int8 packs.
-
-The two kernel primitives (quantize a weight, pack it for one quantized engine) are in :mod:`..int8_weights`, which
-the CPU probe (:mod:`..cpu_support`) shares, so that it multiplies exactly what the model will.
+"""The int8 family: quantize, the int8 kernel of each role, its packs, the engine (every product through int8
+weights, the steps in the compiled loop).
 
 Opt-in, for inference on CPU (``load_bilm(..., dtype="int8")``; ``"auto"`` is float32). :func:`quantize` marks a
 model: the LSTM input, state and projection products, the highway layers and the token projection multiply int8
-weights, symmetric per output channel (scale = max |w| / 127 of each row, :func:`..int8_weights.quantize_weight`),
-by activations that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or 7-bit where
-:func:`..cpu_support.int8_kernels` found that this CPU's kernels saturate at full range; per tensor, its own range);
-the products come back float32, and the rest (gates, cell, clipping, char CNN) stays float32. Each weight is packed
-once (:func:`..int8_weights.prepack`), by the kernel :mod:`..cpu_support` found for its role: the LSTM's step
-weights (state and projection: a few rows per product, one at batch 1) by the step kernel (fbgemm), every other
-weight (input projections, token layers: whole chunks of rows) by the many-rows kernel (fbgemm, or oneDNN where
-AMX serves int8). One int8 copy per weight: a second pack of the step weights for the AMX kernel would add a third
-of the int8 model again (oneDNN's pack holds two int8 copies) for products of at most a batch of rows.
+weights, symmetric per output channel (scale = max |w| / 127 of each row, :func:`quantize_weight`), by activations
+that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or 7-bit where this CPU's kernels saturate at
+full range; per tensor, its own range); the products come back float32, and the rest (gates, cell, clipping, char
+CNN) stays float32.
+
+The kernels (:func:`int8_kernels`, chosen once per process): each weight is packed once (:func:`prepack`) by the
+quantized engine of its role. The LSTM's step weights (state and projection: a few rows per product, one at batch
+1) take fbgemm (fastest at batch 1's single rows; one int8 copy); every other weight (input projections, token
+layers: whole chunks of rows) fbgemm too (one compact pack; faster than oneDNN on AVX2, close to it with AVX-512
+VNNI), or oneDNN where AMX tiles serve int8 (:func:`..cpu_support.amx_int8`; faster there, its pack holds a
+second int8 copy). One int8 copy per weight: a second pack of the step weights for the AMX kernel would add a third
+of the int8 model again for products of at most a batch of rows. Measured: benchmarks/RESULTS.md, "Precision on
+every CPU".
+
+x86 CPUs differ in what their int8 kernels do, not only in how fast they are: products multiply unsigned 8-bit
+activations by signed 8-bit weights. With VNNI (AVX-512 VNNI, AVX-VNNI, AMX) the pairs are summed in int32.
+Without it (AVX2-only CPUs such as AMD Zen 2/3 and older Intel) fbgemm and oneDNN use ``vpmaddubsw``, which adds
+each pair of products into int16 *with saturation*: large activations times large weights are silently cut.
+``reduce_range=True`` (activations quantized to 7 bits) keeps every pair sum within int16. Rather than guess from
+CPU flags, :func:`int8_kernels` multiplies a probe built to saturate (every activation and weight at its largest)
+through each quantized engine, and uses ``reduce_range`` exactly where the probe comes back wrong. The engine's
+own dispatch (``ONEDNN_MAX_CPU_ISA``, ``FBGEMM_ENABLE_INSTRUCTIONS``) is respected because the probe runs the
+real kernels, packed as the model's weights are.
 This family's cost model: :attr:`Int8Engine.gate_chunk_elements` (smaller chunks of input projections).
 
 By default :func:`quantize` packs every weight at once and *releases* the float32 matrices (their
@@ -33,7 +45,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
+import logging
 import platform
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
@@ -42,11 +57,166 @@ import torch
 from torch import nn
 
 from .. import cpu_support
-from ..int8_weights import prepack, quantize_weight
 from ..lstm import ProjectedLSTMCell
+from ..threads import ForkSafeLock
 from .base import M, Target, WeightPacks, state_of
 from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
+
+logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
+
+# measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
+INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
+INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds 2 int8 copies)
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products: faster than oneDNN for 1-4 rows (batch 1), one int8 copy
+_PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
+_engine_lock = ForkSafeLock()  # held while torch's process-wide quantized engine is switched for one pack
+
+
+# -- the two kernel primitives: quantize a weight, pack it for one quantized engine ----------------------------
+
+
+def quantize_weight(out_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: ``(int8 weight (out, in), float32 scales (out,))``, ``w ~ q * scale``."""
+    w = out_in.detach().float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
+
+
+def prepack(q: torch.Tensor, scale: torch.Tensor, engine: str) -> Optional[object]:
+    """The int8 weight ``q`` with per-row ``scale`` packed by the quantized ``engine`` (None where this torch lacks it).
+
+    torch reads the engine from process-wide state (``torch.backends.quantized.engine``), only when packing;
+    each pack then runs its own engine's kernels whatever the setting. torch 2.13 has no engine-specific
+    pack for dynamic int8 products (``quantized::linear_prepack`` and its legacy form read the setting;
+    ``onednn::qlinear_prepack`` and ``_wrapped_linear_prepack`` make static-quantization weights, which
+    ``quantized::linear_dynamic`` does not take), so the switch cannot be avoided. It is made only where
+    the setting differs, for this call alone, under this module's lock (the one place the package touches
+    the setting: ``tests/architecture/``), and always put back. (The saturation probe packs through here too, so
+    that it multiplies exactly what the model will.)
+    """
+    if engine not in torch.backends.quantized.supported_engines:
+        return None
+    with warnings.catch_warnings():  # torch 2.10+ flags quantized tensor *creation* as deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        qweight = torch._make_per_channel_quantized_tensor(
+            q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0
+        )
+    with _engine_lock:
+        before = torch.backends.quantized.engine
+        if before == engine:  # already the process's engine: nothing to switch
+            return torch.ops.quantized.linear_prepack(qweight, None)
+        try:
+            torch.backends.quantized.engine = engine
+            return torch.ops.quantized.linear_prepack(qweight, None)
+        finally:
+            torch.backends.quantized.engine = before
+
+
+# -- the kernel of each role, chosen once per process --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int8Kernel:
+    """How int8 products run for one role: the quantized ``engine`` that packs the weights, and whether
+    activations are quantized to 7 bits (``reduce_range``) because the engine's kernels saturate here."""
+
+    engine: str
+    reduce_range: bool
+
+
+@dataclass(frozen=True)
+class Int8Kernels:
+    """The int8 kernels chosen for this process: products of many rows (input projections, token layers), and the
+    LSTM's step products (``few_rows``: one row at batch 1, at most a batch), each weight packed by its role's alone."""
+
+    many_rows: Int8Kernel
+    few_rows: Int8Kernel
+
+
+def int8_engines() -> tuple[str, ...]:
+    """The quantized engines of this torch that serve the int8 path (both on x86 builds)."""
+    engines = torch.backends.quantized.supported_engines
+    return tuple(e for e in (INT8_ENGINE, INT8_AMX_ENGINE) if e in engines)
+
+
+def int8_available() -> bool:
+    """Whether this torch has a quantized engine the int8 path can use (fbgemm or oneDNN: x86 CPU builds)."""
+    return bool(int8_engines())
+
+
+@functools.cache
+def int8_kernels() -> Optional[Int8Kernels]:
+    """The int8 kernel of each role, probed once per process; None where this torch has no int8 engine.
+
+    Many rows: fbgemm (one int8 copy per weight; faster than oneDNN on AVX2), oneDNN where AMX tiles serve
+    int8 (faster there, at the cost of a second int8 copy inside its pack). The LSTM's step products: fbgemm
+    (fastest at batch 1's single rows; one copy). Each role keeps
+    its engine and turns ``reduce_range`` on only where that engine's full-range product fails the saturation
+    probe; the other engine is used if it is exact at full range and the preferred one is not.
+    """
+    if not int8_available():
+        return None
+    exact = {engine: _saturation_free(engine) for engine in int8_engines()}
+    many_rows = (
+        INT8_AMX_ENGINE
+        if (cpu_support.amx_int8() and INT8_AMX_ENGINE in exact) or INT8_ENGINE not in exact
+        else INT8_ENGINE
+    )
+
+    def choose(preferred: str) -> Int8Kernel:
+        if exact.get(preferred):
+            return Int8Kernel(preferred, False)
+        other = next((e for e, ok in exact.items() if ok and e != preferred), None)
+        return Int8Kernel(other, False) if other else Int8Kernel(preferred, True)
+
+    kernels = Int8Kernels(
+        choose(many_rows), choose(INT8_FEW_ROWS_ENGINE if INT8_FEW_ROWS_ENGINE in exact else many_rows)
+    )
+    if kernels.many_rows.reduce_range or kernels.few_rows.reduce_range:
+        logger.info(
+            "int8: products saturate at full range on this CPU (%s): activations quantized to 7 bits",
+            cpu_support.isa_flags(),
+        )
+    logger.debug("int8 kernels: %s", kernels)
+    return kernels
+
+
+def _saturation_free(engine: str) -> bool:
+    """Whether ``engine``'s full-range dynamic int8 product is exact on a probe that saturates int16 pair sums.
+
+    Activations all 1.0 quantize to 255, weights all 1.0 to 127: every pair of products sums to 64770, twice
+    int16's range. An exact kernel returns ``_PROBE_WIDTH`` in every output; a saturating one about half.
+    Rows 1, 4 and 64 cover the kernels engines use for few and many rows.
+    """
+    try:
+        q, scale = quantize_weight(torch.ones(64, _PROBE_WIDTH))
+        packed = prepack(q, scale, engine)
+        if packed is None:
+            return False
+        for rows in (1, 4, 64):
+            out = torch.ops.quantized.linear_dynamic(torch.ones(rows, _PROBE_WIDTH), packed, False)
+            if not torch.allclose(out, torch.full_like(out, float(_PROBE_WIDTH)), rtol=1e-3):
+                return False
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+    return True
+
+
+def kernels_summary() -> str:
+    """The int8 line of ``spacy-elmo info``: whether its kernels are vector ones here, and each role's."""
+    kernels = int8_kernels()
+    if kernels is None:
+        return "unavailable"
+    fast = "fast" if cpu_support.vector_kernels() else "emulated"
+    return (
+        f"{fast}; many rows: {kernels.many_rows.engine}"
+        f"{' (7-bit activations)' if kernels.many_rows.reduce_range else ''}, few rows: {kernels.few_rows.engine}"
+        f"{' (7-bit activations)' if kernels.few_rows.reduce_range else ''}"
+    )
+
+
+# -- the weights: quantized, packed by their role's kernel ---------------------------------------------------
 
 # the parameters each marked module multiplies, as (name, whether its (out, in) view is the transpose)
 _INT8_WEIGHTS = {
@@ -54,14 +224,14 @@ _INT8_WEIGHTS = {
     nn.Linear: (("weight", False),),
 }
 # the LSTM's step weights: their products have a few rows (one at batch 1, at most a batch), so the step kernel
-# (cpu_support.Int8Kernels.few_rows) packs them; input projections and token layers multiply whole chunks of rows
+# (Int8Kernels.few_rows) packs them; input projections and token layers multiply whole chunks of rows
 STEP_WEIGHTS = ("state_weight", "projection")
 
 
 @dataclass(frozen=True)
 class Int8Pack:
     """int8 packed params of one quantized engine (the weight's only int8 copy); ``reduce_range``: whether its
-    products quantize activations to 7 bits (:class:`..cpu_support.Int8Kernel`). float32 out."""
+    products quantize activations to 7 bits (:class:`Int8Kernel`). float32 out."""
 
     packed: object
     reduce_range: bool = False
@@ -81,7 +251,7 @@ def make_pack(out_in: torch.Tensor, step: bool = False) -> Optional[Int8Pack]:
     weight, the step kernel; else the many-rows kernel), the other role's where that engine is missing; None
     where the kernels cannot."""
     try:
-        kernels = cpu_support.int8_kernels()
+        kernels = int8_kernels()
         if kernels is None:
             return None
         q, scale = quantize_weight(out_in)
@@ -115,7 +285,7 @@ def quantize(model: M, keep_float32: bool = False) -> M:
     marked = [m for m in model.modules() if isinstance(m, (ProjectedLSTMCell, nn.Linear))]
     if keep_float32:
         return model
-    if cpu_support.int8_kernels() is None:  # no int8 kernels in this torch (the backend refuses int8 first)
+    if int8_kernels() is None:  # no int8 kernels in this torch (the backend refuses int8 first)
         return model
     for module in marked:  # one weight at a time: its float32 pages are reused by the next one (a lower peak)
         for name, out_in in _int8_weights(module):
@@ -187,15 +357,29 @@ class Int8Engine(PlainEngine):
 
     @classmethod
     def serves(cls, target: Target) -> bool:
-        return target.int8 and target.device.type == "cpu" and cpu_support.int8_kernels() is not None
+        return target.int8 and target.device.type == "cpu" and int8_kernels() is not None
 
     @classmethod
     def load(cls, model: M, device: torch.device, dtype: torch.dtype, keep_float32: bool = False) -> M:
-        """float32 on ``device``, quantized (:func:`quantize`: float32 matrices released unless ``keep_float32``)."""
+        """float32 on ``device``, quantized (:func:`quantize`: float32 matrices released unless ``keep_float32``);
+        ``ValueError`` on another device than the CPU, or where this torch has no quantized engine."""
+        if device.type != "cpu":
+            raise ValueError(
+                f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
+            )
+        if not int8_available():
+            raise ValueError(
+                "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks"
+            )
         return quantize(model.to(device=device, dtype=torch.float32).eval(), keep_float32=keep_float32)
 
+    @classmethod
+    def choices(cls) -> dict[str, str]:
+        return {"int8": kernels_summary()}
+
     def describe(self) -> str:
-        return f"int8 products, {loop_kind()} LSTM time loop; this CPU: {cpu_support.summary()}"
+        here = {**cpu_support.facts(), **self.choices()}
+        return f"int8 products, {loop_kind()} LSTM time loop; this CPU: {here}"
 
     def pack(self, owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[Int8Pack]:
         """The int8 pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view); None where it has none."""

@@ -1,7 +1,7 @@
 """The MKL float32 engine: the plain engine with MKL pre-packed weights where products of a few rows gain.
 
 It serves float32 on CPU where oneDNN's pre-packed float32 products are not faster
-(:func:`..cpu_support.float32_kernels`; where they are, :class:`~.onednn.Float32Engine` serves, its packs instead
+(:func:`.onednn.float32_kernels`; where they are, :class:`~.onednn.Float32Engine` serves, its packs instead
 of these: one pack per weight either way).
 
 MKL pre-packed GEMM: pre-packed copies of big weight matrices, for CPU inference products with a few rows.

@@ -7,9 +7,19 @@ ops torch's own CPU inductor uses) pack once, into one copy per weight. Two engi
 - :class:`Bf16Engine`: bfloat16 where oneDNN has native bf16 kernels (:func:`..cpu_support.bf16_native`;
   elsewhere the plain engine serves bf16, emulated: the backend warns); the steps in the compiled loop.
 - :class:`Float32Engine`: float32 where oneDNN's exact float32 products beat MKL's on this CPU
-  (:func:`..cpu_support.float32_kernels`: by the CPU's vendor; ``SPACY_ELMO_FLOAT32_KERNELS`` forces it);
-  elsewhere :class:`~.mkl.MklEngine` serves float32. Its packs replace MKL's: one pack per weight. Its steps
-  run in the compiled loop too (full float32: the same ops as from Python, without the interpreter).
+  (:func:`float32_kernels`); elsewhere :class:`~.mkl.MklEngine` serves float32. Its packs replace MKL's: one
+  pack per weight. Its steps run in the compiled loop too (full float32: the same ops as from Python, without the
+  interpreter). Training's fused biLSTM takes its packs for its per-step products where this family serves
+  float32 (:func:`float32_step_packs`).
+
+float32 products have two exact kernel families on x86 builds: MKL's GEMM and oneDNN's pre-packed products. Which
+is faster depends on the CPU's maker: on AMD EPYC (Zen 4, Zen 5, and with every library capped to AVX2 as on Zen 3)
+oneDNN's are up to 2-4x MKL's at the biLM's shapes, while on Intel MKL is at home (benchmarks/RESULTS.md, "float32
+through oneDNN"). :func:`float32_kernels` decides from the CPU's vendor (:func:`..cpu_support.cpu_vendor`), once
+per process, so every process on a machine takes the same kernels (a resumed training run repeats the bits of an
+uninterrupted one), after a probe that oneDNN's products are exact to float32 here
+(:func:`onednn_float32_available`); ``SPACY_ELMO_FLOAT32_KERNELS=onednn|mkl|auto`` forces either (for debugging
+and A/B measurements).
 
 The family's cost model (the constants below): weights from :data:`MIN_ELEMENTS` up, products of at most
 :data:`MAX_ROWS` rows (bf16) or :data:`FLOAT32_MAX_ROWS` rows (float32; a step's state product from
@@ -19,12 +29,16 @@ The family's cost model (the constants below): weights from :data:`MIN_ELEMENTS`
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 from typing import ClassVar, Optional
 
 import torch
 from torch import nn
 
 from .. import cpu_support
+from ..exact import exact_float32
 from . import mkl
 from .base import Target, WeightPacks
 from .plain import PlainEngine
@@ -35,6 +49,68 @@ MAX_ROWS = 256  # bf16, measured: from a few hundred rows up plain bf16 GEMM is 
 FLOAT32_MAX_ROWS = 512  # float32, measured: oneDNN's packed product leads MKL's up to ~640 rows, not at 1024
 FLOAT32_STATE_MIN_ROWS = 2  # float32 state products: at 1 row on one thread MKL's GEMV is faster (batch 1)
 _PACK_FOR_ROWS = 32  # the row count oneDNN lays a pack out for; products of other row counts use it as it is
+FLOAT32_KERNELS_ENV = "SPACY_ELMO_FLOAT32_KERNELS"  # onednn | mkl | auto (the default)
+FLOAT32_KERNEL_CHOICES = ("onednn", "mkl", "auto")
+# CPU vendors whose float32 products run faster on oneDNN's pre-packed kernels than on MKL's GEMM (measured:
+# benchmarks/RESULTS.md, "float32 through oneDNN"); elsewhere (Intel, unknown) MKL's, as before
+ONEDNN_FLOAT32_VENDORS = ("AuthenticAMD",)
+logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
+
+
+def float32_kernels_forced() -> Optional[str]:
+    """``"onednn"`` or ``"mkl"`` where ``SPACY_ELMO_FLOAT32_KERNELS`` forces one; None for ``auto`` or unset.
+
+    Any other value raises ``ValueError`` naming the variable and the values it takes."""
+    value = os.environ.get(FLOAT32_KERNELS_ENV, "auto").strip().lower() or "auto"
+    if value not in FLOAT32_KERNEL_CHOICES:
+        raise ValueError(
+            f"{FLOAT32_KERNELS_ENV}={value!r} is not one of {', '.join(FLOAT32_KERNEL_CHOICES)}: "
+            f"unset it or set one of those"
+        )
+    return None if value == "auto" else value
+
+
+@functools.cache
+def float32_kernels() -> str:
+    """Which float32 products the float32 engines run in this process: ``"onednn"`` (this family's pre-packed
+    kernels, :class:`Float32Engine`) or ``"mkl"`` (MKL's GEMM and its packs, :class:`~.mkl.MklEngine`). Decided
+    once per process, never per product, and alike in every process on one machine.
+
+    Forced by ``SPACY_ELMO_FLOAT32_KERNELS``; else oneDNN on the CPUs of :data:`ONEDNN_FLOAT32_VENDORS` where its
+    pre-packed products are exact to float32 (:func:`onednn_float32_available`), MKL's elsewhere.
+    """
+    forced = float32_kernels_forced()
+    if forced == "onednn" and not onednn_float32_available():
+        logger.info("%s=onednn: this torch has no oneDNN pre-packed float32 products; MKL's run", FLOAT32_KERNELS_ENV)
+        return "mkl"
+    if forced is not None:
+        return forced
+    if cpu_support.cpu_vendor() in ONEDNN_FLOAT32_VENDORS and onednn_float32_available():
+        return "onednn"
+    return "mkl"
+
+
+@functools.cache
+def onednn_float32_available() -> bool:
+    """Whether this torch has oneDNN's pre-packed float32 products and they are exact to float32 here (a probe
+    against float64, rows 1, 3 and 64, under the package's full-float32 guard)."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(96, 128, generator=generator)
+        with exact_float32("cpu"):
+            pack = torch.ops.mkldnn._reorder_linear_weight(weight, 32)
+            for rows in (1, 3, 64):
+                x = torch.randn(rows, 128, generator=generator)
+                got = torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "")
+                expected = x.double() @ weight.double().t()
+                scale = float((x.abs().double() @ weight.abs().double().t()).max())
+                if got.shape != expected.shape or float((got.double() - expected).abs().max()) > 1e-5 * scale:
+                    return False
+    except (AttributeError, RuntimeError, TypeError):  # torch without oneDNN or these ops
+        return False
+    return True
 
 
 def make_pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
@@ -48,6 +124,17 @@ def make_pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
 def linear(rows: torch.Tensor, pack: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``rows @ out_in.T (+ bias)`` through ``pack`` (:func:`make_pack`), in the pack's dtype."""
     return torch.ops.mkldnn._linear_pointwise(rows, pack, bias, "none", [], "")
+
+
+def float32_step_packs(out_in: torch.Tensor) -> Optional[list[torch.Tensor]]:
+    """Packs of each direction's float32 ``(out, in)`` weight in ``out_in`` for products that repeat at every step
+    (training's fused biLSTM, :mod:`spacy_elmo.train.packed_lstm`: made once per call), where this family serves
+    float32 here (:func:`float32_kernels`); None where those products stay torch's (MKL's GEMM): MKL chosen, a weight
+    below :data:`MIN_ELEMENTS`, or a torch that cannot pack."""
+    if out_in[0].numel() < MIN_ELEMENTS or float32_kernels() != "onednn":
+        return None
+    packs = [make_pack(weight) for weight in out_in]
+    return None if any(pack is None for pack in packs) else packs  # type: ignore[return-value]
 
 
 class OneDnnEngine(PlainEngine):
@@ -119,13 +206,11 @@ class Bf16Engine(OneDnnEngine):
         )
 
     def describe(self) -> str:
-        return (
-            f"bfloat16 products through oneDNN packs, {loop_kind()} LSTM time loop; this CPU: {cpu_support.summary()}"
-        )
+        return f"bfloat16 products through oneDNN packs, {loop_kind()} LSTM time loop; this CPU: {cpu_support.facts()}"
 
 
 class Float32Engine(OneDnnEngine):
-    """float32 on CPU where oneDNN's exact pre-packed products beat MKL's (:func:`..cpu_support.float32_kernels`)."""
+    """float32 on CPU where oneDNN's exact pre-packed products beat MKL's (:func:`float32_kernels`)."""
 
     name = "onednn-float32"
     load_dtype = torch.float32
@@ -140,8 +225,12 @@ class Float32Engine(OneDnnEngine):
             and target.device.type == "cpu"
             and target.dtype == torch.float32
             and not target.int8
-            and cpu_support.float32_kernels() == "onednn"
+            and float32_kernels() == "onednn"
         )
+
+    @classmethod
+    def choices(cls) -> dict[str, str]:
+        return {"float32 kernels": float32_kernels()}
 
     def describe(self) -> str:
         return (

@@ -94,7 +94,7 @@ class StepWeight(NamedTuple):
     """One direction's weight of one step product, in the forms its engine holds; the first that serves runs.
 
     ``int8``: packed params (the weight's one int8 copy), quantizing activations to 7 bits where
-    ``int8_reduce_range`` (:mod:`..cpu_support`). ``onednn`` (bf16, float32) or ``mkl``: a pack for products of
+    ``int8_reduce_range`` (:func:`.int8.int8_kernels`). ``onednn`` (bf16, float32) or ``mkl``: a pack for products of
     ``min_rows``..``max_rows`` rows (its family's cost model). ``dense``: the ``(in, out)`` matrix, for every other
     product.
     """
