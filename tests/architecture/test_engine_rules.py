@@ -1,11 +1,13 @@
-"""The inference engines: precision chosen only by them, one time loop, one attribute on a module
-(ARCHITECTURE.md, "Inference engines", "One chooser")."""
+"""The inference engines: precision and kernels chosen only by them, one time loop, one attribute on a module
+(ARCHITECTURE.md, "Inference engines", "One chooser", "What the CPU runs natively is probed in one place")."""
 
 import ast
 from pathlib import Path
 
 from tests.architecture.arch_scan import (
     MODULES,
+    dotted_name,
+    import_aliases,
     used_names,
 )
 
@@ -44,7 +46,7 @@ def precision_checks(path: Path) -> list[int]:
 def test_precision_is_chosen_only_by_the_engines():
     """Below BiLM's one reference-vs-inference switch, kernels and precisions are chosen once per module and
     target by bilm/engine (``engine_of``): the inference path and the kernel modules never test a dtype or a
-    pack's kind per product. (cpu_support decides what this process runs; the engines ask it.)"""
+    pack's kind per product. (cpu_support reports what this CPU runs; the engines choose: see below.)"""
     assert precision_checks(MODULES["spacy_elmo.bilm.engine.mkl"])  # the check sees what it looks for
     for name in PRECISION_BLIND:
         assert not precision_checks(MODULES[name]), (
@@ -55,6 +57,62 @@ def test_precision_is_chosen_only_by_the_engines():
     assert not inference_names & (TORCH_DTYPES | {"mkl", "int8", "bf16", "plain", "step_loop"}), (
         "inference.py names a precision or a kernel module: it asks the engine"
     )
+
+
+# the kernel libraries a product may run on (torch's quantized engines, float32's GEMMs), by the names a choice
+# between them spells, and the torch operators and settings that pack or multiply through one of them
+KERNEL_NAMES = {"fbgemm", "onednn", "qnnpack", "x86", "mkl", "mkldnn"}
+KERNEL_APIS = ("torch.ops.quantized", "torch.ops.mkldnn", "torch.ops.mkl", "torch.backends.quantized")
+
+
+def kernel_uses(source: str) -> list[int]:
+    """Lines of ``source`` that name a kernel library as a value (``"fbgemm"``, ``== "onednn"``) or pack / multiply
+    through one (``torch.ops.quantized.*``, ``torch.ops.mkldnn.*``, ``torch.ops.mkl.*``,
+    ``torch.backends.quantized.*``): what choosing kernels, or running a chosen one, looks like. A setting's name
+    that only contains one (``"ONEDNN_MAX_CPU_ISA"``, oneDNN's own bf16 query through ``probe.feature``) is no
+    choice."""
+    tree = ast.parse(source)
+    aliases = import_aliases(tree)
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in KERNEL_NAMES:
+            lines.add(node.lineno)
+        elif isinstance(node, ast.Attribute):
+            name = dotted_name(node, aliases)
+            if any(name == api or name.startswith(api + ".") for api in KERNEL_APIS):
+                lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_the_kernel_scan_sees_choices_and_kernel_calls():
+    source = """
+import os
+import torch
+ENGINE = "fbgemm"
+def choose(vendor):
+    return "onednn" if vendor == "AuthenticAMD" else "mkl"
+def pack(w):
+    return torch.ops.mkldnn._reorder_linear_weight(w, 32)
+def probe():
+    torch.backends.quantized.engine = ENGINE
+def facts():
+    return os.environ.get("ONEDNN_MAX_CPU_ISA"), torch.backends.mkldnn.is_available(), feature(torch, "ops.mkldnn.q")
+"""
+    assert kernel_uses(source) == [4, 6, 8, 10]
+
+
+def test_only_the_engines_choose_kernels():
+    """Which library serves which product (int8's fbgemm or oneDNN per role, float32's oneDNN or MKL, the packs
+    training takes) is chosen, and run, only in the engine families' files (bilm/engine/): every other module of the
+    package, cpu_support included (it reports what this CPU runs, never which kernel takes a product), names no
+    kernel library and calls none of torch's kernel-specific operators; it asks the family."""
+    assert kernel_uses(MODULES["spacy_elmo.bilm.engine.int8"].read_text(encoding="utf-8"))  # it sees the families
+    outside = {
+        name: found
+        for name, path in MODULES.items()
+        if not name.startswith("spacy_elmo.bilm.engine") and (found := kernel_uses(path.read_text(encoding="utf-8")))
+    }
+    assert not outside, f"modules that choose or run kernels outside bilm/engine (module: lines): {outside}"
 
 
 # -- the engines: one time loop, each family's cost model in its own file, one attribute on a module ---------
