@@ -1,8 +1,9 @@
 """A package's public names imported on first use (PEP 562), for the ``__init__`` files that must stay cheap.
 
-``spacy_elmo``, ``spacy_elmo.bilm`` and ``spacy_elmo.train`` name their public API in a table (name -> the
-module that defines it) and take their module-level ``__getattr__`` and ``__dir__`` from :func:`lazy_exports`, so
-that importing the package (and the command line, before it has checked its arguments) imports no torch.
+``spacy_elmo``, ``spacy_elmo.bilm``, ``spacy_elmo.bilm.engine`` and ``spacy_elmo.train`` name their public API in
+a table (name -> the module that defines it) and take their module-level ``__getattr__`` and ``__dir__`` from
+:func:`lazy_exports`, so that importing the package (and the command line, before it has checked its arguments,
+and the precision table below the engines) imports no torch.
 """
 
 from __future__ import annotations

@@ -246,11 +246,11 @@ def test_a_precision_auto_picks_holds_its_bound_on_repetitive_input(cls, device,
 
 
 def test_every_engine_is_tested_and_named_once():
-    """The conformance tests above see every engine, in one explicit order (the precision table's), the plain engine
-    last (it serves every target, so an engine after it would never run)."""
+    """The conformance tests above see every engine, in one explicit order (the precision table's: see below), the
+    plain engine last (it serves every target, so an engine after it would never run)."""
     names = [cls.name for cls in ENGINES]
     assert len(set(names)) == len(names) and ENGINES[-1] is engine.PlainEngine
-    assert names == ["onednn-bf16", "onednn-float32", "mkl-float32", "int8", "plain"]
+    assert names.index("onednn-float32") < names.index("mkl-float32")  # oneDNN's float32 where it wins, MKL's after
     for target in (
         engine.Target(torch.device("cuda"), torch.float16, False),
         engine.Target(torch.device("meta"), torch.float64, True),
