@@ -46,16 +46,19 @@ def blank_en():
 
 @pytest.fixture
 def embed_spy(backend, monkeypatch):
-    """Record the sentences every backend.embed call receives (the backend is the shared cached object)."""
+    """Record the sentences every backend.embed call receives (the backend is the shared cached object). The class's
+    method is replaced, not the object's: pytest 7.0's monkeypatch puts an object's attribute back as the bound
+    method, which would then hide the class's from every later test that spies on it."""
     calls = []
-    real = backend.embed
+    real = type(backend).embed
 
-    def spy(sentences, **kwargs):
-        sentences = [list(s) for s in sentences]
-        calls.append(sentences)
-        return real(sentences, **kwargs)
+    def spy(self, sentences, **kwargs):
+        if self is backend:
+            sentences = [list(s) for s in sentences]
+            calls.append(sentences)
+        return real(self, sentences, **kwargs)
 
-    monkeypatch.setattr(backend, "embed", spy)
+    monkeypatch.setattr(type(backend), "embed", spy)
     return calls
 
 
