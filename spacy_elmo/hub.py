@@ -119,7 +119,8 @@ class HubModule:
 def _default_row(layers: np.ndarray) -> np.ndarray:
     """``default`` of one sentence's stitched layers, pooled window by window as ``_default_rows`` folds them."""
     plan = window_bounds(layers.shape[1], DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP) or [(0, 0, 0, 0)]
-    sink = PoolSink(layers.shape, len(plan), "mean", _average_layers)
+    n_outputs, tokens, dim = layers.shape
+    sink = PoolSink((n_outputs, tokens, dim), len(plan), "mean", _average_layers)
     for _, _, keep_start, keep_end in plan:
         sink.add(keep_start, layers if len(plan) == 1 else layers[:, keep_start:keep_end])
     return sink.result()

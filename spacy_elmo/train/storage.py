@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
 from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path
@@ -97,7 +97,7 @@ def _os_error(err: SafetensorError) -> Exception:
 def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The tensors and JSON info of a file written by :func:`write_tensor_file`; one clear error otherwise."""
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt") as handle:  # type: ignore[attr-defined,unused-ignore]  # 0.4's stubs
             metadata = handle.metadata() or {}
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
     except (SafetensorError, OSError) as err:
