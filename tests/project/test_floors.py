@@ -54,6 +54,7 @@ def test_a_dependency_without_a_lower_bound_stops_the_floor_pass(tmp_path, monke
 def test_ci_installs_the_floors_on_the_oldest_python_and_the_wheel_there():
     assert '"$VENV/bin/python" .ci/floors.py --python' in CI and '"$VENV/bin/python" .ci/floors.py >"$FLOORS"' in CI
     assert '-c "$FLOORS" -e ".[test]"' in CI and '-c "$FLOORS" "$DIST"/*.whl' in CI
+    assert '"$FLOOR_VENV/bin/python" -m mypy' in CI  # the standard library's API as Python 3.9 has it
     assert floors.python() == PYPROJECT["project"]["requires-python"].removeprefix(">=") == "3.9"
 
 
