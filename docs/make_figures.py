@@ -163,7 +163,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         1.4,
         "#fde2c4",
         "spacy train: the listener",
-        "ElmoScalarMix.v2 in textcat / ner\nlearns the layer weights and gamma\n(spacy/layers.py)",
+        "ElmoScalarMix.v2 in textcat / ner\nlearns the layer weights and gamma\n(spacy/mix_layer.py)",
     ),
     "component": (
         0.1,

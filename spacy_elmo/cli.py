@@ -640,7 +640,7 @@ def plot_mix(
         check_output_path(output)
     _require_plotting()
     from .similarity import plot_mixes
-    from .spacy.layers import trained_mixes
+    from .spacy.mix_layer import trained_mixes
 
     with _errors_exit_2():
         mixes = trained_mixes(pipeline)

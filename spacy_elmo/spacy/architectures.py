@@ -25,7 +25,7 @@ from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
 from ..sources.model_files import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
-from .layers import LEARNED, LayerChoice, build_scalar_mix
+from .mix_layer import LEARNED, LayerChoice, build_scalar_mix
 
 
 @dataclass(frozen=True)

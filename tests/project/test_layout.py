@@ -78,7 +78,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "spacy/pipeline_component.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
     "spacy/extensions.py": ("test_stored_layers.py", "test_spacy_component.py"),
     "spacy/hooks.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
-    "spacy/architectures.py": ("test_spacy_layers.py", "test_spacy_training.py"),
+    "spacy/architectures.py": ("test_spacy_mix_layer.py", "test_spacy_training.py"),
     # train/: training, its data and its files
     "train/__init__.py": ("test_train.py",),
     "train/config.py": ("test_train.py", "test_train_safety.py"),
