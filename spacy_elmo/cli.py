@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from .bilm.files import WriteFailedError
+from .bilm.atomic_write import WriteFailedError
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
@@ -419,7 +419,7 @@ def evaluate(
         f"  ({counted}{result['words']} words, {result['sentences']} sentences)"
     )
     if output:
-        from .bilm.files import write_text_atomically
+        from .bilm.atomic_write import write_text_atomically
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..bilm import cpu_support, engine, manylangs_files
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ..bilm import manylangs_files
-from ..bilm.files import OPTIONS
+from ..bilm.file_names import OPTIONS
 from ..bilm.weights import first_line
 from .fetch import ARCHIVE_SUFFIXES
 

@@ -27,7 +27,7 @@ from typing import Optional
 
 from ..bilm import manylangs_files
 from ..bilm.excerpt import excerpt
-from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
+from ..bilm.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..bilm.excerpt import excerpt
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..bilm.weights import WeightFileError
 from .bundled_versions import DEFAULT_DIR, is_version_name, version_names
 from .fetch import is_archive, is_url

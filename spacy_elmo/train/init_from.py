@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
+from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from ..bilm.model import BiLM
 from ..bilm.weights import load_model
 from ..sources.model_files import resolve_model_files

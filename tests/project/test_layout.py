@@ -53,6 +53,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_files.py": ("test_manylangs.py",),
+    "bilm/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
     "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),

@@ -13,7 +13,7 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
-from spacy_elmo.bilm.files import COMPONENT_MODEL
+from spacy_elmo.bilm.file_names import COMPONENT_MODEL
 from spacy_elmo.cli import app
 from spacy_elmo.sources.model_files import resolve_model_files
 from spacy_elmo.sources.model_names import require_model
