@@ -528,7 +528,7 @@ def info(
     downloaded: what the published table says, without downloading it)."""
     from .sources.download import is_cached
     from .sources.info import describe, describe_published
-    from .sources.model_files import resolve_model_files
+    from .sources.model_paths import resolve_model_files
     from .sources.published import published_model
 
     entry = published_model(model_dir)
@@ -554,7 +554,7 @@ def download(
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
     from .sources.download import cached_path, home, is_archive, is_url
-    from .sources.model_files import forget_cached, resolve_model_files
+    from .sources.model_paths import forget_cached, resolve_model_files
     from .sources.published import published_by_url
 
     with _errors_exit_2():

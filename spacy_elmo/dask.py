@@ -36,7 +36,7 @@ from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_d
 from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
 from .runtime.text_rows import pooled_matrix, sample_column, token_records
 from .runtime.validation import resolve_device
-from .sources.model_files import model_shape, resolve_model_files
+from .sources.model_paths import model_shape, resolve_model_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output.cluster import local_cluster
@@ -74,7 +74,7 @@ def embed_texts(
     a sequence of ints gives them.
 
     The model is not loaded here: its files are found (a published model is downloaded) and the
-    settings checked against the shape its options file gives (``model_files.model_shape``).
+    settings checked against the shape its options file gives (``model_paths.model_shape``).
     """
     model, checked = _client_settings(model, given_settings(settings, DASK_SETTINGS, "embed_texts"))
     features = _checked_width(model, checked)  # errors here, where the input enters, not in a worker

@@ -17,7 +17,7 @@ from .runtime.pooling import pooling_parts
 from .runtime.stored_layers import is_doc
 from .runtime.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
 from .runtime.tokenize import TokenizerSpec
-from .sources.model_files import model_shape, resolve_model_files
+from .sources.model_paths import model_shape, resolve_model_files
 from .sources.pinned_model import PinnedModel
 
 __all__ = ["ElmoVectorizer", "EmptyTextWarning"]

@@ -3,7 +3,7 @@ folder's, a training run's, a prepared corpus's, an adaptation's, the spaCy comp
 :data:`PathLike`, what the package takes as a file's path.
 
 A foreign format's own names stay with its one reader: ELMoForManyLangs' ``config.json``, ``char.dic``, ... in
-``manylangs_files.py``; the download cache's bookkeeping suffixes in ``sources/download.py``.
+``manylangs_reader.py``; the download cache's bookkeeping suffixes in ``sources/download.py``.
 Lives in ``bilm/`` because the weight files are read and written here; everything else imports them from here.
 """
 

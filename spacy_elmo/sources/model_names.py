@@ -2,7 +2,7 @@
 published name, a URL, or a path here), the early checks that read and download nothing, and the one message for a
 model string that names nothing.
 
-Torch-free, so the command line checks ``train --init-from`` before torch is imported; :mod:`.model_files` turns
+Torch-free, so the command line checks ``train --init-from`` before torch is imported; :mod:`.model_paths` turns
 the same strings into files and says a missing model with the same error (:func:`not_found`).
 """
 

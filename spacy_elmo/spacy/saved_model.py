@@ -29,7 +29,7 @@ from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..runtime.backend import ElmoBackend
 from ..sources.bundled_versions import bundled_version
-from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
+from ..sources.model_paths import OPTIONS, WEIGHTS, model_file_map
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..bilm import manylangs_files
+from ..bilm import manylangs_reader
 from ..bilm.atomic_write import atomic_paths, reported_as, write_text_atomically
 from ..bilm.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
 from ..bilm.weights import write_model_files
@@ -35,8 +35,8 @@ _MODEL_FILES = (
     LEGACY_SOFTMAX,
     CHECKPOINT,
     LEGACY_CHECKPOINT,
-    manylangs_files.CONFIG,
-    *manylangs_files.STATE_FILES,
+    manylangs_reader.CONFIG,
+    *manylangs_reader.STATE_FILES,
 )
 
 
@@ -85,7 +85,7 @@ def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> No
         with reported_as(directory / VOCAB):
             vocab.save(words)
     stale = [p for p in directory.glob("*.hdf5") if p.name != WEIGHTS]
-    stale += [directory / name for name in (manylangs_files.CONFIG, *manylangs_files.STATE_FILES)]
+    stale += [directory / name for name in (manylangs_reader.CONFIG, *manylangs_reader.STATE_FILES)]
     for path in stale:
         path.unlink(missing_ok=True)
 

@@ -13,7 +13,7 @@ from tests.architecture.arch_scan import (
     imported_names,
 )
 
-TORCH_LOAD_ALLOWED = {"spacy_elmo.bilm.manylangs_files"}
+TORCH_LOAD_ALLOWED = {"spacy_elmo.bilm.manylangs_reader"}
 
 
 def _weights_only(call: ast.Call) -> bool:
@@ -269,7 +269,7 @@ FILE_NAME = re.compile(
 FOREIGN_FILE_NAMES = {
     # ELMoForManyLangs' model folder (its config.json names its architecture file; the .pkl files are its torch-saved
     # state dicts, read only with torch.load(weights_only=True))
-    "spacy_elmo.bilm.manylangs_files": {
+    "spacy_elmo.bilm.manylangs_reader": {
         "config.json",
         "char.dic",
         "word.dic",
