@@ -29,7 +29,7 @@ from .runtime.pooling import PoolSink
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.tokenize import split_on_spaces
 from .runtime.windows import embed_segments, fold_segments, window_bounds
-from .sources.model_files import PathLike
+from .sources.model_paths import PathLike
 
 Outputs = dict[str, np.ndarray]
 

@@ -29,7 +29,8 @@ import torch
 from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
-from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path
+from ..bilm.atomic_write import atomic_path
+from ..bilm.file_names import CHECKPOINT, SOFTMAX
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
@@ -71,7 +72,7 @@ class SoftmaxFile:
 
 def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
     """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole; a full disk
-    too, and is a :class:`~spacy_elmo.bilm.files.WriteFailedError` naming ``path``)."""
+    too, and is a :class:`~spacy_elmo.bilm.atomic_write.WriteFailedError` naming ``path``)."""
     metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
     with atomic_path(path) as tmp:
         tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600

@@ -399,7 +399,7 @@ def test_weights_replaced_on_disk_since_fit_are_refused_not_used(model_folder):
 def test_unchanged_files_are_checked_without_reading_their_weights(model_folder, monkeypatch):
     """transform checks the files against the fit's pin by their size, times and inode: the weights (hundreds of MB
     for a published model) are read again only once they changed."""
-    from spacy_elmo.sources import model_files
+    from spacy_elmo.sources import model_paths
 
     est = ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
     reads = []
@@ -408,7 +408,7 @@ def test_unchanged_files_are_checked_without_reading_their_weights(model_folder,
         reads.append(Path(file).name)
         return open(file, *args, **kwargs)
 
-    monkeypatch.setattr(model_files, "open", spied_open, raising=False)
+    monkeypatch.setattr(model_paths, "open", spied_open, raising=False)
     est.transform(TEXTS)
     est.transform(TEXTS)
     assert reads == []
