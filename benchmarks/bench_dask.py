@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +45,9 @@ def main() -> int:
 
     import dask.bag as db
     import torch
-    from distributed import Client, LocalCluster
 
     from spacy_elmo import ElmoVectorizer
-    from spacy_elmo.dask import embed_texts
+    from spacy_elmo.dask import embed_texts, local_cluster
 
     texts = [" ".join(tokens) for tokens in read_sentences(args.texts)]
     n_tokens = sum(len(t.split()) for t in texts)
@@ -58,14 +58,12 @@ def main() -> int:
         f"{load_start[0]:.2f}"
     )
 
-    clusters = {}
-    for n in (1, 2):
-        cluster = LocalCluster(n_workers=n, processes=True, threads_per_worker=1, dashboard_address=":0")
-        clusters[n] = (cluster, Client(cluster, set_as_default=False))
+    opened = ExitStack()  # the clusters, closed at the end as local_cluster closes them
+    clusters = {n: opened.enter_context(local_cluster(n, dashboard_address=":0")) for n in (1, 2)}
     bag = db.from_sequence(texts, npartitions=args.partitions)
     lengths = bag.map_partitions(len).compute(scheduler="sync")  # known chunks, without a pass inside the timing
     reference = ElmoVectorizer(model=args.model).fit(texts[:2])
-    for n, (_, client) in clusters.items():  # warm-up: model loaded, spaCy tokenizer built on every worker
+    for n, client in clusters.items():  # warm-up: model loaded, spaCy tokenizer built on every worker
         client.compute(
             embed_texts(db.from_sequence(texts[: 4 * n], npartitions=2 * n), model=args.model, lengths=False)
         ).result()
@@ -80,7 +78,7 @@ def main() -> int:
                 start = time.perf_counter()
                 result[label] = reference.transform(texts)
             else:
-                client = clusters[1 if label == "1 worker" else 2][1]
+                client = clusters[1 if label == "1 worker" else 2]
                 client.run(clear_caches, args.model)
                 start = time.perf_counter()
                 result[label] = client.compute(embed_texts(bag, model=args.model, lengths=lengths)).result()
@@ -100,9 +98,7 @@ def main() -> int:
             f"{', '.join(f'{s:.2f}' for s in seconds)} |"
         )
     print(f"\n2 workers / 1 worker: {min(timings['1 worker']) / min(timings['2 workers']):.2f}x")
-    for cluster, client in clusters.values():
-        client.close()
-        cluster.close()
+    opened.close()
     return 0
 
 

@@ -57,7 +57,7 @@ def reference_model(name: str) -> torch.nn.Module:
     """The model's float32 *reference* path: ``BiLM.forward`` with gradients on (the autograd path, which BiLM
     chooses when a parameter needs a gradient)."""
     from spacy_elmo.bilm.weights import load_model
-    from spacy_elmo.sources.model_files import resolve_model_files
+    from spacy_elmo.sources.model_paths import resolve_model_files
 
     return load_model(*resolve_model_files(name)).train(False).requires_grad_(True)
 

@@ -27,7 +27,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo.similarity", ("word_similarity", "WordSimilarity", "plot")),
     ("spacy_elmo.sources.published", ("PUBLISHED", "PublishedModel", "published_model", "published_by_url")),
     (
-        "spacy_elmo.sources.model_files",
+        "spacy_elmo.sources.model_paths",
         (
             "resolve_model_files",
             "find_weights",
@@ -69,7 +69,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ("spacy_elmo.output.cluster", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.runtime.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
-    ("spacy_elmo.bilm.manylangs_files", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),
+    ("spacy_elmo.bilm.manylangs_reader", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),
     ("spacy_elmo.train", ()),
 ]
 

@@ -163,7 +163,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         1.4,
         "#fde2c4",
         "spacy train: the listener",
-        "ElmoScalarMix.v2 in textcat / ner\nlearns the layer weights and gamma\n(spacy/layers.py)",
+        "ElmoScalarMix.v2 in textcat / ner\nlearns the layer weights and gamma\n(spacy/mix_layer.py)",
     ),
     "component": (
         0.1,
@@ -306,7 +306,7 @@ def _to_palette(path: Path) -> None:
     """Rewrite a PNG with a palette of 256 colours (a third of its size or less; flat plots lose nothing visible)."""
     from PIL import Image
 
-    from spacy_elmo.bilm.files import atomic_path
+    from spacy_elmo.bilm.atomic_write import atomic_path
 
     with Image.open(path) as image:
         small = image.convert("RGB").quantize(256)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from .bilm.atomic_write import WriteFailedError
 from .bilm.engine.precisions import dtype_help
-from .bilm.files import WriteFailedError
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
@@ -420,7 +420,7 @@ def evaluate(
         f"  ({counted}{result['words']} words, {result['sentences']} sentences)"
     )
     if output:
-        from .bilm.files import write_text_atomically
+        from .bilm.atomic_write import write_text_atomically
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:
@@ -526,7 +526,7 @@ def info(
     downloaded: what the published table says, without downloading it)."""
     from .sources.download import is_cached
     from .sources.info import describe, describe_published
-    from .sources.model_files import resolve_model_files
+    from .sources.model_paths import resolve_model_files
     from .sources.published import published_model
 
     entry = published_model(model_dir)
@@ -552,7 +552,7 @@ def download(
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
     from .sources.download import cached_path, home, is_archive, is_url
-    from .sources.model_files import forget_cached, resolve_model_files
+    from .sources.model_paths import forget_cached, resolve_model_files
     from .sources.published import published_by_url
 
     with _errors_exit_2():
@@ -638,7 +638,7 @@ def plot_mix(
         check_output_path(output)
     _require_plotting()
     from .similarity import plot_mixes
-    from .spacy.layers import trained_mixes
+    from .spacy.mix_layer import trained_mixes
 
     with _errors_exit_2():
         mixes = trained_mixes(pipeline)

@@ -7,21 +7,22 @@ machine, under a file lock in ``SPACY_ELMO_HOME``) and uses the embedding disk c
 its own ``SPACY_ELMO_CACHE_DIR`` or by ``cache_dir=``. Nothing here sets torch's thread count:
 Dask's nanny starts each worker process with ``OMP_NUM_THREADS=1`` (its
 ``distributed.nanny.pre-spawn-environ`` setting), which torch reads at start-up. ``spacy-elmo embed
---scheduler`` (embedding files on a cluster) is :mod:`spacy_elmo.output.cluster`.
+--scheduler`` (embedding files on a cluster) is :mod:`spacy_elmo.output.cluster`, and so is :func:`local_cluster`
+(one definition for both, imported on first use: it needs ``distributed``, which the rest of this module does not).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, Optional, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
 
 from .about import install_extra
+from .bilm.lazy_exports import lazy_exports
 
 try:  # absolute imports: this module's own name is "dask" too
     import dask
@@ -30,30 +31,20 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}): {install_extra('dask')}") from err
 
-from .bilm.files import PathLike
+from .bilm.file_names import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
 from .runtime.text_rows import pooled_matrix, sample_column, token_records
 from .runtime.validation import resolve_device
-from .sources.model_files import model_shape, resolve_model_files
+from .sources.model_paths import model_shape, resolve_model_files
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .output.cluster import local_cluster
 
 __all__ = ["embed_texts", "embed_tokens", "local_cluster"]
 
-
-@contextmanager
-def local_cluster(n_workers: int = 2, **cluster_options: Any) -> Iterator[Any]:
-    """A ``distributed.Client`` on a LocalCluster of ``n_workers`` worker processes here, closed cleanly on exit.
-
-    Each worker runs one thread (``cluster_options`` go to ``LocalCluster``). On exit the client closes, then each
-    worker process is given time to exit before the cluster closes: plain ``LocalCluster.close`` kills a worker that
-    takes more than 4 s to exit, with a warning per worker, and a worker that has imported torch can take that
-    long on a busy machine. ``spacy-elmo embed --scheduler local:N`` starts and closes its cluster the same way
-    (:func:`spacy_elmo.output.cluster.local_cluster`).
-    """
-    from .output.cluster import local_cluster as start  # needs distributed, which the rest of this module does not
-
-    with start(n_workers, **cluster_options) as client:
-        yield client
+# local_cluster, defined in output/cluster.py, imported on first use (PEP 562)
+__getattr__, __dir__ = lazy_exports(__name__, {"local_cluster": "spacy_elmo.output.cluster"}, globals())
 
 
 def embed_texts(
@@ -83,7 +74,7 @@ def embed_texts(
     a sequence of ints gives them.
 
     The model is not loaded here: its files are found (a published model is downloaded) and the
-    settings checked against the shape its options file gives (``model_files.model_shape``).
+    settings checked against the shape its options file gives (``model_paths.model_shape``).
     """
     model, checked = _client_settings(model, given_settings(settings, DASK_SETTINGS, "embed_texts"))
     features = _checked_width(model, checked)  # errors here, where the input enters, not in a worker

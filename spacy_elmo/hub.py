@@ -29,7 +29,7 @@ from .runtime.pooling import PoolSink
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.tokenize import split_on_spaces
 from .runtime.windows import embed_segments, fold_segments, window_bounds
-from .sources.model_files import PathLike
+from .sources.model_paths import PathLike
 
 Outputs = dict[str, np.ndarray]
 
@@ -119,7 +119,8 @@ class HubModule:
 def _default_row(layers: np.ndarray) -> np.ndarray:
     """``default`` of one sentence's stitched layers, pooled window by window as ``_default_rows`` folds them."""
     plan = window_bounds(layers.shape[1], DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP) or [(0, 0, 0, 0)]
-    sink = PoolSink(layers.shape, len(plan), "mean", _average_layers)
+    n_outputs, tokens, dim = layers.shape
+    sink = PoolSink((n_outputs, tokens, dim), len(plan), "mean", _average_layers)
     for _, _, keep_start, keep_end in plan:
         sink.add(keep_start, layers if len(plan) == 1 else layers[:, keep_start:keep_end])
     return sink.result()

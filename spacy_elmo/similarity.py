@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .about import install_extra
-from .bilm.files import PathLike, atomic_path
+from .bilm.atomic_write import atomic_path
+from .bilm.file_names import PathLike
 from .runtime.cosine import cosine
 from .runtime.mix import mix_layers
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
@@ -159,7 +160,7 @@ def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title
 
 
 def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> None:
-    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.files.atomic_path`): a failed or
+    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.atomic_write.atomic_path`): a failed or
     interrupted plot leaves no half image.
 
     The format and the name are the ones ``savefig`` gives ``path``: its suffix's format, else matplotlib's default

@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .about import __version__
-from .bilm.files import PathLike
+from .bilm.file_names import PathLike
 from .runtime.backend import ElmoBackend, dtype_name, load_bilm
 from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
 from .runtime.mix import ALL, LayerMix, layer_weights
@@ -17,7 +17,7 @@ from .runtime.pooling import pooling_parts
 from .runtime.stored_layers import is_doc
 from .runtime.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
 from .runtime.tokenize import TokenizerSpec
-from .sources.model_files import model_shape, resolve_model_files
+from .sources.model_paths import model_shape, resolve_model_files
 from .sources.pinned_model import PinnedModel
 
 __all__ = ["ElmoVectorizer", "EmptyTextWarning"]

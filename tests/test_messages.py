@@ -80,8 +80,8 @@ def test_a_pipeline_displays_in_a_notebook_without_warnings(fixture_dir):
 
 
 def test_a_missing_options_or_weights_file_is_named_by_model_files(tmp_path, fixture_dir):
-    """``model_files.resolve_model_files`` is where a missing file of an ``options=`` / ``weights=`` pair is found."""
-    from spacy_elmo.sources.model_files import resolve_model_files
+    """``model_paths.resolve_model_files`` is where a missing file of an ``options=`` / ``weights=`` pair is found."""
+    from spacy_elmo.sources.model_paths import resolve_model_files
 
     for options, weights, role in [
         (fixture_dir / "options.json", tmp_path / "nope.hdf5", "weights"),

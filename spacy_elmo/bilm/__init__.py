@@ -1,7 +1,7 @@
 """The ELMo biLM in PyTorch (no spaCy or scikit-learn imports here).
 
-The public names are imported on first use (PEP 562): ``spacy_elmo.bilm.files`` (file names, atomic writes) does
-not import torch, so the command line can check its arguments first.
+The public names are imported on first use (PEP 562): ``spacy_elmo.bilm.file_names`` and ``atomic_write`` do not
+import torch, so the command line can check its arguments first.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 a table (name -> the module that defines it) and take their module-level ``__getattr__`` and ``__dir__`` from
 :func:`lazy_exports`, so that importing the package (and the command line, before it has checked its arguments,
 and the precision table below the engines) imports no torch.
+``spacy_elmo.dask`` takes ``local_cluster`` from ``output/cluster.py`` the same way (it needs ``distributed``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ def lazy_exports(
     package: str, homes: Mapping[str, str], namespace: dict[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package`` (its ``__name__``), whose ``namespace`` is its
-    ``globals()``: each name of ``homes`` imported from its (relative) module on first use, then kept in the
-    namespace; any other name an ``AttributeError``, as for an ordinary module."""
+    ``globals()``: each name of ``homes`` imported from its module (relative to ``package``, or absolute) on first
+    use, then kept in the namespace; any other name an ``AttributeError``, as for an ordinary module."""
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)

@@ -21,7 +21,7 @@ What differs from ELMo/AllenNLP's format, each as ELMoForManyLangs computes it:
 The LSTM is this package's :class:`~.lstm.ElmoBiLSTM` with the gates permuted to its order when
 the weights are read, the forget offset zeroed and skip connections on, so both computation paths
 (reference and inference) serve these models too. Reading the model directory is
-:mod:`.manylangs_files`'s job.
+:mod:`.manylangs_reader`'s job.
 """
 
 from __future__ import annotations

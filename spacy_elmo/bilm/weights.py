@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
+from .atomic_write import atomic_paths, reported_as, write_json_atomically
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .files import OPTIONS, WEIGHTS, PathLike, atomic_paths, reported_as, write_json_atomically
+from .file_names import OPTIONS, WEIGHTS, PathLike
 from .options import BiLMOptions
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -20,9 +20,8 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.validation import positive_int
 
 __all__ = ["Embedder"]
@@ -40,7 +39,7 @@ class Embedder:
     def __init__(
         self,
         model_dir: PathLike,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = 64,  # ELMoForManyLangs' own default, not a setting of this package
         *,
         device: Union[str, torch.device, None] = None,
     ) -> None:

@@ -36,7 +36,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..bilm.lstm import BiLSTMState
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.mix import mix_layers

@@ -82,14 +82,15 @@ def embed_chunks_on(
 
 
 @contextmanager
-def local_cluster(n_workers: int, worker_exit_s: float = WORKER_EXIT_S, **cluster_options: Any) -> Iterator[Any]:
-    """A ``distributed.Client`` on a LocalCluster of ``n_workers`` worker processes, one thread each; closed on exit
-    with each worker process given ``worker_exit_s`` seconds to exit.
+def local_cluster(n_workers: int = 2, worker_exit_s: float = WORKER_EXIT_S, **cluster_options: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` on a LocalCluster of ``n_workers`` worker processes here, closed cleanly on exit.
 
-    ``LocalCluster.close`` alone gives a worker process 4 s to exit, then kills it with a warning per worker
-    ("Worker process still alive after 4.0 seconds, killing"): a process that has imported torch can take longer
-    than that to exit on a busy machine. So the client closes, then each worker is asked to close and given time
-    to exit, and only then the cluster closes, with nothing left to kill.
+    Each worker runs one thread (``cluster_options`` go to ``LocalCluster``). On exit the client closes, then each
+    worker process is given ``worker_exit_s`` seconds to exit, and only then the cluster closes, with nothing left
+    to kill: plain ``LocalCluster.close`` kills a worker that takes more than 4 s to exit, with a warning per worker
+    ("Worker process still alive after 4.0 seconds, killing"), and a worker that has imported torch can take that
+    long on a busy machine. The one definition: ``spacy_elmo.dask.local_cluster`` is this function, and
+    ``spacy-elmo embed --scheduler local:N`` starts its cluster with it (:func:`connect`).
     """
     from distributed import Client, LocalCluster
 

@@ -39,7 +39,8 @@ from typing import (
 
 import numpy as np
 
-from ..bilm.files import PathLike, process_exists
+from ..bilm.atomic_write import process_exists
+from ..bilm.file_names import PathLike
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.windows import embed_segments

@@ -13,16 +13,16 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..bilm import cpu_support, engine, manylangs_files
+from ..bilm import cpu_support, engine, manylangs_reader
 from ..bilm.engine.precisions import AUTO, PRECISIONS, auto_precision
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from ..bilm.weights import WeightFileError, load_model
 from ..sources.bundled_versions import precision_fingerprint
 from ..sources.download import cache_advice
-from ..sources.model_files import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
+from ..sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
 from .validation import (
@@ -363,7 +363,7 @@ def load_bilm(
 def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
     """The biLM in a resolved pair of files, by their format: ELMo's options.json + HDF5, or ELMoForManyLangs'."""
     if is_manylangs(options_path, weights_path):
-        return manylangs_files.load_model(weights_path.parent)
+        return manylangs_reader.load_model(weights_path.parent)
     return load_model(options_path, weights_path)
 
 

@@ -26,8 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..bilm.files import DISK_CACHE as DB_NAME
-from ..bilm.files import PathLike
+from ..bilm.file_names import DISK_CACHE as DB_NAME
+from ..bilm.file_names import PathLike
 from ..bilm.threads import ForkSafeLock, renew_after_fork
 from .settings import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
 

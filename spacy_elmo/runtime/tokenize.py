@@ -98,7 +98,12 @@ def _spacy_has_language(code: str) -> bool:
         (Path(folder) / "lang" / code / "__init__.py").is_file() for folder in spec.submodule_search_locations
     ):
         return True
-    return any(entry.name == code for entry in importlib.metadata.entry_points(group="spacy_languages"))
+    # every distribution's entry points, not entry_points(group=...): Python 3.9's takes no argument
+    return any(
+        entry.group == "spacy_languages" and entry.name == code
+        for distribution in importlib.metadata.distributions()
+        for entry in distribution.entry_points
+    )
 
 
 @functools.cache

@@ -7,7 +7,7 @@ it here, so they keep giving the vectors they were made with, or says what to do
 
 Replacing the default is a change of files and of this table only: move the current default's files from
 ``models/default/`` to ``models/<its version name>/`` and point its row there, put the new model in
-``models/default/``, add the new model's row (its fingerprint: ``model_files.fingerprint`` of its files, which
+``models/default/``, add the new model's row (its fingerprint: ``model_paths.fingerprint`` of its files, which
 ``tests/sources/test_bundled_versions.py`` checks) and name it in :data:`DEFAULT_VERSION`.
 """
 
@@ -30,7 +30,7 @@ class BundledVersion:
 
     name: str
     directory: Path
-    files_fingerprint: str  # model_files.fingerprint(options.json, weights) of the files in ``directory``
+    files_fingerprint: str  # model_paths.fingerprint(options.json, weights) of the files in ``directory``
     summary: str  # what it is, in a few words (``spacy-elmo models``)
 
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..bilm import engine, manylangs_files
+from ..bilm import engine, manylangs_reader
 from ..bilm.weights import check_model_files, read_options
 from ..bilm.weights import parameter_count as _layout_parameter_count
-from .model_files import METRICS, is_manylangs
+from .model_paths import METRICS, is_manylangs
 from .published import PublishedModel
 
 CHECKED = "checked:      every check loading makes passed (options, each dataset's shape and dtype, finite values)"
@@ -57,9 +57,9 @@ def describe(options_path: Path, weights_path: Path) -> str:
 
 def _describe_manylangs(directory: Path) -> str:
     """The lines of :func:`describe` for an ELMoForManyLangs model (its architecture file; nothing is built)."""
-    config = manylangs_files.check_model_files(directory).config
+    config = manylangs_reader.check_model_files(directory).config
     words = f"word embedding {config.word_dim} + " if config.word_dim else "no word embedding, "
-    sizes = sum(p.stat().st_size for p in manylangs_files.source_files(directory)) / 1e6
+    sizes = sum(p.stat().st_size for p in manylangs_reader.source_files(directory)) / 1e6
     return "\n".join(
         [
             f"model:        {directory} (ELMoForManyLangs format, {sizes:.1f} MB)",

@@ -2,7 +2,7 @@
 published name, a URL, or a path here), the early checks that read and download nothing, and the one message for a
 model string that names nothing.
 
-Torch-free, so the command line checks ``train --init-from`` before torch is imported; :mod:`.model_files` turns
+Torch-free, so the command line checks ``train --init-from`` before torch is imported; :mod:`.model_paths` turns
 the same strings into files and says a missing model with the same error (:func:`not_found`).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..bilm.excerpt import excerpt
-from ..bilm.files import PathLike
+from ..bilm.file_names import PathLike
 from ..bilm.weights import WeightFileError
 from .bundled_versions import DEFAULT_DIR, is_version_name, version_names
 from .fetch import is_archive, is_url

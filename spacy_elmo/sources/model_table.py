@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Optional
 
-from ..bilm.files import METRICS, OPTIONS
+from ..bilm.file_names import METRICS, OPTIONS
 from ..bilm.weights import parameter_count, read_options
 from . import bundled_versions
 from .info import corpus_names, training_totals
-from .model_files import DEFAULT_MODEL_DIR, find_weights
+from .model_paths import DEFAULT_MODEL_DIR, find_weights
 from .published import PUBLISHED, PublishedModel
 
 WIDTH = 100

@@ -27,7 +27,7 @@ from .bundled_versions import (
     precision_fingerprint,
     version_with_fingerprint,
 )
-from .model_files import bundled_name, fingerprint
+from .model_paths import bundled_name, fingerprint
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
@@ -38,7 +38,7 @@ class PinnedModel:
 
     name: what its ``model`` setting named ("default", a bundled version such as "default-v1", a published name,
         a folder or URL).
-    files_fingerprint: ``model_files.fingerprint`` of the files behind ``name`` then (None: not recorded).
+    files_fingerprint: ``model_paths.fingerprint`` of the files behind ``name`` then (None: not recorded).
     fingerprint: the fingerprint of the vectors they gave in its precision (``ElmoBackend.fingerprint``).
     saved_by: the spacy-elmo version that recorded it (what to install again should a later one not bundle it).
     """
@@ -67,7 +67,7 @@ class PinnedModel:
         (:meth:`matches`) as they are on disk now: the one check, before a fitted ``ElmoVectorizer`` transforms and
         before the spaCy component copies its model into a save, that nothing pairs other files with this pin.
 
-        ``model_files.fingerprint`` reads the files again only when their size, times or inode changed, so the
+        ``model_paths.fingerprint`` reads the files again only when their size, times or inode changed, so the
         check costs a stat of each file. The message: "``where``: the ELMo model files in FOLDER changed on disk
         since ``since`` (fingerprint ... then, ... now): ``what_to_do``". Nothing recorded: nothing to check.
         """

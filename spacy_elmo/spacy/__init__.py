@@ -10,7 +10,7 @@ from .architectures import (
 )
 from .extensions import StaleLayersError, install_extensions, stored_layers
 from .hooks import NoElmoLayersWarning, set_hooks
-from .layers import LearnedMix, learned_mix
+from .mix_layer import LearnedMix, learned_mix
 from .pipeline_component import DEFAULT_CONFIG_STR, ElmoComponent, make_elmo, sentence_positions
 
 __all__ = [

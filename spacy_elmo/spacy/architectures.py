@@ -23,9 +23,9 @@ from thinc.util import get_torch_default_device
 
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
-from ..sources.model_files import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
+from ..sources.model_paths import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
 from .fine_tune import build_fine_tune
-from .layers import LEARNED, LayerChoice, build_scalar_mix
+from .mix_layer import LEARNED, LayerChoice, build_scalar_mix
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ElmoModelRef:
 
     Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
     original directory (the pipeline carries its own copy, or a reference for default/published models);
-    only a mistyped model name is refused at once (:func:`spacy_elmo.sources.model_files.check_model_name`).
+    only a mistyped model name is refused at once (:func:`spacy_elmo.sources.model_paths.check_model_name`).
     """
 
     path: str = "default"

@@ -52,10 +52,11 @@ def mixed(doc: Doc, start: int, end: int) -> Optional[np.ndarray]:
 
 
 def _mix_args(mix: dict[str, Any]) -> dict[str, Any]:
-    layers = mix["layers"]
-    if isinstance(layers, (list, tuple)):  # msgpack may hand lists back as tuples
-        layers = [float(x) for x in layers]
-    return {"layers": layers, "gamma": float(mix["gamma"])}
+    """The stored mix as :func:`mix_layers`' arguments: the ``layers`` setting and gamma."""
+    setting = mix["layers"]
+    if isinstance(setting, (list, tuple)):  # msgpack may hand lists back as tuples
+        setting = [float(x) for x in setting]
+    return {"layers": setting, "gamma": float(mix["gamma"])}
 
 
 def doc_elmo(doc: Doc) -> Optional[np.ndarray]:

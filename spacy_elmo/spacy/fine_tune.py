@@ -41,7 +41,7 @@ from ..bilm.model import BiLM
 from ..runtime.backend import ElmoBackend, load_model_files
 from ..runtime.windows import length_batches, window_bounds
 from ..sources.bundled_versions import version_with_fingerprint
-from .layers import OWN_BILM, linked, mix_forward
+from .mix_layer import OWN_BILM, linked, mix_forward
 
 FINE_TUNE_NAME = "elmo_fine_tune"
 TRAINABLE = ("none", "top", "lstm", "all")

@@ -34,7 +34,7 @@ from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef, as_model_ref
 from .extensions import LAYERS, MIX, MODEL, install_extensions
 from .hooks import attach_vectors
-from .layers import is_cached_reader, link, listening_layers, unlink
+from .mix_layer import is_cached_reader, link, listening_mixes, unlink
 from .saved_model import check_saved_identity, load_model_dir, load_payload, model_dir_writer, model_payload
 
 PositionGetter = Callable[[Doc, bool], Iterable[Sequence[int]]]
@@ -277,7 +277,7 @@ class ElmoComponent(Pipe):
 
     def find_listeners(self, component: Any) -> None:
         """Link the mix layers in ``component``'s model whose ``upstream`` is this component's name or "*"."""
-        for layer in listening_layers(component, self.name):
+        for layer in listening_mixes(component, self.name):
             self.add_listener(layer, component.name)
 
     # -- processing ----------------------------------------------------------------------------
@@ -326,10 +326,10 @@ class ElmoComponent(Pipe):
         for doc, array in zip(docs, activations):
             doc._.set(LAYERS, array)
             doc._.set(MODEL, fingerprint)
-            layers = list(self.layers) if isinstance(self.layers, list) else self.layers  # the doc's own copy
-            doc._.set(MIX, {"layers": layers, "gamma": self.gamma})
+            setting = list(self.layers) if isinstance(self.layers, list) else self.layers  # the doc's own copy
+            doc._.set(MIX, {"layers": setting, "gamma": self.gamma})
             if self.set_vectors:  # the layers in hand, mixed as stored: what set_hooks would mix from the doc
-                attach_vectors(doc, mix_layers(array, layers, self.gamma))
+                attach_vectors(doc, mix_layers(array, setting, self.gamma))
 
     # -- serialization -------------------------------------------------------------------------
 

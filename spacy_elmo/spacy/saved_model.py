@@ -23,12 +23,13 @@ from typing import Any, Callable, Optional, Protocol
 import srsly
 
 from ..about import __version__
-from ..bilm.files import COMPONENT_MODEL, atomic_path, atomic_paths, reported_as
+from ..bilm.atomic_write import atomic_path, atomic_paths, reported_as
+from ..bilm.file_names import COMPONENT_MODEL
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..runtime.backend import ElmoBackend
 from ..sources.bundled_versions import bundled_version
-from ..sources.model_files import OPTIONS, WEIGHTS, model_file_map
+from ..sources.model_paths import OPTIONS, WEIGHTS, model_file_map
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef
 
@@ -93,7 +94,7 @@ def model_dir_writer(component: ElmoComponent) -> Callable[[Path], None]:
 
 def save_model_dir(directory: Path, payload: dict[str, Any], files: dict[str, Path]) -> None:
     """The model's ``files`` (a copy, unless they are this folder's already) and ``payload`` as :data:`MODEL_META`,
-    written as one set (:func:`~spacy_elmo.bilm.files.atomic_paths`): an error or a full disk leaves the folder's
+    written as one set (:func:`~spacy_elmo.bilm.atomic_write.atomic_paths`): an error or a full disk leaves the folder's
     previous save whole."""
     directory.mkdir(parents=True, exist_ok=True)
     copies = {  # target -> source

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import torch
 
 from ..bilm.exact import exact_float32
-from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
+from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from .batching import (
     BOS_TOKEN,
     EOS_TOKEN,
@@ -138,7 +138,7 @@ def perplexities(sums: dict[str, float]) -> dict[str, float]:
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
     from ..bilm.weights import WeightFileError, load_model
-    from ..sources.model_files import resolve_model_files
+    from ..sources.model_paths import resolve_model_files
     from .network import LanguageModel
     from .storage import SOFTMAX, load_softmax, load_softmax_into, require_file
 
@@ -179,7 +179,7 @@ def _not_a_trained_model(directory: Path, name: str) -> Exception:
 
 def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
-    from ..sources.model_files import resolve_model_files
+    from ..sources.model_paths import resolve_model_files
 
     metrics = resolve_model_files(model_dir)[0].parent / METRICS
     if metrics.is_file():
@@ -255,7 +255,7 @@ def _model_name(path: PathLike) -> PathLike:
 
 def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     """The softmax vocabulary (``vocab.txt``) of the trained model in ``model_dir``."""
-    from ..sources.model_files import resolve_model_files
+    from ..sources.model_paths import resolve_model_files
 
     return Vocabulary.load(_vocab_file(resolve_model_files(model_dir)[0].parent))
 
@@ -268,7 +268,7 @@ def check_record(model_dir: PathLike, name: str) -> Path:
     computed or changed: the name (one line of text), the model's ``metrics.json`` (a JSON object whose values the
     card can show) and that no run holds the folder. Returns the model's folder; a ValueError naming the problem
     otherwise."""
-    from ..sources.model_files import resolve_model_files
+    from ..sources.model_paths import resolve_model_files
     from .folder_lock import folder_claimed
     from .model_card import check_card_metrics, read_metrics
 
@@ -294,7 +294,8 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     before either file changes; both are then replaced together, so metrics and card never disagree. The folder is
     held meanwhile (:mod:`.folder_lock`): a training run writing it refuses the record.
     """
-    from ..bilm.files import MODEL_CARD, atomic_paths, reported_as
+    from ..bilm.atomic_write import atomic_paths, reported_as
+    from ..bilm.file_names import MODEL_CARD
     from .folder_lock import folder_claimed
     from .model_card import read_metrics, refreshed_card
     from .outputs import jsonable

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.files import LEGACY_SOFTMAX, METRICS, VOCAB
+from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from ..bilm.model import BiLM
 from ..bilm.weights import load_model
-from ..sources.model_files import resolve_model_files
+from ..sources.model_paths import resolve_model_files
 from .batching import Vocabulary
 from .corpus import PathLike
 from .storage import SOFTMAX, SoftmaxFile, load_softmax, require_file

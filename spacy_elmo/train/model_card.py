@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.files import METRICS, MODEL_CARD, OPTIONS, WEIGHTS, write_text_atomically
+from ..bilm.atomic_write import write_text_atomically
+from ..bilm.file_names import METRICS, MODEL_CARD, OPTIONS, WEIGHTS
 from ..bilm.weights import parameter_count, read_options
 from .corpus import PathLike
 from .stages import describe_source

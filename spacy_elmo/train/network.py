@@ -317,8 +317,8 @@ def autocast_dtype(kind: str) -> Optional[torch.dtype]:
     function per device (``is_autocast_cpu_enabled``, ``get_autocast_gpu_dtype``...) and an ``is_autocast_enabled``
     that takes no argument."""
     get_dtype = feature(torch, "get_autocast_dtype")
-    if get_dtype is not None:
-        return get_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    if get_dtype is not None:  # torch 2.4+ (torch 2.1-2.3's stubs type is_autocast_enabled without an argument)
+        return get_dtype(kind) if torch.is_autocast_enabled(kind) else None  # type: ignore[call-arg,unused-ignore]
     if kind == "cpu":
         return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
     return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None

@@ -15,18 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..bilm import manylangs_files
-from ..bilm.files import (
-    LEGACY_CHECKPOINT,
-    LEGACY_SOFTMAX,
-    METRICS,
-    OPTIONS,
-    VOCAB,
-    WEIGHTS,
-    atomic_paths,
-    reported_as,
-    write_text_atomically,
-)
+from ..bilm import manylangs_reader
+from ..bilm.atomic_write import atomic_paths, reported_as, write_text_atomically
+from ..bilm.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
 from ..bilm.weights import write_model_files
 from .config import TrainConfig
 from .recorded_paths import recorded, recorded_argument, resolved_path, resumable_path
@@ -44,8 +35,8 @@ _MODEL_FILES = (
     LEGACY_SOFTMAX,
     CHECKPOINT,
     LEGACY_CHECKPOINT,
-    manylangs_files.CONFIG,
-    *manylangs_files.STATE_FILES,
+    manylangs_reader.CONFIG,
+    *manylangs_reader.STATE_FILES,
 )
 
 
@@ -82,7 +73,7 @@ def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> No
     """Write options.json, weights.hdf5, softmax.safetensors and vocab.txt for ``model``, as one set.
 
     Every file is written beside its target first; only when all are written do they replace the
-    folder's previous ones (:func:`~spacy_elmo.bilm.files.atomic_paths`), so a full disk or an error
+    folder's previous ones (:func:`~spacy_elmo.bilm.atomic_write.atomic_paths`), so a full disk or an error
     leaves the previous model whole. Weight files of a replaced model under other names are removed
     afterwards, so the folder holds one model.
     """
@@ -94,7 +85,7 @@ def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> No
         with reported_as(directory / VOCAB):
             vocab.save(words)
     stale = [p for p in directory.glob("*.hdf5") if p.name != WEIGHTS]
-    stale += [directory / name for name in (manylangs_files.CONFIG, *manylangs_files.STATE_FILES)]
+    stale += [directory / name for name in (manylangs_reader.CONFIG, *manylangs_reader.STATE_FILES)]
     for path in stale:
         path.unlink(missing_ok=True)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..bilm.files import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
+from ..bilm.file_names import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
 from ..runtime.windows import length_batches
 from .layouts import PathLike
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.files import METRICS
+from ..bilm.file_names import METRICS
 from .layouts import PathLike
 
 

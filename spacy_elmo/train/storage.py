@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
-from ..bilm.files import CHECKPOINT, SOFTMAX, atomic_path
+from ..bilm.atomic_write import atomic_path
+from ..bilm.file_names import CHECKPOINT, SOFTMAX
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
@@ -71,7 +72,7 @@ class SoftmaxFile:
 
 def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
     """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole; a full disk
-    too, and is a :class:`~spacy_elmo.bilm.files.WriteFailedError` naming ``path``)."""
+    too, and is a :class:`~spacy_elmo.bilm.atomic_write.WriteFailedError` naming ``path``)."""
     metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
     with atomic_path(path) as tmp:
         tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600
@@ -97,7 +98,7 @@ def _os_error(err: SafetensorError) -> Exception:
 def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The tensors and JSON info of a file written by :func:`write_tensor_file`; one clear error otherwise."""
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt") as handle:  # type: ignore[attr-defined,unused-ignore]  # 0.4's stubs
             metadata = handle.metadata() or {}
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
     except (SafetensorError, OSError) as err:

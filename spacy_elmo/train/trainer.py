@@ -36,7 +36,7 @@ import torch
 from tqdm import tqdm
 
 from ..bilm.exact import exact_float32
-from ..bilm.files import LEGACY_CHECKPOINT, WEIGHTS
+from ..bilm.file_names import LEGACY_CHECKPOINT, WEIGHTS
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize

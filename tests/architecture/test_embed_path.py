@@ -128,7 +128,7 @@ MIXING_CALLS = {"exp", "softmax", "tensordot"}
 # where layers may be weighed, and why
 MIXING_ALLOWED = {
     "spacy_elmo.runtime.mix": "layer_weights and mix_layers: the one fixed mix",
-    "spacy_elmo.spacy.layers": "the trainable mix (a Thinc layer): its forward pass and its own gradients",
+    "spacy_elmo.spacy.mix_layer": "the trainable mix (a Thinc layer): its forward pass and its own gradients",
     "spacy_elmo.compat.allennlp.modules": "AllenNLP's ScalarMix, trainable torch parameters behind its API",
 }
 

@@ -53,7 +53,7 @@ def test_the_groups_depend_one_way():
     dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports included)."""
     wrong = []
     graph = internal_graph(in_functions=True)
-    assert "spacy_elmo.bilm.weights" in graph["spacy_elmo.sources.model_files"]  # the check sees group edges
+    assert "spacy_elmo.bilm.weights" in graph["spacy_elmo.sources.model_paths"]  # the check sees group edges
     for name in MODULES:
         group = group_of(name)
         if group not in GROUP_LAYERS:
@@ -82,7 +82,7 @@ def test_bilm_imports_no_front_end():
 TRAIN_USES = {
     "spacy_elmo.runtime.tokenize",
     "spacy_elmo.runtime.windows",
-    "spacy_elmo.sources.model_files",
+    "spacy_elmo.sources.model_paths",
     "spacy_elmo.sources.model_names",
     "spacy_elmo.about",
 }

@@ -13,7 +13,7 @@ from tests.architecture.arch_scan import (
     imported_names,
 )
 
-TORCH_LOAD_ALLOWED = {"spacy_elmo.bilm.manylangs_files"}
+TORCH_LOAD_ALLOWED = {"spacy_elmo.bilm.manylangs_reader"}
 
 
 def _weights_only(call: ast.Call) -> bool:
@@ -48,11 +48,12 @@ def test_nothing_is_unpickled():
 
 # -- files appear whole ----------------------------------------------------------------------------
 
-# modules that write files outside ``bilm.files.atomic_path`` blocks, each with why the file still appears whole (or
-# is not one a reader may take for complete): they rename by themselves, or write what their own rename publishes
+# modules that write files outside ``bilm.atomic_write.atomic_path`` blocks, each with why the file still appears
+# whole (or is not one a reader may take for complete): they rename by themselves, or write what their own rename
+# publishes
 WRITES_ALLOWED = {
     # the helper itself: the one rename of atomic_path
-    "spacy_elmo.bilm.files": "atomic_path's own rename",
+    "spacy_elmo.bilm.atomic_write": "atomic_path's own rename",
     # the resumable .part (appended to, under a file lock, checked against its record before its rename), the
     # download records beside it and the unpacked-archive folders (renamed once complete, marked .complete)
     "spacy_elmo.sources.fetch": "the download store's .part files, records and archive folders",
@@ -220,7 +221,7 @@ def save(path, figure, data, model):
     guarded = """
 import io, json, h5py
 from contextlib import ExitStack
-from ..bilm.files import atomic_path, atomic_paths
+from ..bilm.atomic_write import atomic_path, atomic_paths
 def save(path, figure, data):
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png")
@@ -243,15 +244,16 @@ def write_weights_file(model, target, shown_as):
 
 
 def test_files_appear_whole_through_one_helper():
-    """Every file the package writes goes through ``bilm.files.atomic_path`` (ARCHITECTURE.md, "Files appear whole"):
-    no other module writes, copies or renames a file outside its blocks, except where WRITES_ALLOWED says why."""
+    """Every file the package writes goes through ``bilm.atomic_write.atomic_path`` (ARCHITECTURE.md, "Files appear
+    whole"): no other module writes, copies or renames a file outside its blocks, except where WRITES_ALLOWED says
+    why."""
     seen_allowed = set()
     for name, path in MODULES.items():
         for line, what in unguarded_writes(path.read_text(encoding="utf-8")):
             if name in WRITES_ALLOWED:
                 seen_allowed.add(name)
                 continue
-            pytest.fail(f"{name}:{line} writes a file with {what} outside bilm.files.atomic_path: write through it")
+            pytest.fail(f"{name}:{line} writes a file with {what} outside atomic_write.atomic_path: write through it")
     assert seen_allowed == set(WRITES_ALLOWED), f"allowed but writing nothing now: {set(WRITES_ALLOWED) - seen_allowed}"
 
 
@@ -267,7 +269,7 @@ FILE_NAME = re.compile(
 FOREIGN_FILE_NAMES = {
     # ELMoForManyLangs' model folder (its config.json names its architecture file; the .pkl files are its torch-saved
     # state dicts, read only with torch.load(weights_only=True))
-    "spacy_elmo.bilm.manylangs_files": {
+    "spacy_elmo.bilm.manylangs_reader": {
         "config.json",
         "char.dic",
         "word.dic",
@@ -310,18 +312,18 @@ def shard(i, stem, url):
 
 def test_file_names_are_spelled_in_one_place():
     """The names of the files this package writes or reads in its folders (a model folder, a training run, a prepared
-    corpus, an adaptation, the spaCy component's saved model, the disk cache) are constants of bilm/files.py; code
+    corpus, an adaptation, the spaCy component's saved model, the disk cache) are constants of bilm/file_names.py; code
     elsewhere names them through those constants (messages and docstrings may mention them). A foreign format's
     names stay with the one module that reads it (FOREIGN_FILE_NAMES)."""
-    own = {name for _, name in file_name_literals(MODULES["spacy_elmo.bilm.files"].read_text(encoding="utf-8"))}
+    own = {name for _, name in file_name_literals(MODULES["spacy_elmo.bilm.file_names"].read_text(encoding="utf-8"))}
     assert {"options.json", "model.json", "README.md", "corpus.json", "shard-{index:05d}.txt"} <= own  # sees them
     seen_foreign = {}
     for name, path in MODULES.items():
-        if name == "spacy_elmo.bilm.files":
+        if name == "spacy_elmo.bilm.file_names":
             continue
         for line, literal in file_name_literals(path.read_text(encoding="utf-8")):
             if literal in FOREIGN_FILE_NAMES.get(name, set()) and literal not in own:
                 seen_foreign.setdefault(name, set()).add(literal)
                 continue
-            pytest.fail(f"{name}:{line} spells the file name {literal!r}: name it in bilm/files.py and use that")
+            pytest.fail(f"{name}:{line} spells the file name {literal!r}: name it in bilm/file_names.py and use that")
     assert seen_foreign == FOREIGN_FILE_NAMES, "FOREIGN_FILE_NAMES lists names no module spells any more"

@@ -31,7 +31,7 @@ from spacy_elmo.bilm import BiLM, batch_to_char_ids, engine, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.engine import int8, mkl, onednn, precisions
 from spacy_elmo.bilm.model import bilstm_outputs
-from spacy_elmo.sources.model_files import resolve_model_files
+from spacy_elmo.sources.model_paths import resolve_model_files
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
 from tests.bilm.test_precision import TOLERANCE, TRAINED_FLOAT32_BOUND
 from tests.numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close

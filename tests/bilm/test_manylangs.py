@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import spacy_elmo
 from spacy_elmo import WeightFileError
-from spacy_elmo.bilm import manylangs_files
+from spacy_elmo.bilm import manylangs_reader
 from spacy_elmo.bilm.manylangs import ManyLangsBiLM
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "elmoformanylangs"
@@ -66,7 +66,7 @@ def test_backend_matches_elmoformanylangs(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_reference_path_matches_elmoformanylangs(kind):
     """The autograd path (CharCNNEncoder.forward hooks, ElmoBiLSTM.forward) gives the same numbers."""
-    model = manylangs_files.load_model(FIXTURES / kind)
+    model = manylangs_reader.load_model(FIXTURES / kind)
     tokens = sentences()
     ids = torch.as_tensor(
         np.stack([np.pad(model.token_encoder.token_ids(s), ((0, 8 - len(s)), (0, 0))) for s in tokens])
@@ -106,7 +106,7 @@ def test_vectorizer_and_spacy_component_take_the_directory(tmp_path):
     assert np.abs(doc._.elmo_layers - expected).max() <= TOLERANCE * np.abs(expected).max()
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "elmo" / "model"
-    assert manylangs_files.is_model_dir(saved) and (saved / "cnn_test.json").is_file()
+    assert manylangs_reader.is_model_dir(saved) and (saved / "cnn_test.json").is_file()
     np.testing.assert_allclose(
         spacy.load(tmp_path / "pipeline")(doc.text)._.elmo_layers, doc._.elmo_layers, atol=1e-6
     )  # another backend: rounding
@@ -307,7 +307,7 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, section
     with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}, not 1000000000"):
         spacy_elmo.load_bilm(directory)
     with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}"):
-        manylangs_files.read_config(directory)  # what `spacy-elmo info` reads
+        manylangs_reader.read_config(directory)  # what `spacy-elmo info` reads
 
 
 def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
@@ -316,13 +316,13 @@ def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
     config = json.loads((directory / "config.json").read_text())
     config["config_path"] = "/elsewhere/on/the/authors/machine/cnn_test.json"  # as published models have it
     (directory / "config.json").write_text(json.dumps(config))
-    assert manylangs_files.architecture_file(directory) == directory / "cnn_test.json"
+    assert manylangs_reader.architecture_file(directory) == directory / "cnn_test.json"
     (directory / "cnn_test.json").unlink()
     with pytest.raises(WeightFileError, match=r"config_path '/elsewhere/.*/cnn_test\.json' not found"):
         spacy_elmo.load_bilm(directory)
     config["config_path"] = "/elsewhere/cnn_50_100_512_4096_sample.json"
     (directory / "config.json").write_text(json.dumps(config))
-    assert manylangs_files.read_config(directory).cell_dim == 4096  # the sample architecture
+    assert manylangs_reader.read_config(directory).cell_dim == 4096  # the sample architecture
     with pytest.raises(
         WeightFileError, match=r"has shape \(27, 8\), expected \(27, 100\)"
     ):  # ... which this model is not
@@ -347,7 +347,7 @@ def test_dictionaries_are_checked(tmp_path):
 
 def test_the_ideographic_space_line_reads_as_the_peer_reads_it():
     """Its writer's '\\u3000<TAB>id' line loses the space to strip(): a lone id means '\\u3000'."""
-    chars = manylangs_files.read_lexicon(FIXTURES / "word_char" / "char.dic", ())
+    chars = manylangs_reader.read_lexicon(FIXTURES / "word_char" / "char.dic", ())
     line = next(
         entry
         for entry in (FIXTURES / "word_char" / "char.dic").read_text(encoding="utf-8").splitlines()
@@ -408,7 +408,7 @@ def test_the_backend_pickles_by_reference():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_shape_from_the_config_equals_the_loaded_backend(kind):
-    from spacy_elmo.sources.model_files import model_shape, resolve_model_files
+    from spacy_elmo.sources.model_paths import model_shape, resolve_model_files
 
     backend = spacy_elmo.load_bilm(FIXTURES / kind)
     assert model_shape(*resolve_model_files(FIXTURES / kind)) == (backend.n_layers, backend.dim)

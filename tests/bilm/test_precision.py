@@ -36,7 +36,7 @@ from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.engine import int8, onednn, step_loop
 from spacy_elmo.bilm.weights import load_model, save_model
 from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
-from spacy_elmo.sources.model_files import resolve_model_files
+from spacy_elmo.sources.model_paths import resolve_model_files
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state, needs_float16
 from tests.numerics import assert_recomputed_close
 
@@ -201,7 +201,8 @@ def trained_text_bound(dtype):
 def assert_trained_within_documented_bounds(dtype, sentences, reference):
     """``dtype`` on the bundled trained model within what docs/precision.md states for ordinary sentences; the
     precision ``dtype="auto"`` picks within its own bound."""
-    backend = load_bilm("default", dtype=dtype, cache_mb=0)
+    backend = load_bilm("default", dtype=dtype)
+    backend.clear_cache()  # computed now; the shared backend's cache settings stay as the process had them
     errors = sentence_errors(backend.embed(sentences), reference(sentences))
     print(dtype, f"median {np.median(errors):.4f} max {errors.max():.4f}")
     assert (errors > 0).all() or dtype == "float32"

@@ -249,6 +249,15 @@ class Said(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def test_local_cluster_has_one_definition():
+    """The Dask front end's local_cluster is the one ``spacy-elmo embed --scheduler local:N`` starts its cluster with
+    (output/cluster.py), not a second spelling of it."""
+    from spacy_elmo.output import cluster
+
+    assert local_cluster is cluster.local_cluster
+    assert local_cluster.__module__ == "spacy_elmo.output.cluster"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("opened", [local_cluster, cli_cluster])
 def test_a_local_cluster_closes_without_killing_a_worker_that_exits_slowly(opened):

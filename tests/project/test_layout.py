@@ -25,7 +25,7 @@ SHARED: dict[str, tuple[str, ...]] = {
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "sources/model_files.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
+    "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
     "output/write_guard.py": ("test_embed_file.py", "test_train_safety.py"),
@@ -52,7 +52,8 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/encoder.py": ("test_char_cnn_trim.py", "test_inference_path.py", "test_mkl_prepacked.py"),
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
-    "bilm/manylangs_files.py": ("test_manylangs.py",),
+    "bilm/manylangs_reader.py": ("test_manylangs.py",),
+    "bilm/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
     "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
@@ -78,7 +79,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "spacy/pipeline_component.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
     "spacy/extensions.py": ("test_stored_layers.py", "test_spacy_component.py"),
     "spacy/hooks.py": ("test_spacy_component.py", "test_spacy_serialize.py"),
-    "spacy/architectures.py": ("test_spacy_layers.py", "test_spacy_training.py"),
+    "spacy/architectures.py": ("test_spacy_mix_layer.py", "test_spacy_training.py"),
     # train/: training, its data and its files
     "train/__init__.py": ("test_train.py",),
     "train/config.py": ("test_train.py", "test_train_safety.py"),

@@ -439,7 +439,7 @@ def test_the_torch_install_note_says_which_build_pip_gets():
     for page in pages:
         said = " ".join(page.read_text(encoding="utf-8").split())
         assert "On Linux, torch from PyPI is a CUDA build" in said, page.name
-        assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in said, page.name
+        assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in said, page.name
         assert "does not pull" not in said and "is installed first because" not in said, page.name
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import spacy_elmo
-import spacy_elmo.sources.model_files
+import spacy_elmo.sources.model_paths
 from spacy_elmo import WeightFileError, load_bilm
 from tests.numerics import assert_recomputed_close
 
@@ -116,7 +116,7 @@ def test_model_resolution_errors(tmp_path, fixture_dir):
 
 
 def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(spacy_elmo.sources.model_files, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(spacy_elmo.sources.model_paths, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(WeightFileError, match="bundled default ELMo model"):
         load_bilm()
 

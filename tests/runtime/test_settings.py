@@ -186,6 +186,57 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
     assert settings.DEFAULT_PIPE_BATCH_SIZE == 128
 
 
+def settings_imports(source: str) -> list[int]:
+    """The lines of ``source`` that import from ``runtime/settings.py`` (``from ...runtime.settings import ...``,
+    ``from ..runtime import settings``), lazy ones included."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            named = {alias.name for alias in node.names}
+            if module.split(".")[-1] == "settings" or (module.split(".")[-1] == "runtime" and "settings" in named):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(a.name.endswith("runtime.settings") for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_import_scan_sees_settings_imports():
+    source = """
+from ...runtime.settings import DEFAULT_BATCH_SIZE
+from ..runtime import settings, validation
+def f():
+    from ..runtime.validation import positive_int
+    import spacy_elmo.runtime.settings
+"""
+    assert settings_imports(source) == [2, 3, 6]
+
+
+def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
+    """compat/ takes no default from runtime/settings.py, so that a change of this package's defaults never changes
+    another tool's API; its defaults are the tools' own, as their code has them."""
+    import inspect
+
+    from spacy_elmo.compat.allennlp import DEFAULT_BATCH_SIZE, ElmoEmbedder
+    from spacy_elmo.compat.elmoformanylangs import Embedder
+    from spacy_elmo.compat.simple_elmo import ElmoModel
+
+    for path in sorted((PACKAGE / "compat").rglob("*.py")):
+        lines = settings_imports(path.read_text(encoding="utf-8"))
+        assert not lines, f"compat/{path.relative_to(PACKAGE / 'compat')}:{lines} imports runtime/settings.py: " + (
+            "spell the default of the tool it stands in for"
+        )
+
+    def default(function, name):
+        return inspect.signature(function).parameters[name].default
+
+    assert DEFAULT_BATCH_SIZE == 64  # allennlp.commands.elmo.DEFAULT_BATCH_SIZE (AllenNLP 0.9)
+    assert default(ElmoEmbedder.embed_sentences, "batch_size") == default(ElmoEmbedder.embed_file, "batch_size") == 64
+    assert default(Embedder, "batch_size") == 64  # elmoformanylangs.Embedder(model_dir, batch_size=64)
+    assert default(ElmoModel.load, "max_batch_size") == 32  # simple_elmo's ElmoModel.load(max_batch_size=32)
+    assert default(ElmoModel.get_elmo_vectors, "layers") == "average"
+
+
 # -- the front ends' shared settings: declared once (runtime/front_settings.py), spelled out only where conventions
 # require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
 

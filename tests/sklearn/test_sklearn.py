@@ -46,16 +46,19 @@ def blank_en():
 
 @pytest.fixture
 def embed_spy(backend, monkeypatch):
-    """Record the sentences every backend.embed call receives (the backend is the shared cached object)."""
+    """Record the sentences every backend.embed call receives (the backend is the shared cached object). The class's
+    method is replaced, not the object's: pytest 7.0's monkeypatch puts an object's attribute back as the bound
+    method, which would then hide the class's from every later test that spies on it."""
     calls = []
-    real = backend.embed
+    real = type(backend).embed
 
-    def spy(sentences, **kwargs):
-        sentences = [list(s) for s in sentences]
-        calls.append(sentences)
-        return real(sentences, **kwargs)
+    def spy(self, sentences, **kwargs):
+        if self is backend:
+            sentences = [list(s) for s in sentences]
+            calls.append(sentences)
+        return real(self, sentences, **kwargs)
 
-    monkeypatch.setattr(backend, "embed", spy)
+    monkeypatch.setattr(type(backend), "embed", spy)
     return calls
 
 
@@ -396,7 +399,7 @@ def test_weights_replaced_on_disk_since_fit_are_refused_not_used(model_folder):
 def test_unchanged_files_are_checked_without_reading_their_weights(model_folder, monkeypatch):
     """transform checks the files against the fit's pin by their size, times and inode: the weights (hundreds of MB
     for a published model) are read again only once they changed."""
-    from spacy_elmo.sources import model_files
+    from spacy_elmo.sources import model_paths
 
     est = ElmoVectorizer(model=str(model_folder.path)).fit(TEXTS)
     reads = []
@@ -405,7 +408,7 @@ def test_unchanged_files_are_checked_without_reading_their_weights(model_folder,
         reads.append(Path(file).name)
         return open(file, *args, **kwargs)
 
-    monkeypatch.setattr(model_files, "open", spied_open, raising=False)
+    monkeypatch.setattr(model_paths, "open", spied_open, raising=False)
     est.transform(TEXTS)
     est.transform(TEXTS)
     assert reads == []

@@ -24,9 +24,9 @@ import spacy_elmo
 from spacy_elmo import WeightFileError, __version__, load_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.sklearn import ElmoVectorizer
-from spacy_elmo.sources import bundled_versions, model_files
+from spacy_elmo.sources import bundled_versions, model_paths
 from spacy_elmo.sources.bundled_versions import DEFAULT_VERSION, UNRECORDED_VERSION, VERSIONS, BundledVersion
-from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
+from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, resolve_model_files
 from spacy_elmo.spacy.fine_tune import _base_mismatch
 from tests.numerics import assert_recomputed_close
 
@@ -56,7 +56,7 @@ def swap_default(monkeypatch, directory, keep_today=True):
     versions = {**VERSIONS, newer.name: newer} if keep_today else {newer.name: newer}
     monkeypatch.setattr(bundled_versions, "VERSIONS", versions)
     monkeypatch.setattr(bundled_versions, "DEFAULT_VERSION", newer.name)
-    monkeypatch.setattr(model_files, "DEFAULT_MODEL_DIR", directory)
+    monkeypatch.setattr(model_paths, "DEFAULT_MODEL_DIR", directory)
 
 
 def layers(nlp):

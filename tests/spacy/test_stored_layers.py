@@ -9,7 +9,7 @@ import spacy
 from spacy_elmo import ElmoVectorizer
 from spacy_elmo.spacy.extensions import StaleLayersError, fresh_layers, stored_layers
 from tests.numerics import assert_recomputed_close
-from tests.spacy.test_spacy_layers import examples_for, mix_of, textcat_nlp
+from tests.spacy.test_spacy_mix_layer import examples_for, mix_of, textcat_nlp
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR
+from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR
 from spacy_elmo.train import padded_rows as padded_rows_module
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.evaluation import load_language_model

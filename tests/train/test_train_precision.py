@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.cli import app
-from spacy_elmo.sources.model_files import DEFAULT_MODEL_DIR
+from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, make_sources, train
 from spacy_elmo.train.batching import tensorize
 from spacy_elmo.train.evaluation import load_language_model

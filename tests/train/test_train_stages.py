@@ -112,7 +112,7 @@ def test_stages_of_a_model_trained_before_stages_were_recorded(tmp_path):
 
 
 def test_the_bundled_model_carries_its_training_into_the_next_stage(tmp_path):
-    from spacy_elmo.sources.model_files import resolve_model_files
+    from spacy_elmo.sources.model_paths import resolve_model_files
 
     directory = resolve_model_files("default")[0].parent
     shutil.copy(directory / "metrics.json", tmp_path / "metrics.json")

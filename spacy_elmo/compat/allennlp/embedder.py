@@ -22,7 +22,6 @@ import torch
 from ...bilm.excerpt import excerpt
 from ...output.embed_file import bounded_lines, hdf5_output
 from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
-from ...runtime.settings import DEFAULT_BATCH_SIZE
 from ...runtime.validation import resolve_device
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
@@ -31,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
 DEFAULT_WEIGHT_FILE = "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
+DEFAULT_BATCH_SIZE = 64  # AllenNLP 0.9's own (allennlp.commands.elmo), not a setting of this package
 
 
 def check_cuda_device(cuda_device: int) -> None:

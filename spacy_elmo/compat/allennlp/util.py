@@ -16,7 +16,7 @@ import torch
 
 from ...bilm.chars import batch_to_char_ids
 from ...runtime.validation import validate_sentences
-from ...sources.model_files import published_files, resolve_model_files
+from ...sources.model_paths import published_files, resolve_model_files
 from ...sources.published import published_by_url
 
 PathOrUrl = Union[str, "os.PathLike[str]"]

@@ -88,11 +88,10 @@ def test_missing_or_mismatched_layers(nlp):
         wrong.predict([nlp("a b")])
 
 
-def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
-    tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": 32, "n_layers": 2}
-    textcat_model = {
+def textcat_on_mix(width: int) -> dict:
+    """A TextCatReduce model config reading the elmo component's two layers through ElmoScalarMix of ``width``."""
+    tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": width, "n_layers": 2}
+    return {
         "@architectures": "spacy.TextCatReduce.v1",
         "exclusive_classes": True,
         "tok2vec": tok2vec,
@@ -101,6 +100,12 @@ def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
         "use_reduce_max": True,
         "use_reduce_mean": True,
     }
+
+
+def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
+    textcat_model = textcat_on_mix(width=32)
     nlp.add_pipe("textcat", config={"model": textcat_model})
     examples = [
         Example.from_dict(nlp.make_doc(t), {"cats": {"MONEY": c == "MONEY", "RIVER": c == "RIVER"}}) for t, c in TRAIN
@@ -307,15 +312,6 @@ def test_v1_with_a_wrong_width_fails_at_assembly(fixture_dir):
     """The first shape error, now raised when the pipeline is built, naming both shapes."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
-    tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": 1024, "n_layers": 2}
-    textcat_model = {
-        "@architectures": "spacy.TextCatReduce.v1",
-        "exclusive_classes": True,
-        "tok2vec": tok2vec,
-        "use_reduce_first": False,
-        "use_reduce_last": False,
-        "use_reduce_max": True,
-        "use_reduce_mean": True,
-    }
+    textcat_model = textcat_on_mix(width=1024)
     with pytest.raises(ValueError, match=r"'elmo' gives 3 layers of width 32, but .* 3 layers of width 1024"):
         nlp.add_pipe("textcat", config={"model": textcat_model})

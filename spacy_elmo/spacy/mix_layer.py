@@ -108,7 +108,7 @@ class _Encoder:
 # -- linking to the elmo component ---------------------------------------------------------------
 
 
-def listening_layers(component: Any, upstream_name: str) -> list[Model]:
+def listening_mixes(component: Any, upstream_name: str) -> list[Model]:
     """The mix layers in ``component``'s model that read from the component named ``upstream_name``.
 
     A mix that is a ``spacy.Tok2Vec``'s whole ``embed`` (no projection after it) notes the width that Tok2Vec's

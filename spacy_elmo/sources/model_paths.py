@@ -1,4 +1,5 @@
-"""What a model string means, and the files of a model folder: the one place that decides both.
+"""What a model string means as the paths of existing files, and the files of a model folder: the one place that
+decides both.
 
 A model is named by ``"default"`` (the bundled biLM), a bundled version's own name (``"default-v1"``, see
 :mod:`.bundled_versions`), a published name (``"original"``, see
@@ -11,7 +12,7 @@ the error for a string that names nothing are :mod:`.model_names`' (torch-free, 
 
 Two directory formats are told apart by their files: ELMo's (``options.json`` + an HDF5 weight
 file) and ELMoForManyLangs' (``config.json`` + the torch-saved ``encoder.pkl`` and
-``token_embedder.pkl``, see :mod:`.bilm.manylangs_files`). For the latter the pair is
+``token_embedder.pkl``, see :mod:`.bilm.manylangs_reader`). For the latter the pair is
 ``(config.json, encoder.pkl)``; :func:`is_manylangs` recognises such a pair and
 :func:`model_file_map` lists every file of either kind of model.
 """
@@ -25,9 +26,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from ..bilm import manylangs_files
+from ..bilm import manylangs_reader
 from ..bilm.excerpt import excerpt
-from ..bilm.files import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
+from ..bilm.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
@@ -152,23 +153,23 @@ def _local(value: PathLike, role: str) -> Path:
 
 def is_model_dir(directory: Path) -> bool:
     """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
-    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory)
+    return (directory / OPTIONS).is_file() or manylangs_reader.is_model_dir(directory)
 
 
 def is_manylangs(options_path: Path, weights_path: Path) -> bool:
     """Whether a resolved pair is an ELMoForManyLangs model's ``(config.json, encoder.pkl)``."""
     return (
-        options_path.name == manylangs_files.CONFIG
-        and weights_path.name == manylangs_files.ENCODER
+        options_path.name == manylangs_reader.CONFIG
+        and weights_path.name == manylangs_reader.ENCODER
         and options_path.parent == weights_path.parent
-        and manylangs_files.is_model_dir(weights_path.parent)
+        and manylangs_reader.is_model_dir(weights_path.parent)
     )
 
 
 def model_file_map(options_path: Path, weights_path: Path) -> dict[str, Path]:
     """Every file of the model a resolved pair names, by the name it must have in a copy of the model's folder."""
     if is_manylangs(options_path, weights_path):
-        return manylangs_files.model_files(weights_path.parent)
+        return manylangs_reader.model_files(weights_path.parent)
     return {OPTIONS: options_path, WEIGHTS: weights_path}
 
 
@@ -179,7 +180,7 @@ def model_shape(options_path: Path, weights_path: Path) -> tuple[int, int]:
     the backend returns ``n_layers + 1`` layers. For a client that only needs the shape (Dask).
     """
     if is_manylangs(options_path, weights_path):
-        config = manylangs_files.read_config(weights_path.parent)
+        config = manylangs_reader.read_config(weights_path.parent)
         return config.n_layers, 2 * config.projection_dim
     options = read_options(options_path)
     return options.n_layers, options.output_dim
@@ -190,7 +191,7 @@ def model_dir_in(directory: Path, name: str) -> Path:
     must)."""
     found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
     found += sorted(
-        p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)
+        p.parent for p in directory.rglob(manylangs_reader.ENCODER) if manylangs_reader.is_model_dir(p.parent)
     )
     if len(found) == 1:
         return found[0]
@@ -214,8 +215,8 @@ def _bundled(directory: Path, what: str) -> tuple[Path, Path]:
 
 
 def _in_directory(directory: Path) -> tuple[Path, Path]:
-    if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
-        return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
+    if not (directory / OPTIONS).is_file() and manylangs_reader.is_model_dir(directory):
+        return (directory / manylangs_reader.CONFIG).resolve(), (directory / manylangs_reader.ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(f"ELMo model directory {directory} has no {OPTIONS}")

@@ -1,11 +1,10 @@
-"""Files: their names (the one place the names of the package's files are spelled: a model folder's, a training
-run's, a prepared corpus's, ...), and files that appear whole: every writer of the package writes through
-:func:`atomic_path`.
+"""Files that appear whole: every writer of the package writes through :func:`atomic_path`.
 
 A crash, a full disk or Ctrl-C in the middle of a write leaves either the old file or the new one,
 never half of one: the bytes go to a temporary file beside the target (same folder, so the same
 file system), which replaces the target in one ``os.replace`` once it is complete, and is removed on
 any error. Its name is unique to the process and call, so two writers of one file never share it.
+A write the disk refuses (no space, a size limit, a quota) is a :class:`WriteFailedError` naming the file.
 Lives in ``bilm/`` because the weight files are written here; everything else imports it from here.
 """
 
@@ -19,45 +18,9 @@ import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
-PathLike = Union[str, "os.PathLike[str]"]
-
-# -- the names of the files this package writes or reads in its folders: spelled here only ----------------------
-# (a foreign format's own names stay with its reader: ELMoForManyLangs' config.json, char.dic, ... in
-# manylangs_files.py; the download cache's bookkeeping suffixes in sources/download.py)
-
-# a model folder
-OPTIONS = "options.json"
-WEIGHTS = "weights.hdf5"
-WEIGHT_NAMES = (
-    WEIGHTS,
-    "lm_weights.hdf5",
-    "model.hdf5",
-)  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
-VOCAB = "vocab.txt"
-METRICS = "metrics.json"
-MODEL_CARD = "README.md"  # the model card of a trained model (train/model_card.py)
-# a training run: the model folder's files, and
-CHECKPOINT = "checkpoint.safetensors"
-SOFTMAX = "softmax.safetensors"
-LEGACY_CHECKPOINT = "checkpoint.pt"  # older versions' pickles: refused by name, never read
-LEGACY_SOFTMAX = "softmax.pt"
-# a prepared corpus (train/prepare.py writes it, train/shards.py reads it)
-CORPUS_MANIFEST = "corpus.json"
-CORPUS_COUNTS = "counts.tsv"
-SHARD_NAME = "shard-{index:05d}.txt"  # the index-th shard (train.shards.shard_name)
-SOURCE_INFO = "source-info.json"  # provenance (repository, commit, licence, ...) beside a source's text
-# a domain adaptation's output folder (spacy/adapt.py), besides the training run's files
-ADAPTATION = "adaptation.json"  # what was adapted on, perplexity before / after
-ADAPT_TEXT_DIR = "task_text"  # the docs' text, one doc per line, in:
-ADAPT_TRAIN_TEXT = "train.txt"
-ADAPT_DEV_TEXT = "dev.txt"
-# the spaCy component's saved model folder: where its model's files are, and their fingerprints
-COMPONENT_MODEL = "model.json"
-# the disk cache of sentence activations (runtime/cache.py), in its directory
-DISK_CACHE = "embeddings.sqlite3"
-
+from .file_names import PathLike
 
 # the errors of a write that the disk refused: no space, a file-size limit, a quota
 _DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
