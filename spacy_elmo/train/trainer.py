@@ -655,11 +655,12 @@ def _warn_of_ignored_options(given: TrainConfig, saved: TrainConfig) -> None:
         name = config_field.name
         if name in RESUME_MAY_CHANGE or name == "threads":
             continue
-        default = (
-            config_field.default_factory()
-            if config_field.default_factory is not dataclasses.MISSING
-            else (config_field.default)
-        )
+        if config_field.default_factory is not dataclasses.MISSING:
+            default = config_field.default_factory()
+        elif config_field.default is not dataclasses.MISSING:
+            default = config_field.default
+        else:  # a field every config names (the training files): given empty, it was not given
+            default = ()
         value, kept = _comparable(getattr(given, name)), _comparable(getattr(saved, name))
         if name == "architecture" and isinstance(value, (str, Path)) and value != default:
             with contextlib.suppress(OSError, ValueError):

@@ -265,6 +265,18 @@ def test_resume_warns_of_the_options_the_checkpoint_overrides(texts, tmp_path, r
     assert resumed.config.lr == 0.01 and resumed.config.seed == 7
 
 
+def test_resume_without_the_training_files_is_silent(texts, tmp_path, recwarn):
+    """``spacy-elmo train OUT --resume`` names no text (the checkpoint finds its own): nothing was given, so no
+    option is reported as ignored."""
+    config = dict(epochs=1, eval_every=0, valid=[], max_steps=1)
+    train(tiny_config(texts, **config), tmp_path, progress=False)
+    resumed = Trainer(
+        tiny_config(texts, **{**config, "max_steps": 2, "train": ()}), tmp_path, resume=True, progress=False
+    )
+    assert not [str(w.message) for w in recwarn if "--resume" in str(w.message)]
+    assert resumed.config.train  # the checkpoint's
+
+
 def test_resume_without_a_checkpoint_is_a_clear_error(texts, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"checkpoint\.safetensors"):
         Trainer(tiny_config(texts), tmp_path, resume=True)
