@@ -50,8 +50,11 @@ from .weights import (
     _CLIP,
     HIGHWAY_LAYERS,
     LSTM_LAYERS,
+    MAX_FILTERS,
+    MAX_PARAMETERS,
+    MAX_WIDTH,
+    WIDTH,
     WeightFileError,
-    _int_at_least,
     _int_between,
     _is_int,
     _json,
@@ -59,6 +62,7 @@ from .weights import (
     _option_value,
     _refuse_non_finite,
     _Rule,
+    parameter_count,
 )
 
 CONFIG = "config.json"
@@ -129,12 +133,20 @@ def read_config(directory: Path) -> ManyLangsConfig:
 
 
 def _is_filter(value: Any) -> bool:
-    return isinstance(value, list) and len(value) == 2 and all(_is_int(x) and x >= 1 for x in value)
+    """A ``[width, count]`` pair of positive ints, at most :data:`.weights.MAX_WIDTH` filters (the width is checked
+    against the token length once that is read)."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(_is_int(x) and x >= 1 for x in value)
+        and value[1] <= MAX_WIDTH
+    )
 
 
+# the sizes bounded as options.json's are (.weights: MAX_WIDTH, MAX_FILTERS, MAX_PARAMETERS), before anything is built
 _FILTERS = _Rule(
-    lambda value: isinstance(value, list) and len(value) > 0 and all(_is_filter(f) for f in value),
-    "a non-empty list of [width, count] pairs of ints >= 1",
+    lambda value: isinstance(value, list) and 0 < len(value) <= MAX_FILTERS and all(_is_filter(f) for f in value),
+    f"a list of 1 to {MAX_FILTERS} [width, count] pairs of ints >= 1 (count <= {MAX_WIDTH})",
 )
 
 
@@ -151,14 +163,17 @@ _SCHEMA: tuple[_Option, ...] = (
     _Option(
         "token_embedder.char_dim",
         "char_dim",
-        _Rule(lambda v: _is_int(v) and v >= 1, "an int >= 1 (word-only models are not supported)"),
+        _Rule(
+            lambda v: _is_int(v) and 1 <= v <= MAX_WIDTH,
+            f"an int from 1 to {MAX_WIDTH} (word-only models are not supported)",
+        ),
     ),
-    _Option("token_embedder.word_dim", "word_dim", _int_at_least(0)),
+    _Option("token_embedder.word_dim", "word_dim", _int_between(0, MAX_WIDTH)),
     _Option("token_embedder.n_highway", "n_highway", HIGHWAY_LAYERS),
     _Option("token_embedder.activation", "activation", _ACTIVATION),
     _Option("token_embedder.max_characters_per_token", "max_chars", _int_between(3, MAX_CHARACTERS_PER_TOKEN)),
-    _Option("encoder.projection_dim", "projection_dim", _int_at_least(1)),
-    _Option("encoder.dim", "cell_dim", _int_at_least(1)),
+    _Option("encoder.projection_dim", "projection_dim", WIDTH),
+    _Option("encoder.dim", "cell_dim", WIDTH),
     _Option("encoder.n_layers", "n_layers", LSTM_LAYERS),
     _Option("encoder.cell_clip", "cell_clip", _CLIP),
     _Option("encoder.proj_clip", "proj_clip", _CLIP),
@@ -185,7 +200,15 @@ def config_from_dict(raw: Any, source: str = "config") -> ManyLangsConfig:
         )
     for clip in ("cell_clip", "proj_clip"):
         values[clip] = None if values[clip] is None else float(values[clip])
-    return ManyLangsConfig(**values)
+    config = ManyLangsConfig(**values)
+    # the biLM's parameters less the dictionaries' rows (their files bound those), the word vectors' projection added
+    parameters = parameter_count(config.bilm_options(n_chars=1)) + config.word_dim * config.projection_dim
+    if parameters > MAX_PARAMETERS:
+        raise WeightFileError(
+            f"{source}: the architecture has {parameters:,} parameters, more than the {MAX_PARAMETERS:,} a biLM may "
+            "have here: make encoder.dim, encoder.projection_dim or token_embedder.filters smaller"
+        )
+    return config
 
 
 def _read_json(path: Path) -> Any:

@@ -283,6 +283,18 @@ def _edit_config(directory, section, key, value):
             r"a filter of width 60 is wider than token_embedder\.max_characters_per_token \(50\)",
         ),
         ("encoder", "n_layers", 3, r"missing tensor 'forward_layer_2\.input_linearity\.weight'"),
+        (
+            "token_embedder",
+            "filters",
+            [[1, 70_000]],
+            r"token_embedder\.filters must be a list of 1 to 64 \[width, count\]",
+        ),
+        (
+            "token_embedder",
+            "filters",
+            [[1, 1]] * 65,
+            r"token_embedder\.filters must be a list of 1 to 64 \[width, count\]",
+        ),
     ],
 )
 def test_bad_configs_fail_naming_the_option(tmp_path, section, key, value, message):
@@ -298,6 +310,10 @@ def test_bad_configs_fail_naming_the_option(tmp_path, section, key, value, messa
         ("encoder", "n_layers", "an int from 1 to 64"),
         ("token_embedder", "n_highway", "an int from 0 to 64"),
         ("token_embedder", "max_characters_per_token", "an int from 3 to 256"),
+        ("encoder", "dim", "an int from 1 to 65536"),
+        ("encoder", "projection_dim", "an int from 1 to 65536"),
+        ("token_embedder", "char_dim", r"an int from 1 to 65536 \(word-only models are not supported\)"),
+        ("token_embedder", "word_dim", "an int from 0 to 65536"),
     ],
 )
 def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, section, key, bound):
@@ -308,6 +324,15 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, section
         spacy_elmo.load_bilm(directory)
     with pytest.raises(WeightFileError, match=rf"{section}\.{key} must be {bound}"):
         manylangs_reader.read_config(directory)  # what `spacy-elmo info` reads
+
+
+def test_widths_each_within_bounds_but_too_many_parameters_together_are_refused(tmp_path):
+    """encoder.dim and projection_dim of 60,000 each: 4 * 60,000 * 120,000 numbers per LSTM layer, about 58 GB."""
+    directory = copy_model("word_char", tmp_path)
+    _edit_config(directory, "encoder", "dim", 60_000)
+    _edit_config(directory, "encoder", "projection_dim", 60_000)
+    with pytest.raises(WeightFileError, match=r"parameters, more than the 1,000,000,000 a biLM may have here"):
+        spacy_elmo.load_bilm(directory)
 
 
 def test_the_architecture_file_is_found_as_the_peer_finds_it(tmp_path):
