@@ -146,9 +146,13 @@ def pack_spacy(archive: Path, python_version: str) -> None:
                     tar.add(path, arcname=str(relative))
 
 
-def exclude_from_git(names: list[str]) -> None:
-    """Keep the carried paths out of ``git status`` (they must not be committed)."""
-    exclude = ROOT / ".git" / "info" / "exclude"
+def exclude_from_git(names: list[str], root: Path = ROOT) -> None:
+    """Keep the carried paths out of ``git status`` (they must not be committed): listed in the repository's
+    ``info/exclude``, wherever git keeps it (a worktree's or submodule's ``.git`` is a file naming another folder)."""
+    where = subprocess.run(
+        ["git", "rev-parse", "--git-path", "info/exclude"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    exclude = root / where  # relative to root, or absolute (then the join gives it unchanged)
     exclude.parent.mkdir(parents=True, exist_ok=True)
     lines = exclude.read_text().splitlines() if exclude.exists() else []
     present = {line.strip().rstrip("/") for line in lines}

@@ -1,6 +1,7 @@
 """benchmarks/gpu_carry.py without a package index: one line, and the wheels an earlier run downloaded are kept."""
 
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,3 +60,26 @@ def test_a_download_that_succeeds_replaces_the_earlier_wheels(gpu_carry, earlier
     gpu_carry.download_wheels(earlier_wheels, f"{sys.version_info.major}.{sys.version_info.minor}")
     assert sorted(p.name for p in earlier_wheels.iterdir()) == ["download.whl", "wheel.whl"]
     assert [p.name for p in earlier_wheels.parent.iterdir()] == [".whl"]
+
+
+@pytest.mark.parametrize("layout", ["clone", "worktree"])
+def test_carried_paths_are_kept_out_of_git_status_in_a_clone_or_a_worktree(gpu_carry, tmp_path, layout):
+    """In a worktree ``.git`` is a file: the carried paths still go to the repository's info/exclude."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    repo = tmp_path / "repo"
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    (repo / "tracked.txt").write_text("x")
+    subprocess.run([*git, "add", "tracked.txt"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=repo, check=True)
+    root = repo
+    if layout == "worktree":
+        root = tmp_path / "wt"
+        subprocess.run([*git, "worktree", "add", "-q", str(root)], cwd=repo, check=True)
+    (root / ".venv-carry").mkdir()
+    (root / ".venv-carry" / "f").write_text("y")
+    gpu_carry.exclude_from_git([".venv-carry"], root=root)
+    gpu_carry.exclude_from_git([".venv-carry"], root=root)  # once only
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True)
+    assert status.stdout == ""
+    exclude = (repo / ".git" / "info" / "exclude").read_text()
+    assert exclude.count("/.venv-carry") == 1
