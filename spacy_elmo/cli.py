@@ -341,8 +341,11 @@ def adapt(
     Writes OUTPUT_DIR (use it as [components.elmo.model] path) and OUTPUT_DIR/adaptation.json with the
     dev perplexity before and after.
     """
+    from .sources.model_names import require_model
+
     with _errors_exit_2():
         _require_inputs(train_docs, dev_docs)
+        require_model(init_from)
     from .bilm.threads import set_process_threads
     from .spacy.adapt import AdaptOptions
     from .spacy.adapt import adapt as run_adapt
