@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..bilm import cpu_support, engine, manylangs_reader
-from ..bilm.engine.precisions import AUTO, PRECISIONS, auto_precision
+from ..bilm.engine.precisions import AUTO, PRECISION_NAMES, PRECISIONS, auto_precision, precision
 from ..bilm.file_names import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
@@ -377,7 +377,7 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         backend.weights_path.name,
         weights_bytes / 1e6,
         backend.device,
-        next((p.description for p in PRECISIONS if p.name == name), name),
+        precision(name).description if name in PRECISION_NAMES else name,
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):

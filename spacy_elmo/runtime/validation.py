@@ -33,9 +33,9 @@ def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
     """The name in :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in
     :data:`PRECISION_NAMES`) gives on ``device``: its row's
     :meth:`~spacy_elmo.bilm.engine.precisions.Precision.vectors_on`."""
-    if dtype not in PRECISION_NAMES or precision(dtype).cuda_vectors is None:  # one name on every device: no torch
+    row = precision(dtype) if dtype in PRECISION_NAMES else None
+    if row is None or row.cuda_vectors is None:  # one name on every device: no torch
         return dtype
-    row = precision(dtype)
     import torch
 
     return row.vectors_on(torch.device(device).type)
