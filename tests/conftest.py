@@ -1,5 +1,7 @@
 import contextlib
 import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,8 +20,14 @@ CORPORA_HELP = (
 )
 
 
-# The package's home as the user has it (SPACY_ELMO_HOME, else the user cache directory), read before any test runs:
-# no test may write there (downloads, unpacked archives, locks all go to the temporary home below).
+# The user cache directory the suite sees (platformdirs' XDG_CACHE_HOME) is a folder of its own, made before any test
+# runs: a code path that loses SPACY_ELMO_HOME lands there, where only the suite writes, and the user's real cache,
+# which other processes (a guide tried while the tests run) may write at any time, is neither touched nor watched.
+SUITE_USER_CACHE = Path(tempfile.mkdtemp(prefix="spacy-elmo-suite-cache-"))
+os.environ["XDG_CACHE_HOME"] = str(SUITE_USER_CACHE)
+os.environ.pop(HOME_ENV, None)
+# The package's home as the suite's user cache makes it (SPACY_ELMO_HOME unset): no test may write there (downloads,
+# unpacked archives, locks all go to the temporary home below).
 REAL_HOME = home()
 
 
@@ -60,7 +68,8 @@ def the_real_home_untouched(temporary_home):
     written = writes_between(before, files_under(REAL_HOME))
     if written:
         pytest.fail(
-            f"this test wrote under the user's real spacy-elmo home {REAL_HOME}: {', '.join(written[:5])} "
+            f"this test wrote under the user cache's spacy-elmo home (the suite's own) {REAL_HOME}: "
+            f"{', '.join(written[:5])} "
             f"(the temporary home is {HOME_ENV}={temporary_home}; a subprocess given a fresh env= loses it)"
         )
 
@@ -161,6 +170,10 @@ def fixture_sentences(fixture_dir):
 
     groups = json.loads((fixture_dir / "sentences.json").read_text())
     return [s.split() for group in groups for s in group]
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SUITE_USER_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

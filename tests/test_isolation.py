@@ -5,12 +5,21 @@ from pathlib import Path
 
 import spacy_elmo
 from spacy_elmo.sources.download import home
-from tests.conftest import FIXTURE_DIR, REAL_HOME, files_under, writes_between
+from tests.conftest import FIXTURE_DIR, REAL_HOME, SUITE_USER_CACHE, files_under, writes_between
 
 
 def test_the_package_home_is_a_temporary_folder(temporary_home, tmp_path_factory):
     assert home() == temporary_home != REAL_HOME
     assert temporary_home.is_relative_to(tmp_path_factory.getbasetemp())
+
+
+def test_the_watched_home_is_the_suites_own_user_cache():
+    """Another process writing the user's real cache while the tests run (a guide tried meanwhile) fails no test: the
+    guard watches the user cache the suite itself was given, where nothing but the suite writes."""
+    import platformdirs
+
+    assert REAL_HOME.is_relative_to(SUITE_USER_CACHE)
+    assert Path(platformdirs.user_cache_dir("spacy-elmo", appauthor=False)) == REAL_HOME
 
 
 def test_an_unpacked_archive_lands_in_the_temporary_home(tmp_path, temporary_home):
