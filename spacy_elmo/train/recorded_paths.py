@@ -6,8 +6,8 @@ directories of the machine that wrote them (a home folder, a work folder). A rec
 relative to that folder, the folder itself and anything outside it by its name alone; what identifies a corpus
 is recorded beside it (a prepared corpus's fingerprint, word counts, each file's sha256). A checkpoint, which
 ``--resume`` reads to open the training text again, keeps the way from its folder to each file instead
-(:func:`resumable_path`, read back by :func:`resolved_path`), so a run folder moved together with its text still
-resumes.
+(:func:`resumable_path`, read back by :func:`resolved_path`), from the folder's real path (symbolic links followed)
+to the file, so a run folder moved together with its text still resumes, and so does one reached through a link.
 """
 
 from __future__ import annotations
@@ -95,25 +95,40 @@ def recorded(value: Any, folder: PathLike) -> Any:
     return value
 
 
+def real_folder(folder: PathLike) -> str:
+    """``folder`` from the root with every symbolic link followed: the one spelling of a folder that is the same
+    whichever way it is reached (a linked parent, ``.`` from inside it, its real path)."""
+    return os.path.realpath(absolute_path(folder))
+
+
 def resumable_path(path: PathLike, folder: PathLike) -> str:
     """The way from ``folder`` to ``path`` (``../text/train.txt``), which :func:`resolved_path` follows back: what
-    a checkpoint keeps of a file that ``--resume`` opens again. From the root where there is no way (another drive)."""
+    a checkpoint keeps of a file that ``--resume`` opens again. The way starts at the folder's real path
+    (:func:`real_folder`), so it leads to the file however the folder is reached later; from the root where there
+    is no way (another drive)."""
     target = absolute_path(path)
     try:
-        return PurePath(os.path.relpath(target, absolute_path(folder))).as_posix()
+        return PurePath(os.path.relpath(target, real_folder(folder))).as_posix()
     except ValueError:  # Windows: another drive
         return target
 
 
 def resolved_path(path: PathLike, folder: PathLike) -> str:
-    """A path a checkpoint in ``folder`` keeps (:func:`resumable_path`), from the root again; one from the root (an
-    older checkpoint's) as it is."""
-    return absolute_path(path, absolute_path(folder))
+    """A path a checkpoint in ``folder`` keeps (:func:`resumable_path`), from the root again: followed from the
+    folder's real path; where nothing is there but is from ``folder`` as it is spelled (a checkpoint of an earlier
+    version, which took the way from the spelling the run was started with), that. One from the root (an older
+    checkpoint's) as it is."""
+    real = absolute_path(path, real_folder(folder))
+    if os.path.exists(real):
+        return real
+    spelled = absolute_path(path, absolute_path(folder))
+    return spelled if os.path.exists(spelled) else real
 
 
 __all__ = [
     "absolute_path",
     "is_path_argument",
+    "real_folder",
     "recorded",
     "recorded_argument",
     "recorded_command",

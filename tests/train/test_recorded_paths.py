@@ -66,6 +66,20 @@ def test_a_checkpoint_keeps_the_way_from_its_folder_to_the_text():
     assert resolved_path("/a/data/train.txt", "/b/runs/out") == "/a/data/train.txt"  # an older checkpoint's
 
 
+def test_a_checkpoint_takes_the_way_to_its_text_from_its_folders_real_path(tmp_path):
+    project, scratch = tmp_path.resolve() / "project", tmp_path.resolve() / "scratch"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "train.txt").write_text("a b c\n", encoding="utf-8")
+    (scratch / "runs" / "m").mkdir(parents=True)
+    (project / "runs").symlink_to(scratch / "runs", target_is_directory=True)
+    text = str(project / "data" / "train.txt")
+    way = resumable_path(text, project / "runs" / "m")
+    assert way == "../../../project/data/train.txt"  # from scratch/runs/m, where the folder really is
+    for folder in (project / "runs" / "m", scratch / "runs" / "m"):
+        assert resolved_path(way, folder) == text
+    assert resolved_path("../../data/train.txt", project / "runs" / "m") == text  # an earlier version's way: kept
+
+
 def test_a_prepared_corpus_names_its_sources_and_its_command_without_the_machines_folders(tmp_path, monkeypatch):
     from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
 
@@ -151,3 +165,53 @@ def test_a_run_records_no_path_of_this_machine_and_resumes_when_moved_with_its_t
         assert [str(s.path) for s in resumed.train_sources] == [str(moved / "data" / "train.txt")]
         resumed.run()
     assert resumed.state["step"] == 3
+
+
+def _write_texts(folder, seed=0, lines=300):
+    """``folder``/train.txt and valid.txt: random sentences of forty words (``seed`` picks which)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(40)]
+    for name, count in (("train.txt", lines), ("valid.txt", 40)):
+        text = "\n".join(" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(count))
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+
+
+def _cli_train(out, *args):
+    """``spacy-elmo train OUT ...`` in this process: a tiny model, one checkpoint a step."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    tiny = ["--arch", "tiny", "--min-count", "1", "--token-budget", "512", "--max-length", "20", "--seed", "3"]
+    common = ["--checkpoint-every", "1", "--threads", "1", "--no-progress"]
+    with torch_threads(1):
+        return CliRunner().invoke(app, ["train", str(out), *tiny, *common, *args])
+
+
+def _step(out):
+    return load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"]
+
+
+@pytest.mark.slow
+def test_a_run_reached_through_a_symbolic_link_resumes_from_every_path_to_it(tmp_path, monkeypatch):
+    """``runs`` a link to a scratch disk: a run started as ``runs/m`` did not resume as ``.`` from inside it or by its
+    real path ("the run's text is not at .../scratch/data/train.txt"): its way to the text was taken from the
+    path as typed and followed from the real one."""
+    project, scratch = tmp_path / "project", tmp_path / "scratch"
+    _write_texts(project / "data")
+    (scratch / "runs").mkdir(parents=True)
+    (project / "runs").symlink_to(scratch / "runs", target_is_directory=True)
+    monkeypatch.chdir(project)
+    result = _cli_train("runs/m", "--train", "data/train.txt", "--valid", "data/valid.txt", "--max-steps", "1")
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(project / "runs" / "m")
+    result = _cli_train(".", "--resume", "--max-steps", "2")
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(project)
+    result = _cli_train("runs/m", "--resume", "--max-steps", "3")
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(tmp_path)
+    result = _cli_train(str(scratch / "runs" / "m"), "--resume", "--max-steps", "4")
+    assert result.exit_code == 0, result.output
+    assert _step(scratch / "runs" / "m") == 4
