@@ -16,6 +16,7 @@ WikiText paragraph becomes its sentences and no batch holds a 500-token row.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,16 @@ def make_sources(paths: Sequence[PathLike], format: str = "lines", tokenizer: st
         else:
             raise FileNotFoundError(f"text file not found: {path}")
     return sources
+
+
+def sha256_of(path: PathLike) -> str:
+    """The file's sha256, read in 1 MiB pieces (memory bounded whatever its size): what identifies a text file in a
+    checkpoint, ``metrics.json`` and a prepared corpus's manifest."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for piece in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def split_sentences(tokens: Sequence[str], max_length: int) -> Iterator[list[str]]:

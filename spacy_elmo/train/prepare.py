@@ -25,7 +25,7 @@ from ..bilm.atomic_write import atomic_path, write_json_atomically
 from ..bilm.file_names import SOURCE_INFO
 from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
-from .corpus import split_sentences
+from .corpus import sha256_of, split_sentences
 from .folder_lock import folder_claimed
 from .layouts import PathLike, check_layout, layout_files, text_blocks
 from .recorded_paths import recorded
@@ -140,15 +140,6 @@ def file_sentences(path: Path, layout: str, tokenize: Any, max_length: int) -> I
         tokens = clean_tokens(tokenize(block))
         if tokens:
             yield from split_sentences(tokens, max_length)
-
-
-def sha256_of(path: Path) -> str:
-    """The file's sha256, read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for piece in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(piece)
-    return digest.hexdigest()
 
 
 def prepare_corpus(

@@ -41,7 +41,7 @@ from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
 from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from .config import TrainConfig, check_config
-from .corpus import PathLike, Source, has_tokens
+from .corpus import PathLike, Source, has_tokens, sha256_of
 from .distributed import SINGLE, World, training_device, weights_digest
 from .evaluation import TextBatches, nll_sums, perplexities, perplexity
 from .folder_lock import claim_folder, hold_claim_while, release_claim_on_error
@@ -129,6 +129,8 @@ class Trainer:
         self.valid_sources = _sources(config.valid)
         # a prepared corpus (spacy-elmo prepare-corpus) replaces the text files, never joins them
         self.prepared = PreparedCorpus(config.corpus) if config.corpus else None
+        if checkpoint is not None and self.prepared is not None:
+            _require_the_runs_corpus(self.prepared, checkpoint.info.get("state"), self.output_dir)
         if self.prepared is not None and self.train_sources:
             raise ValueError("train either on text files (--train/--raw) or on a prepared corpus (--corpus), not both")
         if not self.train_sources and self.prepared is None:
@@ -144,6 +146,13 @@ class Trainer:
         self.folder_claim = claim_folder(self.output_dir) if world.is_main else None
         if not resume:  # a new run: never into another model's folder unless asked to replace it (every rank)
             refuse_another_model(self.output_dir, overwrite)
+        # the text's sha256 (one read of each file): recorded by a new run; a resumed one's must be the run's, else it
+        # would go on at its position in another text
+        if resume:
+            _require_the_runs_text(config, self.output_dir)
+        else:
+            config = _with_fingerprints(config)
+        self.config = config
         if world.is_main:
             if not resume:
                 remove_replaced_run(self.output_dir)
@@ -247,9 +256,9 @@ class Trainer:
             return Counter(), self.prepared.sources()
         counts: Counter = Counter()
         sources = []
-        for source in self.train_sources:
+        for source, recorded_source in zip(self.train_sources, self.config.train):
             mine = count_words([source], self.config.max_length)
-            sources.append({**source.to_json(), "words": int(sum(mine.values()))})
+            sources.append({**recorded_source, "words": int(sum(mine.values()))})
             counts.update(mine)
         self.corpus = {"words": int(sum(counts.values())), "distinct_words": len(counts)}
         return counts, sources
@@ -275,6 +284,7 @@ class Trainer:
             self.state = dict(info["state"])
             self.metrics = info["metrics"]
             self.corpus = {k: self.metrics["corpus"][k] for k in ("words", "distinct_words")}
+            self._record_the_text_read()
             self.best_valid = math.inf if info["best_valid"] is None else float(info["best_valid"])
             torch.set_rng_state(checkpoint.rng)
             cuda_rng = self.state.pop(CUDA_RNG, None)  # a GPU's generator: continued on a GPU, unused on the CPU
@@ -284,6 +294,15 @@ class Trainer:
             problem = f"{type(err).__name__}: {err}"
             raise TrainingFileError(f"{path} does not hold a usable training state ({problem})") from err
         self.checkpoint_step = self.state["step"]
+
+    def _record_the_text_read(self) -> None:
+        """``metrics.json``'s record of the training and validation text (and prepared corpora) as this resumed run
+        reads them: where the command named the run's text elsewhere, that (the same text: checked by its sha256)."""
+        config = self.config
+        text = {"train": config.train, "valid": config.valid}
+        self.metrics["corpus"].update(recorded(jsonable({**text, "prepared": config.corpus}), self.output_dir))
+        if isinstance(self.metrics.get("config"), dict):
+            self.metrics["config"].update(recorded(jsonable({**text, "corpus": config.corpus}), self.output_dir))
 
     # -- data ----------------------------------------------------------------------------
 
@@ -593,13 +612,73 @@ def _from_the_root(config: TrainConfig) -> TrainConfig:
 
 def _require_resumed_text(config: TrainConfig) -> None:
     """A FileNotFoundError naming the first text file or prepared corpus of a resumed run that is not where its
-    checkpoint finds it: from the run's folder, the way the run started (a folder moved without its text)."""
+    checkpoint finds it (from the run's folder, the way the run started) nor where the command names it."""
     wanted = [Path(s["path"]) for s in config.train + config.valid] + [Path(d) / MANIFEST for d in config.corpus]
     for missing in (path for path in wanted if not path.is_file()):
         raise FileNotFoundError(
-            f"--resume: the run's text is not at {missing}: a checkpoint finds its text from its own folder, as "
-            "the run started; move or copy a run folder together with its text"
+            f"--resume: the run's text is not at {missing}: name where it is now with --train/--raw, --valid or "
+            "--corpus (it is checked against the run's), or move or copy the run folder together with its text"
         )
+
+
+# what a source of the config records of its file's content (TrainConfig.train and .valid items)
+SHA256 = "sha256"
+
+
+def _with_fingerprints(config: TrainConfig) -> TrainConfig:
+    """``config`` with each text file's sha256 recorded beside its path (:func:`~.corpus.sha256_of`: one streamed
+    read of each file when the run starts), so that a resumed run can tell its text from another under its name."""
+    return dataclasses.replace(
+        config,
+        train=[{**source, SHA256: sha256_of(source["path"])} for source in config.train],
+        valid=[{**source, SHA256: sha256_of(source["path"])} for source in config.valid],
+    )
+
+
+def _require_the_runs_text(config: TrainConfig, output_dir: Path) -> None:
+    """A ValueError naming the first text file of a resumed run whose content is not the one its checkpoint
+    recorded (its sha256): the run would go on at its position in another text. A checkpoint of a version that
+    recorded none is not checked."""
+    for sources, role, option in ((config.train, "trained", "--train/--raw"), (config.valid, "validated", "--valid")):
+        for source in sources:
+            recorded_sha = source.get(SHA256)
+            if recorded_sha is None:
+                continue
+            found = sha256_of(source["path"])
+            if found != recorded_sha:
+                raise ValueError(
+                    f"--resume: {source['path']} is not the text this run {role} on (sha256 {found[:12]}, the run's "
+                    f"{recorded_sha[:12]}): name the run's text with {option}, or train on this one in a new run "
+                    f"(--init-from {output_dir})"
+                )
+
+
+def _require_the_runs_corpus(prepared: PreparedCorpus, state: Any, output_dir: Path) -> None:
+    """A ValueError when the prepared corpus a resumed run opens is not the one its checkpoint's position is in
+    (another fingerprint of its shards), before any training: the run would go on in other shards."""
+    position = state.get("corpus_position") if isinstance(state, dict) else None
+    recorded_fingerprint = position.get("corpus") if isinstance(position, dict) else None
+    if recorded_fingerprint is not None and recorded_fingerprint != prepared.fingerprint:
+        raise ValueError(
+            f"--resume: the prepared corpus {', '.join(map(str, prepared.directories))} is not the one this run "
+            f"trained on (shards {prepared.fingerprint}, the run's {recorded_fingerprint}): name the run's corpus "
+            f"with --corpus, or train on this one in a new run (--init-from {output_dir})"
+        )
+
+
+def _named_text(given: list[dict[str, str]], saved: list[dict[str, str]], option: str) -> list[dict[str, str]]:
+    """A resumed run's text files: where the command names them (``given``, e.g. beside a copied run folder), the
+    checkpoint's sources (read as the run read them, checked by their sha256) at those paths; else the checkpoint's
+    own. A ValueError when the command names another number of files than the run read."""
+    if not given:
+        return saved
+    if len(given) != len(saved):
+        names = ", ".join(Path(source["path"]).name for source in saved) or "none"
+        raise ValueError(
+            f"--resume: {option} names {len(given)} file(s), the run read {len(saved)} ({names}): name each of them, "
+            "in the same order, or none (the checkpoint finds its own from the run's folder)"
+        )
+    return [{**source, "path": named["path"]} for named, source in zip(given, saved)]
 
 
 def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path, output_dir: Path) -> TrainConfig:
@@ -622,6 +701,12 @@ def _resumed_config(checkpoint: Checkpoint, config: TrainConfig, path: Path, out
     if given.init_from:
         given.init_from = recorded_argument(given.init_from, output_dir)
     _warn_of_ignored_options(given, saved)
+    # the text the command names is read instead of the checkpoint's (the same: checked by its fingerprint)
+    saved.train = _named_text(given.train, saved.train, "--train/--raw")
+    saved.valid = _named_text(given.valid, saved.valid, "--valid")
+    if given.corpus:
+        named = [{"path": folder} for folder in given.corpus]
+        saved.corpus = [d["path"] for d in _named_text(named, [{"path": c} for c in saved.corpus], "--corpus")]
     return saved
 
 
@@ -646,6 +731,8 @@ def _device_name(device: torch.device) -> str:
 
 
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "max_minutes", "eval_every", "checkpoint_every")
+# given to a resumed run, used (not ignored): threads, and where the run's text is (checked against its fingerprints)
+_NAMED_ON_RESUME = ("threads", "train", "valid", "corpus")
 
 
 def _warn_of_ignored_options(given: TrainConfig, saved: TrainConfig) -> None:
@@ -653,7 +740,7 @@ def _warn_of_ignored_options(given: TrainConfig, saved: TrainConfig) -> None:
     ignored = []
     for config_field in dataclasses.fields(TrainConfig):
         name = config_field.name
-        if name in RESUME_MAY_CHANGE or name == "threads":
+        if name in RESUME_MAY_CHANGE or name in _NAMED_ON_RESUME:
             continue
         if config_field.default_factory is not dataclasses.MISSING:
             default = config_field.default_factory()

@@ -2,6 +2,7 @@
 directories; and a run folder moved together with its text still resumes."""
 
 import dataclasses
+import hashlib
 import json
 import random
 import shutil
@@ -191,6 +192,75 @@ def _cli_train(out, *args):
 
 def _step(out):
     return load_checkpoint(out / "checkpoint.safetensors").info["state"]["step"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", ["files", "prepared corpus"])
+def test_a_run_copied_without_its_text_resumes_on_the_text_the_command_names(tmp_path, monkeypatch, text):
+    """A run folder copied away from its text, resumed with --train/--corpus and --valid naming where the text is,
+    was refused ("the run's text is not at ..."): the named text, checked against the run's, is read instead."""
+    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+
+    project = tmp_path / "project"
+    _write_texts(project / "data")
+    if text == "files":
+        named = ["--train", str(project / "data" / "train.txt")]
+    else:
+        source = SourceSpec(project / "data" / "train.txt", "lines", "whitespace")
+        prepare_corpus(project / "prep", [source], shard_sentences=50, progress=False)
+        named = ["--corpus", str(project / "prep")]
+    named += ["--valid", str(project / "data" / "valid.txt")]
+    monkeypatch.chdir(project)
+    result = _cli_train("runs/m", *named, "--max-steps", "2")
+    assert result.exit_code == 0, result.output
+    shutil.copytree(project / "runs" / "m", tmp_path / "elsewhere" / "m")  # the run alone
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    result = _cli_train("m", "--resume", "--max-steps", "3", *named)
+    assert result.exit_code == 0, result.output
+    assert _step(tmp_path / "elsewhere" / "m") == 3
+    _write_texts(tmp_path / "another", seed=1)  # another validation text under the name: refused, naming it
+    result = _cli_train("m", "--resume", "--max-steps", "4", *named[:-1], str(tmp_path / "another" / "valid.txt"))
+    assert result.exit_code == 2 and "another/valid.txt" in result.output and "--valid" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    if text == "files":  # another training text, or another prepared corpus, named: refused alike
+        other = ["--train", str(tmp_path / "another" / "train.txt")]
+    else:
+        source = SourceSpec(tmp_path / "another" / "train.txt", "lines", "whitespace")
+        prepare_corpus(tmp_path / "another" / "prep", [source], shard_sentences=50, progress=False)
+        other = ["--corpus", str(tmp_path / "another" / "prep")]
+    result = _cli_train("m", "--resume", "--max-steps", "4", *other, *named[-2:])
+    assert result.exit_code == 2 and "another" in result.output and "--init-from" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert _step(tmp_path / "elsewhere" / "m") == 3
+
+
+@pytest.mark.slow
+def test_a_run_copied_beside_another_text_under_its_texts_name_is_refused(tmp_path, monkeypatch):
+    """A run folder copied without its text into a project whose data/train.txt is another text resumed at its old
+    position in the other file, silently: the checkpoint records its text's sha256, and another text is refused."""
+    project, other = tmp_path / "project", tmp_path / "other"
+    _write_texts(project / "data")
+    monkeypatch.chdir(project)
+    result = _cli_train("runs/m", "--train", "data/train.txt", "--valid", "data/valid.txt", "--max-steps", "2")
+    assert result.exit_code == 0, result.output
+    _write_texts(other / "data", seed=1)
+    shutil.copytree(project / "runs" / "m", other / "runs" / "m")
+    monkeypatch.chdir(other)
+    result = _cli_train("runs/m", "--resume", "--max-steps", "3")
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert len(line.splitlines()) == 1 and "data/train.txt" in line and "--init-from" in line, line
+    assert _step(other / "runs" / "m") == 2  # nothing trained on the other text
+    shutil.copy(project / "data" / "train.txt", other / "data" / "train.txt")  # the run's text back (its valid: not)
+    result = _cli_train("runs/m", "--resume", "--max-steps", "3")
+    assert result.exit_code == 2 and "data/valid.txt" in result.output and "--valid" in result.output, result.output
+    shutil.copy(project / "data" / "valid.txt", other / "data" / "valid.txt")
+    result = _cli_train("runs/m", "--resume", "--max-steps", "3")
+    assert result.exit_code == 0, result.output
+    assert _step(other / "runs" / "m") == 3
+    train_sha = hashlib.sha256((project / "data" / "train.txt").read_bytes()).hexdigest()
+    metrics = json.loads((other / "runs" / "m" / "metrics.json").read_text(encoding="utf-8"))
+    assert [s.get("sha256") for s in metrics["corpus"]["train"]] == [train_sha]  # what identifies the text
 
 
 @pytest.mark.slow
