@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 import numpy as np
 from tqdm import tqdm
 
+from ..bilm.excerpt import excerpt
 from .front_settings import FrontSettings
 from .mix import mix_layers
 from .pooling import PoolSink, pool
@@ -152,6 +153,8 @@ def sample_kind(samples: Sequence[Any]) -> str:
                 "a list of token strings or a spaCy Doc"
             )
         if kind == TOKENS:
+            for j, token in enumerate(sample):  # found here, where the column enters (fit too), not first in transform
+                token_text(token, i, j)
             _check_one_text_row(sample, i)
         if first is None:
             first = kind
@@ -170,9 +173,9 @@ def _check_one_text_row(tokens: Sequence[Any], index: int) -> None:
     merged token (``"New York"``, as a retokenized ``Doc`` does) and is taken as given."""
     if len(tokens) == 1 and isinstance(tokens[0], str) and _SEVERAL_WORDS.search(tokens[0]):
         text = tokens[0]
-        excerpt = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+        head = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
         raise ValueError(
-            f"sample {index} is a token list of one token with several words ({excerpt!r}), as each row of a "
+            f"sample {index} is a token list of one token with several words ({head!r}), as each row of a "
             "one-column 2-D X (df[['text']].values.tolist()) is, and token lists are not split; pass the texts as "
             "strings (df['text'] or a flat list), which the tokenizer setting splits"
         )
@@ -266,14 +269,22 @@ def clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
     """Token texts without whitespace-only tokens; ``TypeError`` names the sample and token."""
     texts = []
     for j, token in enumerate(tokens):
-        text = token if isinstance(token, str) else getattr(token, "text", None)
-        if not isinstance(text, str):
-            raise TypeError(
-                f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})"
-            )
+        text = token_text(token, index, j)
         if not is_whitespace(text):
             texts.append(str(text))
     return tuple(texts)
+
+
+def token_text(token: Any, index: int, position: int) -> str:
+    """The text of token ``position`` of sample ``index`` (a ``str``, or a spaCy token's ``.text``); else a
+    ``TypeError`` naming both (``bytes``, ``None``, a number, a nested list)."""
+    text = token if isinstance(token, str) else getattr(token, "text", None)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"sample {index}, token {position}: expected a string (or spaCy token), got {type(token).__name__} "
+            f"({excerpt(token)})"
+        )
+    return text
 
 
 def split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> Iterable[Any]:
