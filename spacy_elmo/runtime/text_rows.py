@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 import numpy as np
 from tqdm import tqdm
 
-from ..bilm.excerpt import excerpt
 from .front_settings import FrontSettings
 from .mix import mix_layers
 from .pooling import PoolSink, pool
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
+from .validation import token_text
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 
 if TYPE_CHECKING:
@@ -154,7 +154,8 @@ def sample_kind(samples: Sequence[Any]) -> str:
             )
         if kind == TOKENS:
             for j, token in enumerate(sample):  # found here, where the column enters (fit too), not first in transform
-                token_text(token, i, j)
+                if not isinstance(token, str):
+                    token_text(token, f"sample {i}, token {j}")
             _check_one_text_row(sample, i)
         if first is None:
             first = kind
@@ -269,22 +270,10 @@ def clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
     """Token texts without whitespace-only tokens; ``TypeError`` names the sample and token."""
     texts = []
     for j, token in enumerate(tokens):
-        text = token_text(token, index, j)
+        text = token if isinstance(token, str) else token_text(token, f"sample {index}, token {j}")
         if not is_whitespace(text):
             texts.append(str(text))
     return tuple(texts)
-
-
-def token_text(token: Any, index: int, position: int) -> str:
-    """The text of token ``position`` of sample ``index`` (a ``str``, or a spaCy token's ``.text``); else a
-    ``TypeError`` naming both (``bytes``, ``None``, a number, a nested list)."""
-    text = token if isinstance(token, str) else getattr(token, "text", None)
-    if not isinstance(text, str):
-        raise TypeError(
-            f"sample {index}, token {position}: expected a string (or spaCy token), got {type(token).__name__} "
-            f"({excerpt(token)})"
-        )
-    return text
 
 
 def split_text(split: Callable[[str], Iterable[Any]], text: str, row: int) -> Iterable[Any]:

@@ -203,11 +203,24 @@ def check_tokens(sentence: Sequence[str], where: str = "tokens") -> list[str]:
     if not set(map(type, tokens)) <= _STR_ONLY:  # fast path for plain str; subclasses checked below
         for j, token in enumerate(tokens):
             if not isinstance(token, str):
-                hint = " (decode bytes first, e.g. token.decode('utf-8'))" if isinstance(token, bytes) else ""
-                raise TypeError(
-                    f"{where}, token {j}: expected str, got {type(token).__name__} ({excerpt(token)}){hint}"
-                )
+                raise _not_a_token(token, f"{where}, token {j}", "str")
     return tokens
+
+
+def token_text(token: object, where: str) -> str:
+    """The text of a token in a column of samples (``ElmoVectorizer``'s, Dask's), which may also hold spaCy tokens:
+    a ``str``, or a spaCy token's ``.text``; else the ``TypeError`` of :func:`check_tokens`, starting with ``where``
+    (``"sample 3, token 0"``)."""
+    text = token if isinstance(token, str) else getattr(token, "text", None)
+    if not isinstance(text, str):
+        raise _not_a_token(token, where, "a string (or spaCy token)")
+    return text
+
+
+def _not_a_token(token: object, where: str, expected: str) -> TypeError:
+    """The one message for a token that is not text: where it is, what was expected, what it is (bounded)."""
+    hint = " (decode bytes first, e.g. token.decode('utf-8'))" if isinstance(token, bytes) else ""
+    return TypeError(f"{where}: expected {expected}, got {type(token).__name__} ({excerpt(token)}){hint}")
 
 
 def _is_iterable(value: object) -> bool:
