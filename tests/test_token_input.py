@@ -296,3 +296,20 @@ def test_the_guarantee_lists_every_entry():
     paragraph = paragraph[: paragraph.index("\n- **")]
     listed = set(re.findall(r"`([^`]+)`", paragraph))
     assert sorted({entry.label for entry in ENTRIES} - listed) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spacy_elmo:ElmoBackend.embed(sentences)",
+        f"{ALLENNLP}:batch_to_ids(batch)",
+        "spacy_elmo:ElmoVectorizer.fit(X)",
+    ],
+)
+def test_a_huge_hostile_token_is_named_in_a_short_line(name):
+    (entry,) = [entry for entry in ENTRIES if entry.name == name]
+    """The message echoes a bounded excerpt of the token (``bilm.excerpt``), not a megabyte of its repr."""
+    with pytest.raises(TypeError) as raised:
+        entry.call([["fine", b"x" * 1_000_000]])
+    message = str(raised.value)
+    assert "token 1: expected" in message and "1,000,000 bytes" in message and len(message) < 300, message[:300]
