@@ -28,6 +28,7 @@ from .runtime.mix import mix_layers
 from .runtime.pooling import PoolSink
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.tokenize import split_on_spaces
+from .runtime.validation import validate_sentences
 from .runtime.windows import embed_segments, fold_segments, window_bounds
 from .sources.model_paths import PathLike
 
@@ -80,16 +81,23 @@ class HubModule:
         return rows
 
     def tokens(self, tokens: Sequence[Sequence[str]], sequence_len: Sequence[int]) -> Outputs:
-        """Padded token lists and the true length of each (padding tokens past the length are ignored)."""
-        rows, lengths = _as_list(tokens), [int(n) for n in _as_list(sequence_len)]
+        """Padded token lists and the true length of each (padding tokens past the length, TF-Hub's ``""``, are
+        ignored).
+
+        Every token, padding too, must be a ``str`` (as in TF-Hub's string tensor): ``bytes``, ``None`` or a number
+        is a ``TypeError`` naming the row and token (:func:`~spacy_elmo.runtime.validation.validate_sentences`),
+        checked before anything reads the rows, never embedded as its ``str()``; so is a plain string where a row
+        belongs. A numpy array of strings is taken as a list of its rows.
+        """
+        rows = validate_sentences(_as_list(tokens) if isinstance(tokens, np.ndarray) else tokens, "tokens")
+        lengths = [int(n) for n in _as_list(sequence_len)]
         if len(rows) != len(lengths):
             raise ValueError(f"tokens has {len(rows)} rows but sequence_len has {len(lengths)} entries")
         sentences = []
         for i, (row, n) in enumerate(zip(rows, lengths)):
-            row = _as_list(row)
             if not 0 <= n <= len(row):
                 raise ValueError(f"sequence_len[{i}] = {n}, but row {i} of tokens has {len(row)} entries")
-            sentences.append([str(token) for token in row[:n]])
+            sentences.append(row[:n])
         return self._outputs(sentences)
 
     def _outputs(self, sentences: list[list[str]]) -> Outputs:

@@ -22,7 +22,7 @@ import torch
 
 from ..bilm.file_names import PathLike
 from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.validation import positive_int
+from ..runtime.validation import positive_int, validate_sentences
 
 __all__ = ["Embedder"]
 
@@ -50,9 +50,12 @@ class Embedder:
     def sents2elmo(self, sents: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
         """One float32 array per sentence, in input order.
 
+        sents: token lists; a plain string where one belongs, or a token that is not a ``str``, is a ``TypeError``
+            naming it (where ELMoForManyLangs would split a string into characters).
         output_layer: ``-1`` the average of all layers ``(n_tokens, dim)``; ``-2`` every layer
             ``(n_layers + 1, n_tokens, dim)``; ``0`` the token encoder's layer, ``1``.. an LSTM layer.
         """
+        sentences = validate_sentences(sents, "sents")  # before anything reads them (list() splits a string)
         n_layers = self.backend.n_layers + 1
         if (
             isinstance(output_layer, bool)
@@ -62,7 +65,7 @@ class Embedder:
             raise ValueError(
                 f"output_layer={output_layer!r}: expected -1 (average), -2 (all layers) or 0..{n_layers - 1}"
             )
-        layers = self.backend.embed([list(sentence) for sentence in sents], batch_size=self.batch_size)
+        layers = self.backend.embed(sentences, batch_size=self.batch_size)
         if output_layer == -2:
             return layers
         if output_layer == -1:

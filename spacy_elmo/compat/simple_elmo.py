@@ -146,7 +146,7 @@ class ElmoModel:
             raise RuntimeError("no model loaded: call load(PATH) first")
         if layers not in LAYER_CHOICES:
             raise ValueError(f"layers={layers!r}: expected one of {', '.join(map(repr, LAYER_CHOICES))}")
-        return self.backend, [list(text) for text in validate_sentences(texts)]
+        return self.backend, validate_sentences(texts, "texts")
 
     def _chunks(
         self, texts: list[list[str]], warmup: bool, layers: str, stateless: bool

@@ -27,6 +27,7 @@ from .mix import mix_layers
 from .pooling import PoolSink, pool
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
+from .validation import token_text
 from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 
 if TYPE_CHECKING:
@@ -152,6 +153,9 @@ def sample_kind(samples: Sequence[Any]) -> str:
                 "a list of token strings or a spaCy Doc"
             )
         if kind == TOKENS:
+            for j, token in enumerate(sample):  # found here, where the column enters (fit too), not first in transform
+                if not isinstance(token, str):
+                    token_text(token, f"sample {i}, token {j}")
             _check_one_text_row(sample, i)
         if first is None:
             first = kind
@@ -170,9 +174,9 @@ def _check_one_text_row(tokens: Sequence[Any], index: int) -> None:
     merged token (``"New York"``, as a retokenized ``Doc`` does) and is taken as given."""
     if len(tokens) == 1 and isinstance(tokens[0], str) and _SEVERAL_WORDS.search(tokens[0]):
         text = tokens[0]
-        excerpt = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+        head = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
         raise ValueError(
-            f"sample {index} is a token list of one token with several words ({excerpt!r}), as each row of a "
+            f"sample {index} is a token list of one token with several words ({head!r}), as each row of a "
             "one-column 2-D X (df[['text']].values.tolist()) is, and token lists are not split; pass the texts as "
             "strings (df['text'] or a flat list), which the tokenizer setting splits"
         )
@@ -266,11 +270,7 @@ def clean_tokens(tokens: Iterable[Any], index: int) -> Tokens:
     """Token texts without whitespace-only tokens; ``TypeError`` names the sample and token."""
     texts = []
     for j, token in enumerate(tokens):
-        text = token if isinstance(token, str) else getattr(token, "text", None)
-        if not isinstance(text, str):
-            raise TypeError(
-                f"sample {index}, token {j}: expected a string (or spaCy token), got {type(token).__name__} ({token!r})"
-            )
+        text = token if isinstance(token, str) else token_text(token, f"sample {index}, token {j}")
         if not is_whitespace(text):
             texts.append(str(text))
     return tuple(texts)

@@ -159,30 +159,68 @@ def _others(kind: str) -> str:
 _STR_ONLY = {str}
 
 
-def validate_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
-    """Materialise ``sentences`` as a list, raising ``TypeError`` that names the bad sentence/token.
+def validate_sentences(sentences: Iterable[Sequence[str]], name: str = "sentences") -> list[list[str]]:
+    """Materialise ``sentences`` (a batch of token sequences) as a list of token lists, or raise ``TypeError``.
 
-    The one check of tokenized input: the backend's ``embed``, AllenNLP's ``batch_to_ids`` /
-    ``ElmoEmbedder`` and simple_elmo's ``ElmoModel`` all call it, so a plain string where a token
-    list belongs (which would be split into characters) or a token that is not a ``str`` gets the
-    same message everywhere.
+    The one check of tokenized input, which every API that takes token lists runs before anything converts its
+    input (``str()``, ``list()``, numpy, padding): the backend's ``embed``, the TF-Hub module's ``tokens``
+    signature, AllenNLP's ``batch_to_ids`` and ``ElmoEmbedder``, ELMoForManyLangs' ``sents2elmo`` and simple_elmo's
+    ``ElmoModel``. A plain string where the batch or a token list belongs (which would be split into characters)
+    and a token that is not a ``str`` (``bytes``, ``None``, a number, a nested list) get the same one-line message
+    everywhere, naming the API's argument ``name``, the sentence and the token.
     """
+    check_batch(sentences, name)
+    return [check_tokens(sentence, f"{name}: sentence {i}") for i, sentence in enumerate(sentences)]
+
+
+def check_batch(sentences: object, name: str = "sentences") -> None:
+    """``TypeError`` naming the argument ``name`` unless ``sentences`` may be a batch of token sequences: an
+    iterable that is not a plain string (which would be read as one sentence per character). Reads nothing of it,
+    so an API that reads its sentences lazily (AllenNLP's ``embed_sentences``) refuses a string at the call."""
     if isinstance(sentences, (str, bytes)) or not _is_iterable(sentences):
-        raise TypeError(f"sentences must be an iterable of token sequences, not {type(sentences).__name__}")
-    checked: list[Sequence[str]] = []
-    for i, sentence in enumerate(sentences):
-        if isinstance(sentence, (str, bytes)) or not _is_iterable(sentence):
-            raise TypeError(
-                f"sentence {i} is a {type(sentence).__name__}, not a sequence of token strings "
-                f"(tokenize text first, e.g. text.split())"
-            )
-        tokens = list(sentence)
-        if not set(map(type, tokens)) <= _STR_ONLY:  # fast path for plain str; subclasses checked below
-            for j, token in enumerate(tokens):
-                if not isinstance(token, str):
-                    raise TypeError(f"sentence {i}, token {j}: expected str, got {type(token).__name__} ({token!r})")
-        checked.append(tokens)
-    return checked
+        raise TypeError(
+            f"{name} must be an iterable of token sequences (lists of token strings), not a "
+            f"{type(sentences).__name__} ({excerpt(sentences)})"
+        )
+
+
+def check_tokens(sentence: Sequence[str], where: str = "tokens") -> list[str]:
+    """``sentence`` (one token sequence: a sentence, a vocabulary) as a list of its tokens, or a ``TypeError`` that
+    starts with ``where``.
+
+    ``where`` says which input this is in the API's words: the argument's name for a lone token list (AllenNLP's
+    ``embed_sentence(sentence)``, ``vocab_to_cache``), ``"sentences: sentence 3"`` for one of a batch
+    (:func:`validate_sentences`; an API that reads its sentences lazily, such as AllenNLP's ``embed_sentences``,
+    calls this one per sentence with the same words). A plain string is refused, not split into characters; every
+    token must be a ``str`` (subclasses, such as ``numpy.str_``, too).
+    """
+    if isinstance(sentence, (str, bytes)) or not _is_iterable(sentence):
+        raise TypeError(
+            f"{where} is a {type(sentence).__name__}, not a sequence of token strings "
+            f"(tokenize text first, e.g. text.split())"
+        )
+    tokens = list(sentence)
+    if not set(map(type, tokens)) <= _STR_ONLY:  # fast path for plain str; subclasses checked below
+        for j, token in enumerate(tokens):
+            if not isinstance(token, str):
+                raise _not_a_token(token, f"{where}, token {j}", "str")
+    return tokens
+
+
+def token_text(token: object, where: str) -> str:
+    """The text of a token in a column of samples (``ElmoVectorizer``'s, Dask's), which may also hold spaCy tokens:
+    a ``str``, or a spaCy token's ``.text``; else the ``TypeError`` of :func:`check_tokens`, starting with ``where``
+    (``"sample 3, token 0"``)."""
+    text = token if isinstance(token, str) else getattr(token, "text", None)
+    if not isinstance(text, str):
+        raise _not_a_token(token, where, "a string (or spaCy token)")
+    return text
+
+
+def _not_a_token(token: object, where: str, expected: str) -> TypeError:
+    """The one message for a token that is not text: where it is, what was expected, what it is (bounded)."""
+    hint = " (decode bytes first, e.g. token.decode('utf-8'))" if isinstance(token, bytes) else ""
+    return TypeError(f"{where}: expected {expected}, got {type(token).__name__} ({excerpt(token)}){hint}")
 
 
 def _is_iterable(value: object) -> bool:

@@ -53,6 +53,21 @@ def test_tokens_signature_equals_default(elmo):
         elmo.signatures["default"]("one string")
 
 
+def test_tokens_signature_takes_numpy_rows_and_refuses_bytes_before_embedding(elmo):
+    """A numpy array of strings (what TF users hold) is its rows; a bytes token (a ``tf.string`` tensor's
+    ``.numpy()``), padding included, is a TypeError naming it, never embedded as the string "b'The'"."""
+    padded = [["The", "bank", ""], ["Hi", "", ""]]
+    as_list = elmo.signatures["tokens"](tokens=padded, sequence_len=[2, 1])
+    as_array = elmo.signatures["tokens"](tokens=np.array(padded), sequence_len=np.array([2, 1], dtype=np.int32))
+    for key in as_list:
+        np.testing.assert_array_equal(as_array[key], as_list[key])
+    as_bytes = np.array([[token.encode() for token in row] for row in padded])
+    with pytest.raises(TypeError, match=r"^tokens: sentence 0, token 0: expected str, got bytes \(b'The'\)"):
+        elmo.signatures["tokens"](tokens=as_bytes, sequence_len=[2, 1])
+    with pytest.raises(TypeError, match=r"^tokens: sentence 1, token 2: expected str, got NoneType"):
+        elmo.signatures["tokens"](tokens=[["The", "bank", ""], ["Hi", "", None]], sequence_len=[2, 1])
+
+
 def test_similarity_command_table_and_plot(fixture_dir, tmp_path):
     out = tmp_path / "bank.png"
     result = CliRunner().invoke(

@@ -22,7 +22,7 @@ import torch
 from ...bilm.excerpt import excerpt
 from ...output.embed_file import bounded_lines, hdf5_output
 from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
-from ...runtime.validation import resolve_device
+from ...runtime.validation import check_batch, check_tokens, resolve_device, validate_sentences
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
 
@@ -77,10 +77,11 @@ class ElmoEmbedder:
 
     def embed_sentence(self, sentence: list[str]) -> np.ndarray:
         """float32 ``(num_layers, len(sentence), dim)`` (``(num_layers, 0, dim)`` for an empty sentence)."""
-        return self.embed_batch([sentence])[0]
+        return self.embed_batch([check_tokens(sentence, "sentence")])[0]
 
     def embed_batch(self, batch: list[list[str]]) -> list[np.ndarray]:
         """One float32 array ``(num_layers, len(sentence), dim)`` per sentence, in order."""
+        batch = validate_sentences(batch, "batch")  # a TypeError naming a plain string or a non-str token, first
         if batch == [[]]:  # AllenNLP does not run the model for a lone empty sentence (the state stays)
             return [self._empty()]
         embeddings, mask = self.batch_to_embeddings(batch)
@@ -93,10 +94,18 @@ class ElmoEmbedder:
     def embed_sentences(
         self, sentences: Iterable[list[str]], batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[np.ndarray]:
-        """The arrays of :meth:`embed_batch` for ``batch_size`` sentences at a time, as a generator."""
+        """The arrays of :meth:`embed_batch` for ``batch_size`` sentences at a time, as a generator.
+
+        ``sentences`` is read as the generator runs (it may be a stream); a plain string in place of it is a
+        ``TypeError`` here, at the call, and each sentence is checked as it is read, named by its place in the stream.
+        """
+        check_batch(sentences, "sentences")  # at the call: the sentences themselves are read as it runs
+        return self._embedded_stream(sentences, batch_size)
+
+    def _embedded_stream(self, sentences: Iterable[list[str]], batch_size: int) -> Iterator[np.ndarray]:
         batch: list[list[str]] = []
-        for sentence in sentences:
-            batch.append(sentence)
+        for i, sentence in enumerate(sentences):
+            batch.append(check_tokens(sentence, f"sentences: sentence {i}"))
             if len(batch) == batch_size:
                 yield from self.embed_batch(batch)
                 batch = []

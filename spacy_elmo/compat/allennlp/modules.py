@@ -22,6 +22,7 @@ from ...bilm.chars import BOS_CHAR_IDS, BOS_TOKEN, EOS_CHAR_IDS, EOS_TOKEN, toke
 from ...bilm.encoder import CharCNNEncoder
 from ...bilm.model import BiLM, run_token_encoder
 from ...bilm.weights import load_model
+from ...runtime.validation import check_tokens
 from .stateful_lstm import ElmoLstm
 from .util import (
     ConfigurationError,
@@ -136,6 +137,7 @@ class _ElmoCharacterEncoder(nn.Module):
 
     def token_vectors(self, tokens: list[str]) -> torch.Tensor:
         """Vectors ``(len(tokens), projection_dim)`` of tokens (``<S>`` / ``</S>`` the markers), without gradients."""
+        tokens = check_tokens(tokens, "tokens")
         with torch.no_grad():
             device = next(self._char_cnn.parameters()).device
             return run_token_encoder(self._char_cnn, torch.from_numpy(tokens_to_char_ids(tokens)).to(device)).detach()
@@ -162,6 +164,8 @@ class _ElmoBiLm(nn.Module):
         stateful: bool = True,
     ) -> None:
         super().__init__()
+        if vocab_to_cache is not None:  # checked before the model is read
+            vocab_to_cache = check_tokens(vocab_to_cache, "vocab_to_cache")
         bilm = _load_bilm(options_file, weight_file, requires_grad)
         if not bilm.options.use_skip_connections:
             raise ConfigurationError("We only support pretrained biLMs with residual connections")
@@ -181,7 +185,7 @@ class _ElmoBiLm(nn.Module):
     def create_cached_cnn_embeddings(self, tokens: list[str]) -> None:
         """Precompute the char-CNN vectors of ``tokens`` (word id ``i`` is ``tokens[i]``; id 0, padding, is zeros) and
         of ``<S>`` / ``</S>``."""
-        vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN, *tokens])
+        vectors = self._token_embedder.token_vectors([BOS_TOKEN, EOS_TOKEN, *check_tokens(tokens, "tokens")])
         self._bos_embedding, self._eos_embedding = vectors[0], vectors[1]
         weight = vectors[2:].clone()
         weight[0] = 0.0  # AllenNLP's Embedding(padding_index=0) zeroes word 0: padding positions stay masked

@@ -40,7 +40,7 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
     ``</S>`` become the sentence markers; words are cut to 48 bytes; padding tokens are all zeros.
     A sentence that is a plain string, or a token that is not a ``str``, is a ``TypeError`` naming it.
     """
-    return torch.from_numpy(batch_to_char_ids(validate_sentences(batch)))
+    return torch.from_numpy(batch_to_char_ids(validate_sentences(batch, "batch")))
 
 
 def add_sentence_boundary_token_ids(
