@@ -292,7 +292,8 @@ class Store:
         return memo["sha256"], memo
 
     def _memo_path(self, archive: Path) -> Path:
-        return self.root / "archives" / ".sha256" / f"{hashlib.sha256(str(archive).encode()).hexdigest()[:16]}.json"
+        """Where a local archive's sha256 is remembered: a record named after its path."""
+        return _record_path(self.root / "archives" / ".sha256" / hashlib.sha256(str(archive).encode()).hexdigest()[:16])
 
     def _remember(self, memo: dict[str, Any]) -> None:
         """Keep a local archive's sha256 for the next process, where the store can be written (a read-only store is

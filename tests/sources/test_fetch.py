@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import os
 import shutil
 import zipfile
 
@@ -168,3 +169,39 @@ def test_a_read_only_store_hands_out_complete_entries_and_says_what_to_do_for_th
         assert server.hits["data/page.json"] == 0 and store.fetch(url).read_bytes() == BODY  # nothing was lost
     finally:
         srv.stop()
+
+
+def test_a_local_archive_is_hashed_once_while_it_stays_the_same(tmp_path, monkeypatch):
+    """Keying on content costs a read of the archive: paid once, then remembered (in the store, for other processes)
+    while its path, size, times, inode and ends stay the same; an archive rewritten in place is hashed again."""
+    import spacy_elmo.sources.fetch as fetch
+
+    archive = _zip(tmp_path / "any.zip", {"a.txt": b"one"})
+    hashed = []
+    real = fetch._sha256_of
+    monkeypatch.setattr(fetch, "_sha256_of", lambda path: hashed.append(path) or real(path))
+    store = Store(tmp_path / "store")
+    folder = store.unpacked(archive)
+    fetch._SHA256_MEMOS.clear()  # as a new process: what the store remembered
+    assert store.unpacked(archive) == folder and hashed == [archive]
+    before = archive.stat()
+    _zip(archive, {"a.txt": b"two"})  # the same size, in place, its mtime put back
+    os.utime(archive, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert archive.stat().st_size == before.st_size
+    fetch._SHA256_MEMOS.clear()
+    changed = store.unpacked(archive)
+    assert changed != folder and (changed / "a.txt").read_bytes() == b"two" and len(hashed) == 2
+
+
+def test_a_folder_an_older_version_unpacked_is_still_read(tmp_path):
+    """Folders unpacked under the old key (the archive's path, size and mtime) are read, not unpacked again."""
+    archive = _zip(tmp_path / "any.zip", {"a.txt": b"one"}).resolve()
+    info = archive.stat()
+    old_key = hashlib.sha256(f"{archive}:{info.st_size}:{info.st_mtime_ns}".encode()).hexdigest()[:16]
+    legacy = tmp_path / "store" / "archives" / old_key
+    legacy.mkdir(parents=True)
+    (legacy / "a.txt").write_bytes(b"one")
+    (legacy / ".complete").write_text(str(archive), encoding="utf-8")
+    store = Store(tmp_path / "store")
+    assert store.unpacked(archive) == legacy and _unpacked_folders(tmp_path / "store") == [old_key]
+    assert store.forget(str(archive)) == [legacy]  # and forgotten by its label
