@@ -268,9 +268,7 @@ class Store:
             return None
         info = _read_record(_record_path(path)) or {}
         digest = info.get("sha256")
-        if info.get("size") != size or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            return None
-        return digest
+        return digest if info.get("size") == size and _is_sha256(digest) else None
 
     def _local_sha256(self, archive: Path) -> tuple[str, Optional[dict[str, Any]]]:
         """A local archive's sha256, and the memo to remember it by when it was not remembered (else None).
@@ -282,7 +280,7 @@ class Store:
         memo = {"path": str(archive), **_identity(archive)}
         path = self._memo_path(archive)
         for known in (_SHA256_MEMOS.get(str(archive)), _read_record(path)):
-            if known is not None and {k: known.get(k) for k in memo} == memo and isinstance(known.get("sha256"), str):
+            if known is not None and {k: known.get(k) for k in memo} == memo and _is_sha256(known.get("sha256")):
                 _SHA256_MEMOS[str(archive)] = known
                 return known["sha256"], None
         memo["sha256"] = _sha256_of(archive)
@@ -414,6 +412,11 @@ def _identity(path: Path) -> dict[str, Any]:
         "inode": info.st_ino,
         "sample": sample.hexdigest(),
     }
+
+
+def _is_sha256(value: Any) -> bool:
+    """Whether ``value`` is a sha256 as records keep it (64 lowercase hex digits): the only text that names a folder."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
 
 
 def _or(hint: str) -> str:

@@ -184,13 +184,17 @@ def test_a_local_archive_is_hashed_once_while_it_stays_the_same(tmp_path, monkey
     folder = store.unpacked(archive)
     fetch._SHA256_MEMOS.clear()  # as a new process: what the store remembered
     assert store.unpacked(archive) == folder and hashed == [archive]
+    (memo,) = (tmp_path / "store" / "archives" / ".sha256").iterdir()
+    memo.write_text(memo.read_text().replace(str(folder.name), "../../x"))  # a remembered sha256 that is none
+    fetch._SHA256_MEMOS.clear()
+    assert store.unpacked(archive) == folder and hashed == [archive, archive]  # ignored: hashed again
     before = archive.stat()
     _zip(archive, {"a.txt": b"two"})  # the same size, in place, its mtime put back
     os.utime(archive, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert archive.stat().st_size == before.st_size
     fetch._SHA256_MEMOS.clear()
     changed = store.unpacked(archive)
-    assert changed != folder and (changed / "a.txt").read_bytes() == b"two" and len(hashed) == 2
+    assert changed != folder and (changed / "a.txt").read_bytes() == b"two" and len(hashed) == 3
 
 
 def test_a_folder_an_older_version_unpacked_is_still_read(tmp_path):
