@@ -1,6 +1,7 @@
 """The package's downloads: the generic fetcher (:mod:`.fetch`) with spacy-elmo's store, checks and advice.
 
-The store is ``SPACY_ELMO_HOME`` (else the user cache directory); every body is checked to be what
+The store is ``SPACY_ELMO_HOME`` (else the user cache directory; a read-only one is read, and what would need a
+write says to point ``SPACY_ELMO_HOME`` at a writable folder); every body is checked to be what
 its name says before it enters it (:mod:`.download_checks`: an HDF5 file that opens, a JSON object,
 an ELMo archive); ``SPACY_ELMO_OFFLINE=1`` keeps it off the network. Messages about a cached file
 name the folder to delete and the command that does it, ``spacy-elmo download --force NAME``
@@ -45,7 +46,8 @@ def is_offline() -> bool:
 def store() -> Store:
     """The download cache as the environment sets it now: under :func:`home`, ELMo's checks, offline or not."""
     offline = f"offline mode is on ({OFFLINE_ENV}=1)" if is_offline() else None
-    return Store(home(), check=content_problem, offline=offline)
+    unwritable = f"set {HOME_ENV} to a writable folder (a copy of this cache keeps what it holds)"
+    return Store(home(), check=content_problem, offline=offline, unwritable_hint=unwritable)
 
 
 def cached_path(
@@ -87,13 +89,14 @@ def is_cached(url: str) -> bool:
 def unpacked_archive(archive: Path, *, source: Optional[str] = None) -> Path:
     """The directory an archive unpacks to (once, in the cache); ``source`` names it in messages (its URL)."""
     with _download_errors():
-        return store().unpacked(archive, source=source)
+        return store().unpacked(archive, source=source, retry_hint=f"run `{force_command(source)}`" if source else "")
 
 
 def forget(source: str) -> list[Path]:
     """Remove what the cache holds of ``source`` (a URL, or a local archive's path): its download and unpacked
     copies."""
-    return store().forget(source)
+    with _download_errors():
+        return store().forget(source)
 
 
 def force_command(name: str) -> str:

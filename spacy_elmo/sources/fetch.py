@@ -15,14 +15,28 @@ versions of a file are never spliced. Servers are asked not to compress (``Accep
 identity``). Beside the file a ``.json`` record keeps the URL, size, sha256 and label of the first
 download that passed; a later download with another sha256 is refused (the published file changed
 or the transfer is corrupt). A file lock makes concurrent processes download once while the
-others wait. Archives (``.zip``, ``.tar.gz``) are unpacked once into ``ROOT/archives/``, refusing
+others wait. Archives (``.zip``, ``.tar.gz``) are unpacked once into ``ROOT/archives/<key>``, refusing
 members with absolute paths, ``..`` or links, and archives that would expand beyond their declared
 sizes, ``MAX_EXPANSION`` times their own size or the free disk space (archive bombs). A store made
 ``offline`` never touches the network. Nothing fetched is ever unpickled.
+
+An unpacked archive's key is its content, the start of the archive's sha256, so a store copied
+elsewhere (``cp -a``, ``cp -r``, another root) and an archive copied to another path find the
+folder unpacked before. A downloaded archive's sha256 is its record's (the unpack checks it); a
+local archive is hashed once and its sha256 remembered in ``ROOT/archives/.sha256/`` for as long as
+its path, size, times, inode and first and last 64 KiB stay the same (the end of a zip holds its
+members' CRCs, a gzip's the CRC of all it holds). Folders an older version unpacked under the old
+key (the archive's path, size and mtime) are still read where that key still matches.
+
+A store that cannot be written (a read-only folder or mount) hands out its complete entries
+without writing anything, no lock included; whatever needs a write (a missing entry, an unpack,
+removing an entry) is a :class:`FetchError` naming the folder, ending with the caller's
+``unwritable_hint``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,6 +45,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional, Union
@@ -46,6 +61,8 @@ _CONNECT_TIMEOUT_S, _READ_TIMEOUT_S = 15.0, 120.0
 MAX_EXPANSION = 100  # an archive may unpack to at most this many times its size (model weights hardly compress)...
 MIN_EXPANSION_BYTES = 64 << 20  # ...or to this much, whatever its size
 FREE_RESERVE_BYTES = 64 << 20  # left free on the disk after unpacking
+_KEY_CHARS = 16  # hex digits of the archive's sha256 that name its unpacked folder
+_SAMPLE_BYTES = 64 << 10  # read from each end of a local archive to check that its remembered sha256 still holds
 
 Check = Callable[[Path, str], Optional[str]]  # (file, the name it is stored under) -> what is wrong with it, or None
 
@@ -74,12 +91,14 @@ class Store:
     ``check`` vets every body before it enters and every entry before it is handed out (a bad one is
     dropped and fetched again; ``None``: any body will do). ``offline``: why the network may not be
     used, the start of the message when a file is missing (e.g. ``"offline mode is on"``); ``None``
-    when it may.
+    when it may. ``unwritable_hint``: what to do when the store must be written and cannot (read-only), the end of
+    that message.
     """
 
     root: Path
     check: Optional[Check] = None
     offline: Optional[str] = None
+    unwritable_hint: str = ""
 
     def fetch(
         self,
@@ -110,11 +129,10 @@ class Store:
         if self.offline is not None:
             hint = f"; {offline_hint}" if offline_hint else ""
             raise FetchError(f"{self.offline} and {what or url} is not in the cache ({target}){hint}")
-        from filelock import FileLock, Timeout
+        from filelock import Timeout
 
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with FileLock(str(target.parent / ".lock"), timeout=_LOCK_TIMEOUT_S):
+            with self._locked(target.parent, ".lock", f"download {_shown(url, what)}"):
                 found = self._verified(target, record, url, sha256, retry_hint)  # another process may have fetched it
                 if found is not None:
                     return found
@@ -157,53 +175,157 @@ class Store:
 
     def forget(self, source: str) -> list[Path]:
         """Remove what the store holds of ``source`` (a URL, or a local archive's path): its download and unpacked
-        copies; returns what went."""
-        removed: list[Path] = []
-        if is_url(source):
-            folder = self.path_of(source).parent
-            if folder.is_dir():
-                from filelock import FileLock
+        copies (the folder of the archive's content, and any folder labelled with ``source``); returns what went."""
+        try:
+            return self._forget(source)
+        except OSError as err:
+            raise FetchError(self._unwritable(self.root, f"remove what it holds of {source}", err)) from None
 
-                with FileLock(str(folder / ".lock"), timeout=_LOCK_TIMEOUT_S):
+    def _forget(self, source: str) -> list[Path]:
+        removed: list[Path] = []
+        keys: set[str] = set()
+        if is_url(source):
+            target = self.path_of(source)
+            recorded = self._recorded_sha256(target)
+            if recorded is not None:
+                keys.add(recorded[:_KEY_CHARS])
+            folder = target.parent
+            if folder.is_dir():
+                with self._locked(folder, ".lock", f"remove what it holds of {source}"):
                     for path in folder.iterdir():
                         if path.name != ".lock":
                             path.unlink()
                             removed.append(path)
+        elif Path(source).expanduser().is_file():
+            keys.add(self._local_sha256(Path(source).expanduser().resolve())[0][:_KEY_CHARS])
         archives = self.root / "archives"
         wanted = source if is_url(source) else str(Path(source).expanduser().resolve())
         for done in sorted(archives.glob("*/.complete")) if archives.is_dir() else []:
-            if done.read_text(encoding="utf-8").strip() == wanted:
+            if done.parent.name in keys or done.read_text(encoding="utf-8").strip() == wanted:
                 shutil.rmtree(done.parent)
                 removed.append(done.parent)
         return removed
 
-    def unpacked(self, archive: Path, *, source: Optional[str] = None) -> Path:
-        """The folder a zip or tar archive unpacks to (once, in the store); ``source`` names it in messages (its
-        URL) and is recorded as its label."""
+    def unpacked(self, archive: Path, *, source: Optional[str] = None, retry_hint: str = "") -> Path:
+        """The folder a zip or tar archive unpacks to (once, in the store, keyed on the archive's content: module
+        docstring); ``source`` names it in messages (its URL) and is recorded as its label; ``retry_hint``: what else
+        fetches a downloaded archive again (as :meth:`fetch`'s)."""
         archive = archive.resolve()
+        name = source or str(archive)
+        archives = self.root / "archives"
         info = archive.stat()
-        key = hashlib.sha256(f"{archive}:{info.st_size}:{info.st_mtime_ns}".encode()).hexdigest()[:16]
-        target = self.root / "archives" / key
+        legacy = archives / hashlib.sha256(f"{archive}:{info.st_size}:{info.st_mtime_ns}".encode()).hexdigest()[:16]
+        if (legacy / ".complete").is_file():
+            return legacy  # unpacked by an older version, under the key it gave
+        recorded = self._recorded_sha256(archive)
+        digest, memo = (recorded, None) if recorded is not None else self._local_sha256(archive)
+        key = digest[:_KEY_CHARS]
+        target = archives / key
         done = target / ".complete"
-        if done.is_file():
-            return target
-        from filelock import FileLock
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(target.parent / f".{key}.lock"), timeout=_LOCK_TIMEOUT_S):
-            if done.is_file():
-                return target
-            tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            try:
-                _extract(archive, tmp, source or str(archive))
-                (tmp / ".complete").write_text(source or str(archive), encoding="utf-8")
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+        if not done.is_file():
+            with self._locked(archives, f".{key}.lock", f"unpack {name}"):
+                if not done.is_file():  # another process may have unpacked it meanwhile
+                    if recorded is not None:
+                        self._check_download(archive, recorded, name, retry_hint)
+                    self._unpack(archive, archives, key, name)
+        if memo is not None:
+            self._remember(memo)
         return target
+
+    def _unpack(self, archive: Path, archives: Path, key: str, name: str) -> None:
+        """Unpack ``archive`` into ``archives/key`` through a temporary folder (under the caller's lock): the folder
+        appears whole, with its ``.complete`` label, or not at all."""
+        target = archives / key
+        tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            _extract(archive, tmp, name)
+            (tmp / ".complete").write_text(name, encoding="utf-8")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _check_download(self, archive: Path, recorded: str, name: str, retry_hint: str) -> None:
+        """A downloaded archive about to be unpacked under the sha256 its record gives must have that sha256."""
+        actual = _sha256_of(archive)
+        if actual != recorded:
+            raise FetchError(
+                f"{name}: the downloaded archive {archive} has sha256 {actual}, but {recorded} was recorded when it "
+                f"was downloaded (damaged since?); delete {archive.parent}{_or(retry_hint)} to fetch it again"
+            )
+
+    def _recorded_sha256(self, path: Path) -> Optional[str]:
+        """The sha256 recorded for ``path`` when the store downloaded it, if it is a download of this store whose size
+        is still the recorded one; else None."""
+        try:
+            relative = path.resolve().relative_to(self.root.resolve())
+            size = path.stat().st_size
+        except (OSError, ValueError):
+            return None
+        if len(relative.parts) != 3 or relative.parts[0] != "downloads":
+            return None
+        info = _read_record(_record_path(path)) or {}
+        digest = info.get("sha256")
+        return digest if info.get("size") == size and _is_sha256(digest) else None
+
+    def _local_sha256(self, archive: Path) -> tuple[str, Optional[dict[str, Any]]]:
+        """A local archive's sha256, and the memo to remember it by when it was not remembered (else None).
+
+        Remembered (in this process, and in ``archives/.sha256/``) with the archive's path, size, mtime, ctime,
+        inode and the sha256 of its first and last ``_SAMPLE_BYTES``: a remembered sha256 is used only while all of
+        them are the same, so hashing a large archive is paid once, not at every load.
+        """
+        memo = {"path": str(archive), **_identity(archive)}
+        path = self._memo_path(archive)
+        for known in (_SHA256_MEMOS.get(str(archive)), _read_record(path)):
+            if known is not None and {k: known.get(k) for k in memo} == memo and _is_sha256(known.get("sha256")):
+                _SHA256_MEMOS[str(archive)] = known
+                return known["sha256"], None
+        memo["sha256"] = _sha256_of(archive)
+        if _identity(archive) != {k: memo[k] for k in memo if k not in ("path", "sha256")}:
+            return memo["sha256"], None  # changed while it was read: not remembered
+        _SHA256_MEMOS[str(archive)] = memo
+        return memo["sha256"], memo
+
+    def _memo_path(self, archive: Path) -> Path:
+        """Where a local archive's sha256 is remembered: a record named after its path."""
+        return _record_path(self.root / "archives" / ".sha256" / hashlib.sha256(str(archive).encode()).hexdigest()[:16])
+
+    def _remember(self, memo: dict[str, Any]) -> None:
+        """Keep a local archive's sha256 for the next process, where the store can be written (a read-only store is
+        not written to; any failure only means hashing it again next time)."""
+        path = self._memo_path(Path(memo["path"]))
+        if not os.access(path.parent.parent, os.W_OK):
+            return
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(exist_ok=True)
+            write_json_atomically(path, memo)
+
+    @contextlib.contextmanager
+    def _locked(self, folder: Path, name: str, doing: str) -> Iterator[None]:
+        """Hold the file lock ``folder/name`` (the folder made first): the way into every write to the store. A store
+        that cannot be written (read-only, no permission) is a :class:`FetchError` saying so, not an ``OSError``."""
+        from filelock import FileLock, Timeout
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(folder / name), timeout=_LOCK_TIMEOUT_S)
+            lock.acquire()
+        except Timeout:
+            raise
+        except OSError as err:
+            raise FetchError(self._unwritable(folder, doing, err)) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _unwritable(self, folder: Path, doing: str, err: OSError) -> str:
+        """The one line for a store that had to be written and could not."""
+        hint = f"; {self.unwritable_hint}" if self.unwritable_hint else ""
+        return f"cannot write in {folder} to {doing} ({err.strerror or type(err).__name__}){hint}"
 
     def _verified(self, target: Path, record: Path, url: str, sha256: Optional[str], retry_hint: str) -> Optional[Path]:
         """``target`` if it is a complete download of ``url`` (size as recorded, sha256 as expected, passing the
@@ -268,6 +390,33 @@ class Store:
         os.replace(part, target)
         version.unlink(missing_ok=True)
         write_json_atomically(record, {"url": url, "size": size, "sha256": digest, "name": label})
+
+
+# local archives' sha256 already known in this process: resolved path -> its memo (Store._local_sha256)
+_SHA256_MEMOS: dict[str, dict[str, Any]] = {}
+
+
+def _identity(path: Path) -> dict[str, Any]:
+    """What tells that a file is unchanged without reading it all: size, mtime, ctime, inode, and the sha256 of its
+    first and last ``_SAMPLE_BYTES`` (where a zip keeps its members' CRCs and a gzip the CRC of all it holds)."""
+    info = path.stat()
+    sample = hashlib.sha256()
+    with open(path, "rb") as handle:
+        sample.update(handle.read(_SAMPLE_BYTES))
+        handle.seek(max(info.st_size - _SAMPLE_BYTES, 0))
+        sample.update(handle.read(_SAMPLE_BYTES))
+    return {
+        "size": info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "ctime_ns": info.st_ctime_ns,
+        "inode": info.st_ino,
+        "sample": sample.hexdigest(),
+    }
+
+
+def _is_sha256(value: Any) -> bool:
+    """Whether ``value`` is a sha256 as records keep it (64 lowercase hex digits): the only text that names a folder."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
 
 
 def _or(hint: str) -> str:

@@ -1,10 +1,12 @@
 """Published models, URLs and archives, against a loopback HTTP server this test starts (no real network)."""
 
 import email.utils
+import errno
 import gzip
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -154,6 +156,82 @@ class LoopbackServer:
             if self.delay:
                 time.sleep(self.delay)
             handler.wfile.write(payload[i : i + 65536])
+
+
+class ReadOnly:
+    """Every write under the folders it is given fails as on a read-only mount (EROFS), and is recorded.
+
+    What ``chmod -R a-w`` does to a user who is not root, or a read-only mount to anyone: root ignores permission
+    bits, so a suite run as root (containers) cannot make a folder read-only with chmod. The calls patched are
+    those a Python writer goes through (``os.open`` with a write flag, ``open``/``io.open`` for writing,
+    ``os.mkdir`` of a new folder, ``os.replace``/``rename``/``unlink``/``rmdir``) and ``os.access(W_OK)``;
+    :func:`test_a_read_only_cache_in_another_process` checks the same with a real read-only folder.
+    """
+
+    _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def __init__(self, monkeypatch):
+        self.roots: list[Path] = []
+        self.attempts: list[str] = []
+        real = {name: getattr(os, name) for name in ("open", "mkdir", "replace", "rename", "unlink", "rmdir", "access")}
+        real_open = io.open
+
+        def guarded(name):
+            def call(path, *args, **kwargs):
+                for target in (path, *args[:1]) if name in ("replace", "rename") else (path,):
+                    self._refuse(target)
+                return real[name](path, *args, **kwargs)
+
+            return call
+
+        def os_open(path, flags, *args, **kwargs):
+            if flags & self._WRITE_FLAGS:
+                self._refuse(path)
+            return real["open"](path, flags, *args, **kwargs)
+
+        def mkdir(path, *args, **kwargs):
+            if not os.path.exists(path):
+                self._refuse(path)
+            return real["mkdir"](path, *args, **kwargs)
+
+        def io_open(file, mode="r", *args, **kwargs):
+            if any(flag in mode for flag in "wax+"):
+                self._refuse(file)
+            return real_open(file, mode, *args, **kwargs)
+
+        def access(path, mode, *args, **kwargs):
+            if mode & os.W_OK and self._under(path):
+                return False
+            return real["access"](path, mode, *args, **kwargs)
+
+        for name in ("replace", "rename", "unlink", "rmdir"):
+            monkeypatch.setattr(os, name, guarded(name))
+        monkeypatch.setattr(os, "remove", guarded("unlink"))
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr(os, "mkdir", mkdir)
+        monkeypatch.setattr(os, "access", access)
+        monkeypatch.setattr(io, "open", io_open)
+        monkeypatch.setattr("builtins.open", io_open)
+
+    def add(self, root: Path) -> None:
+        self.roots.append(Path(os.path.abspath(root)))
+
+    def _under(self, path) -> bool:
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return False  # a file descriptor
+        absolute = Path(os.path.abspath(os.fsdecode(path)))
+        return any(absolute == root or root in absolute.parents for root in self.roots)
+
+    def _refuse(self, path) -> None:
+        if self._under(path):
+            self.attempts.append(os.fsdecode(path))
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+
+@pytest.fixture()
+def read_only(monkeypatch):
+    """``read_only.add(folder)``: writes under ``folder`` fail (EROFS) and are listed in ``read_only.attempts``."""
+    return ReadOnly(monkeypatch)
 
 
 @pytest.fixture()
@@ -734,3 +812,147 @@ def test_info_of_a_published_model_reads_the_table_and_downloads_nothing(home, s
     cached = CliRunner().invoke(app, ["info", "loopback-test"])
     assert cached.exit_code == 0 and "parameters:" in cached.output and "not downloaded" not in cached.output
     assert sum(server.hits.values()) == hits
+
+
+# -- a copied cache, a read-only cache ---------------------------------------------------------
+
+
+def _filled_cache(monkeypatch, server, fixture_dir, tmp_path):
+    """The cache (SPACY_ELMO_HOME) holding, as `spacy-elmo download` and a first load leave them, a published model of
+    two files, a published model of one archive, an archive by URL and a local archive: the models to load."""
+    from spacy_elmo.cli import app
+
+    server.files["nlpl/elmo.zip"] = _nlpl_archive(fixture_dir, tmp_path / "nlpl.zip").read_bytes()
+    server.files["any/elmo.tar.gz"] = _nlpl_archive(fixture_dir, tmp_path / "any.tar.gz").read_bytes()
+    _publish(monkeypatch, server)
+    archived = PublishedModel(
+        name="loopback-archive",
+        options_url=None,
+        weights_url=None,
+        archive_url=server.url("nlpl/elmo.zip"),
+        architecture="fixture",
+        parameters_m=0.1,
+        approx_mb=1,
+        trained_on="test",
+        source="test",
+    )
+    monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, archived.name, archived)
+    models = ["loopback-test", "loopback-archive", server.url("any/elmo.tar.gz")]
+    fetched = CliRunner().invoke(app, ["download", *models])
+    assert fetched.exit_code == 0, fetched.output
+    (tmp_path / "local").mkdir()
+    local = _nlpl_archive(fixture_dir, tmp_path / "local" / "elmo.zip")
+    load_bilm(local)
+    return [*models, str(local)]
+
+
+def _unpacked_folders(home):
+    return sorted(p.name for p in (home / "archives").iterdir() if not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("flag", ["-a", "-r"])
+def test_the_documented_offline_copy_of_the_cache_unpacks_nothing_again(
+    home, server, monkeypatch, fixture_dir, tmp_path, backend, flag
+):
+    """docs/models.md: fetch on a machine with a network, copy the cache folder, use the copy offline. The copy
+    unpacked every downloaded archive again (an unpacked archive's key held the archive's absolute path and mtime)."""
+    from tests.conftest import files_under, writes_between
+
+    cp = shutil.which("cp")
+    if cp is None:
+        pytest.skip("no cp command on this machine")
+    models = _filled_cache(monkeypatch, server, fixture_dir, tmp_path)
+    hits = sum(server.hits.values())
+    copy = tmp_path / "elsewhere" / "elmo-cache"
+    copy.parent.mkdir()
+    subprocess.run([cp, flag, str(home), str(copy)], check=True)
+    monkeypatch.setenv("SPACY_ELMO_HOME", str(copy))
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    before = files_under(copy)
+    for model in models:
+        assert load_bilm(model).fingerprint == backend.fingerprint, model
+    assert writes_between(before, files_under(copy)) == []  # nothing unpacked again, not even a lock
+    assert sum(server.hits.values()) == hits and len(_unpacked_folders(copy)) == 2  # two archives' contents
+
+
+def _assert_says_what_to_do(message, home, doing):
+    assert "\n" not in message and len(message) < 400, message
+    assert f"cannot write in {home}" in message and doing in message, message
+    assert message.endswith("set SPACY_ELMO_HOME to a writable folder (a copy of this cache keeps what it holds)")
+
+
+def test_a_read_only_cache_loads_what_it_holds_and_says_what_to_do_for_the_rest(
+    home, server, monkeypatch, fixture_dir, tmp_path, backend, read_only
+):
+    """A read-only cache (chmod -R a-w, a read-only mount) raised a raw PermissionError / OSError (on a lock, a
+    folder) wherever it had to be written; now what it holds loads with no write, and the rest is one line."""
+    from spacy_elmo.cli import app
+
+    models = _filled_cache(monkeypatch, server, fixture_dir, tmp_path)
+    read_only.add(home)
+    for model in models:
+        assert load_bilm(model).fingerprint == backend.fingerprint, model
+    assert read_only.attempts == []
+    server.files["other.zip"] = (tmp_path / "nlpl.zip").read_bytes()
+    other = shutil.copy(tmp_path / "nlpl.zip", tmp_path / "other.zip")
+    with open(other, "ab") as handle:
+        handle.write(b"\0")  # other bytes: another archive to unpack (zip readers allow trailing bytes)
+    for model, doing in ((server.url("other.zip"), "to download"), (other, f"to unpack {other}")):
+        with pytest.raises(DownloadError) as err:
+            load_bilm(model)
+        _assert_says_what_to_do(str(err.value), home, doing)
+    forced = CliRunner().invoke(app, ["download", "--force", "loopback-test"])
+    assert forced.exit_code == 2 and "Traceback" not in forced.output
+    _assert_says_what_to_do(forced.output.strip().removeprefix("error: "), home, "to remove what it holds of")
+    assert load_bilm("loopback-test").fingerprint == backend.fingerprint and server.hits["other.zip"] == 0
+
+
+_READ_ONLY_LOADS = """
+import sys
+from spacy_elmo import load_bilm
+from spacy_elmo.sources.download import DownloadError
+for model in sys.argv[2:]:  # "OPTIONS_URL WEIGHTS_URL": a model of two files
+    options, _, weights = model.partition(" ")
+    print((load_bilm(options=options, weights=weights) if weights else load_bilm(model)).fingerprint)
+try:
+    load_bilm(sys.argv[1])
+except DownloadError as err:
+    print(f"DownloadError: {err}")
+"""
+
+
+@pytest.mark.slow
+def test_a_read_only_cache_in_another_process(home, server, monkeypatch, fixture_dir, tmp_path, backend):
+    """The same with a folder the system makes read-only: ``chmod -R a-w`` for a user who is not root, a read-only
+    bind mount in a mount namespace of its own for root (who ignores permission bits); skipped where neither can be
+    made."""
+    models = _filled_cache(monkeypatch, server, fixture_dir, tmp_path)
+    published = {  # the table the subprocess sees has not the test's models: their URLs
+        "loopback-test": f"{server.url('m/options.json')} {server.url('m/weights.hdf5')}",
+        "loopback-archive": server.url("nlpl/elmo.zip"),
+    }
+    models = [published.get(model, model) for model in models]
+    other = tmp_path / "other.tar.gz"
+    other.write_bytes(server.files["any/elmo.tar.gz"] + b"\0" * 1024)  # another archive, not unpacked yet
+    command = [sys.executable, "-c", _READ_ONLY_LOADS, str(other), *models]
+    if not hasattr(os, "geteuid"):
+        pytest.skip("no POSIX user ids here")
+    elif os.geteuid() != 0:
+        subprocess.run(["chmod", "-R", "a-w", str(home)], check=True)
+    else:
+        unshare = shutil.which("unshare")
+        remount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
+        probe = [unshare or "unshare", "-m", "sh", "-c", remount, str(home), "true"]
+        if unshare is None or subprocess.run(probe, capture_output=True).returncode != 0:
+            pytest.skip("run as root, where chmod cannot make a folder read-only, and no read-only mount can be made")
+        command = [unshare, "-m", "sh", "-c", remount, str(home), *command]
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(home)], check=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[:-1] == [backend.fingerprint] * len(models), done.stdout + done.stderr[-3000:]
+    assert lines[-1].startswith("DownloadError: cannot write in ") and "SPACY_ELMO_HOME" in lines[-1], lines[-1]
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
