@@ -310,7 +310,7 @@ def test_every_reader_names_a_damaged_file_or_reads_it(form: Format, tmp_path_fa
     valid = _header_json(path) if form.header else path.read_text(encoding="utf-8")
     form.read(path)  # the valid file reads without an error
 
-    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(data=st.data())
     def check(data: st.DataObject) -> None:
         text = data.draw(form.damage(valid))

@@ -31,7 +31,7 @@ from .file_names import (
     SOFTMAX,
     SOURCE_INFO,
 )
-from .weights import MAX_PARAMETERS, MAX_WIDTH
+from .weights import MAX_PARAMETERS, MAX_WIDTH, options_from_dict
 
 MAX_COUNT = 10**15  # words, sentences, steps: far above any corpus (a trillion words is 10**12)
 MAX_SECONDS = 10.0**10  # about 300 years
@@ -285,9 +285,9 @@ class ComponentModel(Record):
     spacy_elmo_version: Optional[Text] = None
 
 
-# the schema of each file the package reads (options.json: weights.py's own table; counts.tsv: COUNTS_LINE)
+# the schema of each file the package reads (options.json: the check of weights.py's own table; counts.tsv: a line's)
 SCHEMAS: dict[str, Any] = {
-    OPTIONS: "bilm.weights: _SCHEMA",
+    OPTIONS: options_from_dict,
     METRICS: Metrics,
     SOFTMAX: SoftmaxHeader,
     CHECKPOINT: CheckpointHeader,
