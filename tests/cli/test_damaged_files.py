@@ -102,3 +102,22 @@ def test_evaluate_and_fine_tuning_refuse_a_softmax_whose_div_value_is_out_of_bou
         line = _one_error_line(result.output)
         assert f"{model_copy / 'softmax.safetensors'}: div_value: " in line, line
         assert "train the model again" in line, line
+
+
+def test_fine_tuning_refuses_a_model_whose_metrics_are_damaged_naming_the_field(model_copy, tmp_path):
+    """The training history of --init-from's model goes into the new model's metrics.json: a damaged one is refused
+    (one line naming the field, and that deleting it fine-tunes without that history), not copied along."""
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat .\n", encoding="utf-8")
+    path = model_copy / "metrics.json"
+    path.write_text(_metrics(stages=[{"wall_time_s": "long"}]), encoding="utf-8")
+    try:
+        result = CliRunner().invoke(
+            app, ["train", str(tmp_path / "tuned"), "--init-from", str(model_copy), "--train", str(text), *FAST]
+        )
+    finally:
+        shutil.copyfile(DEFAULT_MODEL_DIR / "metrics.json", path)
+    assert result.exit_code == 2, result.output
+    line = _one_error_line(result.output)
+    assert f'{path}: stages[0].wall_time_s: input should be a valid number, not "long"' in line, line
+    assert "delete it to fine-tune the model without its training history" in line, line
