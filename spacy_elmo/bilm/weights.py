@@ -41,6 +41,7 @@ from .atomic_write import atomic_paths, reported_as, write_json_atomically
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
 from .file_names import OPTIONS, WEIGHTS, PathLike
 from .options import BiLMOptions
+from .schema_check import read_json_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import BiLM
@@ -55,11 +56,8 @@ def read_options(path: PathLike) -> BiLMOptions:
     path = Path(path)
     if not path.is_file():
         raise WeightFileError(f"options file not found: {path}")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise WeightFileError(f"options file {path} is not valid JSON: {err}") from err
-    return options_from_dict(raw, source=str(path))
+    advice = "correct it, or fetch the model again"
+    return options_from_dict(read_json_file(path, None, advice, WeightFileError), source=str(path))
 
 
 def options_from_dict(raw: dict[str, Any], source: str = "options") -> BiLMOptions:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..bilm import engine, manylangs_reader
+from ..bilm.schema_check import FileSchemaError, read_json_file
 from ..bilm.weights import check_model_files, read_options
 from ..bilm.weights import parameter_count as _layout_parameter_count
 from .model_paths import METRICS, is_manylangs
@@ -49,10 +49,24 @@ def describe(options_path: Path, weights_path: Path) -> str:
     )
     metrics_path = directory / METRICS
     if metrics_path.is_file():
-        lines += _metrics_lines(json.loads(metrics_path.read_text(encoding="utf-8")))
+        try:
+            lines += _metrics_lines(read_metrics(metrics_path))
+        except FileSchemaError as err:  # what it says of the training is not shown; the model itself loads
+            lines.append(f"training:     not shown, {err}")
     else:
         lines.append("training:     no metrics.json (not trained by spacy-elmo train)")
     return "\n".join(lines)
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """A model's ``metrics.json``, checked against its schema (:class:`~spacy_elmo.bilm.file_formats.Metrics`); a
+    :class:`~spacy_elmo.bilm.schema_check.FileSchemaError` naming the file and the field otherwise. Informational:
+    the model loads without it, so the error says it can be corrected or deleted."""
+    from ..bilm.file_formats import Metrics
+
+    advice = "correct it, or delete it (the model loads without it; only its training history is lost)"
+    metrics: dict[str, Any] = read_json_file(path, Metrics, advice)
+    return metrics
 
 
 def _describe_manylangs(directory: Path) -> str:
@@ -96,8 +110,8 @@ def corpus_names(corpus: dict[str, Any]) -> list[str]:
     """The training text a ``metrics.json`` names: its text files (``folder/file``, or the name alone where the run
     recorded no folder) and its prepared corpus folders (``spacy-elmo prepare-corpus``'s output, which a run given
     ``--corpus`` records under ``"prepared"``)."""
-    files = [_file_name(Path(source["path"])) for source in corpus.get("train", [])]
-    return files + [Path(folder).name for folder in corpus.get("prepared", [])]
+    files = [_file_name(Path(source["path"])) for source in corpus.get("train") or []]
+    return files + [Path(folder).name for folder in corpus.get("prepared") or []]
 
 
 def _file_name(path: Path) -> str:
@@ -141,8 +155,8 @@ def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
     best = metrics.get("best") or {}
     if "valid_ppl_forward" in best:
         lines.append(
-            f"valid ppl:    forward {best['valid_ppl_forward']}, backward {best['valid_ppl_backward']} "
-            f"(step {best.get('step')}, epoch {float(best.get('epoch', 0)):.2f})"
+            f"valid ppl:    forward {best['valid_ppl_forward']}, backward {best.get('valid_ppl_backward')} "
+            f"(step {best.get('step')}, epoch {best.get('epoch') or 0:.2f})"
         )
     for name, result in (metrics.get("test") or {}).items():
         lines.append(f"test ppl:     forward {result['forward']:.2f}, backward {result['backward']:.2f} ({name})")

@@ -9,16 +9,16 @@ then their names and languages packed in columns. ``spacy-elmo info NAME`` gives
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..bilm.file_names import METRICS, OPTIONS
+from ..bilm.schema_check import FileSchemaError
 from ..bilm.weights import parameter_count, read_options
 from . import bundled_versions
-from .info import corpus_names, training_totals
+from .info import corpus_names, read_metrics, training_totals
 from .model_paths import DEFAULT_MODEL_DIR, find_weights
 from .published import PUBLISHED, PublishedModel
 
@@ -75,8 +75,8 @@ def _default_row(directory: Path = DEFAULT_MODEL_DIR) -> Optional[tuple[str, ...
     if not (directory / OPTIONS).is_file():
         return None
     trained = "spacy-elmo train"
-    if (directory / METRICS).is_file():
-        metrics = json.loads((directory / METRICS).read_text(encoding="utf-8"))
+    metrics = _metrics(directory / METRICS)
+    if metrics is not None:
         corpus, seen = metrics.get("corpus", {}), training_totals(metrics)[1] if "wall_time_s" in metrics else 0
         text = f"a {corpus['words'] / 1e6:.1f}M-word corpus" if corpus.get("words") else "a corpus"
         names = corpus_names(corpus)
@@ -86,6 +86,17 @@ def _default_row(directory: Path = DEFAULT_MODEL_DIR) -> Optional[tuple[str, ...
     version = f"{bundled_versions.DEFAULT_VERSION}: " if directory == DEFAULT_MODEL_DIR else ""
     licence = "licence: see its README.md (spacy-elmo info default)"
     return ("default", "English", *_bundled_size(directory), "bundled", f"{version}{trained}; {licence}")
+
+
+def _metrics(path: Path) -> Optional[dict[str, Any]]:
+    """The bundled model's ``metrics.json``; ``None`` where it is missing or damaged (the row then says less;
+    ``spacy-elmo info default`` names the damage)."""
+    if not path.is_file():
+        return None
+    try:
+        return read_metrics(path)
+    except FileSchemaError:
+        return None
 
 
 def _bundled_size(directory: Path) -> tuple[str, str]:

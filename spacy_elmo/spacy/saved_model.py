@@ -24,7 +24,9 @@ import srsly
 
 from ..about import __version__
 from ..bilm.atomic_write import atomic_path, atomic_paths, reported_as
+from ..bilm.file_formats import ComponentModel
 from ..bilm.file_names import COMPONENT_MODEL
+from ..bilm.schema_check import check_value, read_json_file
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..runtime.backend import ElmoBackend
@@ -149,8 +151,10 @@ def load_model_dir(component: ElmoComponent, directory: Path) -> None:
         raise WeightFileError(
             f"component {component.name!r}: {meta_path} is missing (not saved by the elmo component?)"
         )
-    meta = srsly.read_json(meta_path)
-    source = _saved_source(meta, f"component {component.name!r}: {meta_path}", files=())
+    where, advice = f"component {component.name!r}: {meta_path}", "the saved pipeline is damaged: save it again"
+    meta = read_json_file(meta_path, None, advice, WeightFileError)
+    source = _saved_source(meta, where, files=())  # its own words for the key that says what the save is
+    check_value(meta, where, ComponentModel, advice, WeightFileError)
     if source == "default":
         _use_bundled(component, meta)
         return

@@ -137,7 +137,7 @@ def perplexities(sums: dict[str, float]) -> dict[str, float]:
 
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
-    from ..bilm.weights import WeightFileError, load_model
+    from ..bilm.weights import load_model
     from ..sources.model_paths import resolve_model_files
     from .network import LanguageModel
     from .storage import SOFTMAX, load_softmax, load_softmax_into, require_file
@@ -152,8 +152,7 @@ def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     bilm = load_model(options_path, weights_path)
     vocab = Vocabulary.load(vocab_path)
     softmax = load_softmax(softmax_path)
-    if softmax.n_classes != len(vocab):
-        raise WeightFileError(f"{softmax_path} has {softmax.n_classes} classes but {VOCAB} has {len(vocab)} words")
+    softmax.check_fits(softmax_path, len(vocab), bilm.options.projection_dim)
     model = LanguageModel(bilm.options, len(vocab), softmax.cutoffs, softmax.div_value, 0.0, lstm_impl)
     model.load_bilm_weights(bilm)
     load_softmax_into(model.softmax, softmax, softmax_path)
@@ -180,10 +179,12 @@ def _not_a_trained_model(directory: Path, name: str) -> Exception:
 def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
     from ..sources.model_paths import resolve_model_files
+    from .stages import read_metrics
 
-    metrics = resolve_model_files(model_dir)[0].parent / METRICS
-    if metrics.is_file():
-        return int(json.loads(metrics.read_text(encoding="utf-8")).get("config", {}).get("max_length", fallback))
+    path = resolve_model_files(model_dir)[0].parent / METRICS
+    if path.is_file():
+        config = read_metrics(path, "correct it, or give --max-length").get("config", {})
+        return int(config.get("max_length") or fallback)
     return fallback
 
 

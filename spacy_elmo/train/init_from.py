@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -13,6 +12,7 @@ from ..bilm.weights import load_model
 from ..sources.model_paths import resolve_model_files
 from .batching import Vocabulary
 from .corpus import PathLike
+from .stages import INIT_FROM_ADVICE, read_metrics
 from .storage import SOFTMAX, SoftmaxFile, load_softmax, require_file
 
 
@@ -41,7 +41,9 @@ def load_initial_model(model: PathLike) -> InitialModel:
         path = require_file(directory, SOFTMAX, LEGACY_SOFTMAX, "the model's softmax")
     except FileNotFoundError:
         return InitialModel(bilm, directory)
-    return InitialModel(bilm, directory, Vocabulary.load(directory / VOCAB), load_softmax(path))
+    vocab, softmax = Vocabulary.load(directory / VOCAB), load_softmax(path)
+    softmax.check_fits(path, len(vocab), bilm.options.projection_dim)
+    return InitialModel(bilm, directory, vocab, softmax)
 
 
 def previous_training(model: PathLike) -> dict[str, Any]:
@@ -50,7 +52,7 @@ def previous_training(model: PathLike) -> dict[str, Any]:
     path = directory / METRICS
     if not path.is_file():
         return {"model": str(directory)}
-    metrics = json.loads(path.read_text(encoding="utf-8"))
+    metrics = read_metrics(path, INIT_FROM_ADVICE)
     best = metrics.get("best") or {}
     return {
         "model": str(directory),

@@ -12,6 +12,7 @@ from ..bilm.file_names import METRICS, MODEL_CARD, OPTIONS, WEIGHTS
 from ..bilm.weights import parameter_count, read_options
 from .corpus import PathLike
 from .stages import describe_source
+from .stages import read_metrics as read_checked_metrics
 
 DEFAULT_TITLE = "spacy-elmo biLM"  # a card's title unless the caller names the model
 
@@ -92,16 +93,8 @@ NUMBER_KEYS = frozenset(
 
 
 def read_metrics(path: Path) -> dict[str, Any]:
-    """A model's ``metrics.json``: a JSON object, else a ValueError naming the file."""
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text ({err})") from err
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err})") from err
-    if not isinstance(metrics, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
-    return metrics
+    """A model's ``metrics.json``, checked against its schema, else a ValueError naming the file and the field."""
+    return read_checked_metrics(path, "correct it, then record again (nothing was changed)")
 
 
 def check_card_metrics(metrics: dict[str, Any], path: PathLike = METRICS) -> None:

@@ -9,7 +9,6 @@ manifest (written last) appear whole; the format is :mod:`.shards`'.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -22,7 +21,9 @@ from tqdm import tqdm
 
 from ..about import __version__
 from ..bilm.atomic_write import atomic_path, write_json_atomically
+from ..bilm.file_formats import SourceInfo
 from ..bilm.file_names import SOURCE_INFO
+from ..bilm.schema_check import read_json_file
 from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import sha256_of, split_sentences
@@ -64,14 +65,11 @@ def read_source_info(path: Optional[PathLike], source: PathLike) -> dict[str, An
             return {}
         path = candidate
     path = Path(path).expanduser()
+    advice = "--source-info takes a JSON object (repository, commit, licence, ...): correct the file"
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info: dict[str, Any] = read_json_file(path, SourceInfo, advice)
     except OSError as err:
         raise FileNotFoundError(f"--source-info: cannot read {path} ({err})") from err
-    except ValueError as err:
-        raise ValueError(f"--source-info: {path} is not valid JSON ({err})") from err
-    if not isinstance(info, dict):
-        raise ValueError(f"--source-info: {path} must hold a JSON object (repository, commit, licence, ...)")
     return info
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Union
 
 from ..bilm.options import BiLMOptions
-from ..bilm.weights import options_from_dict
+from ..bilm.schema_check import read_json_file
+from ..bilm.weights import WeightFileError, options_from_dict
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a few thousand parameters: trains on a few hundred lines in seconds (tests, smoke runs)
@@ -80,7 +80,7 @@ def architecture(name_or_path: Union[str, Path]) -> dict[str, Any]:
         raise ValueError(
             f"unknown architecture {str(name_or_path)!r}: expected one of {sorted(PRESETS)} or a JSON file"
         )
-    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw = read_json_file(path, None, "correct the architecture file", WeightFileError)  # its schema: weights.py's
     options_from_dict(raw, source=str(path))  # validate now, with the file's name in the error
     return raw
 

@@ -23,7 +23,6 @@ is read (its sha256). A changed, truncated or missing file is a :class:`CorpusEr
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -31,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..bilm.excerpt import excerpt
+from ..bilm.file_formats import COUNTS_LINE, CorpusManifest
 from ..bilm.file_names import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
+from ..bilm.schema_check import check_value, read_json_file
 from ..runtime.windows import length_batches
 from .layouts import PathLike
 
@@ -72,31 +74,15 @@ def read_manifest(directory: PathLike) -> dict[str, Any]:
         raise CorpusError(
             f"{Path(directory)} is not a prepared corpus (no {MANIFEST}): make one with `spacy-elmo prepare-corpus`"
         )
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise CorpusError(f"{path} is not valid JSON ({err})") from err
+    advice = "prepare the corpus again (`spacy-elmo prepare-corpus`)"
+    manifest = read_json_file(path, None, advice, CorpusError)
     if not isinstance(manifest, dict) or manifest.get("format") != KIND:
         raise CorpusError(f"{path} is not a {KIND} manifest")
     if manifest.get("version") != VERSION:
-        raise CorpusError(f"{path} is a {KIND} of version {manifest.get('version')!r}; this spacy-elmo reads {VERSION}")
-    try:
-        shards = manifest["shards"]
-        ok = all(
-            isinstance(s["file"], str)
-            and "/" not in s["file"]
-            and isinstance(s["sentences"], int)
-            and isinstance(s["words"], int)
-            and isinstance(s["sha256"], str)
-            for s in shards
-        )
-        ok = ok and all(isinstance(manifest[k], int) for k in ("words", "sentences", "distinct_words"))
-        ok = ok and isinstance(manifest.get("counts_sha256", ""), str)
-    except (KeyError, TypeError) as err:
-        raise CorpusError(f"{path} lacks {err} or has it in the wrong form") from err
-    if not ok:
-        raise CorpusError(f"{path}: malformed shard list or counts")
-    return manifest
+        version = excerpt(manifest.get("version"))
+        raise CorpusError(f"{path} is a {KIND} of version {version}; this spacy-elmo reads {VERSION}")
+    checked: dict[str, Any] = check_value(manifest, path, CorpusManifest, advice, CorpusError)
+    return checked
 
 
 class PreparedCorpus:
@@ -113,10 +99,14 @@ class PreparedCorpus:
             for s in manifest["shards"]
         ]
         if not any(s.words for s in self.shards):
-            raise CorpusError(f"the prepared corpus {', '.join(map(str, self.directories))} holds no words")
+            where = ", ".join(str(d / MANIFEST) for d in self.directories)
+            raise CorpusError(f"{where} lists shards of no words: prepare the corpus again")
         missing = [str(s.path) for s in self.shards if not s.path.is_file()]
         if missing:
-            raise CorpusError(f"prepared corpus shards are missing: {', '.join(missing[:3])}")
+            raise CorpusError(
+                f"prepared corpus shards that its {MANIFEST} lists are missing: {', '.join(missing[:3])}: "
+                "prepare the corpus again"
+            )
         for directory, manifest in zip(self.directories, self.manifests):
             verify_counts(directory / COUNTS, manifest)
         digest = hashlib.sha256()
@@ -245,10 +235,12 @@ def verify_counts(path: Path, manifest: dict[str, Any]) -> None:
 
 def _counts_line(line: str, path: Path, number: int) -> tuple[str, int]:
     """``(word, count)`` of one ``word<TAB>count`` line; a CorpusError naming it otherwise."""
-    word, _, count = line.rstrip("\n").partition("\t")
-    if not word or not count.isdigit():
-        raise CorpusError(f"{path}:{number} is not a 'word<TAB>count' line")
-    return word, int(count)
+    found = COUNTS_LINE.fullmatch(line)
+    if found is None:
+        raise CorpusError(
+            f"{path}:{number} is not a 'word<TAB>count' line (a count of at most 15 digits): prepare the corpus again"
+        )
+    return found.group(1), int(found.group(2))
 
 
 def _read_counts(path: Path) -> Iterator[tuple[str, int]]:

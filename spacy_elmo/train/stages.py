@@ -13,11 +13,12 @@ without ``metrics.json`` (a released ELMo) adds none: its training is not this p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
+from ..bilm.file_formats import Metrics
 from ..bilm.file_names import METRICS
+from ..bilm.schema_check import read_json_file
 from .layouts import PathLike
 
 
@@ -41,15 +42,22 @@ def _old_stage(record: dict[str, Any], sources: list[dict[str, Any]]) -> dict[st
     }
 
 
+INIT_FROM_ADVICE = "correct it, or delete it to fine-tune the model without its training history"
+
+
+def read_metrics(path: Path, advice: str) -> dict[str, Any]:
+    """A model's ``metrics.json``, checked against its schema (:class:`~spacy_elmo.bilm.file_formats.Metrics`); a
+    ValueError naming the file, the field and ``advice`` otherwise."""
+    metrics: dict[str, Any] = read_json_file(path, Metrics, advice)
+    return metrics
+
+
 def earlier_stages(model_dir: PathLike) -> list[dict[str, Any]]:
     """The stages that made the model in ``model_dir`` (from its metrics.json), oldest first; [] without one."""
     path = Path(model_dir) / METRICS
     if not path.is_file():
         return []
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise ValueError(f"--init-from: {path} is not valid JSON ({err})") from err
+    metrics = read_metrics(path, INIT_FROM_ADVICE)
     if isinstance(metrics.get("stages"), list):
         return [dict(stage) for stage in metrics["stages"]]
     sources = [dict(s) for s in (metrics.get("corpus") or {}).get("train", [])]

@@ -26,20 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
 from ..bilm.atomic_write import atomic_path
+from ..bilm.file_formats import CheckpointHeader, SoftmaxHeader
 from ..bilm.file_names import CHECKPOINT, SOFTMAX
+from ..bilm.schema_check import check_json_text
 from ..bilm.weights import WeightFileError
 from .corpus import PathLike
 
 CHECKPOINT_KIND = "spacy-elmo checkpoint"
 SOFTMAX_KIND = "spacy-elmo softmax"
 VERSION = "1"
-CHECKPOINT_KEYS = ("config", "vocab", "state", "metrics", "best_valid", "optimizer")
-STATE_COUNTERS = ("step", "epoch", "batch_in_epoch", "words_seen")
-SOFTMAX_KEYS = ("n_classes", "cutoffs", "div_value", "in_features")
+SOFTMAX_ADVICE = f"the model's softmax is damaged: train the model again, or restore its {SOFTMAX} from a copy"
+CHECKPOINT_ADVICE = f"the checkpoint is damaged: train again without --resume, or restore {CHECKPOINT} from a copy"
 
 
 class TrainingFileError(WeightFileError):
@@ -65,6 +67,18 @@ class SoftmaxFile:
     cutoffs: list[int]
     div_value: float
     in_features: int
+
+    def check_fits(self, path: PathLike, vocab_size: int, in_features: int) -> None:
+        """Refuse (a TrainingFileError naming ``path``) a softmax of another vocabulary size or input width than
+        the model's, before a module is built from its settings."""
+        for field, saved, wanted, what in (
+            ("n_classes", self.n_classes, vocab_size, "words in the vocabulary"),
+            ("in_features", self.in_features, in_features, "the biLM's projection_dim"),
+        ):
+            if saved != wanted:
+                raise TrainingFileError(
+                    f"{path}: {field}: {saved}, where the model has {wanted} ({what}): {SOFTMAX_ADVICE}"
+                )
 
 
 # -- generic: tensors + a JSON header ----------------------------------------------------------
@@ -95,8 +109,11 @@ def _os_error(err: SafetensorError) -> Exception:
     return OSError(number, os.strerror(number))
 
 
-def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The tensors and JSON info of a file written by :func:`write_tensor_file`; one clear error otherwise."""
+def read_tensor_file(
+    path: Path, kind: str, schema: type[BaseModel], advice: str
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The tensors and JSON info of a file written by :func:`write_tensor_file`, the info checked against ``schema``
+    (:mod:`~spacy_elmo.bilm.file_formats`); one clear error otherwise, naming the file, the field and ``advice``."""
     try:
         with safe_open(str(path), framework="pt") as handle:  # type: ignore[attr-defined,unused-ignore]  # 0.4's stubs
             metadata = handle.metadata() or {}
@@ -113,12 +130,9 @@ def read_tensor_file(path: Path, kind: str) -> tuple[dict[str, torch.Tensor], di
     if metadata.get("version") != VERSION:
         version = metadata.get("version")
         raise TrainingFileError(f"{path} is a {kind} file of version {version!r}; this spacy-elmo reads {VERSION}")
-    try:
-        info = json.loads(metadata["json"])
-    except (KeyError, ValueError) as err:
-        raise TrainingFileError(f"{path} has no valid JSON part in its header ({err})") from err
-    if not isinstance(info, dict):
-        raise TrainingFileError(f"{path}: the JSON part of its header is not an object")
+    if "json" not in metadata:
+        raise TrainingFileError(f"{path} has no JSON part in its header: {advice}")
+    info: dict[str, Any] = check_json_text(metadata["json"], path, schema, advice, TrainingFileError)
     return tensors, info
 
 
@@ -188,49 +202,15 @@ def save_checkpoint(
 
 def load_checkpoint(path: Path) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint` (never unpickles); TrainingFileError if it is not one."""
-    tensors, info = read_tensor_file(path, CHECKPOINT_KIND)
-    missing = [key for key in CHECKPOINT_KEYS if key not in info] + [k for k in ("rng.torch",) if k not in tensors]
-    if missing:
-        raise TrainingFileError(f"{path} is not a complete {CHECKPOINT_KIND}: it lacks {', '.join(missing)}")
-    problem = _info_problem(info)
-    if problem:
-        raise TrainingFileError(f"{path} is not a valid {CHECKPOINT_KIND}: {problem}")
+    tensors, info = read_tensor_file(path, CHECKPOINT_KIND, CheckpointHeader, CHECKPOINT_ADVICE)
+    if "rng.torch" not in tensors:
+        raise TrainingFileError(f"{path} is not a complete {CHECKPOINT_KIND}: it lacks rng.torch: {CHECKPOINT_ADVICE}")
     model = {name[len("model.") :]: value for name, value in tensors.items() if name.startswith("model.")}
     try:
         optimizer = _optimizer_state(info.pop("optimizer"), tensors)
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise TrainingFileError(f"{path} holds a malformed optimizer state ({err})") from err
     return Checkpoint(model=model, optimizer=optimizer, rng=tensors["rng.torch"], info=info)
-
-
-def _info_problem(info: Mapping[str, Any]) -> str:
-    """What is wrong with a checkpoint's JSON part ("" when its fields have the types the trainer relies on)."""
-    number = (int, float)
-    state, metrics = info["state"], info["metrics"]
-    checks = (
-        ("config", isinstance(info["config"], dict), "an object"),
-        (
-            "vocab",
-            isinstance(info["vocab"], list) and all(isinstance(w, str) for w in info["vocab"]),
-            "a list of words",
-        ),
-        (
-            "state",
-            isinstance(state, dict)
-            and all(isinstance(state.get(k), int) for k in STATE_COUNTERS)
-            and isinstance(state.get("train_seconds"), number),
-            f"an object with integer {', '.join(STATE_COUNTERS)}",
-        ),
-        (
-            "metrics",
-            isinstance(metrics, dict)
-            and isinstance(metrics.get("corpus"), dict)
-            and all(isinstance(metrics.get(k), list) for k in ("evaluations", "epochs")),
-            "an object with corpus and lists",
-        ),
-        ("best_valid", info["best_valid"] is None or isinstance(info["best_valid"], number), "a number or null"),
-    )
-    return "; ".join(f"{key} is not {what}" for key, ok, what in checks if not ok)
 
 
 def _optimizer_state(saved: dict[str, Any], tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
@@ -265,20 +245,14 @@ def save_softmax(softmax: torch.nn.AdaptiveLogSoftmaxWithLoss, path: Path) -> No
 
 def load_softmax(path: Path) -> SoftmaxFile:
     """Read ``softmax.safetensors`` (never unpickles); TrainingFileError if it is not one."""
-    tensors, info = read_tensor_file(path, SOFTMAX_KIND)
-    missing = [key for key in SOFTMAX_KEYS if key not in info]
-    if missing:
-        raise TrainingFileError(f"{path} is not a complete {SOFTMAX_KIND} file: it lacks {', '.join(missing)}")
-    try:
-        return SoftmaxFile(
-            state_dict=tensors,
-            n_classes=int(info["n_classes"]),
-            cutoffs=[int(c) for c in info["cutoffs"]],
-            div_value=float(info["div_value"]),
-            in_features=int(info["in_features"]),
-        )
-    except (TypeError, ValueError) as err:
-        raise TrainingFileError(f"{path} has malformed softmax settings ({err})") from err
+    tensors, info = read_tensor_file(path, SOFTMAX_KIND, SoftmaxHeader, SOFTMAX_ADVICE)
+    return SoftmaxFile(
+        state_dict=tensors,
+        n_classes=info["n_classes"],
+        cutoffs=list(info["cutoffs"]),
+        div_value=float(info["div_value"]),
+        in_features=info["in_features"],
+    )
 
 
 def load_softmax_into(softmax: torch.nn.AdaptiveLogSoftmaxWithLoss, saved: SoftmaxFile, path: PathLike) -> None:

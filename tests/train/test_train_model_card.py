@@ -39,7 +39,7 @@ METRICS = {
     "corpus": {
         "train": [{"path": "/x/shared/data/wiki/train.txt", "format": "lines", "tokenizer": "whitespace"}],
         "valid": [{"path": "/x/shared/data/wiki/valid.txt"}, {"path": "/elsewhere/dev.txt"}],
-        "prepared": True,
+        "prepared": ["DATA/prepared"],
         "words": 20000,
         "distinct_words": 3000,
     },
@@ -265,10 +265,16 @@ def test_names_and_paths_with_pipes_or_line_breaks_keep_the_tables_whole(model):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda m: m.update(wall_time_s="12"), r'metrics\.json: wall_time_s is "12", not a number'),
-        (lambda m: m["stages"][1].update(words_seen=[1]), r"metrics\.json: stages\[1\]\.words_seen is \[1\], not a"),
-        (lambda m: m["test"]["wiki/test.txt"].update(forward="77"), r'test\.wiki/test\.txt\.forward is "77", not a'),
-        (lambda m: m.update(test=["x"]), r'metrics\.json: test is \["x"\], not an object of recorded results'),
+        (lambda m: m.update(wall_time_s="12"), r'metrics\.json: wall_time_s: input should be a valid number, not "12"'),
+        (
+            lambda m: m["stages"][1].update(words_seen=[1]),
+            r"stages\[1\]\.words_seen: input should be a valid integer, not \[1\]",
+        ),
+        (
+            lambda m: m["test"]["wiki/test.txt"].update(forward="77"),
+            r'test\.wiki/test\.txt\.forward: input should be a valid number, not "77"',
+        ),
+        (lambda m: m.update(test=["x"]), r'metrics\.json: test: input should be a JSON object, not \["x"\]'),
     ],
 )
 def test_recording_checks_everything_before_a_file_changes(model, change, message):

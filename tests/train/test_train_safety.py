@@ -693,8 +693,8 @@ def test_evaluate_record_refuses_a_bad_metrics_file_before_evaluating(texts, tra
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert result.output == (
-        f'error: {model / "metrics.json"}: wall_time_s is "12", not a number: correct it, then record again '
-        "(nothing was changed)\n"
+        f'error: {model / "metrics.json"}: wall_time_s: input should be a valid number, not "12": correct it, then '
+        "record again (nothing was changed)\n"
     )
     assert _files(model) == before
     (model / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
