@@ -532,6 +532,23 @@ def test_import_does_not_import_sklearn():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_example_script_says_missing_data_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    """Missing data is said at once, with where to get it, not after the model has loaded (half a minute)."""
+    import spacy_elmo
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the data was read")
+
+    monkeypatch.setattr(spacy_elmo, "load_bilm", no_loading)
+    monkeypatch.setattr(sys, "argv", ["sklearn_classify.py", "--dataset", "trec", "--data-dir", str(tmp_path)])
+    script = Path(__file__).resolve().parents[2] / "examples" / "sklearn_classify.py"
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "trec data not found" in err and str(tmp_path) in err and "--data-dir" in err
+
+
 def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
     argv = [
         "sklearn_classify.py",

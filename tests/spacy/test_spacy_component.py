@@ -135,6 +135,22 @@ def test_bad_config_is_named(fixture_dir, tmp_path):
         missing("a b")
 
 
+def test_a_folder_holding_no_model_is_refused_at_add_pipe(fixture_dir, tmp_path):
+    """A folder that is there but holds no model fails at add_pipe, in one line naming it and what a model folder
+    holds; a model folder still loads on first use (nothing read at add_pipe)."""
+    empty = tmp_path / "some" / "folder"
+    empty.mkdir(parents=True)
+    (empty / "notes.txt").write_text("not a model", encoding="utf-8")
+    nlp = spacy.blank("en")
+    with pytest.raises(WeightFileError) as raised:
+        nlp.add_pipe("elmo", config={"model": str(empty)})
+    message = str(raised.value)
+    assert "\n" not in message and str(empty) in message
+    assert "options.json" in message and ".hdf5" in message and "config.json" in message  # what a model folder holds
+    lazy = spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)})
+    assert lazy.loaded_backend is None
+
+
 def test_whitespace_tokens_are_skipped_and_zero(nlp, backend):
     doc = nlp("Hello  world \n\n again")
     spaces = [t.i for t in doc if t.is_space]
