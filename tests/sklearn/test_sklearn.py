@@ -634,6 +634,29 @@ def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
     np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation
 
 
+def test_by_default_long_work_shows_a_bar_on_a_terminal_only(fixture_dir, monkeypatch, capsys):
+    """verbose=None (the default): a bar where stderr is a terminal and the work takes a while (here: all of it, the
+    delay set to nothing); verbose=0 none, as scikit-learn's estimators say nothing at 0."""
+    import io
+
+    from spacy_elmo.runtime import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    for verbose, shown in [(None, True), (0, False)]:
+        terminal = Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        ElmoVectorizer(model=str(fixture_dir), **({} if verbose is None else {"verbose": verbose})).transform(TEXTS)
+        assert ("ELMo:" in terminal.getvalue()) is shown, verbose
+    monkeypatch.undo()
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)  # stderr captured: not a terminal
+    assert capsys.readouterr().err == ""
+
+
 # -- a long text is pooled window by window, never stitched ---------------------------
 
 WORDS = [
