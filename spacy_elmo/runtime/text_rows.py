@@ -214,7 +214,7 @@ def embedded_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Optional[Union[bool, int]] = None,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, np.ndarray]]:
     """All layers of each unique non-empty token sequence, embedded once, longest first (``windows.embed_segments``)."""
     return folded_rows(
@@ -230,7 +230,7 @@ def pooled_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Optional[Union[bool, int]] = None,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, T]]:
     """Each unique non-empty token sequence folded window by window into ``new_sink`` (``windows.fold_segments``)."""
     embed = partial(fold_segments, new_sink=new_sink)
@@ -247,7 +247,7 @@ def folded_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Optional[Union[bool, int]] = None,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, T]]:
     """``embed``'s result for each unique non-empty token sequence, longest first, with a progress bar as ``verbose``
     asks (:func:`.progress.show_of`: None on a terminal for long work, 0 never, 1 always).
