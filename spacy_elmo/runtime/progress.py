@@ -1,4 +1,5 @@
-"""Progress of long work, the one helper every long loop of the front ends uses: a tqdm bar on stderr.
+"""Progress of long work, the one helper the long loops of the front ends use (the spaCy component's
+``initialize``, ``pipe`` and a long doc's windows; ``ElmoVectorizer.transform``): a tqdm bar on stderr.
 
 Work of a few seconds shows nothing. Longer work shows a bar once it has run ``DELAY_S`` seconds, and only where
 stderr is a terminal (tqdm's ``disable=None``): not in tests, logs or pipes, unless a caller asks for it
@@ -23,7 +24,7 @@ class Progress:
     """A tqdm bar made at the first completed batch (its clock starts there), shown after ``DELAY_S`` seconds of work.
 
     total (int | None): the units of work, when known (None: a count and a rate, no ETA).
-    unit (str): what one unit is ("doc", "sent", "text").
+    unit (str): what one unit is ("token", "text").
     desc (str): the bar's label.
     show (bool | None): None (the default) shows the bar only on a terminal and only for long work;
         True always, from the first batch on (a caller's explicit ask, such as scikit-learn's ``verbose``);
