@@ -122,17 +122,13 @@ def main() -> None:
     if args.layers.lstrip("-").isdigit():
         args.layers = int(args.layers)
 
-    try:
-        load_bilm(args.model, device=args.device)  # fail early with a clear message; the pipelines share this model
-    except WeightFileError as err:
-        parser.exit(2, f"error: {err}\n")
-    try:
+    try:  # the data first: reading it takes a moment, loading the model much longer
         (train_x, train_y), (test_x, test_y) = load_dataset(args.dataset, args.data_dir)
     except FileNotFoundError as err:
         parser.exit(
             2,
             (
-                f"error: {args.dataset} data not found ({err.filename}).\n"
+                f"error: {args.dataset} data not found ({err.filename}; --data-dir is {args.data_dir}).\n"
                 f"Point --data-dir at a folder holding trec/train_5500.label + trec/TREC_10.label (TREC-6) or\n"
                 f"sst/sst5_flat/sst_train.txt + sst_test.txt (SST-5: 'label<TAB>text' lines).\n"
                 f"Public sources: SST-5 via `python -m spacy project assets examples/project --vars.data DIR`\n"
@@ -140,6 +136,10 @@ def main() -> None:
                 f"(data/raw/TREC.train and data/raw/TREC.test, the original train_5500.label and TREC_10.label).\n"
             ),
         )
+    try:
+        load_bilm(args.model, device=args.device)  # fail early with a clear message; the pipelines share this model
+    except WeightFileError as err:
+        parser.exit(2, f"error: {err}\n")
     train_x, train_y = subsample(train_x, train_y, args.max_train)
     test_x, test_y = subsample(test_x, test_y, args.max_test)
     sizes = f"{len(train_x)} train / {len(test_x)} test sentences, {len(set(train_y))} classes"

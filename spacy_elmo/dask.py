@@ -139,13 +139,14 @@ def _worker_backend(model: PathLike, settings: FrontSettings, cache_dir: Optiona
 def _client_settings(model: PathLike, settings: FrontSettings) -> tuple[PathLike, FrontSettings]:
     """The model as a plain string and the settings as the graph carries them: ``dtype="auto"`` on a CPU chosen
     once, here (workers on other CPUs must not each pick their own; for a GPU, each worker resolves it where the GPU
-    is)."""
+    is); no progress bar in the partitions."""
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model={model!r}: expected 'default' or a path to an ELMo directory")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if settings.dtype == AUTO and _on_cpu(settings.device):
         settings = dataclasses.replace(settings, dtype=dtype_name(resolve_dtype(settings.dtype, settings.device)))
-    return model, settings
+    # no bar of the vectorizer's per partition: Dask says its own progress (its dashboard, dask.diagnostics)
+    return model, dataclasses.replace(settings, verbose=0)
 
 
 def _checked_width(model: PathLike, settings: FrontSettings) -> int:

@@ -59,8 +59,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     window_overlap : int, default=32
         Tokens shared by neighbouring windows; each token takes its vectors from the window in
         which it is further from the edge.
-    verbose : bool or int, default=0
-        Show a tqdm progress bar over the texts being embedded in ``transform``.
+    verbose : bool, int or None, default=None
+        A tqdm progress bar on stderr over the texts being embedded in ``transform``: None shows one only where
+        stderr is a terminal and the work takes more than a few seconds (never in logs, pipes or tests); 0 or
+        False never, as scikit-learn's estimators say nothing at 0; 1 or True always, from the first batch on.
     dtype : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
         "bfloat16", "float16", "int8" (faster on CPU, approximate; docs/precision.md), or "auto"
@@ -103,7 +105,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         tokenizer: TokenizerSpec = DEFAULTS.tokenizer,
         max_length: Optional[int] = DEFAULTS.max_length,
         window_overlap: int = DEFAULTS.window_overlap,
-        verbose: Union[bool, int] = DEFAULTS.verbose,
+        verbose: Optional[Union[bool, int]] = DEFAULTS.verbose,
         dtype: Optional[str] = DEFAULTS.dtype,
     ) -> None:
         self.model = model

@@ -47,7 +47,8 @@ class FrontSettings:
     device: a torch device ("cuda:0"); None: the CPU (the spaCy component: thinc's current ops).
     dtype: the biLM's precision ("float32", "bfloat16", "float16", "int8", "auto"); None: float32.
     tokenizer: how strings are split: None (blank English spaCy), a spaCy language code, or a callable.
-    verbose: a progress bar over the texts (the vectorizer's).
+    verbose: a progress bar over the texts (the vectorizer's): None on a terminal when the work takes a while, 0
+        never, 1 always (runtime/progress.py).
     """
 
     layers: LayerMix = DEFAULT_LAYERS
@@ -59,7 +60,7 @@ class FrontSettings:
     device: Optional[str] = None
     dtype: Optional[str] = None
     tokenizer: TokenizerSpec = None
-    verbose: Union[bool, int] = 0
+    verbose: Optional[Union[bool, int]] = None
 
     @classmethod
     def of(cls: type[Settings], owner: Any, names: tuple[str, ...]) -> Settings:

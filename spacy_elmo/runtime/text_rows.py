@@ -20,11 +20,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
-from tqdm import tqdm
 
 from .front_settings import FrontSettings
 from .mix import mix_layers
 from .pooling import PoolSink, pool
+from .progress import Progress, show_of
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
 from .validation import token_text
@@ -218,7 +218,7 @@ def embedded_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Union[bool, int] = 0,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, np.ndarray]]:
     """All layers of each unique non-empty token sequence, embedded once, longest first (``windows.embed_segments``)."""
     return folded_rows(
@@ -234,7 +234,7 @@ def pooled_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Union[bool, int] = 0,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, T]]:
     """Each unique non-empty token sequence folded window by window into ``new_sink`` (``windows.fold_segments``)."""
     embed = partial(fold_segments, new_sink=new_sink)
@@ -251,16 +251,17 @@ def folded_rows(
     max_length: Optional[int],
     overlap: int,
     batch_size: Optional[int] = None,
-    verbose: Union[bool, int] = 0,
+    verbose: Optional[Union[bool, int]] = 0,
 ) -> Iterator[tuple[Tokens, T]]:
-    """``embed``'s result for each unique non-empty token sequence, longest first, with a tqdm bar when ``verbose``.
+    """``embed``'s result for each unique non-empty token sequence, longest first, with a progress bar as ``verbose``
+    asks (:func:`.progress.show_of`: None on a terminal for long work, 0 never, 1 always).
 
     ``embed`` is ``windows.embed_segments`` or ``fold_segments`` (with its sink bound); it gets
     ``max_length``, ``overlap`` and ``batch_size``.
     """
     unique = sorted((tokens for tokens in rows if tokens), key=len, reverse=True)
     segments = ((tokens, tokens) for tokens in unique)
-    with tqdm(total=len(unique), unit="text", desc="ELMo", disable=not verbose) as bar:
+    with Progress(len(unique), unit="text", desc="ELMo", show=show_of(verbose)) as bar:
         for tokens, result in embed(backend, segments, max_length=max_length, overlap=overlap, batch_size=batch_size):
             yield tokens, result
             bar.update(1)

@@ -119,6 +119,7 @@ def embed_segments(
     max_tokens: int = MAX_TOKENS_PER_CALL,
     batch_size: Optional[int] = None,
     on_progress: Optional[Callable[[int], object]] = None,
+    on_tokens: Optional[Callable[[int], object]] = None,
 ) -> Iterator[tuple[Key, np.ndarray]]:
     """``(key, layers)`` for each ``(key, tokens)`` of ``segments``, in order, as soon as its windows are embedded.
 
@@ -131,6 +132,9 @@ def embed_segments(
         segment counts as one token, so a stream of empty segments is bounded too).
     batch_size (int | None): sentences per biLM batch inside each call (the backend's default: None).
     on_progress (callable | None): the backend's, called with the number of windows done.
+    on_tokens (callable | None): called after each backend call with the number of the segments' tokens it
+        embedded (each token counted once, overlaps and all): a progress bar's ``update`` over tokens moves
+        through a long segment's windows too (:mod:`.progress`).
 
     ``layers`` is float32 ``(n_layers + 1, len(tokens), dim)`` and the caller's own; an empty
     segment gives ``(n_layers + 1, 0, dim)``. Consecutive windows share backend calls, so their
@@ -145,6 +149,7 @@ def embed_segments(
         max_tokens=max_tokens,
         batch_size=batch_size,
         on_progress=on_progress,
+        on_tokens=on_tokens,
     )
 
 
@@ -158,6 +163,7 @@ def fold_segments(
     max_tokens: int = MAX_TOKENS_PER_CALL,
     batch_size: Optional[int] = None,
     on_progress: Optional[Callable[[int], object]] = None,
+    on_tokens: Optional[Callable[[int], object]] = None,
 ) -> Iterator[tuple[Key, Out]]:
     """As :func:`embed_segments`, but each segment's windows go into ``new_sink(shape, n_windows)``; yields its result.
 
@@ -179,13 +185,13 @@ def fold_segments(
         for start, end, keep_start, keep_end in plan:
             cost = max(1, end - start)
             if windows and size + cost > max_tokens:
-                _embed_windows(backend, windows, batch_size, on_progress)
+                _embed_windows(backend, windows, batch_size, on_progress, on_tokens)
                 windows, size = [], 0
                 yield from _finished(waiting)
             windows.append((segment, tokens[start:end] if len(plan) > 1 else tokens, start, keep_start, keep_end))
             size += cost
     if windows:
-        _embed_windows(backend, windows, batch_size, on_progress)
+        _embed_windows(backend, windows, batch_size, on_progress, on_tokens)
     yield from _finished(waiting)
 
 
@@ -197,6 +203,7 @@ def _embed_windows(
     windows: list[_Window],
     batch_size: Optional[int],
     on_progress: Optional[Callable[[int], object]],
+    on_tokens: Optional[Callable[[int], object]] = None,
 ) -> None:
     """One backend call for ``windows``; each window's kept part goes into its segment's sink."""
     arrays = backend.embed([tokens for _, tokens, _, _, _ in windows], batch_size=batch_size, on_progress=on_progress)
@@ -204,6 +211,8 @@ def _embed_windows(
         whole = keep_start == start and keep_end - start == array.shape[1]
         segment.sink.add(keep_start, array if whole else array[:, keep_start - start : keep_end - start])
         segment.windows_left -= 1
+    if on_tokens is not None:  # the kept parts tile each segment once
+        on_tokens(sum(keep_end - keep_start for _, _, _, keep_start, keep_end in windows))
 
 
 def _finished(waiting: deque[_Open[Key, Out]]) -> Iterator[tuple[Key, Out]]:

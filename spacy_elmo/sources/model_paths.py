@@ -151,6 +151,22 @@ def _local(value: PathLike, role: str) -> Path:
     return path
 
 
+def check_model_folder(model: Optional[PathLike]) -> None:
+    """Fail now, reading no weights, when ``model`` names a folder here that holds no model (``WeightFileError``,
+    the one that loading it would raise, saying what a model folder holds); anything else waits for the load.
+
+    For front ends that load their model later (the spaCy component, at its first doc): a folder that is not
+    there may be the one a saved pipeline was made from (its own copy is what it loads), so only a folder that
+    is there is looked into, and only for its files' names.
+    """
+    if model is None or is_default(model) or is_url(os.fspath(model)) or is_version_name(os.fspath(model)):
+        return
+    text = os.fspath(model)
+    path = local_path(text)
+    if path.is_dir() and not is_model_dir(path) and published_model(text) is None and version_in(path) is None:
+        _in_directory(path)  # raises: no options.json and no ELMoForManyLangs model
+
+
 def is_model_dir(directory: Path) -> bool:
     """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
     return (directory / OPTIONS).is_file() or manylangs_reader.is_model_dir(directory)
@@ -219,7 +235,11 @@ def _in_directory(directory: Path) -> tuple[Path, Path]:
         return (directory / manylangs_reader.CONFIG).resolve(), (directory / manylangs_reader.ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
-        raise WeightFileError(f"ELMo model directory {directory} has no {OPTIONS}")
+        raise WeightFileError(
+            f"ELMo model directory {directory} has no {OPTIONS}: a model folder holds {OPTIONS} and a weights .hdf5 "
+            f"file (ELMo's format) or {manylangs_reader.CONFIG}, {' and '.join(manylangs_reader.STATE_FILES)} "
+            "(ELMoForManyLangs'); name that folder, a published model or 'default'"
+        )
     return options_path.resolve(), find_weights(directory).resolve()
 
 

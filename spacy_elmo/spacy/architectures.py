@@ -23,7 +23,14 @@ from thinc.util import get_torch_default_device
 
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.settings import DEFAULT_GAMMA
-from ..sources.model_paths import bundled_name, check_model_name, is_default, is_remote, resolve_model_files
+from ..sources.model_paths import (
+    bundled_name,
+    check_model_folder,
+    check_model_name,
+    is_default,
+    is_remote,
+    resolve_model_files,
+)
 from .fine_tune import build_fine_tune
 from .mix_layer import LEARNED, LayerChoice, build_scalar_mix
 
@@ -33,15 +40,18 @@ class ElmoModelRef:
     """Where an ELMo model lives: a directory, ``"default"`` (the bundled model) or a bundled version's name
     (``"default-v1"``), a published name, an archive or URL.
 
-    Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never touches the
-    original directory (the pipeline carries its own copy, or a reference for default/published models);
-    only a mistyped model name is refused at once (:func:`spacy_elmo.sources.model_paths.check_model_name`).
+    Nothing is read until :meth:`load`, so ``spacy.load`` of a saved pipeline never reads the original
+    directory (the pipeline carries its own copy, or a reference for default/published models); only a
+    mistyped model name and a folder that is there but holds no model (its files' names) are refused at once
+    (:func:`~spacy_elmo.sources.model_paths.check_model_name`,
+    :func:`~spacy_elmo.sources.model_paths.check_model_folder`).
     """
 
     path: str = "default"
 
     def __post_init__(self) -> None:
         check_model_name(self.path)  # a mistyped name ("orignal") fails at add_pipe, not at the first doc
+        check_model_folder(self.path)  # so does a folder that holds no model (its files' names only)
 
     @property
     def is_default(self) -> bool:

@@ -27,6 +27,7 @@ from thinc.api import Config, Model
 from ..runtime.backend import ElmoBackend
 from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
 from ..runtime.mix import LayerMix, mix_layers, mixed_width
+from ..runtime.progress import Progress
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
 from ..runtime.tokenize import is_whitespace
 from ..runtime.windows import embed_segments
@@ -231,16 +232,21 @@ class ElmoComponent(Pipe):
 
         When a later component's mix layer reads cached layers from this component (ElmoScalarMix; not
         ElmoFineTune, which runs its own biLM), the training examples are embedded here, in large batches,
-        so each epoch finds their layers in the cache.
+        so each epoch finds their layers in the cache. What ``spacy train`` and ``spacy debug data`` wait on:
+        said in spaCy's log as it starts, with a progress bar on a terminal when it takes a while.
         """
         backend = self.backend
         backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
         if get_examples is None or not any(is_cached_reader(layer) for layer in self.listeners):
             return  # no listener reads layers from the cache (ElmoFineTune computes its own)
-        n_docs = 0
-        for docs in minibatch((example.predicted for example in get_examples()), size=INIT_EMBED_DOCS):
-            self.predict(docs)  # the results land in the backend's cache
-            n_docs += len(docs)
+        n_docs = n_tokens = 0
+        for example in get_examples():  # counted first: the bar's total
+            n_docs += 1
+            n_tokens += sum(len(group) for group in self.get_positions(example.predicted, self.use_sentences))
+        logger.info("%s: embedding %d training docs (%d tokens) into the layer cache", self.name, n_docs, n_tokens)
+        with Progress(n_tokens, unit="token", desc=f"{self.name}: training docs") as progress:
+            for docs in minibatch((example.predicted for example in get_examples()), size=INIT_EMBED_DOCS):
+                self._predict(docs, progress.update)  # the results land in the backend's cache
         logger.info(
             "%s: embedded %d training docs (cache: %s MiB in memory)", self.name, n_docs, backend.memory_cache.max_mb
         )
@@ -286,23 +292,33 @@ class ElmoComponent(Pipe):
         """Embed one doc and set its extensions (and hooks)."""
         error_handler = self.get_error_handler()
         try:
-            self.set_annotations([doc], self.predict([doc]))
+            with Progress(len(doc), unit="token", desc=self.name) as progress:  # a very long doc: its windows
+                self.set_annotations([doc], self._predict([doc], progress.update))
         except Exception as e:
             error_handler(self.name, self, [doc], e)
         return doc
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = DEFAULT_PIPE_BATCH_SIZE) -> Iterator[Doc]:
-        """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes."""
+        """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes.
+
+        Work that takes more than a few seconds shows a progress bar over the tokens on a terminal's stderr
+        (:mod:`spacy_elmo.runtime.progress`); none in logs, pipes or tests.
+        """
         error_handler = self.get_error_handler()
-        for docs in minibatch(stream, size=batch_size):
-            try:
-                self.set_annotations(docs, self.predict(docs))
-            except Exception as e:
-                error_handler(self.name, self, docs, e)
-            yield from docs
+        with Progress(unit="token", desc=self.name) as progress:
+            for docs in minibatch(stream, size=batch_size):
+                try:
+                    self.set_annotations(docs, self._predict(docs, progress.update))
+                except Exception as e:
+                    error_handler(self.name, self, docs, e)
+                yield from docs
 
     def predict(self, docs: Sequence[Doc]) -> list[np.ndarray]:
         """The raw layers ``(n_layers + 1, len(doc), dim)`` of each doc; whitespace tokens get zeros."""
+        return self._predict(docs)
+
+    def _predict(self, docs: Sequence[Doc], on_tokens: Optional[Callable[[int], object]] = None) -> list[np.ndarray]:
+        """:meth:`predict`, calling ``on_tokens(n)`` as each backend call embeds ``n`` more of the docs' tokens."""
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
         segments = (
@@ -311,7 +327,12 @@ class ElmoComponent(Pipe):
             for positions in self.get_positions(doc, self.use_sentences)
         )
         for (d, positions), activations in embed_segments(
-            backend, segments, max_length=self.max_length, overlap=self.window_overlap, batch_size=self.batch_size
+            backend,
+            segments,
+            max_length=self.max_length,
+            overlap=self.window_overlap,
+            batch_size=self.batch_size,
+            on_tokens=on_tokens,
         ):
             outputs[d][:, positions, :] = activations
         return outputs

@@ -126,6 +126,25 @@ def test_graph_carries_the_model_name_not_the_weights(fixture_dir, texts):
         embed_texts(db.from_sequence(texts, npartitions=3), model=fixture_dir, lengths=[1, 2])
 
 
+def test_partitions_show_no_progress_bar_of_their_own(fixture_dir, texts, monkeypatch):
+    """Dask says its own progress (dashboard, dask.diagnostics): a partition shows no vectorizer bar, even on a
+    terminal and for long work (here: all of it, the delay set to nothing)."""
+    import io
+
+    from spacy_elmo.runtime import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    embed_texts(db.from_sequence(texts, npartitions=2), model=fixture_dir).compute(scheduler="sync")
+    embed_tokens(db.from_sequence(texts, npartitions=2), model=fixture_dir).compute(scheduler="sync")
+    assert terminal.getvalue() == ""
+
+
 @pytest.mark.slow
 def test_token_records_in_order(client, fixture_dir, backend, texts):
     tokens = [t.split() for t in texts]

@@ -350,7 +350,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         tokenizer=None,
         max_length=128,
         window_overlap=32,
-        verbose=0,
+        verbose=None,
         dtype=None,
         stride=2,
     ):
@@ -366,7 +366,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         tokenizer=None,
         max_length=128,
         window_overlap=32,
-        verbose=0,
+        verbose=None,
         dtype=None,
     ):
         pass

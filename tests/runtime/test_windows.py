@@ -95,7 +95,7 @@ def test_embed_segments_stitches_windows_in_order_under_the_token_bound(max_leng
     lengths = [3, 0, 14, 1, 6, 9, 2]
     segments = [(f"key{k}", [str(100 * k + i) for i in range(n)]) for k, n in enumerate(lengths)]
     backend = FakeBackend()
-    done = []
+    done, tokens_done = [], []
     out = list(
         embed_segments(
             backend,
@@ -104,11 +104,14 @@ def test_embed_segments_stitches_windows_in_order_under_the_token_bound(max_leng
             overlap=overlap,
             max_tokens=max_tokens,
             on_progress=done.append,
+            on_tokens=tokens_done.append,
         )
     )
     assert [key for key, _ in out] == [key for key, _ in segments]  # in order, keys handed back
     windows = [w for call in backend.calls for w in call]
     assert sum(done) == len(windows)
+    # a progress bar over tokens: one count per backend call, each token once (a long segment's windows too)
+    assert len(tokens_done) == len(backend.calls) and sum(tokens_done) == sum(lengths)
     for call in backend.calls:
         assert len(call) == 1 or sum(max(1, len(w)) for w in call) <= max_tokens
     for (_, tokens), (_, layers) in zip(segments, out):

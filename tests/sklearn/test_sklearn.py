@@ -532,6 +532,23 @@ def test_import_does_not_import_sklearn():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_example_script_says_missing_data_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    """Missing data is said at once, with where to get it, not after the model has loaded (half a minute)."""
+    import spacy_elmo
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the data was read")
+
+    monkeypatch.setattr(spacy_elmo, "load_bilm", no_loading)
+    monkeypatch.setattr(sys, "argv", ["sklearn_classify.py", "--dataset", "trec", "--data-dir", str(tmp_path)])
+    script = Path(__file__).resolve().parents[2] / "examples" / "sklearn_classify.py"
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "trec data not found" in err and str(tmp_path) in err and "--data-dir" in err
+
+
 def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, capsys):
     argv = [
         "sklearn_classify.py",
@@ -615,6 +632,29 @@ def test_verbose_shows_a_progress_bar_and_changes_nothing(fixture_dir, capsys):
     err = capsys.readouterr().err
     assert "ELMo" in err and "3/3" in err  # the three non-empty texts
     np.testing.assert_array_equal(loud, quiet)  # same texts, same batches: the same computation
+
+
+def test_by_default_long_work_shows_a_bar_on_a_terminal_only(fixture_dir, monkeypatch, capsys):
+    """verbose=None (the default): a bar where stderr is a terminal and the work takes a while (here: all of it, the
+    delay set to nothing); verbose=0 none, as scikit-learn's estimators say nothing at 0."""
+    import io
+
+    from spacy_elmo.runtime import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    for verbose, shown in [(None, True), (0, False)]:
+        terminal = Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        ElmoVectorizer(model=str(fixture_dir), **({} if verbose is None else {"verbose": verbose})).transform(TEXTS)
+        assert ("ELMo:" in terminal.getvalue()) is shown, verbose
+    monkeypatch.undo()
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    ElmoVectorizer(model=str(fixture_dir)).transform(TEXTS)  # stderr captured: not a terminal
+    assert capsys.readouterr().err == ""
 
 
 # -- a long text is pooled window by window, never stitched ---------------------------

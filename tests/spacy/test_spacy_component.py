@@ -1,6 +1,8 @@
 """The spaCy "elmo" component against the backend's own numbers (AllenNLP test model in tests/fixtures)."""
 
 import inspect
+import io
+import logging
 import os
 import signal
 import subprocess
@@ -133,6 +135,75 @@ def test_bad_config_is_named(fixture_dir, tmp_path):
     missing.add_pipe("elmo", config={"model": str(tmp_path / "nowhere")})  # loaded lazily (spacy.load needs that)
     with pytest.raises(WeightFileError, match="nowhere"):
         missing("a b")
+
+
+def test_a_folder_holding_no_model_is_refused_at_add_pipe(fixture_dir, tmp_path):
+    """A folder that is there but holds no model fails at add_pipe, in one line naming it and what a model folder
+    holds; a model folder still loads on first use (nothing read at add_pipe)."""
+    empty = tmp_path / "some" / "folder"
+    empty.mkdir(parents=True)
+    (empty / "notes.txt").write_text("not a model", encoding="utf-8")
+    nlp = spacy.blank("en")
+    with pytest.raises(WeightFileError) as raised:
+        nlp.add_pipe("elmo", config={"model": str(empty)})
+    message = str(raised.value)
+    assert "\n" not in message and str(empty) in message
+    assert "options.json" in message and ".hdf5" in message and "config.json" in message  # what a model folder holds
+    lazy = spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)})
+    assert lazy.loaded_backend is None
+
+
+class Terminal(io.StringIO):
+    """What a terminal's stderr says of itself."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_long_work_shows_a_progress_bar_on_a_terminal_only(fixture_dir, monkeypatch):
+    """nlp.pipe over many docs and one very long doc: a bar on a terminal when the work takes a while (here:
+    every piece of work, the delay set to nothing), none off a terminal, none for short work."""
+    from spacy_elmo.runtime import progress
+
+    nlp = make_nlp(fixture_dir, max_length=8, window_overlap=2)
+    texts = ["The bank approved the loan .", "We sat by the river bank ."] * 3
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    for run in (lambda: list(nlp.pipe(texts, batch_size=2)), lambda: nlp(" ".join(texts * 5))):
+        terminal = Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        run()
+        assert "elmo:" in terminal.getvalue() and "token" in terminal.getvalue()
+        piped = io.StringIO()  # a log, a pipe, a test's captured stderr
+        monkeypatch.setattr(sys, "stderr", piped)
+        run()
+        assert piped.getvalue() == ""
+    monkeypatch.setattr(progress, "DELAY_S", 60.0)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    list(nlp.pipe(texts))
+    assert terminal.getvalue() == ""
+
+
+def test_initialize_says_it_embeds_the_training_docs_and_shows_a_bar(fixture_dir, monkeypatch, caplog):
+    """What spacy train and spacy debug data wait on: said in spaCy's log first, then a bar over the tokens."""
+    from spacy.training import Example
+
+    from spacy_elmo.runtime import progress
+    from spacy_elmo.spacy import pipeline_component
+
+    nlp = make_nlp(fixture_dir)
+    elmo = nlp.get_pipe("elmo")
+    monkeypatch.setattr(pipeline_component, "is_cached_reader", lambda layer: True)  # a listening ElmoScalarMix
+    elmo.listener_map = {"textcat": [object()]}
+    texts = ["The bank approved the loan .", "We sat by the river bank ."]
+    examples = [Example(nlp.make_doc(text), nlp.make_doc(text)) for text in texts]
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with caplog.at_level(logging.INFO, logger="spacy"):
+        elmo.initialize(lambda: examples, nlp=nlp)
+    assert "elmo: embedding 2 training docs (13 tokens)" in caplog.text
+    assert "elmo: training docs" in terminal.getvalue() and "13/13" in terminal.getvalue()
 
 
 def test_whitespace_tokens_are_skipped_and_zero(nlp, backend):
