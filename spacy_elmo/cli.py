@@ -322,7 +322,9 @@ def adapt(
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
     progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch CPU threads for this process (default: torch's choice)"
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),

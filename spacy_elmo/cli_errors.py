@@ -24,6 +24,7 @@ from typing import NoReturn
 import typer
 
 from .bilm.atomic_write import WriteFailedError
+from .bilm.excerpt import excerpt
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click.exceptions import ClickException
@@ -103,7 +104,7 @@ def say_and_exit(err: Exception, command: str) -> NoReturn:
         say(str(err))
         raise typer.Exit(2) from err
     if isinstance(err, OSError):
-        say(f"spacy-elmo {command}: {err}")
+        say(f"spacy-elmo {command}: {_system_error(err)}")
         raise typer.Exit(2) from err
     where = _issues_url()
     say(
@@ -112,6 +113,13 @@ def say_and_exit(err: Exception, command: str) -> NoReturn:
         + (f" at {where}" if where else "")
     )
     raise typer.Exit(1) from err
+
+
+def _system_error(err: OSError) -> str:
+    """What the system refused, and the path it refused, cut to a line's length (not ``[Errno N]`` and the whole
+    path, which may be as long as a hostile value)."""
+    paths = [excerpt(os.fspath(name)) for name in (err.filename, err.filename2) if name is not None]
+    return f"{err.strerror or err}" + (f": {' -> '.join(paths)}" if paths else "")
 
 
 def _raised_by_echo_to_stdout(err: BaseException) -> bool:

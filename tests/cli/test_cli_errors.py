@@ -106,6 +106,21 @@ def test_a_cache_size_of_inf_is_one_line(fixture_dir, tmp_path, monkeypatch):
     assert not (tmp_path / "out.hdf5").exists()
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["embed", "in.txt", "out.hdf5", "--tokenizer", "x" * 100_000], "tokenizer='xxx"),
+        (["train", "out", "--train", "in.txt", "--arch", "x" * 100_000], "unknown architecture 'xxx"),
+    ],
+    ids=["tokenizer", "arch"],
+)
+def test_a_name_too_long_for_a_path_is_said_as_the_value_it_is(args, said, tmp_path, monkeypatch):
+    """A 100 KB --tokenizer or --arch was looked up as a file: an OSError (file name too long), no value named."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    assert_one_line(CliRunner().invoke(app, args), 2, said, "(100,000 characters)")
+
+
 def test_usage_errors_are_clicks_own(tmp_path):
     result = CliRunner().invoke(app, ["embed", "--no-such-option"])
     assert result.exit_code == 2 and "No such option: --no-such-option" in result.output
