@@ -236,3 +236,16 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     finally:
         os.close(write)
     assert done.returncode == 1 and done.stderr == "", done.stderr
+
+
+@pytest.mark.slow
+def test_a_bug_in_a_training_process_is_one_line(tmp_path):
+    """`train --processes 2` printed the failed process's traceback (here a ZeroDivisionError on a softmax with
+    div_value 0); now its exception's line, said as the command's, with exit 1 (2 once the input is refused as such)."""
+    model = softmax_with_div_value_0(tmp_path / "model")
+    (tmp_path / "in.txt").write_text("the bank of the river\n" * 20, encoding="utf-8")
+    args = ["train", "out", "--train", "in.txt", "--init-from", str(model), "--processes", "2", "--max-steps", "1"]
+    done = run(*args, "--no-progress", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr and len(errors) == 1, done.stderr
+    assert "ZeroDivisionError" in errors[0] or done.returncode == 2, errors
