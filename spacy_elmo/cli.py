@@ -5,16 +5,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from .bilm.atomic_write import WriteFailedError
 from .bilm.engine.precisions import dtype_help
+from .cli_errors import DEBUG_ENV, debug_from_env, passes_through, say_and_exit
+from .cli_errors import errors_exit_2 as _errors_exit_2
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
@@ -65,11 +64,22 @@ def _examples(lines: tuple[str, ...]) -> str:
 
 
 class _Commands(TyperGroup):
-    """The command group: its commands listed in :data:`COMMANDS`' order."""
+    """The command group: its commands listed in :data:`COMMANDS`' order, each run inside the one error boundary
+    (:mod:`spacy_elmo.cli_errors`)."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         order = list(COMMANDS)
         return sorted(super().list_commands(ctx), key=lambda name: order.index(name) if name in order else len(order))
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command: an exception that escapes it ends as one line and exit status 2 or 1, its traceback
+        shown only with ``--debug`` or ``SPACY_ELMO_DEBUG=1`` (click's usage errors and exits pass unchanged)."""
+        try:
+            return super().invoke(ctx)
+        except Exception as err:
+            if passes_through(err) or ctx.params.get("debug") or debug_from_env():
+                raise
+            say_and_exit(err, ctx.invoked_subcommand or ctx.info_name or "spacy-elmo")
 
 
 class _Command(TyperCommand):
@@ -96,6 +106,7 @@ app = typer.Typer(
     epilog=_examples(("spacy-elmo embed sentences.txt vectors.hdf5", "spacy-elmo embed --help")),
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # a --debug traceback: the frames, not every value they hold
     rich_markup_mode=None,  # help texts are plain: rich markup would swallow "spacy-elmo[dask]" as a tag
 )
 
@@ -113,32 +124,13 @@ def _options(
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit"
     ),
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        help=f"On an unexpected error, show its full traceback instead of one line (also {DEBUG_ENV}=1)",
+    ),
 ) -> None:
     """ELMo contextual word vectors for spaCy and scikit-learn."""
-
-
-# the errors that are the user's to fix, their message naming what and how: a bad value, a missing or unusable path,
-# a failed write (not any other OSError: a lost connection keeps its traceback)
-_ONE_LINE_ERRORS = (
-    ValueError,
-    FileNotFoundError,
-    IsADirectoryError,
-    NotADirectoryError,
-    PermissionError,
-    WriteFailedError,
-)
-
-
-@contextmanager
-def _errors_exit_2(quiet: bool = False) -> Iterator[None]:
-    """Bad input (ValueError, incl. WeightFileError), an unusable path or a failed write: a red one-line message and
-    exit 2 (``quiet``: no message; a training process other than rank 0, whose rank 0 says the same)."""
-    try:
-        yield
-    except _ONE_LINE_ERRORS as err:
-        if not quiet:
-            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from err
 
 
 def _require_inputs(*paths: Path) -> None:
@@ -330,7 +322,9 @@ def adapt(
     token_budget: int = typer.Option(_TRAIN_DEFAULTS.token_budget, help="Padded tokens per batch"),
     seed: int = typer.Option(_TRAIN_DEFAULTS.seed, help="Random seed"),
     progress: bool = typer.Option(True, help="Show what each phase is doing and a tqdm progress bar"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads for this process (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch CPU threads for this process (default: torch's choice)"
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the model OUTPUT_DIR already holds (refused otherwise)"
     ),
@@ -483,10 +477,12 @@ def embed(
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from .output.checks import check_embed_arguments
+    from .sources.model_names import require_model
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(input_file)
+        require_model(model)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         check_embed_arguments(output_file, dtype=dtype, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler)
@@ -527,6 +523,10 @@ def info(
 ) -> None:
     """Print a biLM's architecture, parameter count, training corpus and perplexities (a published model not yet
     downloaded: what the published table says, without downloading it)."""
+    from .sources.model_names import require_model
+
+    with _errors_exit_2():  # a model string that names nothing, said before torch is imported
+        require_model(model_dir)
     from .sources.download import is_cached
     from .sources.info import describe, describe_published
     from .sources.model_paths import resolve_model_files
@@ -554,6 +554,11 @@ def download(
     ),
 ) -> None:
     """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
+    from .sources.model_names import require_model
+
+    with _errors_exit_2():  # a model string that names nothing, said before torch is imported
+        for model in models:
+            require_model(model)
     from .sources.download import cached_path, home, is_archive, is_url
     from .sources.model_paths import forget_cached, resolve_model_files
     from .sources.published import published_by_url
@@ -597,12 +602,11 @@ def similarity(
     ),
 ) -> None:
     """Cosine similarity of one word in two sentences, per layer: what context does to ELMo's vectors."""
-    from .output.checks import check_output_path
+    from .sources.model_names import require_model
 
-    if plot is not None:
-        with _errors_exit_2():  # before torch is imported and the model loads
-            check_output_path(plot)
-        _require_plotting()
+    figure = _figure_file(plot) if plot is not None else None  # before torch is imported and the model loads
+    with _errors_exit_2():
+        require_model(model)
     from .runtime.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
@@ -610,9 +614,8 @@ def similarity(
     with _errors_exit_2():
         result = word_similarity(load_bilm(model), sentence_a, sentence_b, word)
     typer.echo(result.table())
-    if plot is not None:
-        plot_figure(result, plot)
-        typer.echo(f"wrote {plot}")
+    if figure is not None:
+        typer.echo(f"wrote {plot_figure(result, figure)}")
 
 
 def _require_plotting() -> None:
@@ -626,20 +629,30 @@ def _require_plotting() -> None:
         raise typer.Exit(2) from err
 
 
+def _figure_file(path: Path) -> Path:
+    """The file a figure argument gives (``bank`` -> ``bank.png``, as matplotlib names it), checked before a model or
+    pipeline loads: matplotlib installed, a format it writes, a folder that takes the file (one line and exit 2)."""
+    from .output.checks import check_output_path
+    from .similarity import figure_file
+
+    _require_plotting()
+    with _errors_exit_2():
+        written, _ = figure_file(path)
+        check_output_path(written)
+    return written
+
+
 @app.command("plot-mix")
 def plot_mix(
     pipeline: Path = typer.Argument(..., help="A trained spaCy pipeline directory (e.g. training/model-best)"),
     output: Path = typer.Argument(..., help="The figure to write, e.g. mix.png"),
 ) -> None:
     """Bar chart of the layer weights and gamma that each ElmoScalarMix in a trained pipeline learned."""
-    from .output.checks import check_output_path
-
     with _errors_exit_2():  # the arguments, checked before spaCy is imported
         _require_inputs(pipeline)
         if not pipeline.is_dir():
             raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
-        check_output_path(output)
-    _require_plotting()
+    figure = _figure_file(output)
     from .similarity import plot_mixes
     from .spacy.mix_layer import trained_mixes
 
@@ -647,8 +660,8 @@ def plot_mix(
         mixes = trained_mixes(pipeline)
     for name, (weights, gamma) in mixes.items():
         typer.echo(f"{name}: weights {' / '.join(f'{w:.3f}' for w in weights)}, gamma {gamma:.3f}")
-    plot_mixes(mixes, output, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
-    typer.echo(f"wrote {output}")
+    written = plot_mixes(mixes, figure, title=f"ELMo layer weights learned in {pipeline.parent.name}/{pipeline.name}")
+    typer.echo(f"wrote {written}")
 
 
 @app.command(

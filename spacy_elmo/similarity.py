@@ -20,6 +20,7 @@ import numpy as np
 
 from .about import install_extra
 from .bilm.atomic_write import atomic_path
+from .bilm.excerpt import excerpt
 from .bilm.file_names import PathLike
 from .runtime.cosine import cosine
 from .runtime.mix import mix_layers
@@ -93,6 +94,29 @@ def check_plotting() -> None:
         raise ImportError(f"plots need matplotlib: {install_extra('plot')}") from None
 
 
+def figure_file(path: PathLike) -> tuple[Path, str]:
+    """The file a figure for ``path`` is written to and its format, as ``savefig`` chooses them: the suffix's format,
+    else matplotlib's default (``savefig.format``) with that suffix added (``bank`` -> ``bank.png``). A ValueError
+    naming the formats matplotlib writes when the suffix is none of them, an ImportError naming the extra when
+    matplotlib is missing: said before a model loads, not after it ran."""
+    check_plotting()
+    import matplotlib
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    name = os.fspath(path)
+    fmt = os.path.splitext(name)[1][1:].lower()
+    if not fmt:
+        fmt = str(matplotlib.rcParams["savefig.format"])
+        name = name.rstrip(".") + "." + fmt
+    known = sorted(FigureCanvasBase.get_supported_filetypes())
+    if fmt not in known:
+        raise ValueError(
+            f"cannot write the figure {excerpt(name)}: matplotlib writes no {excerpt(fmt)} format; end the file name "
+            f"with one of .{', .'.join(known)} (e.g. .png)"
+        )
+    return Path(name), fmt
+
+
 def new_figure(**subplots: Any) -> tuple[Any, Any]:
     """A matplotlib ``Figure`` and its axes (``subplots`` as ``Figure.subplots`` takes them), or an ImportError
     saying which extra to install.
@@ -108,8 +132,9 @@ def new_figure(**subplots: Any) -> tuple[Any, Any]:
     return figure, figure.subplots(**subplots)
 
 
-def plot(result: WordSimilarity, path: Path) -> None:
-    """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap."""
+def plot(result: WordSimilarity, path: Path) -> Path:
+    """A PNG (or any format matplotlib knows from the suffix): the per-layer bars and the token-by-token heatmap;
+    returns the file written (:func:`figure_file`)."""
     check_plotting()
     from matplotlib.patches import Rectangle
 
@@ -133,12 +158,13 @@ def plot(result: WordSimilarity, path: Path) -> None:
     heat.set_title("token-by-token cosine (mixed vectors)")
     figure.colorbar(image, ax=heat, fraction=0.05, pad=0.02)
     figure.tight_layout()
-    save_figure(figure, path)
+    return save_figure(figure, path)
 
 
-def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title: str = "") -> None:
+def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title: str = "") -> Path:
     """Bars of each component's learned layer weights (softmax(s), each layer's share of the mix: they sum to 1), gamma
-    in its legend label. The axis starts at 0, so a small lean from equal weights is drawn as small."""
+    in its legend label. The axis starts at 0, so a small lean from equal weights is drawn as small. Returns the file
+    written (:func:`figure_file`)."""
     figure, axes = new_figure(figsize=(8, 4.3))
     n_layers = max(len(weights) for weights, _ in mixes.values())
     width = 0.8 / len(mixes)
@@ -156,21 +182,17 @@ def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title
     axes.set_title(title, fontsize=10)
     axes.legend(fontsize=8, loc="upper right", ncol=2)
     figure.tight_layout()
-    save_figure(figure, path)
+    return save_figure(figure, path)
 
 
-def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> None:
+def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> Path:
     """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.atomic_write.atomic_path`): a failed or
-    interrupted plot leaves no half image.
+    interrupted plot leaves no half image. Returns the file written.
 
-    The format and the name are the ones ``savefig`` gives ``path``: its suffix's format, else matplotlib's default
-    (``savefig.format``) with that suffix added. The format is passed explicitly, since the temporary file's
-    suffix is another.
+    The format and the name are :func:`figure_file`'s, the ones ``savefig`` gives ``path``. The format is passed
+    explicitly, since the temporary file's suffix is another.
     """
-    name = os.fspath(path)
-    fmt = os.path.splitext(name)[1][1:]
-    if not fmt:
-        fmt = figure.canvas.get_default_filetype()
-        name = name.rstrip(".") + "." + fmt
+    name, fmt = figure_file(path)
     with atomic_path(name) as tmp:
         figure.savefig(tmp, format=fmt, dpi=dpi)
+    return name

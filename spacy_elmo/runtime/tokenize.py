@@ -95,7 +95,7 @@ def _spacy_has_language(code: str) -> bool:
     if spec is None or not spec.submodule_search_locations:
         return True
     if code.isidentifier() and any(
-        (Path(folder) / "lang" / code / "__init__.py").is_file() for folder in spec.submodule_search_locations
+        _is_file(Path(folder) / "lang" / code / "__init__.py") for folder in spec.submodule_search_locations
     ):
         return True
     # every distribution's entry points, not entry_points(group=...): Python 3.9's takes no argument
@@ -133,3 +133,11 @@ def _spacy_language_codes() -> list[str]:
         return []
     folders = [Path(folder) / "lang" for folder in spec.submodule_search_locations]
     return sorted({path.parent.name for folder in folders if folder.is_dir() for path in folder.glob("*/__init__.py")})
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False too for a path this system cannot hold (a name too long: ``ENAMETOOLONG``)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False

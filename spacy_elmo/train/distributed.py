@@ -300,7 +300,7 @@ def run_processes(
     ``target`` must be a module-level function (the processes are spawned, not forked: no
     OpenMP or torch state is copied). Returns 0, or the exit status of the first process that
     failed (the others are stopped then). A ``SystemExit`` in ``target`` ends its process with that
-    status; any other exception is printed by the process and gives status 1.
+    status; any other exception is raised here as a :class:`TrainingProcessError` naming it.
     """
     import torch.multiprocessing as mp
 
@@ -311,9 +311,18 @@ def run_processes(
         except mp.ProcessExitedException as err:
             return int(err.exit_code) or 1
         except mp.ProcessRaisedException as err:
-            print(err, file=sys.stderr)
-            return 1
+            raise TrainingProcessError(err.error_index, str(err)) from err
     return 0
+
+
+class TrainingProcessError(RuntimeError):
+    """A process :func:`run_processes` started raised an exception: said as its exception's own line (the last of
+    the process's report), the whole report, its traceback, kept in the chain (``__cause__``)."""
+
+    def __init__(self, index: int, report: str) -> None:
+        lines = [line.strip() for line in report.splitlines() if line.strip()]
+        super().__init__(f"training process {index} failed: {lines[-1] if lines else 'no report'}")
+        self.index = index
 
 
 def _spawned(
@@ -363,6 +372,7 @@ def leave_world(world: World) -> None:
 
 __all__ = [
     "SINGLE",
+    "TrainingProcessError",
     "World",
     "join_world",
     "launched_world",

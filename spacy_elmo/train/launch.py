@@ -76,7 +76,7 @@ class TrainRun:
 def run_training(run: TrainRun, processes: int = 1, device: str = "cpu") -> int:
     """Run ``run`` in this process (alone, or as the rank torchrun started it as), or in ``processes`` new processes
     that form one group on this machine (gloo on the CPU, nccl between GPUs: ``device``); returns the exit status,
-    0 or the first failed process's."""
+    0 or the first failed process's (an exception a process raised: a ``TrainingProcessError`` naming it)."""
     with run.errors(False):  # (the command line has checked the architecture, before torch was imported)
         count = training_processes(processes, device)
     if count > 1:

@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any, Union
 
+from ..bilm.excerpt import excerpt
 from ..bilm.options import BiLMOptions
 from ..bilm.schema_check import read_json_file
 from ..bilm.weights import WeightFileError, options_from_dict
@@ -76,9 +77,13 @@ def architecture(name_or_path: Union[str, Path]) -> dict[str, Any]:
     if str(name_or_path) in PRESETS:
         return copy.deepcopy(PRESETS[str(name_or_path)])
     path = Path(name_or_path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # a name this system cannot hold as a path (too long)
+        is_file = False
+    if not is_file:
         raise ValueError(
-            f"unknown architecture {str(name_or_path)!r}: expected one of {sorted(PRESETS)} or a JSON file"
+            f"unknown architecture {excerpt(str(name_or_path))}: expected one of {sorted(PRESETS)} or a JSON file"
         )
     raw = read_json_file(path, None, "correct the architecture file", WeightFileError)  # its schema: weights.py's
     options_from_dict(raw, source=str(path))  # validate now, with the file's name in the error

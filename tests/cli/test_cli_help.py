@@ -161,6 +161,12 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["embed", "in.txt", "out.h5", "--tokenizer", "bogus"], "tokenizer='bogus': not a spaCy language code"),
         (["evaluate", "default", "in.txt", "--tokenizer", "bogus"], "unknown tokenizer 'bogus'"),
         (["evaluate", "missing", "in.txt"], "ELMo model 'missing' not found"),
+        # a model string that names nothing: said before torch is imported (embed took 13-23 s to say it)
+        (["embed", "in.txt", "out.h5", "--model", "my_elmo"], "ELMo model 'my_elmo' not found"),
+        (["info", "my_elmo"], "ELMo model 'my_elmo' not found"),
+        (["download", "my_elmo"], "ELMo model 'my_elmo' not found"),
+        (["similarity", "a b", "b c", "--word", "b", "--model", "my_elmo"], "ELMo model 'my_elmo' not found"),
+        (["similarity", "a b", "b c", "--word", "b", "--plot", "s.xyz"], "matplotlib writes no 'xyz' format"),
     ],
 )
 def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message, tmp_path):
