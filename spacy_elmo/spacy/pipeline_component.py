@@ -24,11 +24,12 @@ from spacy.util import (
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..runtime.backend import ElmoBackend
+from ..runtime.backend import ElmoBackend, check_cache_sizes
 from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
 from ..runtime.mix import LayerMix, mix_layers, mixed_width
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
 from ..runtime.tokenize import is_whitespace
+from ..runtime.validation import positive_int
 from ..runtime.windows import embed_segments
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef, as_model_ref
@@ -233,6 +234,7 @@ class ElmoComponent(Pipe):
         ElmoFineTune, which runs its own biLM), the training examples are embedded here, in large batches,
         so each epoch finds their layers in the cache.
         """
+        check_cache_sizes(cache_mb, None, None)  # before the model loads
         backend = self.backend
         backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
         if get_examples is None or not any(is_cached_reader(layer) for layer in self.listeners):
@@ -294,7 +296,7 @@ class ElmoComponent(Pipe):
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = DEFAULT_PIPE_BATCH_SIZE) -> Iterator[Doc]:
         """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes."""
         error_handler = self.get_error_handler()
-        for docs in minibatch(stream, size=batch_size):
+        for docs in minibatch(stream, size=positive_int(batch_size, "batch_size")):
             try:
                 self.set_annotations(docs, self.predict(docs))
             except Exception as e:
