@@ -18,11 +18,10 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-import numpy as np
-
 from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
 from ..bilm.excerpt import excerpt
 from ..bilm.machine import memory_bytes, usable_cores
+from ..bilm.number_checks import MAX_COUNT, finite_number, whole_number
 from ..bilm.probe import feature
 
 if TYPE_CHECKING:
@@ -198,22 +197,22 @@ def _is_iterable(value: object) -> bool:
 # bounded by this machine's memory (or by what the disk cache can count), a count of processes bounded by the
 # cores. NaN, infinities, booleans and text are refused with the setting's name, never an OverflowError later.
 
-MAX_COUNT = 2**63 - 1  # the largest count numpy's and torch's int64 hold: a count beyond it is no count
 MAX_DISK_MB = float(2**43)  # the disk cache counts its bytes in sqlite's 64-bit integers: 2**63 bytes is 2**43 MiB
 
 
 def integer_in(value: Any, name: str, low: int, high: int = MAX_COUNT, bound: str = "") -> int:
     """``value`` as an ``int`` when it is an integer (numpy integers too, booleans not) in ``[low, high]``; else a
     ``ValueError`` naming the setting ``name`` and the range (``bound``: why ``high``, said after it)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or not low <= int(value) <= high:
+    checked = whole_number(value, low, high)
+    if checked is None:
         if high != MAX_COUNT:
             wanted = f"a positive integer up to {high}{bound}" if low == 1 else f"an integer in [{low}, {high}]{bound}"
         else:
             wanted = "a positive integer" if low == 1 else f"an integer >= {low}"
-            if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and int(value) > high:
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > high:
                 wanted += f" up to 2**63 - 1{bound}"
         raise ValueError(f"{name}={excerpt(value)}: expected {wanted}")
-    return int(value)
+    return checked
 
 
 def finite_in(
@@ -229,25 +228,13 @@ def finite_in(
     """``value`` as a ``float`` when it is a finite real number (numpy's too, booleans not) from ``low`` (``above``:
     greater than ``low``) up to ``high``; else a ``ValueError`` naming the setting ``name`` and the range (``what``:
     the number's words; ``bound``: why ``high``, said after it)."""
-    number = _finite_float(value)
+    number = finite_number(value)
     if number is None or not (low < number if above else low <= number) or not number <= high:
         wanted = f"a finite {what}" if low == -math.inf else f"a finite {what} {'>' if above else '>='} {_shown(low)}"
         if high != math.inf:
             wanted += f" and <= {_shown(high)}{bound}"
         raise ValueError(f"{name}={excerpt(value)}: expected {wanted}")
     return number
-
-
-def _finite_float(value: Any) -> Optional[float]:
-    """``value`` as a finite ``float`` when it is a real number (not a boolean); None otherwise (an integer too large
-    for a float included: ``float(10**400)`` is an OverflowError)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _shown(bound: float) -> str:

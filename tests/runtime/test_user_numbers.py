@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from spacy_elmo.bilm.excerpt import excerpt
 from spacy_elmo.runtime import validation
 from spacy_elmo.runtime.backend import ElmoBackend, load_bilm
 from spacy_elmo.runtime.cache import CACHE_MB_ENV, env_disk_mb
@@ -300,3 +301,29 @@ def test_the_command_line_bounds_its_processes_by_the_cores(args, message, tmp_p
     status, said, imported = run_command(*args, cwd=tmp_path)
     assert status == 2 and said.startswith(f"error: {message}") and "CPU core" in said and "\n" not in said, said
     assert imported == [], f"spacy-elmo {args[0]} imported {imported} before checking its arguments"
+
+
+def _train_numbers() -> list[Any]:
+    """Each numeric TrainConfig field (its annotation: int, float or Optional of one) with each value no number."""
+    from spacy_elmo.train.config import TrainConfig, option_flags
+
+    hints = typing.get_type_hints(TrainConfig)
+    cases = []
+    for f in dataclasses.fields(TrainConfig):
+        if not _numeric(hints[f.name]):
+            continue
+        whole = int in typing.get_args(hints[f.name]) or hints[f.name] is int
+        # 1e30 is a float (a learning rate that large is for the rules to judge), never an int64
+        for value in [math.nan, math.inf, -math.inf, True, "abc", 10**400, *([10**30, 2.0] if whole else [])]:
+            cases.append(pytest.param(f.name, option_flags(f)[0], value, id=f"{f.name}={excerpt(value, 12)}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "flag", "value"), _train_numbers())
+def test_a_training_option_that_is_no_number_is_refused_naming_its_flag(name, flag, value):
+    """spacy-elmo train's options (TrainConfig, also given from Python or a resumed run's config): no number, or a
+    number beyond what it can be, is a ValueError naming the flag, before anything trains."""
+    from spacy_elmo.train.config import TrainConfig, check_config
+
+    with pytest.raises(ValueError, match=f"^{flag} must be "):
+        check_config(TrainConfig(train=[], **{name: value}))
