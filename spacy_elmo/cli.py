@@ -226,7 +226,7 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
-    from .runtime.validation import positive_int
+    from .runtime.validation import process_count
     from .train.command_config import command_config
 
     with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
@@ -240,7 +240,7 @@ def train(
             raw_tokenizer=raw_tokenizer,
             resume=resume,
         )
-        positive_int(processes, "--processes")
+        process_count(processes, "--processes")  # at most the cores here
     from .train.launch import TrainRun, run_training
 
     run = TrainRun(config, output_dir, _errors_exit_2, resume=resume, overwrite=overwrite, progress=progress)

@@ -32,14 +32,19 @@ def check_output_path(output_path: Union[str, os.PathLike[str]]) -> None:
 
 
 def read_scheduler(scheduler: str) -> Union[int, str]:
-    """What a ``--scheduler`` names: the number of worker processes of ``local:N`` (a LocalCluster started here), or
-    a Dask scheduler's address such as ``tcp://10.0.0.5:8786``; a ValueError naming the two forms otherwise."""
+    """What a ``--scheduler`` names: the number of worker processes of ``local:N`` (a LocalCluster started here, N at
+    most the cores this process may use), or a Dask scheduler's address such as ``tcp://10.0.0.5:8786``; a
+    ValueError naming the two forms otherwise."""
+    from ..runtime.validation import process_count  # (imported here: the other checks need no numpy)
+
     text = str(scheduler).strip()
     if text == "local" or text.startswith("local:"):  # not localhost:8786
         local = LOCAL_SCHEDULER.fullmatch(text)
-        if not local or int(local[1]) < 1:
+        digits = local[1].lstrip("0") if local else ""
+        if not digits:
             raise ValueError(f"scheduler {scheduler!r}: expected local:N with N >= 1 worker processes, e.g. local:2")
-        return int(local[1])
+        # at most the cores here: each worker is a process with its own model (more only share cores and memory)
+        return process_count(int(digits) if len(digits) <= 19 else digits, "scheduler local:N's N")
     if not SCHEDULER_ADDRESS.fullmatch(text):
         raise ValueError(f"scheduler {scheduler!r}: expected a Dask scheduler address (tcp://HOST:PORT) or local:N")
     return text

@@ -43,6 +43,7 @@ from ..bilm.atomic_write import process_exists
 from ..bilm.file_names import PathLike
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
+from ..runtime.validation import positive_int
 from ..runtime.windows import embed_segments
 from .checks import check_output_path
 from .hdf5_layout import LineDatasets, check_output_format
@@ -92,6 +93,7 @@ def embed_file(
     from tqdm import tqdm
 
     check_output_format(output_format)
+    positive_int(batch_size, "batch_size")
     input_path, output_path = Path(input_path), Path(output_path)
     source = "<stdin>" if _is_stdin(input_path) else str(input_path)  # the input's name in error messages
     check_output_path(output_path)

@@ -27,6 +27,9 @@ from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
 from .validation import (
     check_dtype,
+    disk_mb,
+    integer_in,
+    memory_mb,
     positive_int,
     resolve_device,
     validate_sentences,
@@ -93,6 +96,7 @@ class ElmoBackend:
         ``disk_cache_mb``: bound on the disk cache's size (least recently used entries are evicted).
         ``token_cache_size``: char-CNN token vectors kept between batches (0 turns it off).
         """
+        cache_mb, disk_cache_mb, token_cache_size = check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)
         with self._lock:
             if cache_mb is not None:
                 if cache_mb == 0 and self.memory_cache.max_mb != 0:
@@ -108,11 +112,9 @@ class ElmoBackend:
             elif disk_cache_mb is not None and self.disk_cache is not None:
                 self.disk_cache = open_disk_cache(self.disk_cache.directory, disk_cache_mb)
             if token_cache_size is not None:
-                if int(token_cache_size) < 0:
-                    raise ValueError(f"token_cache_size must be >= 0, not {token_cache_size!r}")
-                if int(token_cache_size) == 0 and self.token_cache.max_tokens != 0:
+                if token_cache_size == 0 and self.token_cache.max_tokens != 0:
                     logger.info("%s: token-vector cache turned off (token_cache_size=0)", self._name())
-                self.token_cache.max_tokens = int(token_cache_size)
+                self.token_cache.max_tokens = token_cache_size
                 self.token_cache.clear()
         return self
 
@@ -327,7 +329,10 @@ def load_bilm(
     so every spaCy component and scikit-learn transformer shares one model and one cache. The
     cache arguments (see :meth:`ElmoBackend.configure_cache`) reconfigure that shared object;
     ``None`` keeps its settings (defaults: 256 MiB in memory, a disk cache only when given or
-    named by ``SPACY_ELMO_CACHE_DIR``).
+    named by ``SPACY_ELMO_CACHE_DIR``). 256 MiB holds the layers of about 87,000 tokens of the bundled model (4,000
+    SST sentences): a refit of more texts (``GridSearchCV``, a pipeline fitted again) recomputes them unless
+    ``cache_mb`` is larger, up to this machine's memory (docs/sklearn.md). The default is not sized by the machine's
+    memory: every process (a Dask worker, a scikit-learn ``n_jobs`` worker) holds its own cache.
 
     ``dtype``: a precision's name in the precision table (:data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`):
     ``None``/"float32" (exact) or a low precision ("bfloat16", "int8"...: approximate, docs/precision.md), or
@@ -336,6 +341,7 @@ def load_bilm(
     of ``backend.fingerprint``.
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
+    check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)  # before the model loads: said at once
     torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
     options_path, weights_path = resolve_model_files(model, options, weights)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -357,6 +363,19 @@ def load_bilm(
             _log_loaded(model, backend, stats[0][0])
     return backend.configure_cache(
         cache_mb=cache_mb, cache_dir=cache_dir, disk_cache_mb=disk_cache_mb, token_cache_size=token_cache_size
+    )
+
+
+def check_cache_sizes(
+    cache_mb: Optional[float], disk_cache_mb: Optional[float], token_cache_size: Optional[int]
+) -> tuple[Optional[float], Optional[float], Optional[int]]:
+    """The cache arguments of :func:`load_bilm` and :meth:`ElmoBackend.configure_cache` checked (``None``: left as
+    it is): ``cache_mb`` from 0 up to this machine's memory, ``disk_cache_mb`` above 0, ``token_cache_size`` an
+    integer from 0; a ``ValueError`` names the first bad one."""
+    return (
+        None if cache_mb is None else memory_mb(cache_mb, "cache_mb"),
+        None if disk_cache_mb is None else disk_mb(disk_cache_mb, "disk_cache_mb"),
+        None if token_cache_size is None else integer_in(token_cache_size, "token_cache_size", 0),
     )
 
 

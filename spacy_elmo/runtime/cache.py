@@ -30,6 +30,7 @@ from ..bilm.file_names import DISK_CACHE as DB_NAME
 from ..bilm.file_names import PathLike
 from ..bilm.threads import ForkSafeLock, renew_after_fork
 from .settings import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
+from .validation import disk_mb, memory_mb
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
@@ -57,9 +58,7 @@ class MemoryCache:
 
     @max_mb.setter
     def max_mb(self, value: float) -> None:
-        if value is None or float(value) < 0:
-            raise ValueError(f"cache_mb must be a number >= 0, not {value!r}")
-        self._max_bytes = int(float(value) * 2**20)
+        self._max_bytes = int(memory_mb(value, "cache_mb") * 2**20)
         with self._lock:
             self._evict()
 
@@ -146,8 +145,7 @@ class DiskCache:
     """
 
     def __init__(self, directory: PathLike, max_mb: float = DEFAULT_DISK_MB) -> None:
-        if float(max_mb) <= 0:
-            raise ValueError(f"disk_cache_mb must be > 0, not {max_mb!r}")
+        max_mb = disk_mb(max_mb, "disk_cache_mb")
         self.directory = Path(directory).expanduser().resolve()
         self.path = self.directory / DB_NAME
         self.max_bytes = int(float(max_mb) * 2**20)
@@ -395,7 +393,7 @@ _DISK_LOCK = ForkSafeLock()
 def open_disk_cache(directory: PathLike, max_mb: float = DEFAULT_DISK_MB) -> DiskCache:
     """One :class:`DiskCache` object per directory and size bound in this process."""
     resolved = str(Path(directory).expanduser().resolve())
-    key = (resolved, int(float(max_mb) * 2**20))
+    key = (resolved, int(disk_mb(max_mb, "disk_cache_mb") * 2**20))
     with _DISK_LOCK:
         cache = _DISK_CACHES.get(key)
         if cache is None:
@@ -410,11 +408,13 @@ def env_cache_dir() -> Optional[str]:
 
 
 def env_disk_mb() -> float:
-    """The disk cache bound from ``SPACY_ELMO_CACHE_MB`` (default 4096 MiB)."""
+    """The disk cache bound from ``SPACY_ELMO_CACHE_MB`` (default 4096 MiB), checked as ``disk_cache_mb`` is
+    (:func:`~.validation.disk_mb`: a ``ValueError`` naming the variable)."""
     value = os.environ.get(CACHE_MB_ENV, "").strip()
     if not value:
         return DEFAULT_DISK_MB
     try:
-        return float(value)
+        number: object = float(value)
     except ValueError:
-        raise ValueError(f"{CACHE_MB_ENV}={value!r} is not a number of MiB") from None
+        number = value  # no number: refused below, its text named
+    return disk_mb(number, CACHE_MB_ENV)

@@ -7,14 +7,15 @@ spaCy mix layers: kept here, beside the computation that reads them, rather than
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Sequence
 from typing import Any, Union
 
 import numpy as np
 
+from ..bilm.excerpt import excerpt
 from .settings import DEFAULT_GAMMA, DEFAULT_LAYERS
+from .validation import finite_in
 
 LayerMix = Union[str, int, Sequence[float]]  # the ``layers`` setting: which layers, mixed how
 ALL = "all"  # every layer's vectors side by side (simple_elmo's name): ``n_outputs * dim`` wide, no weights
@@ -46,18 +47,17 @@ def check_layer_spec(layers: Any) -> LayerMix:
     try:
         items = list(layers)
         values = [float(x) for x in items if not isinstance(x, (bool, np.bool_))]
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"layers={layers!r}: {_EXPECTED}") from err
+    except (TypeError, ValueError, OverflowError) as err:  # an integer too large for a float: no weight
+        raise TypeError(f"layers={excerpt(layers)}: {_EXPECTED}") from err
     if len(values) != len(items) or not all(np.isfinite(values)):
         raise ValueError(f"layers={items!r}: expected finite numbers, one per layer")
     return values
 
 
 def check_gamma(gamma: Any) -> float:
-    """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``."""
-    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma):
-        raise ValueError(f"gamma={gamma!r}: expected a finite number")
-    return float(gamma)
+    """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``
+    (:func:`~.validation.finite_in`, the one check of a number)."""
+    return finite_in(gamma, "gamma", -math.inf)
 
 
 def layer_weights(layers: LayerMix, n_outputs: int) -> np.ndarray:

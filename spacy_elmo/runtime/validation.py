@@ -4,20 +4,24 @@ Each returns the value in plain types or raises ``ValueError`` (``TypeError`` fo
 kind) naming the setting: :func:`positive_int` (batch sizes and other counts), :func:`check_window_config`
 and :func:`optional_windows` (``max_length`` and ``window_overlap``), :func:`check_dtype` (a precision's
 name), :func:`resolve_device` (a torch device this machine has), :func:`validate_sentences` (token-list input).
+Every number a user gives goes through one of :func:`integer_in`, :func:`finite_in`, :func:`memory_mb`,
+:func:`disk_mb` and :func:`process_count` (``positive_int`` is ``integer_in`` from 1), bounded by what this machine
+has where a number sizes something on it.
 The mix's settings are checked in ``mix.py`` (``check_layer_spec``, ``check_gamma``) and pooling's in
 ``pooling.py`` (``check_pooling``): each belongs to the one computation that reads it.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-import numpy as np
-
 from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
 from ..bilm.excerpt import excerpt
+from ..bilm.machine import memory_bytes, usable_cores
+from ..bilm.number_checks import MAX_COUNT, finite_number, whole_number
 from ..bilm.probe import feature
 
 if TYPE_CHECKING:
@@ -42,22 +46,16 @@ def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
 
 
 def positive_int(value: Any, name: str) -> int:
-    """``value`` as an ``int`` when it is an integer >= 1 (numpy integers too, booleans not); else ``ValueError``
-    naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name}={value!r}: expected a positive integer")
-    return int(value)
+    """``value`` as an ``int`` when it is an integer in ``[1, MAX_COUNT]`` (numpy integers too, booleans not); else
+    ``ValueError`` naming it (:func:`integer_in`)."""
+    return integer_in(value, name, 1)
 
 
 def check_window_config(max_length: int, overlap: int) -> tuple[int, int]:
     """``(max_length, overlap)`` as ints; ``ValueError`` unless ``max_length >= 1`` and
     ``0 <= overlap < max_length``."""
     max_length = positive_int(max_length, "max_length")
-    if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < max_length:
-        raise ValueError(
-            f"window_overlap={overlap!r}: expected an int with 0 <= window_overlap < max_length ({max_length})"
-        )
-    return max_length, int(overlap)
+    return max_length, integer_in(overlap, "window_overlap", 0, max_length - 1, f" (below max_length={max_length})")
 
 
 def optional_windows(max_length: Optional[int], overlap: int) -> tuple[Optional[int], int]:
@@ -229,3 +227,80 @@ def _is_iterable(value: object) -> bool:
     except TypeError:
         return False
     return True
+
+
+# -- the numbers a user gives ---------------------------------------------------------------------------------------
+# Every number a user gives (an argument, a config key, an environment variable, a command-line option) goes through
+# one of these, named as the user spelled it: an integer in a range, a finite number in a range, a size in MiB
+# bounded by this machine's memory (or by what the disk cache can count), a count of processes bounded by the
+# cores. NaN, infinities, booleans and text are refused with the setting's name, never an OverflowError later.
+
+MAX_DISK_MB = float(2**43)  # the disk cache counts its bytes in sqlite's 64-bit integers: 2**63 bytes is 2**43 MiB
+
+
+def integer_in(value: Any, name: str, low: int, high: int = MAX_COUNT, bound: str = "") -> int:
+    """``value`` as an ``int`` when it is an integer (numpy integers too, booleans not) in ``[low, high]``; else a
+    ``ValueError`` naming the setting ``name`` and the range (``bound``: why ``high``, said after it)."""
+    checked = whole_number(value, low, high)
+    if checked is None:
+        if high != MAX_COUNT:
+            wanted = f"a positive integer up to {high}{bound}" if low == 1 else f"an integer in [{low}, {high}]{bound}"
+        else:
+            wanted = "a positive integer" if low == 1 else f"an integer >= {low}"
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > high:
+                wanted += f" up to 2**63 - 1{bound}"
+        raise ValueError(f"{name}={excerpt(value)}: expected {wanted}")
+    return checked
+
+
+def finite_in(
+    value: Any,
+    name: str,
+    low: float,
+    high: float = math.inf,
+    what: str = "number",
+    bound: str = "",
+    *,
+    above: bool = False,
+) -> float:
+    """``value`` as a ``float`` when it is a finite real number (numpy's too, booleans not) from ``low`` (``above``:
+    greater than ``low``) up to ``high``; else a ``ValueError`` naming the setting ``name`` and the range (``what``:
+    the number's words; ``bound``: why ``high``, said after it)."""
+    number = finite_number(value)
+    if number is None or not (low < number if above else low <= number) or not number <= high:
+        wanted = f"a finite {what}" if low == -math.inf else f"a finite {what} {'>' if above else '>='} {_shown(low)}"
+        if high != math.inf:
+            wanted += f" and <= {_shown(high)}{bound}"
+        raise ValueError(f"{name}={excerpt(value)}: expected {wanted}")
+    return number
+
+
+def _shown(bound: float) -> str:
+    """A range's end as a message says it: a whole number in full (``8796093022208``), else ``repr``-like."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def memory_mb(value: Any, name: str) -> float:
+    """A size in MiB of something kept in memory (``cache_mb``): a finite number from 0 (off) up to this machine's
+    physical memory (:func:`~spacy_elmo.bilm.machine.memory_bytes`; where the system does not say, what the disk
+    cache's bound allows); else a ``ValueError`` naming ``name``."""
+    total = memory_bytes()
+    if total is None:
+        return finite_in(value, name, 0, MAX_DISK_MB, "number of MiB")
+    return finite_in(value, name, 0, math.floor(total / 2**20), "number of MiB", " (this machine's memory)")
+
+
+def disk_mb(value: Any, name: str) -> float:
+    """A size in MiB of the disk cache (``disk_cache_mb``, ``SPACY_ELMO_CACHE_MB``): a finite number above 0 up to
+    :data:`MAX_DISK_MB` (what sqlite's 64-bit byte count holds); else a ``ValueError`` naming ``name``."""
+    return finite_in(
+        value, name, 0, MAX_DISK_MB, "number of MiB", " (2**63 bytes: what the disk cache can count)", above=True
+    )
+
+
+def process_count(value: Any, name: str) -> int:
+    """A number of processes to start on this machine (``--processes``, ``local:N`` workers): an integer from 1 up to
+    the cores this process may use (:func:`~spacy_elmo.bilm.machine.usable_cores`: more would only share cores and
+    memory); else a ``ValueError`` naming ``name`` and the bound."""
+    cores = usable_cores()
+    return integer_in(value, name, 1, cores, f" (the {cores} CPU core{'s' if cores > 1 else ''} this process may use)")

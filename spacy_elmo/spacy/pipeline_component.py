@@ -24,12 +24,13 @@ from spacy.util import (
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..runtime.backend import ElmoBackend
+from ..runtime.backend import ElmoBackend, check_cache_sizes
 from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
 from ..runtime.mix import LayerMix, mix_layers, mixed_width
 from ..runtime.progress import Progress
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
 from ..runtime.tokenize import is_whitespace
+from ..runtime.validation import positive_int
 from ..runtime.windows import embed_segments
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef, as_model_ref
@@ -235,6 +236,7 @@ class ElmoComponent(Pipe):
         so each epoch finds their layers in the cache. What ``spacy train`` and ``spacy debug data`` wait on:
         said in spaCy's log as it starts, with a progress bar on a terminal when it takes a while.
         """
+        check_cache_sizes(cache_mb, None, None)  # before the model loads
         backend = self.backend
         backend.configure_cache(cache_mb=cache_mb, cache_dir=cache_dir)
         if get_examples is None or not any(is_cached_reader(layer) for layer in self.listeners):
@@ -305,8 +307,9 @@ class ElmoComponent(Pipe):
         (:mod:`spacy_elmo.runtime.progress`); none in logs, pipes or tests.
         """
         error_handler = self.get_error_handler()
+        size = positive_int(batch_size, "batch_size")
         with Progress(unit="token", desc=self.name) as progress:
-            for docs in minibatch(stream, size=batch_size):
+            for docs in minibatch(stream, size=size):
                 try:
                     self.set_annotations(docs, self._predict(docs, progress.update))
                 except Exception as e:

@@ -8,6 +8,8 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Optional
 
 from ..bilm.engine.precisions import training_precisions
+from ..bilm.excerpt import excerpt
+from ..bilm.number_checks import finite_number, whole_number
 
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
@@ -146,6 +148,8 @@ def check_config(config: TrainConfig) -> None:
     """Refuse option values that would train nothing or crash later, before any work (ValueError naming the option)."""
     if config.continue_corpus and not (config.init_from and config.corpus):
         raise ValueError("--continue-corpus continues an --init-from model's reading of a prepared --corpus: give both")
+    for config_field in fields(TrainConfig):  # each number a number first (whole_number, finite_number: one test)
+        _check_number(config_field, getattr(config, config_field.name))
     for name, test, requirement in _RULES:
         value = getattr(config, name)
         try:
@@ -154,6 +158,20 @@ def check_config(config: TrainConfig) -> None:
             valid = False
         if not valid:
             raise ValueError(f"{option_flags(_FIELDS[name])[0]} must be {requirement}, not {value!r}")
+
+
+_NUMBER_TYPES = {"int": "an integer from -2**63 to 2**63 - 1", "float": "a finite number"}
+
+
+def _check_number(config_field: Field, value: Any) -> None:
+    """A field annotated ``int`` or ``float`` (or ``Optional`` of one) holds one: an integer of int64's range (not a
+    boolean), a finite number; else a ``ValueError`` naming its option. Its range is :data:`_RULES`' to say."""
+    kind = str(config_field.type).replace("Optional[", "").rstrip("]")
+    if kind not in _NUMBER_TYPES or (value is None and str(config_field.type).startswith("Optional[")):
+        return
+    number = whole_number(value) if kind == "int" else finite_number(value)
+    if number is None:
+        raise ValueError(f"{option_flags(config_field)[0]} must be {_NUMBER_TYPES[kind]}, not {excerpt(value)}")
 
 
 __all__ = [

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
 import typer
 
+from ..bilm.machine import usable_cores
 from ..bilm.threads import set_process_threads
 from .allocator import keep_freed_memory
 from .config import TrainConfig
@@ -59,7 +59,7 @@ class TrainRun:
                 typer.echo(trainer.precision_note)
                 typer.echo(f"memory: {memory}")
             # --threads, else (several processes) the cores shared out, else the resumed run's, else torch's choice
-            several = max(1, _cores() // world.local_size) if world.size > 1 else None
+            several = max(1, usable_cores() // world.local_size) if world.size > 1 else None
             threads = self.config.threads or several or trainer.config.threads
             set_process_threads(threads)  # the command's own process (the library never sets the count)
             if world.size > 1 and world.is_main:
@@ -97,8 +97,3 @@ def _spawned_run(world: World, run: TrainRun) -> None:
         run(world)
     except typer.Exit as stop:
         raise SystemExit(stop.exit_code) from None
-
-
-def _cores() -> int:
-    """CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -20,11 +20,14 @@ SHARED: dict[str, tuple[str, ...]] = {
     "about.py": ("test_packaging.py", "test_hub.py"),
     "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
     "runtime/validation.py": (
+        "test_user_numbers.py",
         "test_windows.py",
         "test_train.py",
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
+    "bilm/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
+    "bilm/number_checks.py": ("test_user_numbers.py",),
     "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),

@@ -228,7 +228,7 @@ def test_optional_windows_checks_what_check_window_config_checks():
     assert optional_windows(None, 5) == (None, 5) and optional_windows(np.int64(8), np.int64(2)) == (8, 2)
     for max_length, overlap in ((4, 4), (4, -1), (4, True)):
         with pytest.raises(
-            ValueError, match=r"window_overlap=.*: expected an int with 0 <= window_overlap < max_length"
+            ValueError, match=r"window_overlap=.*: expected an integer in \[0, 3\] \(below max_length=4\)"
         ):
             check_window_config(max_length, overlap)
     with pytest.raises(ValueError, match="max_length=0: expected a positive integer"):

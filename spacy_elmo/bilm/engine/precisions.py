@@ -142,8 +142,11 @@ def training_precisions() -> tuple[str, ...]:
 
 
 def dtype_help() -> str:
-    """The ``--dtype`` help: every precision with its gist, and "auto"."""
-    listed = ", ".join(f"{p.name} ({p.gist})" for p in PRECISIONS)
+    """The ``--dtype`` help: every precision with its gist and the other spellings it takes (its aliases), and
+    "auto"."""
+    listed = ", ".join(
+        f"{p.name} ({p.gist}{'; also ' + ', '.join(p.aliases) if p.aliases else ''})" for p in PRECISIONS
+    )
     return f"precision: {listed} or {AUTO} (the fastest here that holds its bound on every input: float32)"
 
 
