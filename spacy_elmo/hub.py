@@ -28,7 +28,7 @@ from .runtime.mix import mix_layers
 from .runtime.pooling import PoolSink
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from .runtime.tokenize import split_on_spaces
-from .runtime.validation import validate_sentences
+from .runtime.validation import integer_in, validate_sentences
 from .runtime.windows import embed_segments, fold_segments, window_bounds
 from .sources.model_paths import PathLike
 
@@ -90,14 +90,13 @@ class HubModule:
         belongs. A numpy array of strings is taken as a list of its rows.
         """
         rows = validate_sentences(_as_list(tokens) if isinstance(tokens, np.ndarray) else tokens, "tokens")
-        lengths = [int(n) for n in _as_list(sequence_len)]
+        lengths = list(_as_list(sequence_len))
         if len(rows) != len(lengths):
             raise ValueError(f"tokens has {len(rows)} rows but sequence_len has {len(lengths)} entries")
         sentences = []
         for i, (row, n) in enumerate(zip(rows, lengths)):
-            if not 0 <= n <= len(row):
-                raise ValueError(f"sequence_len[{i}] = {n}, but row {i} of tokens has {len(row)} entries")
-            sentences.append(row[:n])
+            length = integer_in(n, f"sequence_len[{i}]", 0, len(row), f" (row {i} of tokens has {len(row)} entries)")
+            sentences.append(row[:length])
         return self._outputs(sentences)
 
     def _outputs(self, sentences: list[list[str]]) -> Outputs:

@@ -31,12 +31,16 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .excerpt import excerpt
+from .number_checks import whole_number
+
 # -- when work is split or limited -------------------------------------------------------------
 # Multiply-adds are those of the recurrent product of one LSTM step (rows x projection x 4 cells).
 
 SMALL_WORK_MACS = 262_144  # per step, below which a batch runs on one thread (waking a team costs more)
 DIRECTION_THREADS_MIN_MACS = 2_000_000  # per step and direction, from which the two directions get a thread each
 SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
+MAX_THREADS = 4096  # the most a command's --threads may ask torch for (OpenMP would try to start every one)
 
 _callbacks: list[Callable[[], None]] = []
 _renewed: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -139,7 +143,10 @@ def set_process_threads(threads: Optional[int]) -> None:
     caller's.
     """
     if threads:
-        torch.set_num_threads(int(threads))
+        count = whole_number(threads, 1, MAX_THREADS)
+        if count is None:
+            raise ValueError(f"--threads={excerpt(threads)}: expected a positive integer up to {MAX_THREADS}")
+        torch.set_num_threads(count)
 
 
 @contextlib.contextmanager

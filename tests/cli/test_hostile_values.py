@@ -1,7 +1,7 @@
 """Every command, every option and argument, with hostile values: no traceback, exit 0 or 2, a refusal in one line.
 
 The commands and their parameters are read from the typer app itself (a parameter's kind from its annotation), so a
-command or option added later is covered without a change here: numbers get nan, inf, -1, 0, 1e300 and "abc";
+command or option added later is covered without a change here: numbers get nan, 10**23, inf, -1, 0, 1e300 and "abc";
 paths a missing file, a directory where a file belongs, an empty file and a file of binary junk; text "" and a
 100 KB string. Each command starts from arguments that work (:data:`BASE`, bounded to one training step), and one
 parameter at a time takes a hostile value.
@@ -25,7 +25,7 @@ from spacy_elmo.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "allennlp_elmo"
 
-NUMBERS = ["nan", "inf", "-1", "0", "1e300", "abc"]
+NUMBERS = ["nan", "100000000000000000000000", "inf", "-1", "0", "1e300", "abc"]
 TEXTS = ["", "x" * 100_000]
 PATHS = ["missing.txt", "a_dir", "empty.txt", "junk.bin"]  # made in each case's folder (:func:`case_folder`)
 # each parameter's first hostile value is always tried; the others until the test has run this long (a loaded

@@ -47,8 +47,11 @@ def test_tokens_signature_equals_default(elmo):
     for key in by_strings:
         np.testing.assert_array_equal(by_tokens[key], by_strings[key])  # same sentences, same batch: same computation
     np.testing.assert_array_equal(elmo(SENTENCES[1:3], signature="default", as_dict=False), by_strings["default"])
-    with pytest.raises(ValueError, match=r"sequence_len\[1\] = 9"):
+    with pytest.raises(ValueError, match=r"sequence_len\[1\]=9: .* \(row 1 of tokens has 7 entries\)"):
         elmo.signatures["tokens"](tokens=padded, sequence_len=[7, 9])
+    for length in (2.7, "2", True, float("nan")):  # were read with int(): 2.7 as 2, "2" as 2, True as 1
+        with pytest.raises(ValueError, match=r"sequence_len\[1\]="):
+            elmo.signatures["tokens"](tokens=padded, sequence_len=[7, length])
     with pytest.raises(TypeError, match="list of strings"):
         elmo.signatures["default"]("one string")
 

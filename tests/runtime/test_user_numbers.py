@@ -111,10 +111,16 @@ def _dask_settings() -> dict[str, bool]:
 
 
 def _compat_functions() -> dict[str, Callable[..., Any]]:
+    from spacy_elmo.compat.allennlp import ElmoEmbedder
     from spacy_elmo.compat.elmoformanylangs import Embedder
     from spacy_elmo.compat.simple_elmo import ElmoModel
 
-    return {"ElmoModel.load": ElmoModel.load, "Embedder": Embedder.__init__}
+    return {
+        "ElmoModel.load": ElmoModel.load,
+        "Embedder": Embedder.__init__,
+        "ElmoEmbedder.embed_sentences": ElmoEmbedder.embed_sentences,
+        "ElmoEmbedder.embed_file": ElmoEmbedder.embed_file,
+    }
 
 
 def settings_table() -> dict[str, dict[str, bool]]:
@@ -159,7 +165,17 @@ def callers(fixture_dir, tmp_path_factory) -> dict[str, Callable[[dict[str, Any]
         "spacy_elmo.dask": lambda kw: given_settings(kw, DASK_SETTINGS, "embed_texts"),
         "ElmoModel.load": lambda kw: _simple_elmo_load(model, kw),
         "Embedder": lambda kw: _manylangs_embedder(model, kw),
+        "ElmoEmbedder.embed_sentences": lambda kw: _allennlp_embedder(model).embed_sentences([["a", "b"]], **kw),
+        "ElmoEmbedder.embed_file": lambda kw: _allennlp_embedder(model).embed_file(
+            folder / "in.txt", folder / "out.h5", **kw
+        ),
     }
+
+
+def _allennlp_embedder(model: str) -> Any:
+    from spacy_elmo.compat.allennlp import ElmoEmbedder
+
+    return ElmoEmbedder(f"{model}/options.json", f"{model}/lm_weights.hdf5")
 
 
 def _simple_elmo_load(model: str, kw: dict[str, Any]) -> Any:
@@ -223,6 +239,7 @@ OTHER_ENV = {
     "SPACY_ELMO_OFFLINE": "a switch",
     "SPACY_ELMO_PACKED_WEIGHTS": "a switch",
     "SPACY_ELMO_FLOAT32_KERNELS": "onednn, mkl or auto",
+    "SPACY_ELMO_DEBUG": "a switch (the command line shows tracebacks)",
 }
 
 

@@ -22,7 +22,7 @@ import torch
 from ...bilm.excerpt import excerpt
 from ...output.embed_file import bounded_lines, hdf5_output
 from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
-from ...runtime.validation import check_batch, check_tokens, resolve_device, validate_sentences
+from ...runtime.validation import check_batch, check_tokens, positive_int, resolve_device, validate_sentences
 from .modules import _ElmoBiLm
 from .util import ConfigurationError, PathOrUrl, batch_to_ids, remove_sentence_boundaries
 
@@ -100,7 +100,7 @@ class ElmoEmbedder:
         ``TypeError`` here, at the call, and each sentence is checked as it is read, named by its place in the stream.
         """
         check_batch(sentences, "sentences")  # at the call: the sentences themselves are read as it runs
-        return self._embedded_stream(sentences, batch_size)
+        return self._embedded_stream(sentences, positive_int(batch_size, "batch_size"))
 
     def _embedded_stream(self, sentences: Iterable[list[str]], batch_size: int) -> Iterator[np.ndarray]:
         batch: list[list[str]] = []
@@ -134,6 +134,7 @@ class ElmoEmbedder:
         (:func:`spacy_elmo.output.embed_file.hdf5_output`): a full disk raises
         :class:`~spacy_elmo.output.write_guard.WriteFailedError` naming the output and leaves no file.
         """
+        positive_int(batch_size, "batch_size")  # before the input is read
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
         # a path is opened here, a handle is taken as passed in: the `with` below closes either
