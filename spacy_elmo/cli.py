@@ -226,7 +226,7 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
-    from .runtime.validation import process_count
+    from .runtime.validation import positive_int, process_count
     from .train.command_config import command_config
 
     with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
@@ -240,7 +240,10 @@ def train(
             raw_tokenizer=raw_tokenizer,
             resume=resume,
         )
-        process_count(processes, "--processes")  # at most the cores here
+        if device.strip().lower().startswith("cuda"):
+            positive_int(processes, "--processes")  # one GPU each: said against torch's count before any starts
+        else:
+            process_count(processes, "--processes")  # at most the cores here
     from .train.launch import TrainRun, run_training
 
     run = TrainRun(config, output_dir, _errors_exit_2, resume=resume, overwrite=overwrite, progress=progress)
@@ -482,10 +485,10 @@ def embed(
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with _errors_exit_2():  # the arguments, checked before torch is imported
         _require_inputs(input_file)
-        require_model(model)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         check_embed_arguments(output_file, dtype=dtype, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler)
+        require_model(model)  # after the options: a model name may only be checked where it is found
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
     from .bilm.threads import set_process_threads
     from .output.embed_file import embed_model_file

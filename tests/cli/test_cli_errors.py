@@ -96,6 +96,7 @@ def test_a_softmax_with_div_value_0_is_one_line(command, tmp_path):
 def test_a_cache_size_of_inf_is_one_line(fixture_dir, tmp_path, monkeypatch):
     """SPACY_ELMO_CACHE_MB=inf ended in an OverflowError traceback."""
     monkeypatch.setenv("SPACY_ELMO_CACHE_MB", "inf")
+    monkeypatch.setattr("spacy_elmo.runtime.backend._CACHE", {})  # a fresh process's: the variable is read at load
     monkeypatch.setenv("SPACY_ELMO_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     args = ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir)]

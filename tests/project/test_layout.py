@@ -28,6 +28,8 @@ SHARED: dict[str, tuple[str, ...]] = {
     ),
     "bilm/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
     "bilm/number_checks.py": ("test_user_numbers.py",),
+    "bilm/file_formats.py": ("test_damaged_files.py",),  # every format's schema, mutated by the property test
+    "bilm/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
     "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),

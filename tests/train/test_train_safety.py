@@ -384,7 +384,7 @@ def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
         raise _ConfigSeen
 
     monkeypatch.setattr("spacy_elmo.train.launch.Trainer", trainer)
-    result = CliRunner().invoke(app, ["train", str(tmp_path / "out"), *args])
+    result = CliRunner().invoke(app, ["--debug", "train", str(tmp_path / "out"), *args])  # --debug: raised as is
     assert isinstance(result.exception, _ConfigSeen), result.output
     return seen[0]
 
