@@ -342,10 +342,11 @@ def _spawned(
     try:
         dist.init_process_group(backend, init_method=rendezvous, rank=index, world_size=count, **_bound_to(where))
     except RuntimeError as err:
-        print(
-            f"error: the training processes could not form a {backend} group ({err}); run --processes 1",
-            file=sys.stderr,
-        )
+        if index == 0:  # rank 0 says it for all: another rank also fails here when rank 0 stopped early (its error)
+            print(
+                f"error: the training processes could not form a {backend} group ({err}); run --processes 1",
+                file=sys.stderr,
+            )
         raise SystemExit(2) from err
     world = World(index, count, index, count, backend, where)
     try:

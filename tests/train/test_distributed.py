@@ -357,3 +357,20 @@ def test_waiting_for_a_tensor_that_stays_held_is_bounded():
     holder = torch.ones(1, requires_grad=True) * tensor  # never let go during the wait
     _wait_until_released(tensor, timeout_s=0.05)
     assert tensor._use_count() > 1 and holder.grad_fn is not None
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_group_that_cannot_form_is_said_by_rank_0_alone(index, monkeypatch, capsys):
+    """When rank 0 stops early (a --resume without a checkpoint, said by rank 0), another rank's joining fails too: it
+    must not add a second error line (seen as two `error:` lines under load)."""
+    from spacy_elmo.train import distributed
+
+    def refused(*_, **__):
+        raise RuntimeError("Gloo connectFullMesh failed: Connection closed by peer")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", refused)
+    with pytest.raises(SystemExit) as stopped:
+        distributed._spawned(index, 2, "tcp://127.0.0.1:1", lambda world: None, ())
+    assert stopped.value.code == 2
+    said = capsys.readouterr().err
+    assert ("could not form a gloo group" in said) == (index == 0), said
