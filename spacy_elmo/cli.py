@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -683,6 +684,8 @@ def allennlp_elmo(ctx: typer.Context) -> None:
             allennlp_main(prog="spacy-elmo allennlp-elmo", argv=list(ctx.args))
         except ConfigurationError as err:  # AllenNLP's error type (a blank line...): one line here, as everywhere
             raise ValueError(err.message) from err
+        finally:
+            sys.stderr.flush()  # argparse's usage error, written unflushed, out before the exit
 
 
 for _info in app.registered_commands:  # each command's summary, examples and usage line, from COMMANDS

@@ -74,6 +74,17 @@ def the_real_home_untouched(temporary_home):
         )
 
 
+def cli_runner():
+    """A typer ``CliRunner`` whose results keep stderr apart (``result.stderr``): click 8.2+ always does, click 8.1 (the
+    newest on Python 3.9, the floor pass's) only when asked, with ``mix_stderr=False``, a parameter 8.2 removed."""
+    from typer.testing import CliRunner
+
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
 @contextmanager
 def torch_threads(n: int):
     """Run the block with torch on ``n`` threads, restoring the previous count (training tests use 1: reproducible)."""

@@ -18,9 +18,9 @@ from typing import Any, Callable, Union
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
+from tests.conftest import cli_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "allennlp_elmo"
@@ -150,7 +150,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("made")
     text = root / "text.txt"
     text.write_text("".join(f"the cat sat on the mat {i}\na dog ran in the park\n" for i in range(20)), "utf-8")
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         app,
         ["train", str(root / "model"), "--train", str(text), "--arch", "tiny", "--max-steps", "1", "--no-progress"],
     )
@@ -224,7 +224,7 @@ def test_every_command_takes_hostile_values_without_a_traceback(made, tmp_path, 
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")  # nothing here may reach the network
     monkeypatch.setenv("SPACY_ELMO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    runner = CliRunner()
+    runner = cli_runner()
     failures, slow, skipped = [], [], 0
     later_rounds_until = time.perf_counter() + BUDGET_S
     for round_, name, param, value in cases():
