@@ -466,8 +466,9 @@ def run_trained(args: argparse.Namespace) -> int:
     MKL packs, ``bfloat16``, ``int8``, ``auto``: what it resolves to) against the float32 reference path, the worst
     layer's error, per input:
 
-    - WikiText-2 validation sentences (paragraphs split after each ".", 3 tokens or more, cut to 128 tokens;
-      ``--sentences`` of them): median, p99, max, and the share over each precision's documented bound;
+    - WikiText-2 sentences (``--split``: validation by default, or the held-out test lines; paragraphs split after
+      each ".", 3 tokens or more, cut to 128 tokens; ``--sentences`` of them): median, p99, max, and the share over
+      each precision's documented bound;
     - degenerate inputs: runs of "." (50 / 500 / 2,000), 200 "the", a 3-word phrase repeated 10 / 30 / 80 times,
       single characters, 48-byte tokens.
 
@@ -487,10 +488,11 @@ def run_trained(args: argparse.Namespace) -> int:
     }
     degenerate = degenerate_inputs()
     exact_degenerate = reference_layers(reference, list(degenerate.values()))
-    valid = WIKITEXT / "valid.txt"
-    corpus = wikitext_sentences(valid, args.sentences) if args.sentences and valid.exists() else []
+    text = WIKITEXT / f"{args.split}.txt"
+    corpus = wikitext_sentences(text, args.sentences) if args.sentences and text.exists() else []
     if args.sentences and not corpus:
-        print(f"no WikiText-2 at {valid}: degenerate inputs only", file=sys.stderr)
+        print(f"no WikiText-2 at {text} (see its README in the shared data): degenerate inputs only", file=sys.stderr)
+    report["text"] = f"wikitext-2 {args.split}"
     start = time.perf_counter()
     exact_corpus = reference_layers(reference, corpus)
     report["reference seconds"] = round(time.perf_counter() - start, 1)
@@ -668,7 +670,10 @@ def main(argv: list[str] | None = None) -> int:
     mode("errors", run_errors)
     trained = mode("trained", run_trained)
     trained.add_argument("--model", default="default")
-    trained.add_argument("--sentences", type=int, default=1500, help="WikiText-2 validation sentences (0: none)")
+    trained.add_argument("--sentences", type=int, default=1500, help="WikiText-2 sentences (0: none)")
+    trained.add_argument(
+        "--split", choices=("valid", "test"), default="valid", help="WikiText-2's validation or held-out test lines"
+    )
     trained.add_argument("--dtypes", default="float32,bfloat16,int8")
     trained.add_argument("--out", type=Path, help="also write the JSON report here")
     trained.add_argument("--markdown", action="store_true", help="also print the table RESULTS.md holds")

@@ -37,7 +37,11 @@ from .number_checks import whole_number
 # -- when work is split or limited -------------------------------------------------------------
 # Multiply-adds are those of the recurrent product of one LSTM step (rows x projection x 4 cells).
 
-SMALL_WORK_MACS = 262_144  # per step, below which a batch runs on one thread (waking a team costs more)
+# per step, below which a batch runs on one thread (waking a team costs more than it saves). Twice the bundled
+# model's batch-1 step (1 row x 128 x 4 x 512 = 262,144), so that a single sentence there never gets a team: a team
+# did not pay at that step on a quiet machine and lost several-fold with one core busy, while it paid from twice
+# that work on a quiet one (benchmarks/RESULTS.md, "Single sentences on the bundled model")
+SMALL_WORK_MACS = 524_288
 DIRECTION_THREADS_MIN_MACS = 2_000_000  # per step and direction, from which the two directions get a thread each
 SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
 MAX_THREADS = 4096  # the most a command's --threads may ask torch for (OpenMP would try to start every one)
@@ -178,7 +182,10 @@ def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads:
     """The thread limit for one batch whose LSTM steps cost ``step_macs`` multiply-adds (``None``: no limit).
 
     1 in a forked child; ``small_work_threads`` for small CPU work (below :data:`SMALL_WORK_MACS`),
-    whose steps take a few microseconds, less than waking a thread team costs.
+    whose steps take a few microseconds, less than waking a thread team costs. A team of two also waits at every
+    operator for its slower thread: with another process busy on one core, a small step then costs a scheduler
+    time slice instead of microseconds, so the threshold sits well above the smallest work that a team speeds up on
+    a quiet machine, not at it.
     """
     if _forked:
         return 1

@@ -387,3 +387,22 @@ def test_onednn_float32_bit_equal_through_the_same_shapes(monkeypatch):
         again, _, _ = model(ids)
         other, _, _ = fresh(ids)
     assert torch.equal(first, again) and torch.equal(first, other)
+
+
+def test_the_plain_engines_stacked_weights_are_made_once_per_version_of_the_weights():
+    """Both directions' small weights in one tensor (one batched product per step): made on first use, reused by the
+    next calls, made anew when a weight changes (an in-place edit, a new tensor)."""
+    from spacy_elmo.bilm.engine.plain import PlainEngine
+    from spacy_elmo.bilm.lstm import ProjectedLSTMCell
+
+    plain = PlainEngine(engine.Target(torch.device("cpu"), torch.float32, False))
+    cells = [ProjectedLSTMCell(8, 4, 8, None, None) for _ in range(2)]
+    first = plain.stacks.get(cells, "projection")
+    assert plain.stacks.get(cells, "projection") is first and torch.equal(first[1], cells[1].projection)
+    with torch.no_grad():
+        cells[1].projection.add_(1.0)
+    edited = plain.stacks.get(cells, "projection")
+    assert edited is not first and torch.equal(edited[1], cells[1].projection)
+    cells[0].projection = torch.nn.Parameter(torch.zeros(4, 8))
+    assert torch.equal(plain.stacks.get(cells, "projection")[0], torch.zeros(4, 8))
+    assert len(plain.stacks) == 1 and not plain.stacks.get(cells, "state_weight").requires_grad

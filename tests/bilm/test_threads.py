@@ -1,4 +1,5 @@
-"""bilm/threads.py's ForkSafeLock: a lock another thread held at a fork is free in the child."""
+"""bilm/threads.py: ForkSafeLock (a lock another thread held at a fork is free in the child), tanh's form, and which
+batches run on one thread."""
 
 import os
 import sys
@@ -52,3 +53,25 @@ def test_tanh_through_sigmoid_only_on_cpu_with_several_threads():
         assert not use_sigmoid_tanh(torch.device("cpu"))
     finally:
         torch.set_num_threads(saved)
+
+
+def test_a_single_sentence_on_the_bundled_model_runs_on_one_thread_with_a_margin():
+    """threads.batch_thread_limit: the bundled model's batch-1 step is small work with room to spare (a team there
+    waits on a busy core at every operator); from SMALL_WORK_MACS on, torch's own count."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    import spacy_elmo
+    from spacy_elmo.bilm.threads import SMALL_WORK_MACS, batch_thread_limit
+
+    lstm = json.loads((Path(spacy_elmo.__file__).parent / "models" / "default" / "options.json").read_text())["lstm"]
+    batch_1_step = 1 * lstm["projection_dim"] * 4 * lstm["dim"]  # the recurrent product of one step, as the backend
+    cpu = torch.device("cpu")
+    assert 2 * batch_1_step <= SMALL_WORK_MACS  # a margin, not an edge
+    assert batch_thread_limit(batch_1_step, cpu, 1) == 1
+    assert batch_thread_limit(SMALL_WORK_MACS - 1, cpu, 1) == 1
+    assert batch_thread_limit(SMALL_WORK_MACS, cpu, 1) is None
+    assert batch_thread_limit(batch_1_step, cpu, None) is None  # small_work_threads = None: turned off
+    assert batch_thread_limit(batch_1_step, torch.device("meta"), 1) is None  # CPU work only

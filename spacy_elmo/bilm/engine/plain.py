@@ -4,11 +4,13 @@ float32 on CPU without MKL packs, every precision on CUDA (tensor-core kernels f
 the emulated precisions on CPU (bf16 without native kernels, fp16). Its step weights are the dense matrices;
 both directions run interleaved in the one step loop (:mod:`.step_loop`), from Python. Its cost model: weights
 of at most :data:`STACK_MAX_ELEMENTS` take one batched product for both directions (fewer operator calls per
-step). :class:`~.mkl.MklEngine` is this engine with MKL packs for the products that gain from them.
+step), through one copy of both directions' weights made once per version of the weights (:class:`Stacks`), not
+at every call. :class:`~.mkl.MklEngine` is this engine with MKL packs for the products that gain from them.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Optional
 
@@ -22,6 +24,34 @@ from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
 STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
 
 
+class Stacks:
+    """Both directions' copies of a small weight in one ``(D, ...)`` tensor, made once per version of the weights.
+
+    A copy is keyed by its cells and parameter name and is valid for one version of each weight (the same tensor
+    object, its ``(data_ptr, _version)``: an optimizer step, an in-place edit under ``torch.no_grad()`` or a reload
+    makes a new one), as the engines' packs are (:class:`.base.WeightPacks`); it lives and dies with the engine.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[tuple[int, ...], str], tuple[list[weakref.ref], list[tuple[int, int]], torch.Tensor]]
+        self._entries = {}
+
+    def get(self, cells: Sequence[nn.Module], name: str) -> torch.Tensor:
+        """``torch.stack`` of each cell's parameter ``name`` (no autograd history)."""
+        params = [getattr(cell, name) for cell in cells]
+        key = (tuple(id(cell) for cell in cells), name)
+        versions = [(p.data_ptr(), p._version) for p in params]
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] == versions and all(ref() is p for ref, p in zip(entry[0], params)):
+            return entry[2]
+        stacked = torch.stack([p.detach() for p in params])
+        self._entries[key] = ([weakref.ref(p) for p in params], versions, stacked)
+        return stacked
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class PlainEngine(Engine):
     """torch's products; the one engine that serves every target (last in :data:`.registry.ENGINES`).
 
@@ -31,6 +61,10 @@ class PlainEngine(Engine):
 
     name = "plain"
     load_dtype = torch.float32
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(target)
+        self.stacks = Stacks()
 
     @classmethod
     def serves(cls, target: Target) -> bool:
@@ -53,9 +87,11 @@ class PlainEngine(Engine):
         projections: list[torch.Tensor] = [cell.projection for cell in cells]
         state = StepProduct(
             packed_states if packed_states is not None else [StepWeight(w) for w in states],
-            torch.stack(states) if small and packed_states is None else None,
+            self.stacks.get(cells, "state_weight") if small and packed_states is None else None,
         )
-        projection = StepProduct([StepWeight(w) for w in projections], torch.stack(projections) if small else None)
+        projection = StepProduct(
+            [StepWeight(w) for w in projections], self.stacks.get(cells, "projection") if small else None
+        )
 
         def input_projection(rows: torch.Tensor) -> torch.Tensor:
             out = rows.new_empty(len(inputs), rows.shape[1], inputs[0].shape[1])
