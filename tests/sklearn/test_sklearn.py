@@ -586,7 +586,7 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     (train_x, train_y), (test_x, test_y) = subset(train_x, train_y, 60), subset(test_x, test_y, 20)
     elmo = ElmoVectorizer(model=str(fixture_dir), layers="average", pooling="mean", tokenizer=str.split)
     models = {
-        "ELMo + LogisticRegression": make_pipeline(elmo, StandardScaler(), LogisticRegression(C=1.0, max_iter=3000)),
+        "ELMo + LogisticRegression": make_pipeline(elmo, LogisticRegression(C=1.0, max_iter=3000)),
         "TF-IDF + LogisticRegression": make_pipeline(
             TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), LogisticRegression(C=1.0, max_iter=3000)
         ),
@@ -596,6 +596,25 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
         predicted = model.fit(train_x, train_y).predict(test_x)
         right = sum(p == t for p, t in zip(predicted, test_y))
         assert printed[name] == pytest.approx(right / 20, abs=1e-4), name  # printed to 4 decimals; one item: 0.05
+
+
+def test_the_examples_combined_recipe_puts_l2_normalised_elmo_rows_beside_tf_idf(fixture_dir):
+    """``--combined``: TF-IDF's rows (unit l2 norm) beside ``ElmoVectorizer(norm="l2")``'s, no StandardScaler (which
+    made the ELMo block outweigh TF-IDF's: docs/sklearn.md); the ELMo-alone pipeline takes the rows as they are."""
+    import argparse
+
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "sklearn_classify.py"))
+    args = argparse.Namespace(
+        model=str(fixture_dir), layers="average", pooling="mean", batch_size=None, device=None, C=1.0, combined=True
+    )
+    models = example["build_models"](args)
+    union = models["ELMo + TF-IDF + LogisticRegression"].steps[0][1]
+    (_, tfidf), (_, elmo) = union.transformer_list
+    assert isinstance(tfidf, TfidfVectorizer) and tfidf.norm == "l2"
+    assert isinstance(elmo, ElmoVectorizer) and elmo.norm == "l2"
+    alone = models["ELMo + LogisticRegression"]
+    assert [type(step) for _, step in alone.steps] == [ElmoVectorizer, LogisticRegression]
+    assert alone.steps[0][1].norm is None
 
 
 def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
