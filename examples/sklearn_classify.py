@@ -20,8 +20,7 @@ from typing import Optional
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.pipeline import FeatureUnion, make_pipeline
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
 
@@ -72,9 +71,9 @@ def subsample(texts: list[str], labels: list[str], n: Optional[int], seed: int =
 
 
 def build_models(args: argparse.Namespace) -> dict:
-    """The ELMo pipeline, the TF-IDF baseline and (optionally) both feature sets side by side."""
+    """The ELMo pipeline, the TF-IDF baseline and (optionally) both feature sets side by side, one C for all."""
 
-    def elmo() -> ElmoVectorizer:
+    def elmo(norm: Optional[str] = None) -> ElmoVectorizer:
         return ElmoVectorizer(
             model=args.model,
             layers=args.layers,
@@ -83,21 +82,21 @@ def build_models(args: argparse.Namespace) -> dict:
             device=args.device,
             tokenizer=str.split,
             verbose=True,  # a progress bar while the texts are embedded (the long part of the run)
+            norm=norm,
         )
 
     def logreg() -> LogisticRegression:
         return LogisticRegression(C=args.C, max_iter=3000)
 
     models = {
-        "ELMo + LogisticRegression": make_pipeline(elmo(), StandardScaler(), logreg()),
+        "ELMo + LogisticRegression": make_pipeline(elmo(), logreg()),
         "TF-IDF + LogisticRegression": make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), logreg()),
     }
     if args.combined:
+        # TF-IDF's rows have unit l2 norm; norm="l2" gives the ELMo rows the same, so neither block outweighs the
+        # other (a StandardScaler there gives each ELMo column unit variance: rows about sqrt(n_columns) long)
         both = FeatureUnion(
-            [
-                ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)),
-                ("elmo", Pipeline([("elmo", elmo()), ("scale", StandardScaler())])),
-            ]
+            [("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)), ("elmo", elmo(norm="l2"))]
         )
         models["ELMo + TF-IDF + LogisticRegression"] = make_pipeline(both, logreg())
     return models
@@ -117,7 +116,11 @@ def main() -> None:
     parser.add_argument("--C", type=float, default=1.0, help="inverse regularisation of LogisticRegression")
     parser.add_argument("--max-train", type=int, default=None, help="a seeded random subset of N training sentences")
     parser.add_argument("--max-test", type=int, default=None, help="a seeded random subset of N test sentences")
-    parser.add_argument("--combined", action="store_true", help="also score ELMo and TF-IDF features together")
+    parser.add_argument(
+        "--combined",
+        action="store_true",
+        help="also score TF-IDF and ELMo features side by side (a FeatureUnion with ElmoVectorizer(norm='l2'))",
+    )
     args = parser.parse_args()
     if args.layers.lstrip("-").isdigit():
         args.layers = int(args.layers)

@@ -63,9 +63,9 @@ def embed_texts(
     per input partition. ``texts`` holds strings or token lists. An input with no texts gives a
     ``(0, features)`` array.
 
-    ``model`` and the settings ``layers``, ``pooling``, ``tokenizer``, ``batch_size``, ``device``, ``dtype``,
-    ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults (declared once in
-    ``spacy_elmo.runtime.front_settings``; a callable tokenizer is pickled into the graph).
+    ``model`` and the settings ``layers``, ``pooling``, ``norm``, ``tokenizer``, ``batch_size``, ``device``,
+    ``dtype``, ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults
+    (declared once in ``spacy_elmo.runtime.front_settings``; a callable tokenizer is pickled into the graph).
     ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
     ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
     ``lengths``: ``True`` computes the partitions' lengths now (one pass over the input, running
@@ -103,7 +103,7 @@ def embed_tokens(
     tokens ``ElmoVectorizer`` embeds (whitespace tokens dropped) and their mixed layers (the
     rows that ``pooling="mean"`` would average; ``layers="all"``: every layer side by side). A text with no tokens
     gives ``(0, width)``. The Bag has one partition per input partition; ``bag.pluck("vectors")`` gives the arrays
-    alone. ``model``, ``cache_dir`` and the settings as for :func:`embed_texts`, but for ``pooling``.
+    alone. ``model``, ``cache_dir`` and the settings as for :func:`embed_texts`, but for ``pooling`` and ``norm``.
     """
     model, checked = _client_settings(model, given_settings(settings, DASK_TOKEN_SETTINGS, "embed_tokens"))
     _checked_width(model, checked)

@@ -67,6 +67,13 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
         "bfloat16", "float16", "int8" (faster on CPU, approximate; docs/precision.md), or "auto"
         (the fastest that holds its error bound on every input: float32; ``model_fingerprint_`` names the choice).
+    norm : {"l2", "l1"} or None, default=None
+        Each output row scaled to unit norm after pooling, as ``TfidfVectorizer``'s ``norm`` scales its rows
+        (``sklearn.preprocessing.normalize``): ``"l2"``, the sum of squares is 1; ``"l1"``, the sum of absolute
+        values. The whole row at once, whatever ``layers`` and ``pooling`` put side by side (``layers="all"``: one
+        norm over every layer's block, not one per block). A row of zeros (a text with no tokens) stays zeros.
+        None: the pooled rows as they are. With TF-IDF in a ``FeatureUnion``, ``"l2"`` puts both blocks on one
+        scale (docs/sklearn.md).
 
     Notes
     -----
@@ -107,6 +114,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         window_overlap: int = DEFAULTS.window_overlap,
         verbose: Optional[Union[bool, int]] = DEFAULTS.verbose,
         dtype: Optional[str] = DEFAULTS.dtype,
+        norm: Optional[str] = DEFAULTS.norm,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -118,6 +126,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         self.window_overlap = window_overlap
         self.verbose = verbose
         self.dtype = dtype
+        self.norm = norm
 
     # -- scikit-learn API ------------------------------------------------------------------
 
@@ -246,8 +255,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle; a vectorizer fitted by an earlier spacy-elmo (``model_fingerprint_`` but no ``model_pin_``) gets
-        the pin its fingerprint makes, and its cached resolution (``_resolved_model``) is dropped."""
+        the pin its fingerprint makes, and its cached resolution (``_resolved_model``) is dropped; one pickled before
+        ``norm`` existed gets ``norm=None``, the rows it gave then."""
         state = dict(state)
+        state.setdefault("norm", DEFAULTS.norm)
         state.pop("_resolved_model", None)
         if "model_fingerprint_" in state and "model_pin_" not in state:
             model = state.get("model", "default")

@@ -2,12 +2,13 @@
 
 ``ElmoVectorizer``, the spaCy ``elmo`` component (its factory, ``__init__`` and default config) and
 ``spacy_elmo.dask`` take the same settings: which layers and how they are mixed, pooling, batches, windows, device,
-precision and tokenizer. :class:`FrontSettings` is their one declaration: a field is a setting's name, type and
-default (scikit-learn's and Dask's; :class:`ComponentSettings` where the spaCy component's differ), and
-:meth:`FrontSettings.checked` holds every check that needs no model, :meth:`FrontSettings.width` the checks that
-need its shape. Only the signatures that conventions require spell the settings out (scikit-learn's ``__init__``,
-spaCy's factory and component), taking their defaults from here; ``tests/runtime/test_settings.py`` holds them
-against this declaration. Adding a setting: a field here (and its check), those signatures, the docs.
+precision and tokenizer (and the rows' norm, the vectorizer's and Dask's). :class:`FrontSettings` is their one
+declaration: a field is a setting's name, type and default (scikit-learn's and Dask's; :class:`ComponentSettings`
+where the spaCy component's differ), and :meth:`FrontSettings.checked` holds every check that needs no model,
+:meth:`FrontSettings.width` the checks that need its shape. Only the signatures that conventions require spell the
+settings out (scikit-learn's ``__init__``, spaCy's factory and component), taking their defaults from here;
+``tests/runtime/test_settings.py`` holds them against this declaration. Adding a setting: a field here (and its
+check), those signatures, the docs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar, Union
 
 from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
-from .pooling import check_pooling, pooled_dim
+from .pooling import check_norm, check_pooling, pooled_dim
 from .settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DTYPE,
@@ -41,6 +42,8 @@ class FrontSettings:
     layers: "average", "top", "all" (every layer side by side), a layer index or one weight per layer (mix.py).
     gamma: the mix's scale (the spaCy component's).
     pooling: "mean", "max" or "mean+max": token vectors into one row per text (the vectorizer's and Dask's).
+    norm: "l2", "l1" or None: each pooled row scaled to unit norm, the whole row at once (TfidfVectorizer's
+        ``norm``; the vectorizer's and Dask's); None: the rows as pooled.
     batch_size: sentences (or windows) per biLM batch; None: the backend's default under its padded-token budget.
     max_length: longest biLM input in tokens, longer ones cut into overlapping windows; None: no windows.
     window_overlap: tokens shared by neighbouring windows.
@@ -54,6 +57,7 @@ class FrontSettings:
     layers: LayerMix = DEFAULT_LAYERS
     gamma: float = DEFAULT_GAMMA
     pooling: str = DEFAULT_POOLING
+    norm: Optional[str] = None
     batch_size: Optional[int] = None
     max_length: Optional[int] = DEFAULT_MAX_LENGTH
     window_overlap: int = DEFAULT_OVERLAP
@@ -85,6 +89,7 @@ class FrontSettings:
             layers=check_layer_spec(self.layers),
             gamma=check_gamma(self.gamma),
             pooling=check_pooling(self.pooling),
+            norm=check_norm(self.norm),
             batch_size=None if self.batch_size is None else positive_int(self.batch_size, "batch_size"),
             max_length=max_length,
             window_overlap=overlap,
@@ -135,9 +140,10 @@ VECTORIZER_SETTINGS = (
     "window_overlap",
     "verbose",
     "dtype",
+    "norm",
 )
 DASK_SETTINGS = tuple(name for name in VECTORIZER_SETTINGS if name != "verbose")  # embed_texts
-DASK_TOKEN_SETTINGS = tuple(name for name in DASK_SETTINGS if name != "pooling")  # embed_tokens: no pooling
+DASK_TOKEN_SETTINGS = tuple(name for name in DASK_SETTINGS if name not in ("pooling", "norm"))  # embed_tokens: no rows
 COMPONENT_SETTINGS = ("layers", "gamma", "batch_size", "max_length", "window_overlap", "device", "dtype")
 
 

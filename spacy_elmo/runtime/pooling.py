@@ -7,6 +7,7 @@ from typing import Callable, Optional
 import numpy as np
 
 POOLINGS = ("mean", "max", "mean+max")
+NORMS = ("l2", "l1")  # and None: the pooled rows as they are (scikit-learn's TfidfVectorizer's ``norm``)
 
 
 def check_pooling(pooling: str) -> str:
@@ -24,6 +25,25 @@ def pooling_parts(pooling: str) -> list[str]:
 
 def pooled_dim(dim: int, pooling: str) -> int:
     return dim * len(pooling_parts(pooling))
+
+
+def check_norm(norm: Optional[str]) -> Optional[str]:
+    """``norm`` when it is None or one of ``NORMS``; else ``ValueError`` (the one check of the setting)."""
+    if norm is not None and (not isinstance(norm, str) or norm not in NORMS):
+        raise ValueError(f"norm={norm!r}: expected one of {', '.join(map(repr, NORMS))} or None")
+    return norm
+
+
+def normalized_rows(rows: np.ndarray, norm: Optional[str]) -> np.ndarray:
+    """``rows`` (float32 ``(n, width)``) each scaled to unit ``norm`` ("l2": Euclidean, "l1": sum of absolute values)
+    over the whole row, as ``sklearn.preprocessing.normalize`` scales them (a row of zeros stays zeros); None: as
+    they are. The norms are summed in float64."""
+    if norm is None or not len(rows):
+        return rows
+    wide = rows.astype(np.float64)
+    lengths = np.sqrt((wide * wide).sum(axis=1)) if norm == "l2" else np.abs(wide).sum(axis=1)
+    lengths[lengths == 0.0] = 1.0
+    return (wide / lengths[:, None]).astype(np.float32)
 
 
 def pool(vectors: np.ndarray, pooling: str = "mean") -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .front_settings import FrontSettings
 from .mix import mix_layers
-from .pooling import PoolSink, pool
+from .pooling import PoolSink, normalized_rows, pool
 from .progress import Progress, show_of
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
@@ -70,7 +70,8 @@ def pooled_matrix(column: SampleColumn, backend: ElmoBackend, settings: FrontSet
     ``settings`` are checked (:meth:`FrontSettings.checked`); ``layers`` is checked against the model's here, where
     the width is found (a ``ValueError`` naming it). A ``Doc`` whose ``doc._.elmo_layers`` this model made (same
     fingerprint and shape) is pooled from them, not recomputed. A sample with no tokens gives zeros and an
-    :class:`EmptyTextWarning`.
+    :class:`EmptyTextWarning`. ``settings.norm`` ("l2", "l1") scales each whole row to unit norm last (zeros stay
+    zeros).
     """
     samples, kind = column.samples, column.kind
     n_outputs = backend.n_layers + 1
@@ -117,7 +118,8 @@ def pooled_matrix(column: SampleColumn, backend: ElmoBackend, settings: FrontSet
     )
     for tokens, row in rows:
         out[pending[tokens]] = row
-    return out  # sequences with no tokens keep their zero rows (what pool() gives for zero tokens)
+    # sequences with no tokens keep their zero rows (what pool() gives for zero tokens), normalized or not
+    return normalized_rows(out, settings.norm)
 
 
 def token_records(column: SampleColumn, backend: SentenceEmbedder, settings: FrontSettings) -> list[dict[str, Any]]:

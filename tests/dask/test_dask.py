@@ -417,3 +417,19 @@ def test_cluster_chunks_keeps_the_order_bounds_the_tasks_in_flight_and_counts_pr
     assert all(len(p) == 5 for p in cluster.parts[6:])
     # at most 2 tasks per worker ahead, plus the chunk being submitted (the largest: 3 tasks); not all 46 at once
     assert cluster.most_in_flight <= 2 * 2 + 3
+
+
+def test_norm_rows_equal_the_vectorizer(fixture_dir, texts):
+    """Without a cluster: ``norm="l2"`` rows as the vectorizer's (unit rows, zeros for texts with no tokens);
+    embed_tokens takes no norm (no rows)."""
+    bag = db.from_sequence(texts, npartitions=2)
+    want = ElmoVectorizer(model=fixture_dir, norm="l2").transform(texts)
+    got = embed_texts(bag, model=fixture_dir, norm="l2").compute(scheduler="sync")
+    assert_recomputed_close(got, want)
+    kept = [i for i, text in enumerate(texts) if text.strip()]
+    np.testing.assert_allclose(np.linalg.norm(got[kept], axis=1), 1.0, rtol=1e-5)
+    assert not got[texts.index("")].any()
+    with pytest.raises(ValueError, match="norm='l3'"):
+        embed_texts(bag, model=fixture_dir, norm="l3")
+    with pytest.raises(TypeError, match="unexpected setting 'norm'"):
+        embed_tokens(bag, model=fixture_dir, norm="l2")

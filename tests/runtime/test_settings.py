@@ -352,6 +352,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         window_overlap=32,
         verbose=None,
         dtype=None,
+        norm=None,
         stride=2,
     ):
         pass
@@ -368,6 +369,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         window_overlap=32,
         verbose=None,
         dtype=None,
+        norm=None,
     ):
         pass
 

@@ -586,7 +586,7 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
     (train_x, train_y), (test_x, test_y) = subset(train_x, train_y, 60), subset(test_x, test_y, 20)
     elmo = ElmoVectorizer(model=str(fixture_dir), layers="average", pooling="mean", tokenizer=str.split)
     models = {
-        "ELMo + LogisticRegression": make_pipeline(elmo, StandardScaler(), LogisticRegression(C=1.0, max_iter=3000)),
+        "ELMo + LogisticRegression": make_pipeline(elmo, LogisticRegression(C=1.0, max_iter=3000)),
         "TF-IDF + LogisticRegression": make_pipeline(
             TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), LogisticRegression(C=1.0, max_iter=3000)
         ),
@@ -596,6 +596,25 @@ def test_example_script_runs_on_the_fixture(fixture_dir, data_dir, monkeypatch, 
         predicted = model.fit(train_x, train_y).predict(test_x)
         right = sum(p == t for p, t in zip(predicted, test_y))
         assert printed[name] == pytest.approx(right / 20, abs=1e-4), name  # printed to 4 decimals; one item: 0.05
+
+
+def test_the_examples_combined_recipe_puts_l2_normalised_elmo_rows_beside_tf_idf(fixture_dir):
+    """``--combined``: TF-IDF's rows (unit l2 norm) beside ``ElmoVectorizer(norm="l2")``'s, no StandardScaler (which
+    made the ELMo block outweigh TF-IDF's: docs/sklearn.md); the ELMo-alone pipeline takes the rows as they are."""
+    import argparse
+
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "sklearn_classify.py"))
+    args = argparse.Namespace(
+        model=str(fixture_dir), layers="average", pooling="mean", batch_size=None, device=None, C=1.0, combined=True
+    )
+    models = example["build_models"](args)
+    union = models["ELMo + TF-IDF + LogisticRegression"].steps[0][1]
+    (_, tfidf), (_, elmo) = union.transformer_list
+    assert isinstance(tfidf, TfidfVectorizer) and tfidf.norm == "l2"
+    assert isinstance(elmo, ElmoVectorizer) and elmo.norm == "l2"
+    alone = models["ELMo + LogisticRegression"]
+    assert [type(step) for _, step in alone.steps] == [ElmoVectorizer, LogisticRegression]
+    assert alone.steps[0][1].norm is None
 
 
 def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
@@ -795,3 +814,73 @@ def test_transform_leaves_the_fitted_state_as_fit_set_it(fixture_dir):
     est.get_feature_names_out()
     assert vars(est) == fitted
     assert est.model_pin_.name == str(fixture_dir) and est.model_pin_.fingerprint == est.model_fingerprint_
+
+
+# -- norm: each row scaled to unit norm after pooling, as TfidfVectorizer's rows
+
+
+@pytest.mark.parametrize(("layers", "pooling"), [("average", "mean"), ("all", "mean+max")])
+@pytest.mark.parametrize("norm", ["l2", "l1"])
+def test_norm_scales_each_whole_row_as_sklearn_normalize(fixture_dir, layers, pooling, norm):
+    from sklearn.preprocessing import normalize
+
+    raw = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling).fit_transform(TEXTS)
+    est = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling, norm=norm)
+    rows = est.fit_transform(TEXTS)
+    assert rows.dtype == np.float32 and rows.shape == raw.shape
+    np.testing.assert_allclose(rows, normalize(raw.astype(np.float64), norm=norm), rtol=1e-5, atol=1e-7)
+    # by hand: the whole row (with layers="all", every layer's block together) has unit norm, not each block
+    wide = raw.astype(np.float64)
+    lengths = np.sqrt((wide**2).sum(axis=1)) if norm == "l2" else np.abs(wide).sum(axis=1)
+    empty = TEXTS.index("")
+    assert lengths[empty] == 0.0 and not rows[empty].any()  # a text with no tokens stays a row of zeros
+    kept = np.arange(len(TEXTS)) != empty
+    np.testing.assert_allclose(rows[kept], (wide[kept] / lengths[kept, None]).astype(np.float32), rtol=1e-6)
+    unit = np.sqrt((rows[kept].astype(np.float64) ** 2).sum(axis=1)) if norm == "l2" else np.abs(rows[kept]).sum(1)
+    np.testing.assert_allclose(unit, 1.0, rtol=1e-6)
+    if layers == "all":
+        block = raw.shape[1] // 2 // 3  # one layer's "mean" block: not of unit norm on its own
+        assert not np.allclose(np.linalg.norm(rows[kept, :block], axis=1), 1.0)
+    np.testing.assert_allclose(est.transform(TEXTS), rows, rtol=1e-6)
+
+
+def test_norm_none_is_the_default_and_gives_the_pooled_rows(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir))
+    assert est.norm is None and est.get_params()["norm"] is None
+    np.testing.assert_array_equal(
+        ElmoVectorizer(model=str(fixture_dir), norm=None).fit_transform(TEXTS), est.fit_transform(TEXTS)
+    )
+
+
+@pytest.mark.parametrize("norm", ["l3", "L2", "max", 2, ""])
+def test_a_bad_norm_is_named_at_fit_and_transform(fixture_dir, norm):
+    est = ElmoVectorizer(model=str(fixture_dir), norm=norm)
+    for call in (est.fit, est.transform, est.fit_transform):
+        with pytest.raises(ValueError, match=re.escape(f"norm={norm!r}: expected one of 'l2', 'l1' or None")):
+            call(TEXTS)
+
+
+def test_norm_through_clone_set_params_and_a_grid_search(fixture_dir):
+    est = ElmoVectorizer(model=str(fixture_dir), norm="l2")
+    assert clone(est).get_params()["norm"] == "l2"
+    changed = clone(est).set_params(norm="l1")
+    assert np.abs(changed.fit_transform(TEXTS[:2])).sum(axis=1) == pytest.approx([1.0, 1.0], rel=1e-5)
+    texts, labels = ["good fun .", "bad day .", "great fun .", "sad day ."] * 2, [1, 0, 1, 0] * 2
+    pipe = make_pipeline(ElmoVectorizer(model=str(fixture_dir)), LogisticRegression(max_iter=200))
+    search = GridSearchCV(pipe, {"elmovectorizer__norm": [None, "l2"]}, cv=2).fit(texts, labels)
+    assert search.best_params_["elmovectorizer__norm"] in (None, "l2")
+
+
+def test_a_vectorizer_pickled_before_norm_existed_loads_and_gives_its_rows(fixture_dir):
+    """A fitted vectorizer an earlier spacy-elmo pickled has no ``norm`` attribute: it loads with ``norm=None`` and
+    gives the rows it gave then (its parameters and get_params too)."""
+    est = ElmoVectorizer(model=str(fixture_dir), pooling="mean+max").fit(TEXTS)
+    before = est.transform(TEXTS)
+    older = pickle.loads(pickle.dumps(est))
+    del older.__dict__["norm"]  # as an earlier version pickled it
+    blob = pickle.dumps(older)
+    assert b"norm" not in blob
+    restored = pickle.loads(blob)
+    assert restored.norm is None and restored.get_params() == est.get_params()
+    np.testing.assert_array_equal(restored.transform(TEXTS), before)
+    assert clone(restored).get_params()["norm"] is None
