@@ -191,7 +191,8 @@ class SoftmaxHeader(Record):
 
 def softmax_widths(in_features: int, div_value: float, clusters: int) -> list[int]:
     """The width of each tail cluster's projection (``in_features // div_value ** (i + 1)``, as torch computes it); a
-    ValueError when one would be wider than :data:`~.weights.MAX_WIDTH` (a ``div_value`` far below 1)."""
+    ValueError when one would be wider than :data:`~.weights.MAX_WIDTH` (a ``div_value`` far below 1) or narrower
+    than 1 (a ``div_value`` so large that torch builds empty layers, or an older torch fails to)."""
     widths = []
     for power in range(1, clusters + 1):
         exponent = power * math.log(div_value)
@@ -200,7 +201,13 @@ def softmax_widths(in_features: int, div_value: float, clusters: int) -> list[in
                 f"{div_value!r} makes tail cluster {power}'s projection wider than {MAX_WIDTH:,} "
                 f"(in_features {in_features} / div_value ** {power}); the softmax needs a div_value that keeps it so"
             )
-        widths.append(0 if exponent > 700 else int(in_features // (div_value**power)))
+        width = 0 if exponent > 700 else int(in_features // (div_value**power))
+        if width < 1:
+            raise ValueError(
+                f"div_value {div_value!r} leaves tail cluster {power}'s projection no width (in_features "
+                f"{in_features} // div_value ** {power} is 0); the softmax needs a div_value that keeps it 1 or wider"
+            )
+        widths.append(width)
     return widths
 
 

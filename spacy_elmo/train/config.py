@@ -118,18 +118,19 @@ def option_flags(config_field: Field) -> tuple[str, ...]:
     return config_field.metadata.get("flags") or ("--" + config_field.name.replace("_", "-"),)
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: the optimizer's settings become float32 tensors
 # (field, test, requirement): values that would train nothing or fail later are refused up front
 _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("epochs", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
     ("max_length", lambda v: v >= 1, "at least 1"),
     ("token_budget", lambda v: v >= 1, "at least 1"),
-    ("lr", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    ("lr", lambda v: 0 < v <= FLOAT32_MAX, "a number > 0 that float32 holds (at most 3.4e38)"),
     ("lr_schedule", lambda v: v in LR_SCHEDULES, " or ".join(LR_SCHEDULES)),
     ("min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("vocab_size", lambda v: v >= 4, "at least 4 (<S>, </S>, <UNK> and one word)"),
     ("min_count", lambda v: v >= 1, "at least 1"),
     ("warmup_steps", lambda v: v >= 0, "0 or more"),
-    ("clip_norm", lambda v: math.isfinite(v) and v >= 0, "0 (off) or a number > 0"),
+    ("clip_norm", lambda v: 0 <= v <= FLOAT32_MAX, "0 (off) or a number > 0 that float32 holds (at most 3.4e38)"),
     ("dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("div_value", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
     ("eval_every", lambda v: v >= 0, "0 (off) or more"),

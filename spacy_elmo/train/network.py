@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from ..bilm.file_formats import softmax_widths
 from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ..bilm.model import BiLM, bilstm_outputs, run_token_encoder
 from ..bilm.options import BiLMOptions
@@ -189,6 +190,7 @@ class LanguageModel(nn.Module):
         else:
             self.lstm = ExactBiLSTM(template.lstm, dropout)
         cutoffs = [c for c in cutoffs if 0 < c < vocab_size - 1] or [max(1, vocab_size // 2)]  # a tiny vocabulary
+        softmax_widths(options.projection_dim, div_value, len(cutoffs))  # every cluster 1 to MAX_WIDTH wide, or said
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(options.projection_dim, vocab_size, cutoffs, div_value=div_value)
 
     def layers(self, chars: torch.Tensor, token_index: torch.Tensor, lengths: torch.Tensor):

@@ -142,7 +142,7 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["adapt", "out", "--train", "missing.spacy", "--dev", "in.txt"], "input file missing.spacy does not exist"),
         (["adapt", "out", "--train", "in.txt", "--dev", "in.txt", "--init-from", "no/dir"], "directory not found"),
         (["plot-mix", "missing_pipeline", "mix.png"], "input file missing_pipeline does not exist"),
-        (["train", "out", "--train", "in.txt", "--lr", "-1"], "--lr must be a number > 0, not -1.0"),
+        (["train", "out", "--train", "in.txt", "--lr", "-1"], "that float32 holds (at most 3.4e38), not -1.0"),
         (["train", "out", "--train", "in.txt", "--dropout", "1"], "--dropout must be in [0, 1), not 1.0"),
         (["train", "out"], "give training text with --train FILE"),
         (["train", "out", "--train", "in.txt", "--cutoffs", "2000;10000"], "--cutoffs must be word ranks separated"),

@@ -286,9 +286,11 @@ def test_huge_losses_do_not_crash_the_progress_display(texts, tmp_path):
         (["--train", "{train}", "--epochs", "0"], "--epochs must be a number > 0, not 0.0"),
         (["--train", "{train}", "--max-length", "0"], "--max-length must be at least 1, not 0"),
         (["--train", "{train}", "--token-budget", "0"], "--token-budget must be at least 1, not 0"),
-        (["--train", "{train}", "--lr", "0"], "--lr must be a number > 0, not 0.0"),
+        (["--train", "{train}", "--lr", "0"], "--lr must be a number > 0 that float32 holds (at most 3.4e38), not 0.0"),
         (["--train", "{train}", "--lr-schedule", "cosine"], "--lr-schedule must be linear or constant, not 'cosine'"),
         (["--train", "{train}", "--lstm-impl", "cudnn"], "--lstm-impl must be auto, fused or exact, not 'cudnn'"),
+        (["--train", "{train}", "--lr", "1e300"], "--lr must be a number > 0 that float32 holds"),
+        (["--train", "{train}", "--div-value", "1e30"], "div_value 1e+30 leaves tail cluster 1's projection no width"),
     ],
 )
 def test_bad_training_input_is_refused_before_training(texts, tmp_path, args, message):
