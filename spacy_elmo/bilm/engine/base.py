@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar
 
@@ -152,9 +153,13 @@ _lock = ForkSafeLock()  # held only while a pack is made
 
 @dataclass
 class _Entry(Generic[P]):
-    param: weakref.ref[torch.Tensor]
-    version: tuple[int, int]
+    params: tuple[weakref.ref[torch.Tensor], ...]
+    versions: tuple[tuple[int, int], ...]
     pack: Optional[P]
+
+    def holds(self, params: tuple[torch.Tensor, ...], versions: tuple[tuple[int, int], ...]) -> bool:
+        """Whether the pack was made from these very parameters, each at this version."""
+        return self.versions == versions and all(ref() is param for ref, param in zip(self.params, params))
 
 
 class WeightPacks(Generic[P]):
@@ -162,20 +167,25 @@ class WeightPacks(Generic[P]):
 
     def __init__(self, make: Callable[[torch.Tensor], Optional[P]]) -> None:
         self._make = make
-        self._entries: dict[tuple[int, str], _Entry[P]] = {}
+        self._entries: dict[tuple[tuple[int, ...], str], _Entry[P]] = {}
 
     def get(self, owner: nn.Module, name: str, out_in: torch.Tensor) -> Optional[P]:
         """The pack of parameter ``owner.<name>`` (``out_in``: its ``(out, in)`` view), made now if missing or stale."""
-        param = getattr(owner, name)
-        key = (id(owner), name)
-        version = (param.data_ptr(), param._version)
+        return self.joint((owner,), name, lambda: self._make(out_in.detach()))
+
+    def joint(self, owners: Sequence[nn.Module], name: str, make: Callable[[], Optional[P]]) -> Optional[P]:
+        """``make()``'s pack of the parameters ``<owner>.<name>`` of ``owners`` together (one per owner, e.g. both
+        directions' copies stacked), made now if missing or if any of them changed."""
+        params = tuple(getattr(owner, name) for owner in owners)
+        key = (tuple(id(owner) for owner in owners), name)
+        versions = tuple((param.data_ptr(), param._version) for param in params)
         entry = self._entries.get(key)
-        if entry is not None and entry.param() is param and entry.version == version:
+        if entry is not None and entry.holds(params, versions):
             return entry.pack
         with _lock:
             entry = self._entries.get(key)
-            if entry is None or entry.param() is not param or entry.version != version:
-                entry = _Entry(weakref.ref(param), version, self._make(out_in.detach()))
+            if entry is None or not entry.holds(params, versions):
+                entry = _Entry(tuple(weakref.ref(param) for param in params), versions, make())
                 self._entries[key] = entry
             return entry.pack
 

@@ -10,46 +10,34 @@ at every call. :class:`~.mkl.MklEngine` is this engine with MKL packs for the pr
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from torch import nn
 
 from ..lstm import ProjectedLSTMCell
-from .base import Engine, Target
+from .base import Engine, Target, WeightPacks
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
 
 STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
 
 
 class Stacks:
-    """Both directions' copies of a small weight in one ``(D, ...)`` tensor, made once per version of the weights.
-
-    A copy is keyed by its cells and parameter name and is valid for one version of each weight (the same tensor
-    object, its ``(data_ptr, _version)``: an optimizer step, an in-place edit under ``torch.no_grad()`` or a reload
-    makes a new one), as the engines' packs are (:class:`.base.WeightPacks`); it lives and dies with the engine.
-    """
+    """Both directions' copies of a small weight in one ``(D, ...)`` tensor, made once per version of the weights
+    (:meth:`.base.WeightPacks.joint`: remade when any copy changes, as the engines' packs are); it lives and dies with
+    the engine."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[tuple[int, ...], str], tuple[list[weakref.ref], list[tuple[int, int]], torch.Tensor]]
-        self._entries = {}
+        self._packs: WeightPacks[torch.Tensor] = WeightPacks(torch.Tensor.clone)  # (only joint(): no one-weight pack)
 
     def get(self, cells: Sequence[nn.Module], name: str) -> torch.Tensor:
         """``torch.stack`` of each cell's parameter ``name`` (no autograd history)."""
-        params = [getattr(cell, name) for cell in cells]
-        key = (tuple(id(cell) for cell in cells), name)
-        versions = [(p.data_ptr(), p._version) for p in params]
-        entry = self._entries.get(key)
-        if entry is not None and entry[1] == versions and all(ref() is p for ref, p in zip(entry[0], params)):
-            return entry[2]
-        stacked = torch.stack([p.detach() for p in params])
-        self._entries[key] = ([weakref.ref(p) for p in params], versions, stacked)
-        return stacked
+        stack = self._packs.joint(cells, name, lambda: torch.stack([getattr(cell, name).detach() for cell in cells]))
+        return cast(torch.Tensor, stack)  # (its make never returns None)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._packs)
 
 
 class PlainEngine(Engine):
