@@ -33,22 +33,14 @@ def count_packed(monkeypatch):
     monkeypatch.setattr(mkl, "ENABLED", True)
     monkeypatch.setattr(onednn, "float32_kernels", lambda: "mkl")  # the MKL engine, whatever this CPU prefers
     counts = {}
-    plain_linear = mkl.linear
+    mkl_linear = torch.ops.mkl._mkl_linear  # every packed product calls it, from Python or the compiled loop
 
-    def counting(rows, out_in, bias, pack):
+    def counting(rows, pack, out_in, bias, batch):
         key = tuple(out_in.shape)
         counts[key] = counts.get(key, 0) + 1
-        return plain_linear(rows, out_in, bias, pack)
+        return mkl_linear(rows, pack, out_in, bias, batch)
 
-    plain_step = step_loop._mkl_product
-
-    def counting_step(rows, pack, dense):  # the step loop's state products (the same MKL op)
-        key = tuple(dense.t().shape)
-        counts[key] = counts.get(key, 0) + 1
-        return plain_step(rows, pack, dense)
-
-    monkeypatch.setattr(mkl, "linear", counting)
-    monkeypatch.setattr(step_loop, "_mkl_product", counting_step)
+    monkeypatch.setattr(torch.ops.mkl, "_mkl_linear", counting)
     return counts
 
 

@@ -1,11 +1,14 @@
 """The plain engine: torch's own products, on any device and floating dtype (the fallback every other engine is not).
 
 float32 on CPU without MKL packs, every precision on CUDA (tensor-core kernels for bf16 / fp16), and
-the emulated precisions on CPU (bf16 without native kernels, fp16). Its step weights are the dense matrices;
-both directions run interleaved in the one step loop (:mod:`.step_loop`), from Python. Its cost model: weights
-of at most :data:`STACK_MAX_ELEMENTS` take one batched product for both directions (fewer operator calls per
-step), through one copy of both directions' weights made once per version of the weights (:class:`Stacks`), not
-at every call. :class:`~.mkl.MklEngine` is this engine with MKL packs for the products that gain from them.
+the emulated precisions on CPU (bf16 without native kernels, fp16). Its step weights are the dense matrices.
+Its cost model (:meth:`PlainEngine.steps_compiled`): float32 on CPU runs the compiled step loop one direction at a
+time (:mod:`.step_loop`: no interpreter between a step's ops, the GIL released, and one direction's weights hot in
+the core's cache at a time; benchmarks/RESULTS.md, "Single sentences on the bundled model"); elsewhere both
+directions run interleaved, from Python, and weights of at most :data:`STACK_MAX_ELEMENTS` take one batched product
+for both directions (fewer operator calls per step), through one copy of both directions' weights made once per
+version of the weights (:class:`Stacks`), not at every call. :class:`~.mkl.MklEngine` is this engine with MKL packs
+for the products that gain from them.
 """
 
 from __future__ import annotations
@@ -64,31 +67,51 @@ class PlainEngine(Engine):
     def linear(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return layer(x)
 
+    def steps_compiled(self) -> bool:
+        """Whether this engine's steps run in the compiled loop, one direction at a time (float32 on CPU), rather
+        than interleaved from Python with small weights stacked (every other target)."""
+        return self.target.device.type == "cpu" and self.target.dtype == torch.float32
+
     def layer_steps(self, spec: LayerSpec) -> LayerSteps:
-        """Dense step weights (stacked for small ones), or the packed forms :meth:`state_weights` gives."""
+        """Dense step weights (stacked for small ones where the directions run interleaved), or the packed forms
+        :meth:`state_weights` gives."""
         cells = spec.cells
         inputs = [cell.input_weight for cell in cells]
         bias = [cell.bias + cell.forget_offset for cell in cells]
         packed_states = self.state_weights(cells, spec.batch)
+        state_weights = packed_states or [StepWeight(cell.state_weight) for cell in cells]
+        projection_weights = [StepWeight(cell.projection) for cell in cells]
+
+        def input_product(
+            rows: torch.Tensor, d: int, packs: Optional[list[torch.Tensor]], out: Optional[torch.Tensor] = None
+        ) -> torch.Tensor:
+            """``rows @ input_weight[d] + bias[d]``, into ``out`` where given."""
+            if packs is None:
+                return torch.addmm(bias[d], rows, inputs[d], out=out)
+            product = self.packed_product(rows, inputs[d].t(), bias[d], packs[d])
+            return product if out is None else out.copy_(product)
+
+        if self.steps_compiled():
+
+            def direction_projections(rows: torch.Tensor) -> list[torch.Tensor]:  # each its own product, no copy
+                packs = self.input_packs(cells, rows.shape[1])
+                return [input_product(rows[d], d, packs) for d in range(len(cells))]
+
+            return LayerSteps(
+                spec, direction_projections, StepProduct(state_weights), StepProduct(projection_weights), self.precision
+            )
+
         small = len(cells) > 1 and cells[0].state_weight.numel() <= STACK_MAX_ELEMENTS
-        states: list[torch.Tensor] = [cell.state_weight for cell in cells]
-        projections: list[torch.Tensor] = [cell.projection for cell in cells]
         state = StepProduct(
-            packed_states if packed_states is not None else [StepWeight(w) for w in states],
-            self.stacks.get(cells, "state_weight") if small and packed_states is None else None,
+            state_weights, self.stacks.get(cells, "state_weight") if small and not packed_states else None
         )
-        projection = StepProduct(
-            [StepWeight(w) for w in projections], self.stacks.get(cells, "projection") if small else None
-        )
+        projection = StepProduct(projection_weights, self.stacks.get(cells, "projection") if small else None)
 
         def input_projection(rows: torch.Tensor) -> torch.Tensor:
             out = rows.new_empty(len(inputs), rows.shape[1], inputs[0].shape[1])
             packs = self.input_packs(cells, rows.shape[1])
-            for d, weight in enumerate(inputs):
-                if packs is not None:
-                    out[d] = self.packed_product(rows[d], weight.t(), bias[d], packs[d])
-                else:
-                    torch.addmm(bias[d], rows[d], weight, out=out[d])
+            for d in range(len(cells)):
+                input_product(rows[d], d, packs, out=out[d])
             return out
 
         return LayerSteps(spec, input_projection, state, projection)

@@ -7,12 +7,14 @@ its family where one serves these rows: int8, oneDNN bf16 or float32, MKL float3
 stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with the
 engine's input projection and runs the loop chunk by chunk.
 
-The low-precision engines (int8, bf16) and the oneDNN float32 engine run the loop compiled by TorchScript: at batch
-1 a step of a big model is two products and a dozen tiny ops; run from Python, each op pays the interpreter and a
-GIL release and re-acquire, and with the two directions on two threads they queue for the GIL behind each other
-(measured: benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
+On CPU the engines of float32 and of the low precisions (int8, bf16) run the loop compiled by TorchScript, one
+direction at a time: at batch 1 a step is two products and a dozen tiny ops; run from Python, each op pays the
+interpreter and a GIL release and re-acquire, and with the two directions on two threads they queue for the GIL
+behind each other; one direction at a time also keeps one direction's weights in the core's cache
+(benchmarks/RESULTS.md). TorchScript runs the same aten ops without the GIL. ``torch.jit.script`` is in
 maintenance mode (torch 2.x warns that it is deprecated); where it is missing or fails, :func:`compiled` returns
-None and the same function runs from Python. The MKL float32 engine runs it from Python (as measured fastest).
+None and the same function runs from Python. The plain engine elsewhere (CUDA, the emulated precisions on CPU)
+runs it from Python, both directions interleaved.
 
 :func:`cell_update` and :func:`retire_ended_rows` are the inference path's one copy of each (the reference path,
 :meth:`..lstm.ProjectedLSTMCell.run`, keeps its own autograd-friendly form, :func:`..lstm.cell_step`, which
@@ -110,7 +112,7 @@ class StepWeight(NamedTuple):
 
 class StepProduct(NamedTuple):
     """One step product for the D directions: each direction's :class:`StepWeight`, or ``stacked`` ``(D, in, out)``,
-    all directions' dense matrices in one tensor for one batched product (small float32 weights)."""
+    all directions' dense matrices in one tensor for one batched product (small weights, directions interleaved)."""
 
     weights: list[StepWeight]
     stacked: Optional[torch.Tensor] = None
@@ -118,8 +120,8 @@ class StepProduct(NamedTuple):
 
 @torch.jit.ignore
 def _mkl_product(rows: torch.Tensor, pack: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-    """``rows @ dense`` through MKL's pack, as :func:`.mkl.linear` (run from Python only: the float32 engines do not
-    compile the loop, and TorchScript never looks inside, so builds without MKL compile the loop too)."""
+    """``rows @ dense`` through MKL's pack, as :func:`.mkl.linear` (a call back into Python from the compiled loop:
+    TorchScript never looks inside, so builds without MKL compile the loop too)."""
     return torch.ops.mkl._mkl_linear(rows, pack, dense.t(), None, rows.shape[0])
 
 
@@ -265,7 +267,8 @@ class LayerSteps:
         precision: Optional[str] = None,
     ) -> None:
         """``precision`` (``"int8"`` | ``"bfloat16"`` | ``"float32"``): the loop runs compiled (:func:`compiled`) for
-        it, one call per direction on its 2-D tensors; None: from Python, the D directions interleaved."""
+        it, one call per direction on its 2-D tensors (``input_projection`` then gives a list, one tensor per
+        direction); None: from Python, the D directions interleaved."""
         self.spec, self.input_projection = spec, input_projection
         self.state, self.projection, self.precision = state, projection, precision
         self.c, self.h_prev = spec.c, spec.h0
@@ -301,10 +304,9 @@ class LayerSteps:
         """Steps ``step_sizes`` (step-ordered rows from ``start_row`` on): gates from ``gx`` (overwritten), outputs into
         ``out`` ``(D, N, proj)``, the cells of rows that end into ``last_c``.
 
-        A compiled (low-precision) loop runs each direction as its own call on that direction's 2-D tensors:
-        interleaving two directions' small steps in one compiled loop, or taking 3-D views at every step, ran
-        slower at batch 1 (benchmarks/RESULTS.md, "One house"); the Python loop interleaves them (fewer interpreter
-        round trips).
+        A compiled loop runs each direction as its own call on that direction's 2-D tensors: interleaving two
+        directions' small steps in one compiled loop, or taking 3-D views at every step, ran slower at batch 1
+        (benchmarks/RESULTS.md); the Python loop interleaves them (fewer interpreter round trips).
         """
         spec = self.spec
         for d, (state, projection) in enumerate(self.directions):
