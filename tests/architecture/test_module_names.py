@@ -20,6 +20,6 @@ def test_the_name_check_sees_vague_names_only():
 
 
 def test_every_module_is_named_for_what_it_holds():
-    """No module of the package has a bare generic name (ARCHITECTURE.md, "Invariants")."""
+    """No module of the package has a bare generic name (ARCHITECTURE.md, "Modules named for what they hold")."""
     vague = vague_modules(set(MODULES))
     assert not vague, f"name these modules for what they hold: {vague}"
