@@ -104,7 +104,7 @@ _TO_TORCH = [1, 2, 3, 0]
 # g's weights are doubled inside: tanh(x) = 2 sigmoid(2x) - 1 (the gradients are scaled back; x2 is exact)
 _G_SCALE = 2.0
 # the bias as a weight column (its input a column of ones), widened with zero columns to a multiple of 16:
-# bfloat16 products with an odd inner dimension ran slower (benchmarks/RESULTS.md, "per-row records")
+# bfloat16 products with an odd inner dimension ran slower (benchmarks/RESULTS.md, "Training speed: per-row records")
 BIAS_COLUMNS = 16
 
 

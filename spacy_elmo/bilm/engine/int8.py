@@ -65,10 +65,10 @@ from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
-# measured choices (benchmarks/RESULTS.md, "Precision on every CPU"):
+# the kernel of each role, as measured (benchmarks/RESULTS.md, "Precision on every CPU"):
 INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
-INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds 2 int8 copies)
-INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products: faster than oneDNN for 1-4 rows (batch 1), one int8 copy
+INT8_AMX_ENGINE = "onednn"  # with AMX tiles its int8 GEMM beats fbgemm's (its pack holds a second int8 copy)
+INT8_FEW_ROWS_ENGINE = "fbgemm"  # the LSTM's step products at batch 1: faster than oneDNN, one int8 copy
 _PROBE_WIDTH = 256  # inner dimension of the saturation probe: 128 pairs, each 2 x 255 x 127 > int16's 32767
 _engine_lock = ForkSafeLock()  # held while torch's process-wide quantized engine is switched for one pack
 

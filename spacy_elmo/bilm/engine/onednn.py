@@ -12,14 +12,14 @@ ops torch's own CPU inductor uses) pack once, into one copy per weight. Two engi
   interpreter). Training's fused biLSTM takes its packs for its per-step products where this family serves
   float32 (:func:`float32_step_packs`).
 
-float32 products have two exact kernel families on x86 builds: MKL's GEMM and oneDNN's pre-packed products. Which
-is faster depends on the CPU's maker: on AMD EPYC (Zen 4, Zen 5, and with every library capped to AVX2 as on Zen 3)
-oneDNN's are up to 2-4x MKL's at the biLM's shapes, while on Intel MKL is at home (benchmarks/RESULTS.md, "float32
-through oneDNN"). :func:`float32_kernels` decides from the CPU's vendor (:func:`..cpu_support.cpu_vendor`), once
-per process, so every process on a machine takes the same kernels (a resumed training run repeats the bits of an
-uninterrupted one), after a probe that oneDNN's products are exact to float32 here
-(:func:`onednn_float32_available`); ``SPACY_ELMO_FLOAT32_KERNELS=onednn|mkl|auto`` forces either (for debugging
-and A/B measurements).
+float32 products have two exact kernel families on x86 builds: MKL's GEMM and oneDNN's pre-packed products. Which is
+faster depends on the CPU's maker: on AMD EPYC (Zen 4, Zen 5, and with every library capped to AVX2 as on Zen 3)
+oneDNN's lead MKL's at the biLM's shapes, while on Intel MKL is at home (benchmarks/RESULTS.md, "float32 through
+oneDNN's pre-packed products"). :func:`float32_kernels` decides from the CPU's vendor
+(:func:`..cpu_support.cpu_vendor`), once per process, so every process on a machine takes the same kernels (a
+resumed training run repeats the bits of an uninterrupted one), after a probe that oneDNN's products are exact to
+float32 here (:func:`onednn_float32_available`); ``SPACY_ELMO_FLOAT32_KERNELS=onednn|mkl|auto`` forces either (for
+debugging and A/B measurements).
 
 The family's cost model (the constants below): weights from :data:`MIN_ELEMENTS` up, products of at most
 :data:`MAX_ROWS` rows (bf16) or :data:`FLOAT32_MAX_ROWS` rows (float32; a step's state product from
@@ -45,14 +45,14 @@ from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 
 MIN_ELEMENTS = 1 << 18  # smaller weights gain nothing from a pack
-MAX_ROWS = 256  # bf16, measured: from a few hundred rows up plain bf16 GEMM is as fast (faster at 2048 rows)
-FLOAT32_MAX_ROWS = 512  # float32, measured: oneDNN's packed product leads MKL's up to ~640 rows, not at 1024
-FLOAT32_STATE_MIN_ROWS = 2  # float32 state products: at 1 row on one thread MKL's GEMV is faster (batch 1)
+MAX_ROWS = 256  # bf16: from a few hundred rows up plain bf16 GEMM is as fast (RESULTS.md, "Precision: float32 vs")
+FLOAT32_MAX_ROWS = 512  # float32: where oneDNN's packed product leads MKL's (RESULTS.md, "float32 through oneDNN's")
+FLOAT32_STATE_MIN_ROWS = 2  # float32 state products: at 1 row on one thread MKL's GEMV leads (the same section)
 _PACK_FOR_ROWS = 32  # the row count oneDNN lays a pack out for; products of other row counts use it as it is
 FLOAT32_KERNELS_ENV = "SPACY_ELMO_FLOAT32_KERNELS"  # onednn | mkl | auto (the default)
 FLOAT32_KERNEL_CHOICES = ("onednn", "mkl", "auto")
-# CPU vendors whose float32 products run faster on oneDNN's pre-packed kernels than on MKL's GEMM (measured:
-# benchmarks/RESULTS.md, "float32 through oneDNN"); elsewhere (Intel, unknown) MKL's, as before
+# CPU vendors whose float32 products run faster on oneDNN's pre-packed kernels than on MKL's GEMM
+# (benchmarks/RESULTS.md, "float32 through oneDNN's pre-packed products"); elsewhere (Intel, unknown) MKL's
 ONEDNN_FLOAT32_VENDORS = ("AuthenticAMD",)
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 
@@ -216,7 +216,7 @@ class Float32Engine(OneDnnEngine):
     load_dtype = torch.float32
     max_rows = FLOAT32_MAX_ROWS
     state_min_rows = FLOAT32_STATE_MIN_ROWS
-    compiled_steps = True  # measured faster at batch 1 than the Python loop (benchmarks/RESULTS.md)
+    compiled_steps = True  # faster at batch 1 than the Python loop (RESULTS.md, "float32 through oneDNN's")
 
     @classmethod
     def serves(cls, target: Target) -> bool:

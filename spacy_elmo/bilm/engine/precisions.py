@@ -157,12 +157,11 @@ def auto_precision(device_type: str) -> str:
     int8 (x86 CPUs), bfloat16 and float16 are faster, but none of them holds its bound on every input of a trained
     model, so "auto" never picks them: it must never be silently wrong. A trained biLM (the bundled one has no cell
     clip) carries their rounding along a run of repeated tokens instead of forgetting it, so their error grows with
-    the run: measured on the bundled model, the worst layer's error over its scale is 0.13 for int8 on 50 ".", 1.3
-    on 2,000 ".", 0.11 for bfloat16 on 200 "the", and int8 exceeds its 4e-2 on about one WikiText-2 sentence in
-    five (benchmarks/RESULTS.md, "Low precision on the trained model"). Keeping the recurrent products in float32
-    does not help enough (each 8-bit product alone moves a run of 500 "." by 0.05-0.16) and would cost int8 its
-    speed at batch 1. Ask for a low precision explicitly where its measured error (docs/precision.md) is
-    acceptable. The answer is the same on CPU and CUDA today.
+    the run past their bounds, and int8 exceeds its bound on ordinary sentences too (benchmarks/RESULTS.md, "Low
+    precision on the trained model"). Keeping the recurrent products in float32 does not help enough (every 8-bit
+    product alone breaks the bound: the same section) and would cost int8 its speed at batch 1. Ask for a low
+    precision explicitly where its measured error (docs/precision.md) is acceptable. The answer is the same on CPU
+    and CUDA today.
     """
     return "float32"
 
