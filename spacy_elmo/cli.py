@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from .bilm.engine.precisions import dtype_help
+from .bilm.engine.precisions import precision_help
 from .cli_errors import DEBUG_ENV, debug_from_env, passes_through, say_and_exit
 from .cli_errors import errors_exit_2 as _errors_exit_2
 from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
@@ -456,7 +456,7 @@ def embed(
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
     dtype: str = typer.Option(
         DEFAULT_DTYPE,
-        help=dtype_help(),
+        help=precision_help(),
     ),
     use_sentence_keys: bool = typer.Option(
         False,

@@ -31,8 +31,9 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}): {install_extra('dask')}") from err
 
+from .bilm.engine.precisions import AUTO
 from .bilm.file_names import PathLike
-from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
+from .runtime.backend import ElmoBackend, load_bilm, resolve_precision
 from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
 from .runtime.text_rows import pooled_matrix, sample_column, token_records
 from .runtime.validation import resolve_device
@@ -144,7 +145,7 @@ def _client_settings(model: PathLike, settings: FrontSettings) -> tuple[PathLike
         raise TypeError(f"model={model!r}: expected 'default' or a path to an ELMo directory")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if settings.dtype == AUTO and _on_cpu(settings.device):
-        settings = dataclasses.replace(settings, dtype=dtype_name(resolve_dtype(settings.dtype, settings.device)))
+        settings = dataclasses.replace(settings, dtype=resolve_precision(settings.dtype, settings.device).name)
     # no bar of the vectorizer's per partition: Dask says its own progress (its dashboard, dask.diagnostics)
     return model, dataclasses.replace(settings, verbose=0)
 
@@ -154,7 +155,7 @@ def _checked_width(model: PathLike, settings: FrontSettings) -> int:
     every setting checked against it."""
     n_layers, dim = model_shape(*resolve_model_files(model))
     if _on_cpu(settings.device):  # a GPU is the workers': only its spelling was checked
-        resolve_dtype(settings.dtype, resolve_device(settings.device))  # what load_bilm would refuse, named here
+        resolve_precision(settings.dtype, resolve_device(settings.device))  # what load_bilm would refuse, named here
     return settings.width(n_layers, dim)
 
 

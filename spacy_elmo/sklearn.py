@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from .about import __version__
 from .bilm.file_names import PathLike
-from .runtime.backend import ElmoBackend, dtype_name, load_bilm
+from .runtime.backend import ElmoBackend, load_bilm
 from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
 from .runtime.mix import ALL, LayerMix, layer_weights
 from .runtime.pooling import pooling_parts
@@ -226,7 +226,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         backend = self._load(self.model, settings)
         weights = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
         self.model_fingerprint_ = backend.fingerprint
-        self.dtype_ = dtype_name(backend.dtype)
+        self.dtype_ = backend.precision.name
         self.layer_weights_ = weights
         self.model_pin_ = PinnedModel(
             os.fspath(self.model), backend.files_fingerprint, backend.fingerprint, saved_by=__version__

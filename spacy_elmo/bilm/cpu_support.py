@@ -172,6 +172,4 @@ def facts() -> dict[str, str]:
         "cpu vendor": cpu_vendor() or "unknown",
         "cpu flags": isa_flags(),
         "aten capability": aten_capability(),
-        "bfloat16": "native" if bf16_native() else "emulated (slow)",
-        "float16": "native" if fp16_native() else "emulated (slow)",
     }

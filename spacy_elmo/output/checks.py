@@ -56,10 +56,10 @@ def check_embed_arguments(
     """``spacy-elmo embed``'s arguments, each checked importing nothing heavy (torch, spaCy, Dask): the output file,
     the precision's name, the batch size, the tokenizer's name and what ``--scheduler`` names (None: no cluster)."""
     from ..runtime.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
-    from ..runtime.validation import check_dtype, positive_int
+    from ..runtime.validation import check_precision, positive_int
 
     check_output_path(output_path)
-    check_dtype(dtype)
+    check_precision(dtype)
     positive_int(batch_size, "batch_size")
     check_tokenizer(tokenizer)
     if scheduler is not None:

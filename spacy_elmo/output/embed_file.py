@@ -141,11 +141,11 @@ def embed_model_file(
     misspelled name and the closest valid ones said before the model loads), then the model loaded once on
     ``device`` in ``dtype``; its precision ("auto" resolved here, once) is the one every worker of ``cluster`` loads,
     whose ``embed_chunks`` then computes the activations (``cluster`` None: this process does)."""
-    from ..runtime.backend import dtype_name, load_bilm
+    from ..runtime.backend import load_bilm
 
     resolve_tokenizer(tokenizer)
     backend = load_bilm(model, device=device, dtype=dtype)
-    chosen_dtype = dtype_name(backend.dtype)
+    chosen_dtype = backend.precision.name
     on_cluster = None if cluster is None else cluster(model, device, chosen_dtype, batch_size, backend.fingerprint)
     with on_cluster or contextlib.nullcontext() as embed_chunks:  # (no cluster: embed_chunks None, computed here)
         return embed_file(

@@ -13,34 +13,28 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..bilm import cpu_support, engine, manylangs_reader
-from ..bilm.engine.precisions import AUTO, PRECISION_NAMES, PRECISIONS, auto_precision, precision
+from ..bilm import engine, manylangs_reader
+from ..bilm.engine.precisions import Precision, PrecisionLike, of_dtype, resolve
 from ..bilm.file_names import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from ..bilm.weights import WeightFileError, load_model
-from ..sources.bundled_versions import precision_fingerprint
 from ..sources.download import cache_advice
 from ..sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
 from .validation import (
-    check_dtype,
     disk_mb,
     integer_in,
     memory_mb,
     positive_int,
     resolve_device,
     validate_sentences,
-    vectors_precision,
 )
 from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
-
-# each precision's torch dtype ("int8": float32 activations, int8 weights in the inference path's products)
-DTYPES = {p.name: p.dtype() for p in PRECISIONS}
 
 
 class ElmoBackend:
@@ -57,18 +51,22 @@ class ElmoBackend:
         options_path: Path,
         weights_path: Path,
         device: torch.device,
-        dtype: torch.dtype = torch.float32,
+        dtype: Union[torch.dtype, Precision] = torch.float32,
     ) -> None:
+        # its precision's row (bilm/engine/precisions.py) and torch dtype ("int8": float32 activations, int8 weights)
+        self.precision = dtype if isinstance(dtype, Precision) else of_dtype(dtype)
+        self.dtype: torch.dtype = self.precision.dtype()
         # cast, or (int8: CPU only) packed with the float32 matrices released, and its engines chosen (bilm/engine)
-        self.model = engine.prepare(model, device, dtype)
-        engine.warn_if_slow(dtype, device, stacklevel=4)  # correct but emulated: say so once, with what to pick
+        self.model = engine.prepare(model, device, self.dtype)
+        engine.warn_if_slow(
+            self.precision, device, stacklevel=4
+        )  # correct but emulated: say so once, with what to pick
         self.options_path = options_path
         self.weights_path = weights_path
         self.device = device
-        self.dtype = dtype
         self.files_fingerprint = fingerprint(options_path, weights_path)  # the model's identity, whatever the precision
         # the vectors' identity (cache keys, Doc data): other precisions give other vectors, never shared entries
-        self.fingerprint = precision_fingerprint(self.files_fingerprint, vectors_precision(dtype_name(dtype), device))
+        self.fingerprint = self.precision.fingerprint(self.files_fingerprint, device.type)
         self.token_budget = DEFAULT_TOKEN_BUDGET
         self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
         self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)
@@ -142,11 +140,11 @@ class ElmoBackend:
     def __repr__(self) -> str:
         return (
             f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, "
-            f"dtype={dtype_name(self.dtype)!r}, n_layers={self.n_layers}, dim={self.dim})"
+            f"dtype={self.precision.name!r}, n_layers={self.n_layers}, dim={self.dim})"
         )
 
     def __reduce__(self):  # pickles as a reference: the unpickled backend comes from the shared cache
-        dtype = dtype_name(self.dtype)
+        dtype = self.precision.name
         return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device), dtype))
 
     def embed(
@@ -241,7 +239,7 @@ class ElmoBackend:
                 tokens, lengths, boundaries=False
             )  # <S>, </S> dropped below
             layers = activations.float().cpu().numpy()
-        if self.dtype in (torch.float16, torch.bfloat16) and not np.isfinite(layers).all():
+        if self.precision.overflow_guard and not np.isfinite(layers).all():
             self._refuse_overflow(len(batch))
         return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 
@@ -250,9 +248,9 @@ class ElmoBackend:
         clip = self.model.options.cell_clip
         why = "this model has no cell clip, so its LSTM cells can grow past that" if clip is None else ""
         raise FloatingPointError(
-            f"{self._name()}: dtype={dtype_name(self.dtype)!r} overflowed (inf or nan in the vectors of a batch of "
+            f"{self._name()}: precision={self.precision.name!r} overflowed (inf or nan in the vectors of a batch of "
             f"{rows} sentences; float16's largest value is 65504{', and ' + why if why else ''}): use "
-            "dtype='float32', or 'bfloat16' (float32's range)"
+            "precision='float32', or 'bfloat16' (float32's range)"
         )
 
     def _threads_for(self, rows: int) -> Optional[int]:
@@ -286,28 +284,24 @@ _CACHE: dict[tuple, ElmoBackend] = {}
 _CACHE_LOCK = ForkSafeLock()
 
 
-def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
-    """The torch dtype of the precision ``dtype`` names (a row of the precision table,
-    :data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`; ``None`` means float32, exact; the others trade accuracy
-    for speed: docs/precision.md); "auto" is the fastest of them on ``device`` (default CPU) that holds its
-    documented bound on every input (float32: no low precision does on a trained model).
-
-    ``torch.int8`` stands for the int8 path: float32 activations, int8 weights in the biLM's products.
+def resolve_precision(value: PrecisionLike, device: Union[str, torch.device, None] = None) -> Precision:
+    """The row of the precision table that ``value`` names (:func:`spacy_elmo.bilm.engine.precisions.resolve`:
+    ``None`` means float32, exact; the others trade accuracy for speed: docs/precision.md); "auto" is the fastest
+    of them on ``device`` (default CPU) that holds its documented bound on every input (float32: no low precision
+    does on a trained model). A precision this torch cannot run on ``device`` is refused (``ValueError``).
     """
-    name = check_dtype(dtype)
-    if name == AUTO:
-        return DTYPES[auto_precision(resolve_device(device).type)]
-    if name == "float16" and resolve_device(device).type == "cpu" and not cpu_support.float16_products():
-        raise ValueError(
-            f"dtype='float16': this torch ({torch.__version__}) has no float16 products on the CPU: use 'bfloat16' or "
-            f"'float32' there, float16 on a GPU, or a newer torch"
-        )
-    return DTYPES[name]
+    device_type = resolve_device(device).type
+    row = resolve(value, device_type)
+    refusal = row.refusal(device_type)
+    if refusal is not None:
+        raise ValueError(refusal)
+    return row
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """The name ``load_bilm`` takes for ``dtype`` ("float32", "int8", ...)."""
-    return str(dtype).replace("torch.", "")
+def resolve_dtype(dtype: PrecisionLike, device: Union[str, torch.device, None] = None) -> torch.dtype:
+    """The torch dtype of :func:`resolve_precision`'s row (``torch.int8`` stands for the int8 path: float32
+    activations, int8 weights in the biLM's products)."""
+    return resolve_precision(dtype, device).dtype()
 
 
 def load_bilm(
@@ -344,10 +338,10 @@ def load_bilm(
     check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)  # before the model loads: said at once
     torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
     options_path, weights_path = resolve_model_files(model, options, weights)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    row = resolve_precision(dtype, torch_device)
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
-    key = (str(options_path), str(weights_path), *stats, str(torch_device), str(torch_dtype))
+    key = (str(options_path), str(weights_path), *stats, str(torch_device), row.name)
     with _CACHE_LOCK:
         backend = _CACHE.get(key)
         if backend is None:
@@ -358,7 +352,7 @@ def load_bilm(
                 if not advice:
                     raise
                 raise WeightFileError(f"{err}{advice}") from err
-            backend = ElmoBackend(model_, options_path, weights_path, torch_device, torch_dtype)
+            backend = ElmoBackend(model_, options_path, weights_path, torch_device, row)
             _CACHE[key] = backend
             _log_loaded(model, backend, stats[0][0])
     return backend.configure_cache(
@@ -388,7 +382,6 @@ def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
 
 def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: int) -> None:
     """INFO: which model was loaded from where, with which precision; DEBUG: the kernels it will use."""
-    name = dtype_name(backend.dtype)
     logger.info(
         "loaded ELMo model %s from %s (weights %s, %.1f MB) on %s, precision %s; fingerprint %s",
         os.fspath(model) if model is not None else "from options/weights",
@@ -396,7 +389,7 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         backend.weights_path.name,
         weights_bytes / 1e6,
         backend.device,
-        precision(name).description if name in PRECISION_NAMES else name,
+        backend.precision.description,
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):

@@ -30,7 +30,7 @@ from .settings import (
     DEFAULT_POOLING,
 )
 from .tokenize import TokenizerSpec, resolve_tokenizer
-from .validation import check_dtype, optional_windows, positive_int, resolve_device
+from .validation import check_precision, optional_windows, positive_int, resolve_device
 
 Settings = TypeVar("Settings", bound="FrontSettings")
 
@@ -83,7 +83,9 @@ class FrontSettings:
         max_length, overlap = optional_windows(self.max_length, self.window_overlap)
         if self.tokenizer is not None:  # a bad type is a TypeError, an unknown language code a ValueError
             resolve_tokenizer(self.tokenizer)
-        check_dtype(self.dtype)  # the device is checked where the model loads (a client may send work to GPU workers)
+        check_precision(
+            self.dtype
+        )  # the device is checked where the model loads (a client may send work to GPU workers)
         return dataclasses.replace(
             self,
             layers=check_layer_spec(self.layers),

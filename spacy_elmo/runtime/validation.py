@@ -2,7 +2,7 @@
 
 Each returns the value in plain types or raises ``ValueError`` (``TypeError`` for input of the wrong
 kind) naming the setting: :func:`positive_int` (batch sizes and other counts), :func:`check_window_config`
-and :func:`optional_windows` (``max_length`` and ``window_overlap``), :func:`check_dtype` (a precision's
+and :func:`optional_windows` (``max_length`` and ``window_overlap``), :func:`check_precision` (a precision's
 name), :func:`resolve_device` (a torch device this machine has), :func:`validate_sentences` (token-list input).
 Every number a user gives goes through one of :func:`integer_in`, :func:`finite_in`, :func:`memory_mb`,
 :func:`disk_mb` and :func:`process_count` (``positive_int`` is ``integer_in`` from 1), bounded by what this machine
@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
+from ..bilm.engine.precisions import PrecisionLike, check, resolve
 from ..bilm.excerpt import excerpt
 from ..bilm.machine import memory_bytes, usable_cores
 from ..bilm.number_checks import MAX_COUNT, finite_number, whole_number
@@ -29,17 +29,13 @@ if TYPE_CHECKING:
 # torch is imported where a check needs it, not here: the CLI checks its arguments (a precision's name, a count)
 # through this module before anything imports torch (docs/cli.md)
 
-# what a dtype may name: a precision of the table (bilm/engine/precisions.py), or "auto" (float32: auto_precision)
-DTYPE_NAMES = [*PRECISION_NAMES, AUTO]
 
-
-def vectors_precision(dtype: str, device: Union[str, torch.device]) -> str:
-    """The name in :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS` of the vectors ``dtype`` (a name in
-    :data:`PRECISION_NAMES`) gives on ``device``: its row's
-    :meth:`~spacy_elmo.bilm.engine.precisions.Precision.vectors_on`."""
-    row = precision(dtype) if dtype in PRECISION_NAMES else None
-    if row is None or row.cuda_vectors is None:  # one name on every device: no torch
-        return dtype
+def vectors_precision(value: PrecisionLike, device: Union[str, torch.device]) -> str:
+    """The name in :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS` of the vectors the precision
+    ``value`` names gives on ``device``: its row's :meth:`~spacy_elmo.bilm.engine.precisions.Precision.vectors_on`."""
+    row = resolve(value)
+    if row.cuda_vectors is None:  # one name on every device: no torch
+        return row.name
     import torch
 
     return row.vectors_on(torch.device(device).type)
@@ -65,20 +61,11 @@ def optional_windows(max_length: Optional[int], overlap: int) -> tuple[Optional[
     return check_window_config(max_length, overlap)
 
 
-def check_dtype(dtype: Union[str, torch.dtype, None]) -> str:
-    """The name of the precision ``dtype`` asks for: one of ``DTYPE_NAMES`` (``None``: "float32"; aliases such as
-    "half" or "bf16" and ``torch`` dtypes by their name); else ``ValueError`` listing them."""
-    if dtype is None:
-        return "float32"
-    if isinstance(dtype, str):
-        name = ALIASES.get(dtype, dtype)
-    else:
-        import torch
-
-        name = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) else str(dtype)
-    if name not in DTYPE_NAMES:
-        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, not {dtype!r}")
-    return name
+def check_precision(value: PrecisionLike) -> str:
+    """The name of the precision ``value`` asks for (``None``: "float32"; aliases such as "half" or "bf16", torch
+    dtypes, rows), "auto" included; else ``ValueError`` listing them (:func:`~spacy_elmo.bilm.engine.precisions.check`,
+    torch-free)."""
+    return check(value)
 
 
 def resolve_device(

@@ -13,11 +13,12 @@ Replacing the default is a change of files and of this table only: move the curr
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from ..bilm.engine.precisions import vectors_fingerprint
 
 MODELS_DIR = Path(__file__).parents[1] / "models"
 DEFAULT_NAME = "default"  # the name of whichever bundled version is the default
@@ -89,11 +90,10 @@ def precision_fingerprint(files_fingerprint: str, precision: str) -> str:
     """The identity of the vectors a model's files give in ``precision`` ("float32", "int8", "bfloat16-cuda": a name
     of the precision table's :data:`~spacy_elmo.bilm.engine.precisions.VECTOR_PRECISIONS`).
 
-    float32's is the files' own fingerprint; another precision gives other vectors, so a hash of both.
+    float32's is the files' own fingerprint; another precision gives other vectors, so a hash of both
+    (:func:`~spacy_elmo.bilm.engine.precisions.vectors_fingerprint`, which a row's ``fingerprint`` gives).
     """
-    if precision == "float32":
-        return files_fingerprint
-    return hashlib.sha256(f"{files_fingerprint}:torch.{precision}".encode()).hexdigest()[:32]
+    return vectors_fingerprint(files_fingerprint, precision)
 
 
 def version_with_fingerprint(fingerprint: str, precisions: Iterable[str] = ("float32",)) -> Optional[BundledVersion]:

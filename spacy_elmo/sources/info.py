@@ -42,10 +42,10 @@ def describe(options_path: Path, weights_path: Path) -> str:
         CHECKED,
     ]
     support = engine.summary()
+    precisions = "; ".join(f"{name} {what}" for name, what in engine.precision_support().items())
     lines.append(
         f"this machine: {support['cpu vendor']} {support['cpu flags']} (ATen {support['aten capability']}); "
-        f"float32 kernels {support['float32 kernels']}; int8 {support['int8']}; "
-        f"bfloat16 {support['bfloat16']}; float16 {support['float16']}; dtype='auto' -> {support['auto (cpu)']}"
+        f"{precisions}; precision='auto' -> {support['auto (cpu)']}"
     )
     metrics_path = directory / METRICS
     if metrics_path.is_file():

@@ -35,6 +35,7 @@ from typing import Any, Optional, Union
 import torch
 from tqdm import tqdm
 
+from ..bilm.engine.precisions import torch_dtype_name
 from ..bilm.exact import exact_float32
 from ..bilm.file_names import LEGACY_CHECKPOINT, WEIGHTS
 from ..bilm.options import BiLMOptions
@@ -169,7 +170,7 @@ class Trainer:
             self.elapsed_s = float(self.state.get("elapsed_s", 0.0))  # a checkpoint before it was kept: 0
         else:
             self._start()
-        self.metrics["precision"] = str(self.dtype).replace("torch.", "")
+        self.metrics["precision"] = torch_dtype_name(self.dtype)
         self.metrics["device"] = _device_name(self.device)
         if world.size > 1 or "processes" in self.metrics:  # (a resumed run may use another number)
             self.metrics["processes"] = world.size

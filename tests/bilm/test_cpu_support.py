@@ -146,7 +146,9 @@ def test_slow_precision_warns_once_naming_what_to_pick(fixture_dir, monkeypatch)
     monkeypatch.setattr(registry, "_warned", {})
     monkeypatch.setattr(cpu_support, "bf16_native", lambda: False)
     files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    with pytest.warns(cpu_support.SlowPrecisionWarning, match=r"bfloat16.*emulated.*dtype='int8'.*'float32'.*'auto'"):
+    with pytest.warns(
+        cpu_support.SlowPrecisionWarning, match=r"bfloat16.*emulated.*precision='int8'.*'float32'.*'auto'"
+    ):
         ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.bfloat16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -167,7 +169,7 @@ def test_auto_never_picks_a_precision_that_can_be_silently_wrong(fixture_dir, mo
     auto = load_bilm(fixture_dir, dtype="auto")
     assert auto is load_bilm(fixture_dir) and auto.dtype is torch.float32
     assert registry.summary()["auto (cpu)"] == "float32"
-    with pytest.raises(ValueError, match=r"dtype must be one of.*'auto'"):
+    with pytest.raises(ValueError, match=r"precision must be one of.*'auto'"):
         resolve_dtype("fastest")
 
 

@@ -300,7 +300,7 @@ def test_the_precision_table_keeps_the_names_vectors_are_stored_by():
         if row.native is not None:  # a fact of cpu_support, and a warning that names the CPU's flags
             assert callable(getattr(cpu_support, row.native)) and isinstance(getattr(cpu_support, row.native)(), bool)
             assert "{flags}" in row.emulated and row.emulated.format(flags="F", aten="A").startswith(
-                f"dtype='{row.name}' has no"
+                f"precision='{row.name}' has no"
             )
 
 
@@ -308,7 +308,7 @@ def test_each_engine_tolerance_is_the_documented_bound_of_its_precision():
     """An engine's ``tolerance`` (what the conformance test holds it to) is tests/bilm/test_precision.py's bound for its
     precision, unchanged; float32 engines have none (recomputation rounding)."""
     for cls in ENGINES:
-        precision = "int8" if cls.load_dtype == torch.int8 else str(cls.load_dtype).replace("torch.", "")
+        precision = precisions.of_dtype(cls.load_dtype).name
         assert cls.tolerance == TOLERANCE.get(precision), cls.name
 
 

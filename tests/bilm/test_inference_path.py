@@ -250,7 +250,7 @@ def test_half_precision_within_documented_tolerance(fixture_dir, fixture_sentenc
     scale = max(float(np.abs(b).max()) for b in exact)
     print(f"{dtype}: max abs diff {worst:.3g} (activations up to {scale:.3g})")
     assert 0 < worst < tolerance * scale  # README: relative to the largest activation
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of"):
         load_bilm(fixture_dir, dtype="int4")  # int8 is a precision since 0.2.0
 
 

@@ -233,7 +233,7 @@ def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
     assert len({id(b) for b in backends}) == len(names)
     assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, dtype="float32").fingerprint
     assert resolve_dtype("int8") is torch.int8 and resolve_dtype(None) is torch.float32
-    with pytest.raises(ValueError, match=r"dtype must be one of.*'int4'"):
+    with pytest.raises(ValueError, match=r"precision must be one of.*'int4'"):
         resolve_dtype("int4")
 
 
@@ -331,7 +331,7 @@ def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
         layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]
     ).all()
     assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).dtype == "float32"
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of"):
         spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int4"})
 
 
@@ -350,7 +350,7 @@ def test_vectorizer_passes_dtype(fixture_dir):
     assert features.dtype == np.float32 and 0 < np.abs(features - exact).max() < 0.1 * np.abs(exact).max()
     bad = ElmoVectorizer(model=str(fixture_dir), dtype="int4")  # stored unchanged; checked in fit
     assert bad.dtype == "int4"
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of"):
         bad.fit(texts)
 
 
@@ -378,7 +378,7 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
     bad = runner.invoke(
         app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"]
     )
-    assert bad.exit_code == 2 and "dtype must be one of" in bad.output
+    assert bad.exit_code == 2 and "precision must be one of" in bad.output
 
 
 @needs_int8

@@ -4,8 +4,8 @@
 import re
 from pathlib import Path
 
-from spacy_elmo.bilm.engine.precisions import ALIASES, AUTO, PRECISIONS, dtype_help
-from spacy_elmo.runtime.validation import check_dtype
+from spacy_elmo.bilm.engine.precisions import ALIASES, AUTO, PRECISIONS, precision_help
+from spacy_elmo.runtime.validation import check_precision
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "precision.md"
 
@@ -25,8 +25,8 @@ def test_the_page_lists_every_precision_and_alias_of_the_table():
     assert documented_names() == {**{p.name: p.aliases for p in PRECISIONS}, AUTO: ()}
 
 
-def test_the_dtype_help_lists_every_alias():
-    helped = dtype_help()
+def test_the_precision_help_lists_every_alias():
+    helped = precision_help()
     for p in PRECISIONS:
         listed = re.search(rf"\b{p.name} \(([^)]*)\)", helped)
         assert listed, (p.name, helped)
@@ -35,5 +35,5 @@ def test_the_dtype_help_lists_every_alias():
 
 def test_each_documented_spelling_names_its_precision():
     for name, also in documented_names().items():
-        assert {check_dtype(spelling) for spelling in (name, *also)} == {name}
+        assert {check_precision(spelling) for spelling in (name, *also)} == {name}
     assert set(ALIASES) == {alias for also in documented_names().values() for alias in also}

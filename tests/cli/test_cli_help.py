@@ -136,7 +136,7 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["embed", "in.txt", "."], "cannot write .: it is a directory"),
         (["embed", "in.txt", "out.h5", "--top", "--average"], "choose one of --all, --top and --average"),
         (["embed", "in.txt", "out.h5", "--scheduler", "local:0"], "expected local:N with N >= 1"),
-        (["embed", "in.txt", "out.h5", "--dtype", "int4"], "dtype must be one of ['bfloat16', 'float16'"),
+        (["embed", "in.txt", "out.h5", "--dtype", "int4"], "precision must be one of ['bfloat16', 'float16'"),
         (["embed", "in.txt", "out.h5", "--batch-size", "0"], "batch_size=0: expected a positive integer"),
         (["evaluate", "default", "missing.txt"], "input file missing.txt does not exist"),
         (["adapt", "out", "--train", "missing.spacy", "--dev", "in.txt"], "input file missing.spacy does not exist"),

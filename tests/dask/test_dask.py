@@ -327,7 +327,7 @@ def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir
     embed_tokens(bag, model=fixture_dir)
     with pytest.raises(ValueError, match="this model has 3 layers"):  # the parameters are still checked here
         embed_texts(bag, model=fixture_dir, layers=5, lengths=False)
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(ValueError, match="precision"):
         embed_tokens(bag, model=fixture_dir, dtype="float8")
     # layers="all": every layer side by side, the width the vectorizer's feature names count, from the options
     wide = embed_texts(bag, model=fixture_dir, layers="all", pooling="mean+max", lengths=False)

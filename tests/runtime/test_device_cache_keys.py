@@ -68,5 +68,5 @@ def test_float16_that_overflows_is_refused_not_handed_out(tmp_path, fixture_sent
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # float16 is emulated on most CPUs: the backend says so once per process
         backend = load_bilm(folder, dtype="float16", cache_mb=0)
-    with pytest.raises(FloatingPointError, match=r"dtype='float16' overflowed .* no cell clip"):
+    with pytest.raises(FloatingPointError, match=r"precision='float16' overflowed .* no cell clip"):
         backend.embed(fixture_sentences[:3])

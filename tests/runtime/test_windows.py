@@ -202,12 +202,14 @@ def test_positive_int_takes_numpy_integers():
     assert positive_int(np.int64(3), "n") == 3 and type(positive_int(np.int64(3), "n")) is int
 
 
-def test_check_dtype_names_the_precision_asked_for():
+def test_check_precision_names_the_precision_asked_for():
     import torch
 
-    from spacy_elmo.runtime.validation import check_dtype
+    from spacy_elmo.runtime.validation import check_precision
 
-    assert [check_dtype(d) for d in (None, "half", "bf16", "float", "qint8", "auto", torch.int8, torch.bfloat16)] == [
+    assert [
+        check_precision(d) for d in (None, "half", "bf16", "float", "qint8", "auto", torch.int8, torch.bfloat16)
+    ] == [
         "float32",
         "float16",
         "bfloat16",
@@ -218,8 +220,8 @@ def test_check_dtype_names_the_precision_asked_for():
         "bfloat16",
     ]
     for bad in ("int4", torch.float64, 3):
-        with pytest.raises(ValueError, match=r"dtype must be one of \['bfloat16', 'float16', 'float32', 'int8', "):
-            check_dtype(bad)
+        with pytest.raises(ValueError, match=r"precision must be one of \['bfloat16', 'float16', 'float32', 'int8', "):
+            check_precision(bad)
 
 
 def test_optional_windows_checks_what_check_window_config_checks():

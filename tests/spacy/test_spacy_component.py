@@ -442,7 +442,7 @@ def test_component_settings_are_checked_and_kept_in_plain_types(fixture_dir, nlp
     for bad, match in (
         ({"batch_size": None}, "batch_size=None: expected a positive integer"),
         ({"device": "gpu"}, "device='gpu' is not a torch device"),
-        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"dtype": "int4"}, "precision must be one of"),
         ({"max_length": 8, "window_overlap": 8}, "window_overlap=8"),
     ):
         with pytest.raises(ValueError, match=match):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..threads import ForkSafeLock
+from .precisions import of_dtype
 from .step_loop import LayerSpec, LayerSteps
 
 M = TypeVar("M", bound=nn.Module)
@@ -80,8 +81,9 @@ class Target:
 
     @property
     def precision(self) -> str:
-        """What results here approximate: ``"int8"``, or the dtype's name (``"float32"``, ``"bfloat16"``...)."""
-        return "int8" if self.int8 else str(self.dtype).replace("torch.", "")
+        """What results here approximate: the name of its precision's row (``"float32"``, ``"bfloat16"``,
+        ``"int8"``...)."""
+        return of_dtype(self.dtype, self.int8).name
 
 
 class Engine(ABC):

@@ -16,10 +16,9 @@ chosen there and then.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import warnings
-from typing import Optional, TypeVar
+from typing import Optional, TypeVar, Union, cast
 
 import torch
 from torch import nn
@@ -28,23 +27,21 @@ from .. import cpu_support
 from ..threads import ForkSafeLock
 from .base import Engine, Target, state_of
 from .plain import PlainEngine
-from .precisions import PRECISIONS, auto_precision
+from .precisions import PRECISIONS, Precision, auto_precision, of_dtype
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger: the emulated-precision line is the user's
 
 
-def _engine_class(path: str) -> type[Engine]:
-    """The engine class a row of the precision table names: ``"onednn.Bf16Engine"``, class Bf16Engine of
-    ``bilm/engine/onednn.py``."""
-    module, _, name = path.rpartition(".")
-    found = getattr(importlib.import_module(f"{__package__}.{module}"), name)
-    if not (isinstance(found, type) and issubclass(found, Engine)):
-        raise TypeError(f"the precision table names {path}, which is no Engine of bilm/engine")
-    return found
+def _engines_of(row: Precision) -> tuple[type[Engine], ...]:
+    """The engine classes ``row`` names, each checked to be an :class:`~.base.Engine`."""
+    for cls, path in zip(row.engine_classes(), row.engines):
+        if not issubclass(cls, Engine):
+            raise TypeError(f"the precision table names {path}, which is no Engine of bilm/engine")
+    return cast(tuple[type[Engine], ...], row.engine_classes())
 
 
 # every engine, in the order they are asked: the first that serves a target runs it; the plain engine serves all
-ENGINES: tuple[type[Engine], ...] = (*(_engine_class(path) for p in PRECISIONS for path in p.engines), PlainEngine)
+ENGINES: tuple[type[Engine], ...] = (*(cls for p in PRECISIONS for cls in _engines_of(p)), PlainEngine)
 M = TypeVar("M", bound=nn.Module)
 _lock = ForkSafeLock()
 
@@ -82,32 +79,39 @@ def prepare(model: M, device: torch.device, dtype: torch.dtype, keep_float32: bo
     return model
 
 
-def slow_precision_reason(dtype: torch.dtype, device: torch.device) -> Optional[str]:
-    """Why ``dtype`` would run emulated (slower than float32) on ``device``, with what to pick instead, or None: its
-    row's probe (:attr:`.precisions.Precision.native`, a fact of :mod:`..cpu_support`) says this CPU has no native
-    kernels for it."""
-    name = str(dtype).replace("torch.", "")
-    row = next((p for p in PRECISIONS if p.torch_name == name), None)
-    if device.type != "cpu" or row is None or row.native is None or getattr(cpu_support, row.native)():
-        return None
-    return row.emulated.format(flags=cpu_support.isa_flags(), aten=cpu_support.aten_capability())
+def slow_precision_reason(precision: Union[Precision, torch.dtype], device: torch.device) -> Optional[str]:
+    """Why ``precision`` (a row, or its torch dtype) would run emulated (slower than float32) on ``device``, with what
+    to pick instead, or None: its row's probe (:meth:`.precisions.Precision.emulated_reason`)."""
+    row = precision if isinstance(precision, Precision) else of_dtype(precision)
+    return row.emulated_reason(device.type)
 
 
 _warned: dict[str, bool] = {}
 
 
-def warn_if_slow(dtype: torch.dtype, device: torch.device, stacklevel: int = 3) -> None:
-    """Warn once per process and precision (:class:`..cpu_support.SlowPrecisionWarning`) when ``dtype`` runs emulated
-    on ``device``."""
-    reason = slow_precision_reason(dtype, device)
-    if reason is None or _warned.get(str(dtype)):
+def warn_if_slow(precision: Union[Precision, torch.dtype], device: torch.device, stacklevel: int = 3) -> None:
+    """Warn once per process and precision (:class:`..cpu_support.SlowPrecisionWarning`) when ``precision`` (a row,
+    or its torch dtype) runs emulated on ``device``."""
+    row = precision if isinstance(precision, Precision) else of_dtype(precision)
+    reason = row.emulated_reason(device.type)
+    if reason is None or _warned.get(row.name):
         return
-    _warned[str(dtype)] = True
+    _warned[row.name] = True
     logger.info(reason)
     warnings.warn(reason, cpu_support.SlowPrecisionWarning, stacklevel=stacklevel)
 
 
+def precision_support() -> dict[str, str]:
+    """What this CPU does with each precision of the table, in its order, for ``spacy-elmo info``: the kernels its
+    engines chose where they choose (by their own label, "float32 kernels"), else native or emulated by its row's
+    probe (by its name)."""
+    support: dict[str, str] = {}
+    for row in PRECISIONS:
+        chosen = {key: value for cls in _engines_of(row) for key, value in cls.choices().items()}
+        support.update(chosen or {row.name: row.support()})
+    return support
+
+
 def summary() -> dict[str, object]:
     """What this process runs natively and which kernels each family chose, for ``spacy-elmo info`` and bug reports."""
-    chosen = {key: value for engine in ENGINES for key, value in engine.choices().items()}
-    return {**cpu_support.facts(), **chosen, "auto (cpu)": auto_precision("cpu")}
+    return {**cpu_support.facts(), **precision_support(), "auto (cpu)": auto_precision("cpu")}
