@@ -55,7 +55,7 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
             "DEFAULT_MAX_LENGTH",
             "DEFAULT_OVERLAP",
             "MAX_TOKENS_PER_CALL",
-            "DEFAULT_DTYPE",
+            "DEFAULT_PRECISION",
             "DEFAULT_LAYERS",
             "DEFAULT_GAMMA",
             "DEFAULT_MEMORY_MB",

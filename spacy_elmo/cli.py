@@ -15,7 +15,8 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from .bilm.engine.precisions import precision_help
 from .cli_errors import DEBUG_ENV, debug_from_env, passes_through, say_and_exit
 from .cli_errors import errors_exit_2 as _errors_exit_2
-from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
+from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION
+from .runtime.validation import precision_or_dtype
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -454,10 +455,8 @@ def embed(
     ),
     tokenizer: str = typer.Option("whitespace", help="whitespace (split on spaces) or spacy (spaCy's English rules)"),
     device: Optional[str] = typer.Option(None, help="torch device, e.g. cuda or cuda:1 (default: CPU)"),
-    dtype: str = typer.Option(
-        DEFAULT_DTYPE,
-        help=precision_help(),
-    ),
+    precision: str = typer.Option(DEFAULT_PRECISION, "--precision", help=precision_help()),
+    dtype: Optional[str] = typer.Option(None, "--dtype", hidden=True, help="Deprecated: --precision"),
     use_sentence_keys: bool = typer.Option(
         False,
         "--use-sentence-keys",
@@ -488,7 +487,10 @@ def embed(
         _require_inputs(input_file)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
-        check_embed_arguments(output_file, dtype=dtype, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler)
+        precision = precision_or_dtype(precision, dtype, "spacy-elmo embed --dtype", default=DEFAULT_PRECISION)
+        check_embed_arguments(
+            output_file, dtype=precision, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler
+        )
         require_model(model)  # after the options: a model name may only be checked where it is found
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads
     from .bilm.threads import set_process_threads
@@ -501,7 +503,7 @@ def embed(
             input_file,
             output_file,
             device=device,
-            dtype=dtype,
+            dtype=precision,
             cluster=cluster,
             output_format=chosen[0] if chosen else "all",
             batch_size=batch_size,

@@ -65,7 +65,7 @@ def embed_texts(
     ``(0, features)`` array.
 
     ``model`` and the settings ``layers``, ``pooling``, ``norm``, ``tokenizer``, ``batch_size``, ``device``,
-    ``dtype``, ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults
+    ``precision``, ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults
     (declared once in ``spacy_elmo.runtime.front_settings``; a callable tokenizer is pickled into the graph).
     ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
     ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
@@ -131,21 +131,21 @@ def _token_partition(
 
 
 def _worker_backend(model: PathLike, settings: FrontSettings, cache_dir: Optional[PathLike]) -> ElmoBackend:
-    return load_bilm(model, device=settings.device, dtype=settings.dtype, cache_dir=cache_dir)
+    return load_bilm(model, device=settings.device, precision=settings.precision, cache_dir=cache_dir)
 
 
 # -- on the client ------------------------------------------------------------------------------
 
 
 def _client_settings(model: PathLike, settings: FrontSettings) -> tuple[PathLike, FrontSettings]:
-    """The model as a plain string and the settings as the graph carries them: ``dtype="auto"`` on a CPU chosen
+    """The model as a plain string and the settings as the graph carries them: ``precision="auto"`` on a CPU chosen
     once, here (workers on other CPUs must not each pick their own; for a GPU, each worker resolves it where the GPU
     is); no progress bar in the partitions."""
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model={model!r}: expected 'default' or a path to an ELMo directory")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    if settings.dtype == AUTO and _on_cpu(settings.device):
-        settings = dataclasses.replace(settings, dtype=resolve_precision(settings.dtype, settings.device).name)
+    if settings.precision == AUTO and _on_cpu(settings.device):
+        settings = dataclasses.replace(settings, precision=resolve_precision(settings.precision, settings.device).name)
     # no bar of the vectorizer's per partition: Dask says its own progress (its dashboard, dask.diagnostics)
     return model, dataclasses.replace(settings, verbose=0)
 
@@ -155,7 +155,9 @@ def _checked_width(model: PathLike, settings: FrontSettings) -> int:
     every setting checked against it."""
     n_layers, dim = model_shape(*resolve_model_files(model))
     if _on_cpu(settings.device):  # a GPU is the workers': only its spelling was checked
-        resolve_precision(settings.dtype, resolve_device(settings.device))  # what load_bilm would refuse, named here
+        resolve_precision(
+            settings.precision, resolve_device(settings.device)
+        )  # what load_bilm would refuse, named here
     return settings.width(n_layers, dim)
 
 

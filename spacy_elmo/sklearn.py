@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -17,6 +19,7 @@ from .runtime.pooling import pooling_parts
 from .runtime.stored_layers import is_doc
 from .runtime.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
 from .runtime.tokenize import TokenizerSpec
+from .runtime.validation import DEPRECATED, DTYPE_REMOVED_IN, precision_or_dtype
 from .sources.model_paths import model_shape, resolve_model_files
 from .sources.pinned_model import PinnedModel
 
@@ -63,10 +66,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         A tqdm progress bar on stderr over the texts being embedded in ``transform``: None shows one only where
         stderr is a terminal and the work takes more than a few seconds (never in logs, pipes or tests); 0 or
         False never, as scikit-learn's estimators say nothing at 0; 1 or True always, from the first batch on.
-    dtype : str or None, default=None
+    precision : str or None, default=None
         The biLM's precision, as :func:`spacy_elmo.load_bilm` takes it: None/"float32" (exact),
         "bfloat16", "float16", "int8" (faster on CPU, approximate; docs/precision.md), or "auto"
-        (the fastest that holds its error bound on every input: float32; ``model_fingerprint_`` names the choice).
+        (the fastest that holds its error bound on every input: float32; ``precision_`` names the choice).
     norm : {"l2", "l1"} or None, default=None
         Each output row scaled to unit norm after pooling, as ``TfidfVectorizer``'s ``norm`` scales its rows
         (``sklearn.preprocessing.normalize``): ``"l2"``, the sum of squares is 1; ``"l1"``, the sum of absolute
@@ -74,6 +77,10 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         norm over every layer's block, not one per block). A row of zeros (a text with no tokens) stays zeros.
         None: the pooled rows as they are. With TF-IDF in a ``FeatureUnion``, ``"l2"`` puts both blocks on one
         scale (docs/sklearn.md).
+    dtype : str, default="deprecated"
+        Deprecated since 0.3.0 (removed in 0.4.0): the name ``precision`` had up to 0.2.0, taken with a
+        ``FutureWarning`` (in scikit-learn's words a vectorizer's ``dtype`` is its output's type; the rows are
+        float32).
 
     Notes
     -----
@@ -91,8 +98,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         The backend's fingerprint (hash of options and weights, and the precision) seen by ``fit``. For a bundled
         model, ``transform`` keeps using the bundled version it names (``"default-v1"``) after ``"default"``
         names a newer one (a clear error if this spacy-elmo no longer bundles it).
-    dtype_ : str
-        The precision ``fit`` loaded the biLM in ("float32", "int8", ...; what ``dtype="auto"`` chose).
+    precision_ : str
+        The precision ``fit`` loaded the biLM in ("float32", "int8", ...; what ``precision="auto"`` chose).
+        (``dtype_``, its name up to 0.2.0, is deprecated.)
     layer_weights_ : ndarray of shape (n_layers + 1,) or None
         The normalised layer weights that ``layers`` resolves to (None for ``layers="all"``: no mix).
     model_pin_ : spacy_elmo.sources.pinned_model.PinnedModel
@@ -105,6 +113,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
     def __init__(
         self,
         model: PathLike = "default",
+        *,
         layers: LayerMix = DEFAULTS.layers,
         pooling: str = DEFAULTS.pooling,
         batch_size: Optional[int] = DEFAULTS.batch_size,
@@ -113,8 +122,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         max_length: Optional[int] = DEFAULTS.max_length,
         window_overlap: int = DEFAULTS.window_overlap,
         verbose: Optional[Union[bool, int]] = DEFAULTS.verbose,
-        dtype: Optional[str] = DEFAULTS.dtype,
+        precision: Optional[str] = DEFAULTS.precision,
         norm: Optional[str] = DEFAULTS.norm,
+        dtype: Optional[str] = DEPRECATED,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -125,8 +135,9 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         self.max_length = max_length
         self.window_overlap = window_overlap
         self.verbose = verbose
-        self.dtype = dtype
+        self.precision = precision
         self.norm = norm
+        self.dtype = dtype
 
     # -- scikit-learn API ------------------------------------------------------------------
 
@@ -178,14 +189,16 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         """The parameters as the shared settings, checked (``TypeError``/``ValueError`` names a bad one)."""
         if not isinstance(self.model, (str, os.PathLike)):
             raise TypeError(f"model={self.model!r}: expected 'default' or a path to an ELMo directory")
-        return FrontSettings.of(self, VECTORIZER_SETTINGS).checked()
+        settings = FrontSettings.of(self, VECTORIZER_SETTINGS)
+        precision = precision_or_dtype(self.precision, self.dtype, self._where(), stacklevel=4)
+        return dataclasses.replace(settings, precision=precision).checked()
 
     def _load(self, model: PathLike, settings: FrontSettings) -> ElmoBackend:
         """The shared backend of ``model``, the files checked against it (the process keeps one backend per files,
         size and mtime: files rewritten without a new size or mtime would leave it holding other weights than the
         files it names). ``layers`` is checked against its layers where they are used: ``fit``'s layer weights,
         ``transform``'s width (``pooled_matrix``)."""
-        backend = load_bilm(model, device=settings.device, dtype=settings.dtype)  # a bad dtype: ValueError naming it
+        backend = load_bilm(model, device=settings.device, precision=settings.precision)  # bad: a ValueError
         PinnedModel(os.fspath(model), backend.files_fingerprint).check_files(
             backend.options_path,
             backend.weights_path,
@@ -226,7 +239,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         backend = self._load(self.model, settings)
         weights = None if settings.layers == ALL else layer_weights(settings.layers, backend.n_layers + 1)
         self.model_fingerprint_ = backend.fingerprint
-        self.dtype_ = backend.precision.name
+        self.precision_ = backend.precision.name
         self.layer_weights_ = weights
         self.model_pin_ = PinnedModel(
             os.fspath(self.model), backend.files_fingerprint, backend.fingerprint, saved_by=__version__
@@ -242,6 +255,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         pin = self._pin_in_force()
         if pin is None:
             return self.model
+        precision = precision_or_dtype(self.precision, self.dtype, self._where(), warn=False)  # (said by _settings)
         return pin.resolve(
             "this ElmoVectorizer was fitted",
             self._where(),
@@ -250,15 +264,32 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
             "set_params(STEP__model=FOLDER))",
             redo="fit the vectorizer and the estimators after it again on this version's default",
             done="fitted",
-            still_current=lambda: load_bilm(self.model, device=self.device, dtype=self.dtype).files_fingerprint,
+            still_current=lambda: load_bilm(self.model, device=self.device, precision=precision).files_fingerprint,
         )
+
+    @property
+    def dtype_(self) -> str:
+        """Deprecated since 0.3.0 (removed in 0.4.0): ``precision_``."""
+        warnings.warn(
+            f"ElmoVectorizer.dtype_ is deprecated since 0.3.0 and will be removed in {DTYPE_REMOVED_IN}; use "
+            "precision_",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return str(self.precision_)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle; a vectorizer fitted by an earlier spacy-elmo (``model_fingerprint_`` but no ``model_pin_``) gets
         the pin its fingerprint makes, and its cached resolution (``_resolved_model``) is dropped; one pickled before
-        ``norm`` existed gets ``norm=None``, the rows it gave then."""
+        ``norm`` existed gets ``norm=None``, the rows it gave then; one pickled before ``precision`` existed (0.2.0:
+        ``dtype``) gets its ``dtype`` as ``precision``, and ``dtype`` back at its default."""
         state = dict(state)
         state.setdefault("norm", DEFAULTS.norm)
+        if "precision" not in state:
+            state["precision"] = state.pop("dtype", DEFAULTS.precision)
+            state["dtype"] = DEPRECATED
+            if "dtype_" in state:
+                state["precision_"] = state.pop("dtype_")
         state.pop("_resolved_model", None)
         if "model_fingerprint_" in state and "model_pin_" not in state:
             model = state.get("model", "default")

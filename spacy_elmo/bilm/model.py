@@ -48,8 +48,8 @@ def _check_weights_kept(module: nn.Module) -> None:
     """The reference path needs the float32 weights: refuse clearly where int8 released them."""
     if any(p.is_meta for p in module.parameters()):
         raise RuntimeError(
-            "this biLM was loaded with dtype='int8', which keeps only int8 weights for inference: gradients and "
-            "training need the float32 model (load_bilm(..., dtype='float32'), or load_model())"
+            "this biLM was loaded with precision='int8', which keeps only int8 weights for inference: gradients and "
+            "training need the float32 model (load_bilm(..., precision='float32'), or load_model())"
         )
 
 

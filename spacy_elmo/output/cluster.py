@@ -206,7 +206,7 @@ def _sentence_chunk(
     fingerprint: str,
 ) -> list[np.ndarray]:
     """All layers of token sequences for ``embed_file`` on a worker, checked to come from the client's model."""
-    backend = load_bilm(model, device=device, dtype=dtype)
+    backend = load_bilm(model, device=device, precision=dtype)
     if backend.fingerprint != fingerprint:
         raise ValueError(
             f"the model {model!r} on this worker ({backend.weights_path}) is not the one the client loaded "

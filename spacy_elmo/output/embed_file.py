@@ -144,7 +144,7 @@ def embed_model_file(
     from ..runtime.backend import load_bilm
 
     resolve_tokenizer(tokenizer)
-    backend = load_bilm(model, device=device, dtype=dtype)
+    backend = load_bilm(model, device=device, precision=dtype)
     chosen_dtype = backend.precision.name
     on_cluster = None if cluster is None else cluster(model, device, chosen_dtype, batch_size, backend.fingerprint)
     with on_cluster or contextlib.nullcontext() as embed_chunks:  # (no cluster: embed_chunks None, computed here)

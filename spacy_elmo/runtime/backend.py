@@ -23,12 +23,19 @@ from ..bilm.weights import WeightFileError, load_model
 from ..sources.download import cache_advice
 from ..sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
-from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
+from .settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_PRECISION,
+    DEFAULT_TOKEN_BUDGET,
+    DEFAULT_TOKEN_CACHE,
+)
 from .validation import (
     disk_mb,
     integer_in,
     memory_mb,
     positive_int,
+    precision_or_dtype,
     resolve_device,
     validate_sentences,
 )
@@ -310,16 +317,17 @@ def load_bilm(
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
     device: Union[str, torch.device, None] = None,
-    dtype: Union[str, torch.dtype, None] = None,
+    precision: PrecisionLike = None,
     cache_mb: Optional[float] = None,
     cache_dir: Union[bool, PathLike, None] = None,
     disk_cache_mb: Optional[float] = None,
     token_cache_size: Optional[int] = None,
+    dtype: PrecisionLike = None,
 ) -> ElmoBackend:
     """Load (once per process) the ELMo model in ``model`` (a directory, ``"default"`` or a bundled version's name
     such as ``"default-v1"``, a published name, an archive or URL).
 
-    The same resolved files, device and dtype always give the same :class:`ElmoBackend` object,
+    The same resolved files, device and precision always give the same :class:`ElmoBackend` object,
     so every spaCy component and scikit-learn transformer shares one model and one cache. The
     cache arguments (see :meth:`ElmoBackend.configure_cache`) reconfigure that shared object;
     ``None`` keeps its settings (defaults: 256 MiB in memory, a disk cache only when given or
@@ -328,17 +336,18 @@ def load_bilm(
     ``cache_mb`` is larger, up to this machine's memory (docs/sklearn.md). The default is not sized by the machine's
     memory: every process (a Dask worker, a scikit-learn ``n_jobs`` worker) holds its own cache.
 
-    ``dtype``: a precision's name in the precision table (:data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`):
-    ``None``/"float32" (exact) or a low precision ("bfloat16", "int8"...: approximate, docs/precision.md), or
-    "auto" (the fastest of them that holds its documented error bound on every input: float32, since no low
-    precision does on a trained model's repetitive input); ``backend.dtype`` says which was chosen, and it is part
-    of ``backend.fingerprint``.
+    ``precision``: a precision's name in the precision table (:data:`spacy_elmo.bilm.engine.precisions.PRECISIONS`,
+    or an alias, a torch dtype): ``None``/"float32" (exact) or a low precision ("bfloat16", "int8"...: approximate,
+    docs/precision.md), or "auto" (the fastest of them that holds its documented error bound on every input:
+    float32, since no low precision does on a trained model's repetitive input); ``backend.precision`` says which
+    was chosen (``backend.dtype``: its torch dtype), and it is part of ``backend.fingerprint``. ``dtype``: its name
+    up to 0.2.0, deprecated (``FutureWarning``).
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
     check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)  # before the model loads: said at once
     torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
     options_path, weights_path = resolve_model_files(model, options, weights)
-    row = resolve_precision(dtype, torch_device)
+    row = resolve_precision(precision_or_dtype(precision, dtype, "load_bilm"), torch_device)
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
     key = (str(options_path), str(weights_path), *stats, str(torch_device), row.name)
@@ -397,5 +406,5 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         logger.debug("kernels: %s engine, %s", lstm.name, lstm.describe())
 
 
-def _load_from_paths(options: str, weights: str, device: str, dtype: str = DEFAULT_DTYPE) -> ElmoBackend:
-    return load_bilm(options=options, weights=weights, device=device, dtype=dtype)
+def _load_from_paths(options: str, weights: str, device: str, precision: str = DEFAULT_PRECISION) -> ElmoBackend:
+    return load_bilm(options=options, weights=weights, device=device, precision=precision)

@@ -22,15 +22,15 @@ from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
 from .pooling import check_norm, check_pooling, pooled_dim
 from .settings import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_DTYPE,
     DEFAULT_GAMMA,
     DEFAULT_LAYERS,
     DEFAULT_MAX_LENGTH,
     DEFAULT_OVERLAP,
     DEFAULT_POOLING,
+    DEFAULT_PRECISION,
 )
 from .tokenize import TokenizerSpec, resolve_tokenizer
-from .validation import check_precision, optional_windows, positive_int, resolve_device
+from .validation import check_precision, optional_windows, positive_int, precision_or_dtype, resolve_device
 
 Settings = TypeVar("Settings", bound="FrontSettings")
 
@@ -48,7 +48,7 @@ class FrontSettings:
     max_length: longest biLM input in tokens, longer ones cut into overlapping windows; None: no windows.
     window_overlap: tokens shared by neighbouring windows.
     device: a torch device ("cuda:0"); None: the CPU (the spaCy component: thinc's current ops).
-    dtype: the biLM's precision ("float32", "bfloat16", "float16", "int8", "auto"); None: float32.
+    precision: the biLM's precision ("float32", "bfloat16", "float16", "int8", "auto"); None: float32.
     tokenizer: how strings are split: None (blank English spaCy), a spaCy language code, or a callable.
     verbose: a progress bar over the texts (the vectorizer's): None on a terminal when the work takes a while, 0
         never, 1 always (runtime/progress.py).
@@ -62,7 +62,7 @@ class FrontSettings:
     max_length: Optional[int] = DEFAULT_MAX_LENGTH
     window_overlap: int = DEFAULT_OVERLAP
     device: Optional[str] = None
-    dtype: Optional[str] = None
+    precision: Optional[str] = None
     tokenizer: TokenizerSpec = None
     verbose: Optional[Union[bool, int]] = None
 
@@ -83,9 +83,7 @@ class FrontSettings:
         max_length, overlap = optional_windows(self.max_length, self.window_overlap)
         if self.tokenizer is not None:  # a bad type is a TypeError, an unknown language code a ValueError
             resolve_tokenizer(self.tokenizer)
-        check_precision(
-            self.dtype
-        )  # the device is checked where the model loads (a client may send work to GPU workers)
+        check_precision(self.precision)  # the device is checked where the model loads (a client may send work to GPUs)
         return dataclasses.replace(
             self,
             layers=check_layer_spec(self.layers),
@@ -114,7 +112,7 @@ class ComponentSettings(FrontSettings):
     when the component is made (not when its model loads: a pipeline fails at ``add_pipe`` or ``spacy.load``)."""
 
     batch_size: int = DEFAULT_BATCH_SIZE
-    dtype: str = DEFAULT_DTYPE
+    precision: str = DEFAULT_PRECISION
 
     def checked(self: Settings) -> Settings:
         """:meth:`FrontSettings.checked`, a batch size that is a number, and the device: a ``ValueError`` for one this
@@ -141,17 +139,22 @@ VECTORIZER_SETTINGS = (
     "max_length",
     "window_overlap",
     "verbose",
-    "dtype",
+    "precision",
     "norm",
 )
 DASK_SETTINGS = tuple(name for name in VECTORIZER_SETTINGS if name != "verbose")  # embed_texts
 DASK_TOKEN_SETTINGS = tuple(name for name in DASK_SETTINGS if name not in ("pooling", "norm"))  # embed_tokens: no rows
-COMPONENT_SETTINGS = ("layers", "gamma", "batch_size", "max_length", "window_overlap", "device", "dtype")
+COMPONENT_SETTINGS = ("layers", "gamma", "batch_size", "max_length", "window_overlap", "device", "precision")
 
 
 def given_settings(settings: dict[str, Any], names: tuple[str, ...], where: str) -> FrontSettings:
     """:class:`FrontSettings` of keyword arguments that name settings among ``names`` (a front end that passes
     them on, such as ``spacy_elmo.dask``), checked; ``TypeError`` names one that is no setting of ``where``."""
+    if "dtype" in settings:  # the deprecated name of precision
+        settings = dict(settings)
+        settings["precision"] = precision_or_dtype(
+            settings.get("precision"), settings.pop("dtype"), where, stacklevel=4
+        )
     unknown = sorted(set(settings) - set(names))
     if unknown:
         raise TypeError(f"{where}() got an unexpected setting {unknown[0]!r}; its settings: {', '.join(names)}")

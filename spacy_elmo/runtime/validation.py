@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -66,6 +67,31 @@ def check_precision(value: PrecisionLike) -> str:
     dtypes, rows), "auto" included; else ``ValueError`` listing them (:func:`~spacy_elmo.bilm.engine.precisions.check`,
     torch-free)."""
     return check(value)
+
+
+# dtype=, the name the front ends gave the precision up to 0.2.0, taken with a FutureWarning until 0.4.0: in
+# scikit-learn's words a vectorizer's dtype is its output's type
+DEPRECATED = "deprecated"  # ElmoVectorizer's dtype default (scikit-learn's convention for a deprecated parameter)
+DTYPE_REMOVED_IN = "0.4.0"
+
+
+def precision_or_dtype(
+    precision: Any, dtype: Any, where: str, default: Any = None, stacklevel: int = 3, warn: bool = True
+) -> Any:
+    """The precision a front end was asked for: ``precision``, or ``dtype`` (the deprecated name, None or
+    :data:`DEPRECATED` when not given) with a ``FutureWarning``; a ``ValueError`` when both are given and differ."""
+    if dtype is None or (isinstance(dtype, str) and dtype == DEPRECATED):
+        return precision
+    if warn:  # (no warnings.catch_warnings to keep it quiet: leaving one resets Python's once-per-place registry)
+        warnings.warn(
+            f"{where}: dtype= is deprecated since 0.3.0 and will be removed in {DTYPE_REMOVED_IN}; use "
+            f"precision={dtype!r} (the biLM's precision: in scikit-learn's words a dtype is the output's type)",
+            FutureWarning,
+            stacklevel=stacklevel,
+        )
+    if precision is not None and precision != default and check_precision(precision) != check_precision(dtype):
+        raise ValueError(f"{where}: precision={precision!r} and dtype={dtype!r} (its deprecated name) disagree")
+    return dtype
 
 
 def resolve_device(

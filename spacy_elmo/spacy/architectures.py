@@ -72,10 +72,10 @@ class ElmoModelRef:
         """The resolved ``(options.json, weights)`` paths; ``WeightFileError`` names what is missing."""
         return resolve_model_files(self.path)
 
-    def load(self, device: Union[str, torch.device, None] = None, dtype: Optional[str] = None) -> ElmoBackend:
-        """The shared :class:`ElmoBackend` for this model on ``device`` in ``dtype`` (loaded once per process);
+    def load(self, device: Union[str, torch.device, None] = None, precision: Optional[str] = None) -> ElmoBackend:
+        """The shared :class:`ElmoBackend` for this model on ``device`` in ``precision`` (loaded once per process);
         ``device=None``: thinc's current ops' device (:func:`component_device`)."""
-        return load_bilm(self.path, device=component_device(device), dtype=dtype)
+        return load_bilm(self.path, device=component_device(device), precision=precision)
 
 
 @registry.misc("spacy_elmo.ElmoBiLM.v1")
@@ -192,7 +192,7 @@ def elmo_fine_tune_v1(
         with Adam, spaCy's default, the biLM's weights move by this fraction of the task layers' step.
     layers, gamma, dropout, l2_coef, anchor_gamma, upstream: as in ElmoScalarMix.v2 (dropout is on the ELMo
         vectors, as the paper's; no layer norm).
-    The biLM comes from the ``elmo`` component's model files (dtype "float32"); the shared backend other
+    The biLM comes from the ``elmo`` component's model files (precision "float32"); the shared backend other
     pipelines use is never changed. The trained arrays are saved with the pipeline.
     """
     mix = build_scalar_mix(

@@ -132,7 +132,7 @@ def _base_backend(model: Model) -> ElmoBackend:
     if backend.dtype != torch.float32:
         raise ValueError(
             f"ElmoFineTune trains the biLM in float32, but component {component.name!r} loads it as "
-            f'dtype={component.dtype!r}: set [components.{component.name}] dtype = "float32"'
+            f'precision={component.precision!r}: set [components.{component.name}] precision = "float32"'
         )
     return cast(ElmoBackend, backend)
 

@@ -30,7 +30,7 @@ from ..runtime.mix import LayerMix, mix_layers, mixed_width
 from ..runtime.progress import Progress
 from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
 from ..runtime.tokenize import is_whitespace
-from ..runtime.validation import positive_int
+from ..runtime.validation import positive_int, precision_or_dtype
 from ..runtime.windows import embed_segments
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef, as_model_ref
@@ -110,7 +110,8 @@ def make_elmo(
     set_vectors: bool,
     device: Optional[str],
     get_positions: PositionGetter,
-    dtype: str = DEFAULTS.dtype,  # a default, unlike the others: configs saved before this setting existed load
+    precision: str = DEFAULTS.precision,  # a default, unlike the others: configs saved before it existed load
+    dtype: Optional[str] = None,  # its name up to 0.2.0 (deprecated): configs saved then load, with a FutureWarning
 ) -> "ElmoComponent":
     """Create the ``elmo`` component (see :class:`ElmoComponent` for the arguments)."""
     return ElmoComponent(
@@ -126,6 +127,7 @@ def make_elmo(
         set_vectors=set_vectors,
         device=device,
         get_positions=get_positions,
+        precision=precision,
         dtype=dtype,
     )
 
@@ -149,9 +151,11 @@ class ElmoComponent(Pipe):
         the model loads: "cuda:N" under CupyOps (``spacy.require_gpu()``, ``spacy train --gpu-id N``), else the CPU.
     get_positions (callable | None): ``(doc, use_sentences) -> groups of token indices``, one group per
         biLM input before windowing; None: ``spacy_elmo.sentence_positions.v1`` (sentences, no whitespace).
-    dtype (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the fastest
-        that holds its error bound on every input, on the machine that runs the pipeline: float32 today;
+    precision (str): the biLM's precision: "float32" (exact), "bfloat16", "float16", "int8", or "auto" (the
+        fastest that holds its error bound on every input, on the machine that runs the pipeline: float32 today;
         docs/precision.md).
+    dtype (str | None): deprecated since 0.3.0 (removed in 0.4.0): the name ``precision`` had up to 0.2.0, taken
+        with a ``FutureWarning`` (a pipeline saved then has ``dtype`` in its config).
 
     Later components' ``spacy_elmo.ElmoScalarMix`` layers are linked to it (spaCy's listener
     mechanism): they take the model's shape from it and embed docs it has not annotated.
@@ -176,7 +180,8 @@ class ElmoComponent(Pipe):
         set_vectors: bool = True,
         device: Optional[str] = DEFAULTS.device,
         get_positions: Optional[PositionGetter] = None,
-        dtype: str = DEFAULTS.dtype,
+        precision: str = DEFAULTS.precision,
+        dtype: Optional[str] = None,
     ) -> None:
         install_extensions()
         self.vocab = vocab
@@ -184,7 +189,8 @@ class ElmoComponent(Pipe):
         self.model_ref = as_model_ref(model)
         # the settings it shares with the other front ends, as given, then checked and kept in plain types
         self.layers, self.gamma, self.batch_size = layers, gamma, batch_size
-        self.max_length, self.window_overlap, self.device, self.dtype = max_length, window_overlap, device, dtype
+        self.max_length, self.window_overlap, self.device = max_length, window_overlap, device
+        self.precision = precision_or_dtype(precision, dtype, f"the {name} component", default=DEFAULTS.precision)
         ComponentSettings.of(self, COMPONENT_SETTINGS).checked().set_on(self, COMPONENT_SETTINGS)
         if get_positions is not None and not callable(get_positions):
             raise TypeError(
@@ -208,7 +214,7 @@ class ElmoComponent(Pipe):
     def backend(self) -> ElmoBackend:
         """The shared biLM backend, loaded on first use (or by ``initialize``/``from_disk``)."""
         if self._backend is None:
-            backend = self.model_ref.load(self.device, self.dtype)
+            backend = self.model_ref.load(self.device, self.precision)
             if self._pin is not None:
                 check_saved_identity(self, backend, self._pin)
             mixed_width(self.layers, backend.n_layers + 1, backend.dim)  # a bad layer spec fails here, naming them

@@ -107,7 +107,7 @@ def errors(low):
     return (worst / np.max([np.abs(b).max(axis=(1, 2)) for b in exact], axis=0)).tolist()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    bf16 = load_bilm(fixture, dtype="bfloat16")
+    bf16 = load_bilm(fixture, precision="bfloat16")
     again = ElmoBackend(load_model(bf16.options_path, bf16.weights_path), bf16.options_path, bf16.weights_path,
                         torch.device("cpu"), torch.bfloat16)
 kernels = int8.int8_kernels()
@@ -116,8 +116,8 @@ print(json.dumps({
     "warnings": [(w.category.__name__, str(w.message)) for w in caught],
     "kernels": [[k.engine, k.reduce_range] for k in (kernels.many_rows, kernels.few_rows)],
     "saturating": {e: not int8._saturation_free(e) for e in int8.int8_engines()},
-    "auto": str(load_bilm(fixture, dtype="auto").dtype),
-    "int8": errors(load_bilm(fixture, dtype="int8").embed(sentences)), "bf16": errors(bf16.embed(sentences)),
+    "auto": str(load_bilm(fixture, precision="auto").dtype),
+    "int8": errors(load_bilm(fixture, precision="int8").embed(sentences)), "bf16": errors(bf16.embed(sentences)),
 }))
 """
 
@@ -166,7 +166,7 @@ def test_auto_never_picks_a_precision_that_can_be_silently_wrong(fixture_dir, mo
         monkeypatch.setattr(cpu_support, "vector_kernels", lambda fast=fast: fast)
         assert resolve_dtype("auto") is torch.float32
         assert auto_precision("cuda") == "float32"
-    auto = load_bilm(fixture_dir, dtype="auto")
+    auto = load_bilm(fixture_dir, precision="auto")
     assert auto is load_bilm(fixture_dir) and auto.dtype is torch.float32
     assert registry.summary()["auto (cpu)"] == "float32"
     with pytest.raises(ValueError, match=r"precision must be one of.*'auto'"):
@@ -194,9 +194,9 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
     assert loaded.dtype is chosen and loaded.fingerprint == component.backend.fingerprint
     assert doc._.elmo_model == component.backend.fingerprint
 
-    vectorizer = ElmoVectorizer(model=str(fixture_dir), dtype="auto", tokenizer=str.split).fit([["A", "bank"]])
+    vectorizer = ElmoVectorizer(model=str(fixture_dir), precision="auto", tokenizer=str.split).fit([["A", "bank"]])
     assert vectorizer.dtype == "auto" and vectorizer.dtype_ == name
-    assert vectorizer.model_fingerprint_ == load_bilm(fixture_dir, dtype=chosen).fingerprint
+    assert vectorizer.model_fingerprint_ == load_bilm(fixture_dir, precision=chosen).fingerprint
 
     text = tmp_path / "in.txt"
     text.write_text("The bank approved the loan .\n", encoding="utf-8")
@@ -206,7 +206,7 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "o.hdf5", "r") as f:
         np.testing.assert_array_equal(
-            f["0"][...], load_bilm(fixture_dir, dtype=chosen).embed([text.read_text().split()])[0]
+            f["0"][...], load_bilm(fixture_dir, precision=chosen).embed([text.read_text().split()])[0]
         )
 
 
@@ -290,7 +290,7 @@ def test_original_architecture_within_the_int8_bound(tmp_path):
         )
     ]
     exact = load_bilm(directory).embed(sentences)
-    int8 = load_bilm(directory, dtype="int8")
+    int8 = load_bilm(directory, precision="int8")
     errors = layer_errors(int8.embed(sentences), exact)
     print("original int8", errors, registry.summary())
     assert (errors > 0).all() and (errors < TOLERANCE["int8"]).all()

@@ -85,7 +85,7 @@ def test_float32_on_cuda_matches_the_cpu_with_original_size_weights(original_siz
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_low_precision_on_cuda_within_the_documented_bound(fixture_dir, fixture_sentences, backend, dtype):
-    low = load_bilm(fixture_dir, device="cuda", dtype=dtype, cache_mb=0)
+    low = load_bilm(fixture_dir, device="cuda", precision=dtype, cache_mb=0)
     errors = layer_errors(low.embed(fixture_sentences), backend.embed(fixture_sentences))
     print(dtype, errors)
     assert (errors > 0).all() and (errors < TOLERANCE[dtype]).all()
@@ -96,7 +96,7 @@ def test_low_precision_on_cuda_on_the_trained_model(dtype):
     """The bundled trained model (no cell clip) on ordinary sentences: the bound docs/precision.md states."""
     sentences = [s.split() for s in ORDINARY]
     exact_vectors = load_bilm("default", cache_mb=0).embed(sentences)
-    low = load_bilm("default", device="cuda", dtype=dtype, cache_mb=0).embed(sentences)
+    low = load_bilm("default", device="cuda", precision=dtype, cache_mb=0).embed(sentences)
     assert all(np.isfinite(v).all() for v in low)
     errors = sentence_errors(low, exact_vectors)
     print(dtype, f"median {np.median(errors):.4f} max {errors.max():.4f}")

@@ -240,9 +240,9 @@ def test_backend_embed_matches_plain_forward(backend, fixture_sentences):
 
 @pytest.mark.parametrize("dtype, tolerance", [pytest.param("float16", 2e-3, marks=needs_float16), ("bfloat16", 1e-2)])
 def test_half_precision_within_documented_tolerance(fixture_dir, fixture_sentences, backend, dtype, tolerance):
-    half = load_bilm(fixture_dir, dtype=dtype)
+    half = load_bilm(fixture_dir, precision=dtype)
     assert half is not backend and half.fingerprint != backend.fingerprint
-    assert half is load_bilm(fixture_dir, dtype=dtype)
+    assert half is load_bilm(fixture_dir, precision=dtype)
     ours = half.embed(fixture_sentences[:6])
     exact = backend.embed(fixture_sentences[:6])
     assert all(a.dtype == np.float32 for a in ours)
@@ -251,7 +251,7 @@ def test_half_precision_within_documented_tolerance(fixture_dir, fixture_sentenc
     print(f"{dtype}: max abs diff {worst:.3g} (activations up to {scale:.3g})")
     assert 0 < worst < tolerance * scale  # README: relative to the largest activation
     with pytest.raises(ValueError, match="precision must be one of"):
-        load_bilm(fixture_dir, dtype="int4")  # int8 is a precision since 0.2.0
+        load_bilm(fixture_dir, precision="int4")  # int8 is a precision since 0.2.0
 
 
 @pytest.mark.gpu
@@ -264,7 +264,7 @@ def test_cuda_embed_and_training_step(fixture_dir, fixture_sentences, backend):
     acts, _, _ = model(torch.as_tensor(batch_to_char_ids(fixture_sentences[:4])).cuda())
     acts.sum().backward()
     assert all(p.grad is not None for p in model.lstm.parameters())
-    half = load_bilm(fixture_dir, device="cuda", dtype="float16")
+    half = load_bilm(fixture_dir, device="cuda", precision="float16")
     assert len(half.embed(fixture_sentences[:4])) == 4
 
 

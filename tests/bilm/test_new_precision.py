@@ -130,10 +130,10 @@ assert "float64" in text.splitlines()[-2] or "float64" in text, text
 # the backend: its engine, its step products, its vectors and its fingerprint
 sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hello", "world"]]
 exact = spacy_elmo.load_bilm(str(fixture))
-backend = spacy_elmo.load_bilm(str(fixture), dtype="float64")
+backend = spacy_elmo.load_bilm(str(fixture), precision="float64")
 assert backend.dtype == torch.float64
-assert backend is spacy_elmo.load_bilm(str(fixture), dtype=torch.float64)
-assert backend is spacy_elmo.load_bilm(str(fixture), dtype="double")
+assert backend is spacy_elmo.load_bilm(str(fixture), precision=torch.float64)
+assert backend is spacy_elmo.load_bilm(str(fixture), precision="double")
 layers = backend.embed(sentences)
 assert type(engine.engine_of(backend.model.lstm)) is float64.Float64Engine
 assert float64.CALLS[0] > 0
@@ -180,4 +180,4 @@ def test_a_new_precision_is_one_row_and_one_engine_file(tmp_path, fixture_dir):
     assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stdout[-3000:] + ran.stderr[-6000:]
 
 
-PRECISION_KEY = "dtype"  # the component's setting
+PRECISION_KEY = "precision"  # the component's setting

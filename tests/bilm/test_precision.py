@@ -123,7 +123,7 @@ def sentences(fixture_dir):
 )
 def test_fixture_within_documented_tolerance(fixture_dir, backend, sentences, dtype, count_packs, monkeypatch):
     monkeypatch.setattr(onednn, "MIN_ELEMENTS", 0)  # the fixture's matrices are tiny: pack them anyway
-    low = load_bilm(fixture_dir, dtype=dtype)
+    low = load_bilm(fixture_dir, precision=dtype)
     low.clear_cache()
     ours, exact = low.embed(sentences), backend.embed(sentences)
     assert all(a.dtype == np.float32 and a.shape == b.shape for a, b in zip(ours, exact))
@@ -144,7 +144,7 @@ def test_random_small_model_within_documented_tolerance(tmp_path, seed, count_pa
     sentences = _random_batch(seed=seed, n=12, longest=20)
     exact = load_bilm(directory).embed(sentences)
     for dtype in ("bfloat16", "int8"):
-        errors = layer_errors(load_bilm(directory, dtype=dtype).embed(sentences), exact)
+        errors = layer_errors(load_bilm(directory, precision=dtype).embed(sentences), exact)
         print(dtype, errors)
         assert (errors > 0).all() and (errors < TOLERANCE[dtype]).all()
     assert count_packs["int8"] > 0
@@ -201,7 +201,7 @@ def trained_text_bound(dtype):
 def assert_trained_within_documented_bounds(dtype, sentences, reference):
     """``dtype`` on the bundled trained model within what docs/precision.md states for ordinary sentences; the
     precision ``dtype="auto"`` picks within its own bound."""
-    backend = load_bilm("default", dtype=dtype)
+    backend = load_bilm("default", precision=dtype)
     backend.clear_cache()  # computed now; the shared backend's cache settings stay as the process had them
     errors = sentence_errors(backend.embed(sentences), reference(sentences))
     print(dtype, f"median {np.median(errors):.4f} max {errors.max():.4f}")
@@ -228,10 +228,10 @@ def test_trained_model_on_wikitext_sentences(dtype, data_dir, trained_reference)
 def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
     names = ["float32", "bfloat16"] + (["float16"] if cpu_support.float16_products() else [])
     names += ["int8"] if int8.int8_available() else []
-    backends = [load_bilm(fixture_dir, dtype=name) for name in names]
+    backends = [load_bilm(fixture_dir, precision=name) for name in names]
     assert len({b.fingerprint for b in backends}) == len(names)
     assert len({id(b) for b in backends}) == len(names)
-    assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, dtype="float32").fingerprint
+    assert load_bilm(fixture_dir).fingerprint == load_bilm(fixture_dir, precision="float32").fingerprint
     assert resolve_dtype("int8") is torch.int8 and resolve_dtype(None) is torch.float32
     with pytest.raises(ValueError, match=r"precision must be one of.*'int4'"):
         resolve_dtype("int4")
@@ -240,7 +240,7 @@ def test_each_precision_has_its_own_backend_and_fingerprint(fixture_dir):
 @needs_int8
 def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_dir, sentences):
     """An int8 backend keeps the packed int8 weights, not a float32 copy beside them; what needs float32 says so."""
-    backend = load_bilm(fixture_dir, dtype="int8")
+    backend = load_bilm(fixture_dir, precision="int8")
     assert backend.dtype is torch.int8
     cells = list(backend.model.lstm.forward_layers) + list(backend.model.lstm.backward_layers)
     released = [w for cell in cells for w in (cell.input_weight, cell.state_weight, cell.projection)]
@@ -257,7 +257,7 @@ def test_int8_backend_holds_int8_weights_only_and_refuses_other_devices(fixture_
     ids = torch.as_tensor(batch_to_char_ids([["A", "bank", "."]]))
     backend.model.lstm.forward_layers[0].bias.requires_grad_(True)
     try:
-        with pytest.raises(RuntimeError, match=r"dtype='int8'.*float32"):
+        with pytest.raises(RuntimeError, match=r"precision='int8'.*float32"):
             backend.model(ids)  # the reference (autograd) path needs the released float32 weights
     finally:
         backend.model.lstm.forward_layers[0].bias.requires_grad_(False)
@@ -278,7 +278,7 @@ def test_a_weight_that_cannot_be_packed_is_a_clear_error(fixture_dir, monkeypatc
 
     monkeypatch.setattr(int8, "make_pack", failing_once)
     files = (fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    with pytest.raises(RuntimeError, match=r"could not pack \w+\.\w+ \(\d+, \d+\).*dtype='float32'"):
+    with pytest.raises(RuntimeError, match=r"could not pack \w+\.\w+ \(\d+, \d+\).*precision='float32'"):
         ElmoBackend(load_model(*files), *files, torch.device("cpu"), torch.int8)
     assert len(calls) == 3
 
@@ -317,7 +317,7 @@ def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
 
     nlp = spacy.blank("en")
     component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int8"})
-    assert component.backend is load_bilm(fixture_dir, dtype="int8")
+    assert component.backend is load_bilm(fixture_dir, precision="int8")
     doc = nlp("The bank approved the loan .")
     assert doc._.elmo_layers.shape[1] == len(doc)
     assert nlp.config["components"]["elmo"]["dtype"] == "int8"
@@ -342,13 +342,13 @@ def test_vectorizer_passes_dtype(fixture_dir):
     from spacy_elmo import ElmoVectorizer
 
     texts = [["The", "bank", "approved", "the", "loan", "."], ["A", "river", "bank", "."]]
-    low = ElmoVectorizer(model=str(fixture_dir), dtype="int8", tokenizer=str.split)
+    low = ElmoVectorizer(model=str(fixture_dir), precision="int8", tokenizer=str.split)
     assert clone(low).get_params()["dtype"] == "int8"
     features = low.fit_transform(texts)
-    assert low.model_fingerprint_ == load_bilm(fixture_dir, dtype="int8").fingerprint
+    assert low.model_fingerprint_ == load_bilm(fixture_dir, precision="int8").fingerprint
     exact = ElmoVectorizer(model=str(fixture_dir), tokenizer=str.split).fit_transform(texts)
     assert features.dtype == np.float32 and 0 < np.abs(features - exact).max() < 0.1 * np.abs(exact).max()
-    bad = ElmoVectorizer(model=str(fixture_dir), dtype="int4")  # stored unchanged; checked in fit
+    bad = ElmoVectorizer(model=str(fixture_dir), precision="int4")  # stored unchanged; checked in fit
     assert bad.dtype == "int4"
     with pytest.raises(ValueError, match="precision must be one of"):
         bad.fit(texts)
@@ -373,7 +373,7 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
         stored = f["0"][...]
     assert stored.dtype == np.float32
     np.testing.assert_array_equal(
-        stored, load_bilm(fixture_dir, dtype="int8").embed([text.read_text().split("\n")[0].split()])[0]
+        stored, load_bilm(fixture_dir, precision="int8").embed([text.read_text().split("\n")[0].split()])[0]
     )
     bad = runner.invoke(
         app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"]

@@ -196,14 +196,14 @@ def test_float16_on_a_cpu_without_float16_products_is_refused_in_one_line(fixtur
     with pytest.raises(
         ValueError, match=r"precision='float16': this torch \(.+\) has no float16 products on the CPU"
     ) as err:
-        load_bilm(fixture_dir, dtype="float16")
+        load_bilm(fixture_dir, precision="float16")
     assert "\n" not in str(err.value) and "'bfloat16'" in str(err.value)
-    assert load_bilm(fixture_dir, dtype="bfloat16").dtype is torch.bfloat16  # the other precisions still load
+    assert load_bilm(fixture_dir, precision="bfloat16").dtype is torch.bfloat16  # the other precisions still load
 
 
 def test_float16_on_a_cpu_with_float16_products_loads(fixture_dir, monkeypatch):
     monkeypatch.setattr(cpu_support, "float16_products", lambda: True)
-    assert load_bilm(fixture_dir, dtype="float16").dtype is torch.float16
+    assert load_bilm(fixture_dir, precision="float16").dtype is torch.float16
 
 
 # -- train/network.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) --------------------

@@ -136,7 +136,7 @@ def test_embed_says_a_missing_input_file_in_one_line_without_importing_torch(tmp
         (["embed", "in.txt", "."], "cannot write .: it is a directory"),
         (["embed", "in.txt", "out.h5", "--top", "--average"], "choose one of --all, --top and --average"),
         (["embed", "in.txt", "out.h5", "--scheduler", "local:0"], "expected local:N with N >= 1"),
-        (["embed", "in.txt", "out.h5", "--dtype", "int4"], "precision must be one of ['bfloat16', 'float16'"),
+        (["embed", "in.txt", "out.h5", "--precision", "int4"], "precision must be one of ['bfloat16', 'float16'"),
         (["embed", "in.txt", "out.h5", "--batch-size", "0"], "batch_size=0: expected a positive integer"),
         (["evaluate", "default", "missing.txt"], "input file missing.txt does not exist"),
         (["adapt", "out", "--train", "missing.spacy", "--dev", "in.txt"], "input file missing.spacy does not exist"),
@@ -262,3 +262,15 @@ def test_plot_mix_says_a_folder_that_is_no_pipeline_in_one_line(tmp_path):
     result = CliRunner().invoke(app, ["plot-mix", str(tmp_path), str(tmp_path / "mix.png")])
     assert result.exit_code == 2 and "not a spaCy pipeline" in result.output, result.output
     assert not (tmp_path / "mix.png").exists()
+
+
+def test_embed_takes_precision_and_dtype_its_deprecated_name(tmp_path):
+    """``--precision`` is the option (its help lists every precision); ``--dtype``, its name up to 0.2.0, still works,
+    hidden from the help, with a FutureWarning, and is checked the same way."""
+    helped = CliRunner().invoke(app, ["embed", "--help"], env={"COLUMNS": "200"})
+    assert "--precision" in helped.output and "--dtype" not in helped.output
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    status, said, imported = run_command("embed", "in.txt", "out.h5", "--dtype", "int4", cwd=tmp_path)
+    assert status == 2 and "FutureWarning" in said and "use precision='int4'" in said, said
+    assert said.splitlines()[-1].startswith("error: precision must be one of ['bfloat16', 'float16'"), said
+    assert imported == [], imported

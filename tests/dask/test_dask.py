@@ -306,7 +306,7 @@ def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentenc
     )
     assert on_cluster.exit_code == 0, on_cluster.output
     with h5py.File(tmp_path / "bf16.hdf5", "r") as out:
-        assert out.attrs["model_fingerprint"] == load_bilm(fixture_dir, dtype="bfloat16").fingerprint
+        assert out.attrs["model_fingerprint"] == load_bilm(fixture_dir, precision="bfloat16").fingerprint
         assert out.attrs["model_fingerprint"] != load_bilm(fixture_dir).fingerprint
         exact = load_bilm(fixture_dir).embed(fixture_sentences)
         for i, layers in enumerate(exact):
@@ -328,7 +328,7 @@ def test_the_client_reads_the_width_from_the_options_never_the_model(fixture_dir
     with pytest.raises(ValueError, match="this model has 3 layers"):  # the parameters are still checked here
         embed_texts(bag, model=fixture_dir, layers=5, lengths=False)
     with pytest.raises(ValueError, match="precision"):
-        embed_tokens(bag, model=fixture_dir, dtype="float8")
+        embed_tokens(bag, model=fixture_dir, precision="float8")
     # layers="all": every layer side by side, the width the vectorizer's feature names count, from the options
     wide = embed_texts(bag, model=fixture_dir, layers="all", pooling="mean+max", lengths=False)
     assert wide.shape[1] == 2 * (backend.n_layers + 1) * backend.dim

@@ -26,8 +26,8 @@ def test_a_client_without_cuda_builds_work_for_cuda_workers(fixture_dir, dtype):
     """device="cuda" (and dtype="auto", which depends on the device) passes the client; the device is resolved
     where the task runs, so here, a CPU "worker", the task fails with the backend's own error."""
     bag = db.from_sequence(TEXTS, npartitions=2)
-    array = embed_texts(bag, model=fixture_dir, device="cuda", dtype=dtype)
-    records = embed_tokens(bag, model=fixture_dir, device="cuda:0", dtype=dtype)
+    array = embed_texts(bag, model=fixture_dir, device="cuda", precision=dtype)
+    records = embed_tokens(bag, model=fixture_dir, device="cuda:0", precision=dtype)
     assert array.shape == (len(TEXTS), 32)
     with dask.config.set(scheduler="synchronous"), pytest.raises(ValueError, match="CUDA is not available"):
         array.compute()
@@ -45,8 +45,8 @@ def test_the_cpu_and_its_auto_dtype_stay_checked_and_chosen_on_the_client(fixtur
     bag = db.from_sequence(TEXTS, npartitions=2)
     with pytest.raises(ValueError, match="layers"):  # every setting checked before any task runs
         embed_texts(bag, model=fixture_dir, device="cpu", layers=7)
-    array = embed_texts(bag, model=fixture_dir, device="cpu", dtype="auto")
+    array = embed_texts(bag, model=fixture_dir, device="cpu", precision="auto")
     with dask.config.set(scheduler="synchronous"):
         got = array.compute()
-    want = ElmoVectorizer(model=fixture_dir, device="cpu", dtype="float32").transform(TEXTS)
+    want = ElmoVectorizer(model=fixture_dir, device="cpu", precision="float32").transform(TEXTS)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

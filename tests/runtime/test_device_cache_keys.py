@@ -46,8 +46,8 @@ def test_a_cuda_backend_keys_bfloat16_apart_and_float32_together(fixture_dir):
 
     assert load_bilm(fixture_dir, device="cuda").fingerprint == load_bilm(fixture_dir).fingerprint
     assert (
-        load_bilm(fixture_dir, device="cuda", dtype="bfloat16").fingerprint
-        != load_bilm(fixture_dir, dtype="bfloat16").fingerprint
+        load_bilm(fixture_dir, device="cuda", precision="bfloat16").fingerprint
+        != load_bilm(fixture_dir, precision="bfloat16").fingerprint
     )
 
 
@@ -67,6 +67,6 @@ def test_float16_that_overflows_is_refused_not_handed_out(tmp_path, fixture_sent
     assert all(np.isfinite(a).all() for a in load_bilm(folder, cache_mb=0).embed(fixture_sentences[:3]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # float16 is emulated on most CPUs: the backend says so once per process
-        backend = load_bilm(folder, dtype="float16", cache_mb=0)
+        backend = load_bilm(folder, precision="float16", cache_mb=0)
     with pytest.raises(FloatingPointError, match=r"precision='float16' overflowed .* no cell clip"):
         backend.embed(fixture_sentences[:3])

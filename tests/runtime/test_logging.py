@@ -91,7 +91,7 @@ def _expected_int8_kernels() -> str:
 
 def test_debug_names_the_float32_kernels(model_copy, caplog):
     with caplog.at_level(logging.DEBUG, logger="spacy_elmo"):
-        load_bilm(model_copy, dtype="float32")
+        load_bilm(model_copy, precision="float32")
     assert any("precision float32" in m for m in messages(caplog, logging.INFO))
     kernels = [m for m in messages(caplog, logging.DEBUG) if m.startswith("kernels:")]
     assert kernels == [_expected_float32_kernels()]
@@ -105,7 +105,7 @@ def test_debug_names_the_int8_kernels(model_copy, caplog):
         pytest.skip("int8 needs fbgemm (x86 torch builds)")
     expected_int8 = _expected_int8_kernels()
     with caplog.at_level(logging.DEBUG, logger="spacy_elmo"):
-        load_bilm(model_copy, dtype="int8")
+        load_bilm(model_copy, precision="int8")
     assert any("precision int8" in m for m in messages(caplog, logging.INFO))
     (kernels,) = [m for m in messages(caplog, logging.DEBUG) if m.startswith("kernels:")]
     prefix = "kernels: int8 engine, int8 products, TorchScript LSTM time loop; this CPU: "

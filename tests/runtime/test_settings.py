@@ -20,7 +20,7 @@ SETTING_NAMES = {
     "window_overlap": "DEFAULT_OVERLAP",
     "overlap": "DEFAULT_OVERLAP",
     "max_tokens": "MAX_TOKENS_PER_CALL",
-    "dtype": "DEFAULT_DTYPE",
+    "precision": "DEFAULT_PRECISION",
     "layers": "DEFAULT_LAYERS",
     "gamma": "DEFAULT_GAMMA",
     "cache_mb": "DEFAULT_MEMORY_MB",
@@ -97,7 +97,7 @@ class Options:
     batch_size: int = 32
     gamma: float = DEFAULT_GAMMA
 
-def embed(texts, max_length=128, *, dtype="float32", layers=DEFAULT_LAYERS, overlap=None):
+def embed(texts, max_length=128, *, precision="float32", layers=DEFAULT_LAYERS, overlap=None):
     self.token_budget = 4096
     self.token_budget = DEFAULT_TOKEN_BUDGET
     self.max_mb = max(0, int(max_mb))
@@ -112,7 +112,7 @@ def train(max_length: int = _config_option("max_length"), token_budget: int = ty
     assert found == {
         ("Options", "batch_size", 32),
         ("embed", "max_length", 128),
-        ("embed", "dtype", "float32"),
+        ("embed", "precision", "float32"),
         ("", "token_budget", 4096),
         ("command", "batch_size", 64),
         ("command", "cache_mb", -1.0),
@@ -171,7 +171,7 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
 
     config = DEFAULT_CONFIG["elmo"]
     assert (config["batch_size"], config["max_length"], config["window_overlap"]) == (64, 128, 32)
-    assert (config["layers"], config["gamma"], config["dtype"]) == ("average", 1.0, "float32")
+    assert (config["layers"], config["gamma"], config["precision"]) == ("average", 1.0, "float32")
     component = spacy.blank("en").add_pipe("elmo")
     assert (component.batch_size, component.max_length, component.window_overlap) == (64, 128, 32)
     vectorizer = ElmoVectorizer()
@@ -269,15 +269,18 @@ def test_the_front_ends_signatures_agree_with_the_settings_spec():
     from spacy_elmo.runtime import front_settings as spec
     from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG, ElmoComponent, make_elmo
 
+    # dtype: precision's name up to 0.2.0, deprecated (a parameter of each, no setting)
     component_own = ("self", "vocab", "nlp", "name", "model", "use_sentences", "set_vectors", "get_positions")
     problems = {
         "ElmoVectorizer": disagreements(
-            ElmoVectorizer.__init__, spec.VECTORIZER_SETTINGS, spec.FrontSettings(), ("self", "model")
+            ElmoVectorizer.__init__, spec.VECTORIZER_SETTINGS, spec.FrontSettings(), ("self", "model", "dtype")
         ),
         "ElmoComponent": disagreements(
-            ElmoComponent.__init__, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, component_own
+            ElmoComponent.__init__, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, (*component_own, "dtype")
         ),
-        "make_elmo": disagreements(make_elmo, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, component_own),
+        "make_elmo": disagreements(
+            make_elmo, spec.COMPONENT_SETTINGS, spec.COMPONENT_DEFAULTS, (*component_own, "dtype")
+        ),
         "the config": sorted(set(DEFAULT_CONFIG["elmo"]) ^ {*spec.COMPONENT_SETTINGS, *component_own[5:], "model"}),
         # Dask passes the settings on (**settings): it spells none of them
         "embed_texts": disagreements(embed_texts, (), spec.FrontSettings(), ("texts", "model", "cache_dir", "lengths")),
@@ -351,7 +354,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         max_length=128,
         window_overlap=32,
         verbose=None,
-        dtype=None,
+        precision=None,
         norm=None,
         stride=2,
     ):
@@ -368,7 +371,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
         max_length=128,
         window_overlap=32,
         verbose=None,
-        dtype=None,
+        precision=None,
         norm=None,
     ):
         pass

@@ -884,3 +884,44 @@ def test_a_vectorizer_pickled_before_norm_existed_loads_and_gives_its_rows(fixtu
     assert restored.norm is None and restored.get_params() == est.get_params()
     np.testing.assert_array_equal(restored.transform(TEXTS), before)
     assert clone(restored).get_params()["norm"] is None
+
+
+# -- precision=, and dtype= (its name up to 0.2.0, deprecated) ----------------------------------------------------
+
+PICKLES = Path(__file__).resolve().parents[1] / "fixtures" / "sklearn_pickles"
+
+
+def test_precision_is_the_parameter_and_dtype_its_deprecated_name(fixture_dir):
+    """``precision=`` names the biLM's precision; ``dtype=`` (0.2.0's name; a vectorizer's dtype is its output's type
+    in scikit-learn's words) still works, with a FutureWarning, and gives the same rows; the parameters after
+    ``model`` are keyword-only, as scikit-learn's text vectorizers' are."""
+    est = ElmoVectorizer(model=str(fixture_dir), precision="float32")
+    rows = est.fit_transform(TEXTS)
+    assert est.precision_ == "float32" and est.get_params()["precision"] == "float32"
+    assert est.get_params()["dtype"] == "deprecated"
+    old = ElmoVectorizer(model=str(fixture_dir), dtype="float32")
+    with pytest.warns(FutureWarning, match=r"dtype= is deprecated .* use precision='float32'"):
+        np.testing.assert_array_equal(old.fit_transform(TEXTS), rows)
+    with pytest.warns(FutureWarning, match="dtype_ is deprecated"):
+        assert old.dtype_ == "float32"
+    assert clone(old).get_params() == old.get_params()  # clone keeps the parameter as given
+    with pytest.raises(ValueError, match="disagree"), pytest.warns(FutureWarning):
+        ElmoVectorizer(model=str(fixture_dir), precision="int8", dtype="float32").fit(TEXTS)
+    with pytest.raises(TypeError):
+        ElmoVectorizer(str(fixture_dir), "average")  # layers=... is keyword-only
+    assert ElmoVectorizer(model=str(fixture_dir)).set_params(precision="auto").fit(TEXTS).precision_ == "float32"
+
+
+def test_vectorizers_pickled_by_0_2_0_load_and_give_their_rows():
+    """Vectorizers spacy-elmo 0.2.0 fitted and pickled (``dtype`` and ``dtype_`` in their state, no ``precision``;
+    tests/fixtures/sklearn_pickles, made by that version) load with their ``dtype`` as ``precision`` and give the
+    rows they gave then, with no warning."""
+    pickled = pickle.loads((PICKLES / "vectorizers-0.2.0.pkl").read_bytes())
+    rows = np.load(PICKLES / "vectorizers-0.2.0-rows.npz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        for key, precision in (("plain", None), ("auto", "auto")):
+            est = pickled[key]
+            assert est.precision == precision and est.dtype == "deprecated" and est.precision_ == "float32"
+            assert_recomputed_close(est.transform(pickled["texts"]), rows[key])
+            assert clone(est).get_params() == est.get_params()

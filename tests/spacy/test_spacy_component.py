@@ -438,11 +438,11 @@ def test_component_settings_are_checked_and_kept_in_plain_types(fixture_dir, nlp
     )
     kept = [component.layers, component.gamma, component.batch_size, component.max_length, component.window_overlap]
     assert kept == [1, 0.5, 8, 16, 4] and [type(value) for value in kept] == [int, float, int, int, int]
-    assert component.device is None and component.dtype == "float32"
+    assert component.device is None and component.precision == "float32"
     for bad, match in (
         ({"batch_size": None}, "batch_size=None: expected a positive integer"),
         ({"device": "gpu"}, "device='gpu' is not a torch device"),
-        ({"dtype": "int4"}, "precision must be one of"),
+        ({"precision": "int4"}, "precision must be one of"),
         ({"max_length": 8, "window_overlap": 8}, "window_overlap=8"),
     ):
         with pytest.raises(ValueError, match=match):
@@ -483,3 +483,30 @@ def test_all_layers_side_by_side_on_the_doc(fixture_dir, backend):
     np.testing.assert_array_equal(doc[1]._.elmo, np.concatenate([layers[k, 1] for k in range(backend.n_layers + 1)]))
     assert doc._.elmo_mix["layers"] == "all" and doc.vector.shape == ((backend.n_layers + 1) * backend.dim,)
     np.testing.assert_array_equal(doc.tensor, doc._.elmo)  # the component's own mix equals the getter's
+
+
+def test_dtype_in_a_config_is_the_deprecated_name_of_precision(fixture_dir, tmp_path):
+    """``precision`` names the biLM's precision in the component's config; ``dtype``, its name up to 0.2.0 (a pipeline
+    saved then has it in its config.cfg), still loads, with a FutureWarning, and gives the same vectors."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": str(fixture_dir), "precision": "float32"})
+    assert nlp.get_pipe("elmo").precision == "float32" and nlp.config["components"]["elmo"]["dtype"] is None
+    want = nlp("The cat sat on the mat .").tensor
+    nlp.to_disk(tmp_path / "saved")
+    config = tmp_path / "saved" / "config.cfg"
+    text = config.read_text(encoding="utf-8")
+    assert 'precision = "float32"' in text
+    config.write_text(text.replace("dtype = null", 'dtype = "float32"'), encoding="utf-8")  # as 0.2.0 saved it
+    with pytest.warns(FutureWarning, match=r"dtype= is deprecated .* use precision='float32'"):
+        loaded = spacy.load(tmp_path / "saved")
+    assert loaded.get_pipe("elmo").precision == "float32"
+    assert_recomputed_close(loaded("The cat sat on the mat .").tensor, want)
+    with pytest.raises(ValueError, match="disagree"), pytest.warns(FutureWarning):
+        spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "precision": "int8", "dtype": "float32"})
+
+
+def test_load_bilm_takes_dtype_as_the_deprecated_name_of_precision(fixture_dir):
+    backend = load_bilm(fixture_dir, precision="float32")
+    with pytest.warns(FutureWarning, match=r"load_bilm: dtype= is deprecated"):
+        assert load_bilm(fixture_dir, dtype="float32") is backend
+    assert backend.precision.name == "float32" and backend.dtype is torch.float32

@@ -42,13 +42,13 @@ def textcat_nlp(
     model_dir: Path,
     trainable: str,
     grad_factor: float = 1.0,
-    dtype: str = "float32",
+    precision: str = "float32",
     learn_rate_factor: float = 0.05,
     **elmo: object,
 ):
     """elmo + textcat whose tok2vec is ElmoFineTune.v1 -> Maxout -> the textcat head."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": str(model_dir), "dtype": dtype, **elmo})
+    nlp.add_pipe("elmo", config={"model": str(model_dir), "precision": precision, **elmo})
     features = {
         "@architectures": "spacy_elmo.ElmoFineTune.v1",
         "trainable": trainable,
@@ -283,9 +283,9 @@ def test_a_trainable_value_not_allowed_is_refused():
 
 
 def test_a_low_precision_backend_is_refused_naming_float32(fixture_dir):
-    nlp = textcat_nlp(fixture_dir, "top", dtype="bfloat16")
+    nlp = textcat_nlp(fixture_dir, "top", precision="bfloat16")
     egs = examples(nlp)
-    with pytest.raises(ValueError, match='dtype = "float32"'):
+    with pytest.raises(ValueError, match='precision = "float32"'):
         nlp.initialize(lambda: egs)
 
 

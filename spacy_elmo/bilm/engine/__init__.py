@@ -10,7 +10,7 @@ that serves a module's target (device, dtype, int8). Adding a precision is its e
 - :class:`Float32Engine` (``onednn.py``): oneDNN-packed float32 where its exact products beat MKL's on this CPU
   (the family's choice, once per process: :func:`.onednn.float32_kernels`)
 - :class:`MklEngine` (``mkl.py``): float32 on CPU with MKL pre-packed weights for products of a few rows
-- :class:`Int8Engine` (``int8.py``): int8 weights (``dtype="int8"``): quantize, the int8 kernels of each role
+- :class:`Int8Engine` (``int8.py``): int8 weights (``precision="int8"``): quantize, the int8 kernels of each role
   (fbgemm or oneDNN, 7-bit activations where they saturate: :func:`.int8.int8_kernels`), their packs
 - :class:`PlainEngine` (``plain.py``): torch's products on any device and dtype (CUDA, emulated precisions)
 

@@ -1,7 +1,7 @@
 """The int8 family: quantize, the int8 kernel of each role, its packs, the engine (every product through int8
 weights, the steps in the compiled loop).
 
-Opt-in, for inference on CPU (``load_bilm(..., dtype="int8")``; ``"auto"`` is float32). :func:`quantize` marks a
+Opt-in, for inference on CPU (``load_bilm(..., precision="int8")``; ``"auto"`` is float32). :func:`quantize` marks a
 model: the LSTM input, state and projection products, the highway layers and the token projection multiply int8
 weights, symmetric per output channel (scale = max |w| / 127 of each row, :func:`quantize_weight`), by activations
 that torch quantizes per call (``quantized::linear_dynamic``: 8-bit, or 7-bit where this CPU's kernels saturate at
@@ -311,7 +311,7 @@ def quantize(model: M, keep_float32: bool = False) -> M:
             if pack is None:  # never a half-released model that computes anything
                 raise RuntimeError(
                     f"int8: torch's quantized kernels could not pack {type(module).__name__}.{name} "
-                    f"{tuple(out_in.shape)}; load the model with dtype='float32'"
+                    f"{tuple(out_in.shape)}; load the model with precision='float32'"
                 )
             param = getattr(module, name)
             state_of(module).released[name] = pack  # the pack lives with its module: it *is* the weight now
@@ -383,11 +383,12 @@ class Int8Engine(PlainEngine):
         ``ValueError`` on another device than the CPU, or where this torch has no quantized engine."""
         if device.type != "cpu":
             raise ValueError(
-                f"dtype='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
+                f"precision='int8' runs on CPU only, not on device={str(device)!r} (use 'bfloat16' or 'float16' there)"
             )
         if not int8_available():
             raise ValueError(
-                "dtype='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this torch lacks"
+                "precision='int8' needs torch's quantized engines (fbgemm or onednn: x86 builds), which this "
+                "torch lacks"
             )
         return quantize(model.to(device=device, dtype=torch.float32).eval(), keep_float32=keep_float32)
 
