@@ -1,6 +1,7 @@
 """The ``elmo`` pipeline component: embeds docs with the shared biLM and stores the layers on each doc; its default
 ``get_positions`` (``spacy_elmo.sentence_positions.v1``: which tokens form each biLM input) is registered here."""
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -202,6 +203,16 @@ class ElmoComponent(Pipe):
         self._backend: Optional[ElmoBackend] = None
         self._pin: Optional[PinnedModel] = None  # the model a loaded pipeline was saved with (saved_model.py)
         self.listener_map: dict[str, list[Model]] = {}
+
+    @property
+    def dtype(self) -> str:
+        """Deprecated since 0.3.0 (removed in 0.4.0): ``precision``."""
+        warnings.warn(
+            "ElmoComponent.dtype is deprecated since 0.3.0 and will be removed in 0.4.0; use precision",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.precision
 
     # -- the model -----------------------------------------------------------------------------
 

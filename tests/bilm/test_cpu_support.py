@@ -185,8 +185,8 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
     chosen = resolve_dtype("auto")
     name = str(chosen).replace("torch.", "")
     nlp = spacy.blank("en")
-    component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "auto"})
-    assert component.backend.dtype is chosen and nlp.config["components"]["elmo"]["dtype"] == "auto"
+    component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "precision": "auto"})
+    assert component.backend.dtype is chosen and nlp.config["components"]["elmo"]["precision"] == "auto"
     doc = nlp("The bank approved the loan .")
     nlp.to_disk(tmp_path / "pipeline")
     again = spacy.load(tmp_path / "pipeline")  # saved with the files' identity: "auto" may pick again elsewhere
@@ -195,13 +195,14 @@ def test_auto_in_every_front_end(fixture_dir, tmp_path):
     assert doc._.elmo_model == component.backend.fingerprint
 
     vectorizer = ElmoVectorizer(model=str(fixture_dir), precision="auto", tokenizer=str.split).fit([["A", "bank"]])
-    assert vectorizer.dtype == "auto" and vectorizer.dtype_ == name
+    assert vectorizer.precision == "auto" and vectorizer.precision_ == name
     assert vectorizer.model_fingerprint_ == load_bilm(fixture_dir, precision=chosen).fingerprint
 
     text = tmp_path / "in.txt"
     text.write_text("The bank approved the loan .\n", encoding="utf-8")
     result = CliRunner().invoke(
-        app, ["embed", str(text), str(tmp_path / "o.hdf5"), "-m", str(fixture_dir), "--dtype", "auto", "--no-progress"]
+        app,
+        ["embed", str(text), str(tmp_path / "o.hdf5"), "-m", str(fixture_dir), "--precision", "auto", "--no-progress"],
     )
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "o.hdf5", "r") as f:
@@ -220,10 +221,10 @@ def test_a_pipeline_saved_in_another_precision_still_checks_its_files(fixture_di
     from spacy_elmo.bilm.weights import WeightFileError
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "float32"})
+    nlp.add_pipe("elmo", config={"model": str(fixture_dir), "precision": "float32"})
     nlp.to_disk(tmp_path / "p")
     config = json.loads(json.dumps(spacy.util.load_config(tmp_path / "p" / "config.cfg").interpolate()))
-    assert config["components"]["elmo"]["dtype"] == "float32"
+    assert config["components"]["elmo"]["precision"] == "float32"
     model_json = next((tmp_path / "p").glob("elmo/**/model.json"))
     saved = json.loads(model_json.read_text())
     assert saved["files_fingerprint"] == load_bilm(fixture_dir).files_fingerprint

@@ -316,11 +316,11 @@ def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
     import spacy
 
     nlp = spacy.blank("en")
-    component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int8"})
+    component = nlp.add_pipe("elmo", config={"model": str(fixture_dir), "precision": "int8"})
     assert component.backend is load_bilm(fixture_dir, precision="int8")
     doc = nlp("The bank approved the loan .")
     assert doc._.elmo_layers.shape[1] == len(doc)
-    assert nlp.config["components"]["elmo"]["dtype"] == "int8"
+    assert nlp.config["components"]["elmo"]["precision"] == "int8"
     nlp.to_disk(tmp_path / "pipeline")
     again = spacy.load(tmp_path / "pipeline")  # the saved fingerprint is int8's: it must match on load
     loaded = again.get_pipe("elmo").backend  # the pipeline's own copy of the model, in int8
@@ -330,9 +330,9 @@ def test_spacy_component_passes_dtype(fixture_dir, tmp_path):
     assert (
         layer_errors([again("The bank approved the loan .")._.elmo_layers], [doc._.elmo_layers]) < TOLERANCE["int8"]
     ).all()
-    assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).dtype == "float32"
+    assert spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir)}).precision == "float32"
     with pytest.raises(ValueError, match="precision must be one of"):
-        spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "dtype": "int4"})
+        spacy.blank("en").add_pipe("elmo", config={"model": str(fixture_dir), "precision": "int4"})
 
 
 @needs_int8
@@ -343,13 +343,13 @@ def test_vectorizer_passes_dtype(fixture_dir):
 
     texts = [["The", "bank", "approved", "the", "loan", "."], ["A", "river", "bank", "."]]
     low = ElmoVectorizer(model=str(fixture_dir), precision="int8", tokenizer=str.split)
-    assert clone(low).get_params()["dtype"] == "int8"
+    assert clone(low).get_params()["precision"] == "int8"
     features = low.fit_transform(texts)
     assert low.model_fingerprint_ == load_bilm(fixture_dir, precision="int8").fingerprint
     exact = ElmoVectorizer(model=str(fixture_dir), tokenizer=str.split).fit_transform(texts)
     assert features.dtype == np.float32 and 0 < np.abs(features - exact).max() < 0.1 * np.abs(exact).max()
     bad = ElmoVectorizer(model=str(fixture_dir), precision="int4")  # stored unchanged; checked in fit
-    assert bad.dtype == "int4"
+    assert bad.precision == "int4"
     with pytest.raises(ValueError, match="precision must be one of"):
         bad.fit(texts)
 
@@ -366,7 +366,16 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
     runner = CliRunner()
     result = runner.invoke(
         app,
-        ["embed", str(text), str(tmp_path / "out.hdf5"), "-m", str(fixture_dir), "--dtype", "int8", "--no-progress"],
+        [
+            "embed",
+            str(text),
+            str(tmp_path / "out.hdf5"),
+            "-m",
+            str(fixture_dir),
+            "--precision",
+            "int8",
+            "--no-progress",
+        ],
     )
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
@@ -376,7 +385,7 @@ def test_embed_command_takes_dtype(fixture_dir, tmp_path):
         stored, load_bilm(fixture_dir, precision="int8").embed([text.read_text().split("\n")[0].split()])[0]
     )
     bad = runner.invoke(
-        app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--dtype", "int4"]
+        app, ["embed", str(text), str(tmp_path / "bad.hdf5"), "-m", str(fixture_dir), "--precision", "int4"]
     )
     assert bad.exit_code == 2 and "precision must be one of" in bad.output
 

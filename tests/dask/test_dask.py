@@ -300,7 +300,7 @@ def test_cli_cluster_run_keeps_the_chosen_precision(fixture_dir, fixture_sentenc
     # The workers must load the same precision as the client, or every task would fail its model check.
     source = tmp_path / "in.txt"
     source.write_text("\n".join(" ".join(s) for s in fixture_sentences) + "\n", encoding="utf-8")
-    base = ["embed", str(source), "--model", str(fixture_dir), "--no-progress", "--dtype", "bfloat16"]
+    base = ["embed", str(source), "--model", str(fixture_dir), "--no-progress", "--precision", "bfloat16"]
     on_cluster = CliRunner().invoke(
         app, [*base[:2], str(tmp_path / "bf16.hdf5"), *base[2:], "--scheduler", client.scheduler.address]
     )
