@@ -6,7 +6,7 @@ exception.
 model's), the readers of it, and the error they may give. A damage is one of: a field (at any depth) replaced by a
 hostile value (another JSON type, null, NaN, infinity, a huge or negative number, a list or an object) or deleted,
 the whole value replaced by one, the text truncated, or text that is not JSON. The rule at the end holds every JSON,
-TSV or safetensors-header file name of ``bilm/file_names.py`` to a schema in ``bilm/file_formats.SCHEMAS``.
+TSV or safetensors-header file name of ``groundwork/file_names.py`` to a schema in ``bilm/file_formats.SCHEMAS``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_elmo.bilm import file_names
 from spacy_elmo.bilm.file_formats import SCHEMAS, WRITTEN_ONLY
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.groundwork import file_names
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
 
@@ -111,7 +111,7 @@ def damaged_lines(draw: st.DrawFn, text: str) -> str:
 
 @dataclass
 class Format:
-    name: str  # the file's name (bilm/file_names.py)
+    name: str  # the file's name (groundwork/file_names.py)
     make: Callable[[Path], Path]  # writes a valid file (and what its readers need beside it) into a folder
     damage: Callable[[str], st.SearchStrategy[str]]  # damages its text (a header's JSON part for safetensors)
     read: Callable[[Path], None]  # every reader, in turn, of the folder's file

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .file_names import (
+from ..groundwork.file_names import (
     ADAPTATION,
     CHECKPOINT,
     COMPONENT_MODEL,

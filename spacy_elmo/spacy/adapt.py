@@ -20,9 +20,9 @@ from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 from tqdm import tqdm
 
-from ..bilm.atomic_write import write_text_atomically
-from ..bilm.file_names import ADAPT_DEV_TEXT, ADAPT_TEXT_DIR, ADAPT_TRAIN_TEXT, ADAPTATION, PathLike
-from ..runtime.tokenize import is_whitespace
+from ..groundwork.atomic_write import write_text_atomically
+from ..groundwork.file_names import ADAPT_DEV_TEXT, ADAPT_TEXT_DIR, ADAPT_TRAIN_TEXT, ADAPTATION, PathLike
+from ..runtime.features.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_paths import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model

@@ -15,9 +15,12 @@ from tests.architecture.arch_scan import (
 def test_the_walk_finds_the_package_and_its_imports():
     """Guards the checks below against passing because they see nothing."""
     graph = internal_graph()
-    assert {"spacy_elmo", "spacy_elmo.bilm.model", "spacy_elmo.bilm.inference", "spacy_elmo.runtime.backend"} <= set(
-        graph
-    )
+    assert {
+        "spacy_elmo",
+        "spacy_elmo.bilm.model",
+        "spacy_elmo.bilm.inference",
+        "spacy_elmo.runtime.embedding.backend",
+    } <= set(graph)
     assert "spacy_elmo.bilm.inference" in graph["spacy_elmo.bilm.model"]
     assert "spacy_elmo.bilm.lstm" in graph["spacy_elmo.bilm.inference"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
@@ -63,7 +66,7 @@ def test_the_groups_depend_one_way():
             if group_of(dependency) not in allowed:
                 wrong.append(f"{name} imports {dependency}")
     assert not wrong, wrong
-    assert group_of("spacy_elmo.runtime.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
+    assert group_of("spacy_elmo.runtime.embedding.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
 
 
 def test_bilm_imports_no_front_end():
@@ -80,8 +83,8 @@ def test_bilm_imports_no_front_end():
 # (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a prepared
 # corpus; never the backend or a front end
 TRAIN_USES = {
-    "spacy_elmo.runtime.tokenize",
-    "spacy_elmo.runtime.windows",
+    "spacy_elmo.runtime.features.tokenize",
+    "spacy_elmo.runtime.embedding.windows",
     "spacy_elmo.sources.model_paths",
     "spacy_elmo.sources.model_names",
     "spacy_elmo.about",

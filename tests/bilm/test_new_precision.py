@@ -98,7 +98,7 @@ import torch
 import spacy_elmo
 from spacy_elmo.bilm import engine
 from spacy_elmo.bilm.engine import float64, precisions
-from spacy_elmo.runtime.validation import check_precision
+from spacy_elmo.runtime.configuration.validation import check_precision
 from spacy_elmo.sources.bundled_versions import precision_fingerprint
 from spacy_elmo.sources.info import describe
 from spacy_elmo.sources.pinned_model import PinnedModel

@@ -19,17 +19,17 @@ SHARED: dict[str, tuple[str, ...]] = {
     "__main__.py": ("test_embed_file.py", "test_distributed.py"),
     "about.py": ("test_packaging.py", "test_hub.py"),
     "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
-    "runtime/validation.py": (
+    "runtime/configuration/validation.py": (
         "test_user_numbers.py",
         "test_windows.py",
         "test_train.py",
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "bilm/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
-    "bilm/number_checks.py": ("test_user_numbers.py",),
+    "groundwork/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
+    "groundwork/number_checks.py": ("test_user_numbers.py",),
     "bilm/file_formats.py": ("test_damaged_files.py",),  # every format's schema, mutated by the property test
-    "bilm/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
+    "groundwork/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
     "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
@@ -38,13 +38,13 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
     "train/command_config.py": ("test_cli_help.py", "test_train.py"),
-    "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
-    "runtime/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/features/text_rows.py": ("test_sklearn.py", "test_dask.py"),
+    "runtime/features/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),
     "spacy/saved_model.py": ("test_spacy_serialize.py", "test_bundled_versions.py"),
-    "runtime/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
+    "runtime/features/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
@@ -58,7 +58,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_reader.py": ("test_manylangs.py",),
-    "bilm/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
+    "groundwork/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
     "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
@@ -66,7 +66,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
     "bilm/engine/int8.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
-    "bilm/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
+    "groundwork/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
     "bilm/engine/precisions.py": ("test_engines.py", "test_device_cache_keys.py", "test_windows.py"),
     "bilm/engine/onednn.py": ("test_engines.py", "test_precision.py", "test_mkl_prepacked.py"),
     "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),

@@ -13,8 +13,8 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
-from spacy_elmo.bilm.file_names import COMPONENT_MODEL
 from spacy_elmo.cli import app
+from spacy_elmo.groundwork.file_names import COMPONENT_MODEL
 from spacy_elmo.sources.model_names import require_model
 from spacy_elmo.sources.model_paths import resolve_model_files
 

@@ -294,7 +294,7 @@ def test_spacy_train_fine_tunes_the_biLM_and_saves_it(fixture_dir, tmp_path, nam
     """`spacy train` on a shipped fine-tune config: the top LSTM layer learns, is saved, and reloads as trained."""
     from spacy.cli.train import train
 
-    from spacy_elmo.runtime.backend import load_model_files
+    from spacy_elmo.runtime.embedding.backend import load_model_files
     from tests.spacy.test_spacy_training import write_corpus
 
     corpus = write_corpus(tmp_path / "data.spacy", component)

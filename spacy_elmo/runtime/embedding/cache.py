@@ -26,11 +26,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..bilm.file_names import DISK_CACHE as DB_NAME
-from ..bilm.file_names import PathLike
-from ..bilm.threads import ForkSafeLock, renew_after_fork
-from .settings import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
-from .validation import disk_mb, memory_mb
+from ...bilm.threads import ForkSafeLock, renew_after_fork
+from ...groundwork.file_names import DISK_CACHE as DB_NAME
+from ...groundwork.file_names import PathLike
+from ..configuration.defaults import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
+from ..configuration.validation import disk_mb, memory_mb
 
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"

@@ -21,8 +21,8 @@ from typing import Callable, Generic, Optional, Protocol, TypeVar
 
 import numpy as np
 
-from .settings import MAX_TOKENS_PER_CALL
-from .validation import check_window_config, optional_windows, positive_int
+from ..configuration.defaults import MAX_TOKENS_PER_CALL
+from ..configuration.validation import check_window_config, optional_windows, positive_int
 
 Key = TypeVar("Key")
 Out = TypeVar("Out")
@@ -30,7 +30,7 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class SentenceEmbedder(Protocol):
-    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.backend.ElmoBackend`): token
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.embedding.backend.ElmoBackend`): token
     sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
 
     @property

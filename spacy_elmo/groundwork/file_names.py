@@ -43,5 +43,5 @@ ADAPT_TRAIN_TEXT = "train.txt"
 ADAPT_DEV_TEXT = "dev.txt"
 # the spaCy component's saved model folder: where its model's files are, and their fingerprints
 COMPONENT_MODEL = "model.json"
-# the disk cache of sentence activations (runtime/cache.py), in its directory
+# the disk cache of sentence activations (runtime/embedding/cache.py), in its directory
 DISK_CACHE = "embeddings.sqlite3"
