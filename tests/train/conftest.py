@@ -13,8 +13,9 @@ from spacy_elmo.train import TrainConfig, make_sources
 
 Files = Union[str, os.PathLike, dict, list, tuple]
 
-# the tiny preset, trained single-threaded (bit-reproducible, and fast on small CPUs) at a learning rate that moves it
-# within a few steps; a test module changes what it needs in its own tiny_options
+# the tiny preset at a learning rate that moves it within a few steps; threads=1 is what a one-thread CLI run records
+# (the Trainer leaves torch's threads alone: a test holds them at one, tests.conftest.torch_threads); a test module
+# changes what it needs in its own tiny_options
 TINY = dict(architecture="tiny", min_count=1, lr=1e-2, warmup_steps=2, threads=1, seed=3)
 
 
