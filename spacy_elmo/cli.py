@@ -624,7 +624,7 @@ def similarity(
 
 def _require_plotting() -> None:
     """A missing matplotlib said in one line (exit 2) before a model or pipeline loads, naming the extra."""
-    from .similarity import check_plotting
+    from .plots import check_plotting
 
     try:
         check_plotting()
@@ -637,7 +637,7 @@ def _figure_file(path: Path) -> Path:
     """The file a figure argument gives (``bank`` -> ``bank.png``, as matplotlib names it), checked before a model or
     pipeline loads: matplotlib installed, a format it writes, a folder that takes the file (one line and exit 2)."""
     from .output.checks import check_output_path
-    from .similarity import figure_file
+    from .plots import figure_file
 
     _require_plotting()
     with _errors_exit_2():
@@ -657,7 +657,7 @@ def plot_mix(
         if not pipeline.is_dir():
             raise NotADirectoryError(f"{pipeline} is not a directory: give a trained spaCy pipeline's directory")
     figure = _figure_file(output)
-    from .similarity import plot_mixes
+    from .plots import plot_mixes
     from .spacy.mix_layer import trained_mixes
 
     with _errors_exit_2():

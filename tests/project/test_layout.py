@@ -46,6 +46,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
     "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
+    "plots.py": ("test_figures.py", "test_cli_errors.py", "test_cli_help.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),
