@@ -130,8 +130,8 @@ def _make_metrics(folder: Path) -> Path:
 
 
 def _read_metrics(path: Path) -> None:
-    from spacy_elmo.sources import model_table
-    from spacy_elmo.sources.info import describe
+    from spacy_elmo.cli import model_table
+    from spacy_elmo.cli.model_info import describe
     from spacy_elmo.train import init_from, model_card, stages
     from spacy_elmo.train.evaluation import trained_max_length
 

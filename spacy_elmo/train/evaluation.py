@@ -249,6 +249,14 @@ def evaluate_files(
     )
 
 
+def write_result(path: PathLike, result: dict[str, float]) -> None:
+    """``spacy-elmo evaluate --output``: the result as indented JSON at ``path``, written whole (never a half-written
+    file)."""
+    from ..bilm.atomic_write import write_text_atomically
+
+    write_text_atomically(path, json.dumps(result, indent=2) + "\n")
+
+
 def _model_name(path: PathLike) -> PathLike:
     """A model the command line names: "default" (the bundled model) as that name, any other as its path."""
     return "default" if str(path) == "default" else path
@@ -261,7 +269,7 @@ def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     return Vocabulary.load(_vocab_file(resolve_model_files(model_dir)[0].parent))
 
 
-__all__ = ["check_record", "evaluate", "load_language_model", "perplexity_on", "record_result"]
+__all__ = ["check_record", "evaluate", "load_language_model", "perplexity_on", "record_result", "write_result"]
 
 
 def check_record(model_dir: PathLike, name: str) -> Path:

@@ -455,15 +455,15 @@ def test_serialized_component_without_source(payload, message):
 
 def test_info_counts_parameters_without_building_the_model(fixture_dir, tmp_path, monkeypatch):
     import spacy_elmo.bilm.model
-    from spacy_elmo.sources.info import parameter_count
+    from spacy_elmo.bilm.weights import parameter_count, read_options
 
     options = json.loads((fixture_dir / "options.json").read_text())
     options["char_cnn"]["n_characters"] = 65536
     path = tmp_path / "options.json"
     path.write_text(json.dumps(options))
     monkeypatch.setattr(spacy_elmo.bilm.model, "BiLM", lambda *a, **k: pytest.fail("built the model"))
-    base = parameter_count(fixture_dir / "options.json")
-    assert parameter_count(path) == base + (65536 - 262) * options["char_cnn"]["embedding"]["dim"]
+    base = parameter_count(read_options(fixture_dir / "options.json"))
+    assert parameter_count(read_options(path)) == base + (65536 - 262) * options["char_cnn"]["embedding"]["dim"]
 
 
 def _random_bytes(options, weights):

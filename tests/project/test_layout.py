@@ -18,7 +18,15 @@ SHARED: dict[str, tuple[str, ...]] = {
     "__init__.py": ("test_backend.py", "test_api_docs.py", "test_sklearn.py"),
     "__main__.py": ("test_embed_file.py", "test_distributed.py"),
     "about.py": ("test_packaging.py", "test_hub.py"),
-    "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
+    # cli/: the command line, its commands by kind, and what it prints
+    "cli/__init__.py": ("test_cli_help.py", "test_entry_points.py"),
+    "cli/__main__.py": ("test_entry_points.py",),
+    "cli/typer_app.py": ("test_cli_help.py", "test_cli_errors.py"),
+    "cli/help_text.py": ("test_cli_help.py",),
+    "cli/input_files.py": ("test_cli_help.py",),
+    "cli/vector_commands.py": ("test_embed_file.py", "test_compat_allennlp.py", "test_dask.py", "test_figures.py"),
+    "cli/model_commands.py": ("test_download.py", "test_model_info.py", "test_model_table.py"),
+    "cli/train_commands.py": ("test_train.py", "test_train_prepare.py", "test_spacy_adapt.py", "test_cli_help.py"),
     "runtime/validation.py": (
         "test_user_numbers.py",
         "test_windows.py",
@@ -46,6 +54,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
     "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
+    "plots.py": ("test_figures.py", "test_cli_errors.py", "test_cli_help.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),

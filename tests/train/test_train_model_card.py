@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.sources.info import parameter_count
+from spacy_elmo.bilm.weights import parameter_count, read_options
 from spacy_elmo.train.model_card import render_model_card
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "allennlp_elmo"
@@ -136,7 +136,7 @@ def test_architecture_and_vocabulary(model):
     assert lines[1].startswith(f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected")
     assert lines[1].endswith(f"clipping {lstm['cell_clip']}")
     assert lines[2] == f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions"
-    assert lines[3].startswith(f"- parameters: {parameter_count(model / 'options.json'):,} in the biLM")
+    assert lines[3].startswith(f"- parameters: {parameter_count(read_options(model / 'options.json')):,} in the biLM")
     assert f"{size / 1e6:.1f} MB), plus 123,456 in the adaptive softmax" in lines[3]
     assert lines[4].startswith("- output vocabulary (`vocab.txt`): 4,321 words")
     assert "at least 3 times (at most 5000)" in lines[4] and "cutoffs [100, 1000], div_value 4.0" in lines[4]

@@ -17,10 +17,10 @@ from typing import Any, Optional
 from ..bilm.file_names import METRICS, OPTIONS
 from ..bilm.schema_check import FileSchemaError
 from ..bilm.weights import parameter_count, read_options
-from . import bundled_versions
-from .info import corpus_names, read_metrics, training_totals
-from .model_paths import DEFAULT_MODEL_DIR, find_weights
-from .published import PUBLISHED, PublishedModel
+from ..sources import bundled_versions
+from ..sources.model_paths import DEFAULT_MODEL_DIR, find_weights
+from ..sources.published import PUBLISHED, PublishedModel
+from .model_info import corpus_names, read_metrics, training_totals
 
 WIDTH = 100
 HEADER = ("name", "language", "params", "size", "cached", "trained on; by; licence")

@@ -6,7 +6,7 @@ import re
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.sources.model_table import WIDTH, model_lines
+from spacy_elmo.cli.model_table import WIDTH, model_lines
 from spacy_elmo.sources.published import PUBLISHED
 
 

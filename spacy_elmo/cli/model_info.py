@@ -1,4 +1,5 @@
-"""A readable summary of a biLM directory: architecture, size, training corpus and perplexities."""
+"""What ``spacy-elmo info`` prints: a biLM's architecture, size, training corpus and perplexities, read from its
+files, or a published model's entry in the published table when its files are not downloaded."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ from typing import Any
 
 from ..bilm import engine, manylangs_reader
 from ..bilm.schema_check import FileSchemaError, read_json_file
-from ..bilm.weights import check_model_files, read_options
-from ..bilm.weights import parameter_count as _layout_parameter_count
-from .model_paths import METRICS, is_manylangs
-from .published import PublishedModel
+from ..bilm.weights import check_model_files, parameter_count
+from ..sources.download import is_cached
+from ..sources.model_paths import METRICS, is_manylangs, resolve_model_files
+from ..sources.published import PublishedModel, published_model
 
 CHECKED = "checked:      every check loading makes passed (options, each dataset's shape and dtype, finite values)"
 
 
-def parameter_count(options_path: Path) -> int:
-    """Parameters of the biLM that ``options.json`` describes (the softmax is not part of it; nothing is built)."""
-    return _layout_parameter_count(read_options(options_path))
+def describe_model(model: str) -> str:
+    """The text ``spacy-elmo info MODEL`` prints: a published model whose files are not all in the download cache
+    from the published table alone (:func:`describe_published`: nothing is downloaded), else the model's files
+    (:func:`describe`). A local folder of a published model's name is that folder, as everywhere a model is named."""
+    entry = published_model(model)
+    if entry is not None and not Path(model).expanduser().is_dir() and not all(is_cached(u) for u in entry.urls):
+        return describe_published(entry)
+    return describe(*resolve_model_files(model))
 
 
 def describe(options_path: Path, weights_path: Path) -> str:
@@ -38,7 +44,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
         f"{options.projection_dim}, skip connections {'on' if options.use_skip_connections else 'off'}, "
         f"clipping cell={options.cell_clip} proj={options.proj_clip}",
         f"output:       {options.n_layers + 1} layers x {options.output_dim} dims",
-        f"parameters:   {_layout_parameter_count(options):,} (biLM, without the softmax)",
+        f"parameters:   {parameter_count(options):,} (biLM, without the softmax)",
         CHECKED,
     ]
     support = engine.summary()
