@@ -214,9 +214,7 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         """The backend ``transform`` embeds with: the model ``fit`` pinned (:meth:`_model_to_load`), its files checked
         against the pin (:meth:`_load`); an unfitted vectorizer's, as ``fit`` loads it."""
         pin = self._pin_in_force()
-        if pin is None:
-            return self._load(self.model, settings)
-        return self._load(self._model_to_load(pin), settings, pin)
+        return self._load(self.model if pin is None else self._model_to_load(pin), settings, pin)
 
     def _pin_in_force(self) -> Optional[PinnedModel]:
         """``model_pin_`` while ``model`` still names what ``fit`` pinned (``set_params`` may have changed it)."""
