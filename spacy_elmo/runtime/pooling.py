@@ -49,8 +49,8 @@ def normalized_rows(rows: np.ndarray, norm: Optional[str]) -> np.ndarray:
 
 def pool(vectors: np.ndarray, pooling: str = "mean") -> np.ndarray:
     """Pool ``(n_tokens, dim)`` to float32 ``(pooled_dim,)``; zero tokens give a zero vector. The mean is summed in
-    float64, as :class:`PoolSink` sums a text's pieces: the one pooling of every front end (``ElmoVectorizer``'s and
-    Dask's rows, the hub's ``default``, spaCy's ``doc.vector`` and ``span.vector``)."""
+    float64, as a long text's windows are: the one pooling of every front end (``ElmoVectorizer``'s and Dask's rows,
+    the hub's ``default``, spaCy's ``doc.vector`` and ``span.vector``)."""
     parts = pooling_parts(pooling)
     n_tokens, dim = vectors.shape
     if n_tokens == 0:
