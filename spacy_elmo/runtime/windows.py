@@ -54,6 +54,11 @@ def window_bounds(n: int, max_length: Optional[int], overlap: int) -> list[tuple
     max_length, overlap = optional_windows(max_length, overlap)
     if max_length is None or n <= max_length:
         return [(0, n, 0, n)] if n else []
+    return _bounds(n, max_length, overlap)
+
+
+def _bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int, int, int]]:
+    """:func:`window_bounds` of a sequence longer than ``max_length``, the settings checked already."""
     step = max_length - overlap
     starts = [*range(0, n - max_length, step), n - max_length]
     bounds: list[tuple[int, int, int, int]] = []
@@ -179,7 +184,7 @@ def fold_segments(
     size = 0
     for key, tokens in segments:
         n = len(tokens)
-        plan = [(0, n, 0, n)] if max_length is None or n <= max_length else window_bounds(n, max_length, overlap)
+        plan = [(0, n, 0, n)] if max_length is None or n <= max_length else _bounds(n, max_length, overlap)
         segment = _Open(key, new_sink((backend.n_layers + 1, n, backend.dim), len(plan)), len(plan))
         waiting.append(segment)
         for start, end, keep_start, keep_end in plan:

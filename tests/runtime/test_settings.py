@@ -386,3 +386,38 @@ def test_dask_refuses_a_setting_it_does_not_take():
 
     with pytest.raises(TypeError, match="embed_tokens\\(\\) got an unexpected setting 'pooling'"):
         given_settings({"pooling": "max"}, DASK_TOKEN_SETTINGS, "embed_tokens")
+
+
+def documented_defaults(docstring: str) -> dict[str, str]:
+    """``name: default`` of each numpydoc parameter line (``name : type, default=VALUE``) of ``docstring``."""
+    found = re.findall(r"^\s{4}(\w+) : [^\n]*?, default=([^\n]+)$", docstring, flags=re.MULTILINE)
+    return dict(found)
+
+
+def test_the_vectorizers_documented_defaults_are_the_declarations():
+    """The numpydoc lines of ``ElmoVectorizer`` spell each setting's default (scikit-learn's convention): each is the
+    declaration's (``front_settings.FrontSettings``), so that a default changed there cannot leave the docs behind."""
+    from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
+
+    documented = documented_defaults(ElmoVectorizer.__doc__ or "")
+    assert documented.pop("model") == '"default"'
+    assert set(documented) == set(VECTORIZER_SETTINGS), "a setting documented without its default, or one too many"
+    declared = FrontSettings()
+    wrong = {
+        name: (text, getattr(declared, name))
+        for name, text in documented.items()
+        if ast.literal_eval(text) != getattr(declared, name)
+    }
+    assert not wrong, f"documented default, declared default: {wrong}"
+
+
+def test_the_documented_defaults_check_reads_numpydoc_lines():
+    doc = """
+    Parameters
+    ----------
+    max_length : int or None, default=128
+        Texts longer than this.
+    pooling : {"mean", "max"}, default="mean"
+    """
+    assert documented_defaults(doc) == {"max_length": "128", "pooling": '"mean"'}
