@@ -132,8 +132,9 @@ def _make_metrics(folder: Path) -> Path:
 def _read_metrics(path: Path) -> None:
     from spacy_elmo.cli import model_table
     from spacy_elmo.cli.model_info import describe
-    from spacy_elmo.train import init_from, model_card, stages
-    from spacy_elmo.train.evaluation import trained_max_length
+    from spacy_elmo.train.output_folder import model_card, stages
+    from spacy_elmo.train.run import init_from
+    from spacy_elmo.train.run.evaluation import trained_max_length
 
     folder = path.parent
     text = describe(folder / "options.json", folder / "lm_weights.hdf5")  # informational: never fails on it
@@ -151,7 +152,7 @@ def _read_metrics(path: Path) -> None:
 def _make_softmax(folder: Path) -> Path:
     import torch
 
-    from spacy_elmo.train.storage import save_softmax
+    from spacy_elmo.train.output_folder.storage import save_softmax
 
     torch.manual_seed(0)
     save_softmax(torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10], div_value=2.0), folder / "softmax.safetensors")
@@ -161,7 +162,7 @@ def _make_softmax(folder: Path) -> Path:
 def _read_softmax(path: Path) -> None:
     import torch
 
-    from spacy_elmo.train.storage import load_softmax, load_softmax_into
+    from spacy_elmo.train.output_folder.storage import load_softmax, load_softmax_into
 
     saved = load_softmax(path)
     saved.check_fits(path, 20, 8)  # the model's vocabulary and width, as evaluate and --init-from check them
@@ -172,7 +173,7 @@ def _read_softmax(path: Path) -> None:
 def _make_checkpoint(folder: Path) -> Path:
     import torch
 
-    from spacy_elmo.train.storage import save_checkpoint
+    from spacy_elmo.train.output_folder.storage import save_checkpoint
 
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters())
@@ -191,13 +192,13 @@ def _make_checkpoint(folder: Path) -> Path:
 
 
 def _read_checkpoint(path: Path) -> None:
-    from spacy_elmo.train.storage import load_checkpoint
+    from spacy_elmo.train.output_folder.storage import load_checkpoint
 
     load_checkpoint(path)
 
 
 def _make_corpus(folder: Path) -> Path:
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     text = folder.parent / f"{folder.name}-text.txt"
     text.write_text("the cat sat .\nthe dog ran on the mat .\na cat .\n" * 3, encoding="utf-8")
@@ -206,7 +207,7 @@ def _make_corpus(folder: Path) -> Path:
 
 
 def _read_corpus(path: Path) -> None:
-    from spacy_elmo.train.shards import PreparedCorpus
+    from spacy_elmo.train.corpus.shards import PreparedCorpus
 
     corpus = PreparedCorpus([path.parent])
     list(corpus.word_counts())
@@ -224,7 +225,7 @@ def _make_source_info(folder: Path) -> Path:
 
 
 def _read_source_info(path: Path) -> None:
-    from spacy_elmo.train.prepare import read_source_info
+    from spacy_elmo.train.corpus.prepare import read_source_info
 
     read_source_info(path, path.parent)
 
@@ -257,7 +258,7 @@ def _make_options(folder: Path) -> Path:
 
 def _read_options(path: Path) -> None:
     from spacy_elmo.bilm.weights import read_options
-    from spacy_elmo.train.presets import build_options
+    from spacy_elmo.train.network.presets import build_options
 
     for reader in (lambda: read_options(path), lambda: build_options(path)):  # a model's, and train --arch FILE
         _reads_or_names(reader, path)

@@ -50,7 +50,7 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
-# -- metrics.json: what `spacy-elmo train` recorded of a model (train/outputs.py writes it) -----------------------
+# -- metrics.json: what `spacy-elmo train` recorded of a model (train/run/outputs.py writes it) -----------------------
 
 
 class TrainingSource(Record):
@@ -145,7 +145,7 @@ class Metrics(Record):
     test: dict[str, TestResult] = {}
 
 
-# -- softmax.safetensors: the adaptive softmax's settings (its header's JSON part; train/storage.py) --------------
+# -- softmax.safetensors: the adaptive softmax's settings (its header's JSON part; train/output_folder/storage.py) -----
 
 
 class SoftmaxHeader(Record):
@@ -211,7 +211,7 @@ def softmax_widths(in_features: int, div_value: float, clusters: int) -> list[in
     return widths
 
 
-# -- checkpoint.safetensors: a training run's state (its header's JSON part; train/storage.py) --------------------
+# -- checkpoint.safetensors: a training run's state (its header's JSON part; train/output_folder/storage.py) -----------
 
 
 class CheckpointState(Record):
@@ -242,7 +242,7 @@ class CheckpointHeader(Record):
     optimizer: OptimizerState
 
 
-# -- corpus.json: a prepared corpus's manifest (train/prepare.py writes it, train/shards.py reads it) -------------
+# -- corpus.json: a prepared corpus's manifest (train/corpus/prepare.py writes it, train/corpus/shards.py reads it) ----
 
 
 class ShardEntry(Record):

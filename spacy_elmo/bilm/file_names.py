@@ -25,16 +25,16 @@ WEIGHT_NAMES = (
 )  # looked for in this order (model.hdf5: NLPL zips); else the only *.hdf5
 VOCAB = "vocab.txt"
 METRICS = "metrics.json"
-MODEL_CARD = "README.md"  # the model card of a trained model (train/model_card.py)
+MODEL_CARD = "README.md"  # the model card of a trained model (train/output_folder/model_card.py)
 # a training run: the model folder's files, and
 CHECKPOINT = "checkpoint.safetensors"
 SOFTMAX = "softmax.safetensors"
 LEGACY_CHECKPOINT = "checkpoint.pt"  # older versions' pickles: refused by name, never read
 LEGACY_SOFTMAX = "softmax.pt"
-# a prepared corpus (train/prepare.py writes it, train/shards.py reads it)
+# a prepared corpus (train/corpus/prepare.py writes it, train/corpus/shards.py reads it)
 CORPUS_MANIFEST = "corpus.json"
 CORPUS_COUNTS = "counts.tsv"
-SHARD_NAME = "shard-{index:05d}.txt"  # the index-th shard (train.shards.shard_name)
+SHARD_NAME = "shard-{index:05d}.txt"  # the index-th shard (train.corpus.shards.shard_name)
 SOURCE_INFO = "source-info.json"  # provenance (repository, commit, licence, ...) beside a source's text
 # a domain adaptation's output folder (spacy/adapt.py), besides the training run's files
 ADAPTATION = "adaptation.json"  # what was adapted on, perplexity before / after

@@ -122,7 +122,7 @@ def corpus_names(corpus: dict[str, Any]) -> list[str]:
 
 def _file_name(path: Path) -> str:
     """``folder/file``, or ``file`` where the record names no folder (a run records a file outside its own folder
-    by its name: train/recorded_paths)."""
+    by its name: train/output_folder/recorded_paths)."""
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 

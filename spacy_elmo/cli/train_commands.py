@@ -101,7 +101,7 @@ def train(
     writes files and prints.
     """
     from ..runtime.validation import positive_int, process_count
-    from ..train.command_config import command_config
+    from ..train.run.command_config import command_config
 
     with errors_exit_2():  # the sources and every option's value, checked before torch is imported
         config = command_config(
@@ -118,7 +118,7 @@ def train(
             positive_int(processes, "--processes")  # one GPU each: said against torch's count before any starts
         else:
             process_count(processes, "--processes")  # at most the cores here
-    from ..train.launch import TrainRun, run_training
+    from ..train.run.launch import TrainRun, run_training
 
     run = TrainRun(config, output_dir, errors_exit_2, resume=resume, overwrite=overwrite, progress=progress)
     status = run_training(run, processes, device)
@@ -158,14 +158,14 @@ def prepare_corpus(
     """
     import sys
 
-    from ..train.layouts import check_layout
+    from ..train.corpus.layouts import check_layout
 
     with errors_exit_2():  # the arguments, checked before torch is imported
         require_inputs(*sources)
         check_layout(layout)
-    from ..train.prepare import SourceSpec, read_source_info
-    from ..train.prepare import prepare_corpus as run_prepare
-    from ..train.recorded_paths import recorded_command
+    from ..train.corpus.prepare import SourceSpec, read_source_info
+    from ..train.corpus.prepare import prepare_corpus as run_prepare
+    from ..train.output_folder.recorded_paths import recorded_command
 
     with errors_exit_2():
         specs = [SourceSpec(path, layout, tokenizer, read_source_info(source_info, path)) for path in sources]
@@ -266,7 +266,7 @@ def evaluate(
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
     from ..output.checks import check_output_path
     from ..sources.model_names import require_model
-    from ..train.corpus import make_sources
+    from ..train.corpus.sentences import make_sources
 
     with errors_exit_2():  # the arguments, checked before torch is imported
         require_inputs(*text_files)
@@ -275,7 +275,7 @@ def evaluate(
             require_model(model)
         if output:
             check_output_path(output)
-    from ..train.evaluation import evaluate_files, record_result, write_result
+    from ..train.run.evaluation import evaluate_files, record_result, write_result
 
     with errors_exit_2():
         result = evaluate_files(

@@ -236,7 +236,7 @@ def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget
     token_budget (int): rows x the batch's longest length stays within it, unless one item alone exceeds it.
 
     Every batch has at least one item. The backend (``ElmoBackend.embed``) and training
-    (``train.batching.bucket_batches``) both batch this way.
+    (``train.corpus.batching.bucket_batches``) both batch this way.
     """
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
     batches: list[list[int]] = []

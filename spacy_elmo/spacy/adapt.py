@@ -28,9 +28,9 @@ from ..sources.model_paths import VOCAB, check_model_name, is_model_dir, resolve
 from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.distributed import training_device
-from ..train.folder_lock import holds_output_folder
-from ..train.outputs import refuse_another_model
-from ..train.recorded_paths import absolute_path, recorded_argument, recorded_path
+from ..train.output_folder.folder_lock import holds_output_folder
+from ..train.output_folder.recorded_paths import absolute_path, recorded_argument, recorded_path
+from ..train.run.outputs import refuse_another_model
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
 

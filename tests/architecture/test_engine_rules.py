@@ -179,7 +179,7 @@ def test_the_engines_keep_one_attribute_on_a_module():
 CELL_ARITHMETIC = {
     ("spacy_elmo.bilm.lstm", "cell_step"),  # the reference: every other copy is tested equal to it
     ("spacy_elmo.bilm.engine.step_loop", "cell_update"),
-    ("spacy_elmo.train.packed_lstm", "_forward"),
+    ("spacy_elmo.train.network.packed_lstm", "_forward"),
 }
 
 

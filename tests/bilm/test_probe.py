@@ -18,7 +18,7 @@ from spacy_elmo.bilm import cpu_support, exact
 from spacy_elmo.bilm.engine import mkl
 from spacy_elmo.bilm.probe import feature, has_feature
 from spacy_elmo.runtime import validation
-from spacy_elmo.train import network, packed_lstm
+from spacy_elmo.train.network import language_model, packed_lstm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +116,7 @@ def test_a_device_backend_this_torch_has_counts_its_devices(monkeypatch):
     assert validation._device_count("xpu") == 3
 
 
-# -- train/packed_lstm.py: torch.amp.is_autocast_available (torch 2.4+) ----------------------------------------------
+# -- train/network/packed_lstm.py: torch.amp.is_autocast_available (torch 2.4+) ----------------------------------------
 
 
 def test_without_is_autocast_available_cpu_and_cuda_have_autocast(monkeypatch):
@@ -206,14 +206,14 @@ def test_float16_on_a_cpu_with_float16_products_loads(fixture_dir, monkeypatch):
     assert load_bilm(fixture_dir, dtype="float16").dtype is torch.float16
 
 
-# -- train/network.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) --------------------
+# -- train/network/language_model.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) ------
 
 
 def test_autocast_dtype_on_this_torch():
-    assert network.autocast_dtype("cpu") is None
+    assert language_model.autocast_dtype("cpu") is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert network.autocast_dtype("cpu") is torch.bfloat16
-        assert network.autocast_dtype("cuda") is None
+        assert language_model.autocast_dtype("cpu") is torch.bfloat16
+        assert language_model.autocast_dtype("cuda") is None
 
 
 def test_autocast_dtype_on_a_torch_without_per_device_type_functions(monkeypatch):
@@ -222,11 +222,11 @@ def test_autocast_dtype_on_a_torch_without_per_device_type_functions(monkeypatch
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda: False)
     monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: True, raising=False)
     monkeypatch.setattr(torch, "get_autocast_cpu_dtype", lambda: torch.bfloat16, raising=False)
-    assert network.autocast_dtype("cpu") is torch.bfloat16 and network.autocast_dtype("cuda") is None
+    assert language_model.autocast_dtype("cpu") is torch.bfloat16 and language_model.autocast_dtype("cuda") is None
 
 
 def test_autocast_dtype_on_a_torch_with_per_device_type_functions(monkeypatch):
     """torch 2.4+: ``is_autocast_enabled(kind)`` and ``get_autocast_dtype(kind)``."""
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda kind: kind == "cuda")
     monkeypatch.setattr(torch, "get_autocast_dtype", lambda kind: torch.float16, raising=False)
-    assert network.autocast_dtype("cuda") is torch.float16 and network.autocast_dtype("cpu") is None
+    assert language_model.autocast_dtype("cuda") is torch.float16 and language_model.autocast_dtype("cpu") is None

@@ -21,7 +21,7 @@ from spacy_elmo.bilm import load_model, save_model
 from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import weights as weights_module
 from spacy_elmo.bilm.weights import options_from_dict
-from spacy_elmo.train.presets import PRESETS
+from spacy_elmo.train.network.presets import PRESETS
 
 LSTM = "RNN_0/RNN/MultiRNNCell/Cell{}/LSTMCell"
 

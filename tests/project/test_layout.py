@@ -1,8 +1,9 @@
 """A module's tests are found by its name: ``spacy_elmo/**/X.py`` is tested in ``tests/**/test_X.py`` (or, in a
-subpackage, ``test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``tests/compat/test_compat_simple_elmo.py``).
-Modules whose tests are shared with others, or named after what they test rather than the file, are listed in
-SHARED below (test files by name, in whichever folder of tests/ they are): a new module with neither fails here, and
-so does an entry left behind by a rename."""
+subpackage, ``test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``tests/compat/test_compat_simple_elmo.py``,
+or ``test_<group>_X.py`` after its first folder, e.g. ``train/corpus/layouts.py`` in
+``tests/train/test_train_layouts.py``). Modules whose tests are shared with others, or named after what they test
+rather than the file, are listed in SHARED below (test files by name, in whichever folder of tests/ they are): a new
+module with neither fails here, and so does an entry left behind by a rename."""
 
 from pathlib import Path
 
@@ -45,7 +46,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
-    "train/command_config.py": ("test_cli_help.py", "test_train.py"),
+    "train/run/command_config.py": ("test_cli_help.py", "test_train.py"),
     "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
     "runtime/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),
@@ -97,16 +98,20 @@ SHARED: dict[str, tuple[str, ...]] = {
     # train/: training, its data and its files
     "train/__init__.py": ("test_train.py",),
     "train/config.py": ("test_train.py", "test_train_safety.py"),
-    "train/batching.py": ("test_train_data.py",),
-    "train/corpus.py": ("test_train_data.py",),
-    "train/presets.py": ("test_train_data.py",),
-    "train/network.py": ("test_train.py",),
-    "train/trainer.py": ("test_train.py", "test_train_safety.py"),
-    "train/launch.py": ("test_distributed.py", "test_train.py", "test_cli_help.py"),
-    "train/evaluation.py": ("test_train.py", "test_train_safety.py"),
-    "train/init_from.py": ("test_train.py", "test_train_safety.py"),
-    "train/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
-    "train/storage.py": ("test_train_safety.py", "test_train.py"),
+    "train/corpus/__init__.py": ("test_train_data.py",),  # its parts: docstrings only
+    "train/network/__init__.py": ("test_train.py",),
+    "train/output_folder/__init__.py": ("test_train_safety.py",),
+    "train/run/__init__.py": ("test_train.py",),
+    "train/corpus/batching.py": ("test_train_data.py",),
+    "train/corpus/sentences.py": ("test_train_data.py",),
+    "train/network/presets.py": ("test_train_data.py",),
+    "train/network/language_model.py": ("test_train.py",),
+    "train/run/trainer.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/launch.py": ("test_distributed.py", "test_train.py", "test_cli_help.py"),
+    "train/run/evaluation.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/init_from.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
+    "train/output_folder/storage.py": ("test_train_safety.py", "test_train.py"),
 }
 
 
@@ -115,12 +120,15 @@ def modules() -> list[str]:
 
 
 def by_name(module: str) -> list[str]:
-    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py``."""
+    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py`` (its
+    folders joined by ``_``) or ``test_<group>_X.py`` (its first folder)."""
     *folders, file = module[: -len(".py")].split("/")
     if file == "__init__":
         return []
-    names = [f"test_{file}.py"] + ([f"test_{'_'.join(folders)}_{file}.py"] if folders else [])
-    return [name for name in names if name in TEST_FILES]
+    names = [f"test_{file}.py"]
+    if folders:
+        names += [f"test_{'_'.join(folders)}_{file}.py", f"test_{folders[0]}_{file}.py"]
+    return [name for name in dict.fromkeys(names) if name in TEST_FILES]
 
 
 def test_every_module_has_its_test_file_or_an_entry():

@@ -19,7 +19,7 @@ from spacy_elmo.train.distributed import (
     launched_world,
     training_processes,
 )
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
 from tests.train.conftest import wikitext_lines
 

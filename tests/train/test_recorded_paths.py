@@ -11,8 +11,14 @@ import sys
 import pytest
 
 from spacy_elmo.train import Trainer, train
-from spacy_elmo.train.recorded_paths import recorded, recorded_command, recorded_path, resolved_path, resumable_path
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train.output_folder.recorded_paths import (
+    recorded,
+    recorded_command,
+    recorded_path,
+    resolved_path,
+    resumable_path,
+)
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
 
 
@@ -82,7 +88,7 @@ def test_a_checkpoint_takes_the_way_to_its_text_from_its_folders_real_path(tmp_p
 
 
 def test_a_prepared_corpus_names_its_sources_and_its_command_without_the_machines_folders(tmp_path, monkeypatch):
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     source = tmp_path / "texts" / "wiki"
     source.mkdir(parents=True)
@@ -188,7 +194,7 @@ def _step(out):
 def test_a_run_copied_without_its_text_resumes_on_the_text_the_command_names(tmp_path, monkeypatch, text):
     """A run folder copied away from its text, resumed with --train/--corpus and --valid naming where the text is,
     was refused ("the run's text is not at ..."): the named text, checked against the run's, is read instead."""
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     project = tmp_path / "project"
     _write_texts(project / "data")

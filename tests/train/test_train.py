@@ -13,9 +13,9 @@ from spacy_elmo import load_bilm
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.cli import app
 from spacy_elmo.train import Trainer, make_sources, train
-from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.corpus import read_sentences
-from spacy_elmo.train.evaluation import evaluate, load_language_model
+from spacy_elmo.train.corpus.batching import tensorize
+from spacy_elmo.train.corpus.sentences import read_sentences
+from spacy_elmo.train.run.evaluation import evaluate, load_language_model
 from tests.conftest import torch_threads
 from tests.numerics import assert_recomputed_close
 from tests.train.conftest import wikitext_lines
@@ -167,7 +167,7 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tin
     assert resumed.state["step"] == 6
 
     def weights(directory: Path):
-        from spacy_elmo.train.storage import load_checkpoint
+        from spacy_elmo.train.output_folder.storage import load_checkpoint
 
         state = load_checkpoint(directory / "checkpoint.safetensors")
         return state.model, state.info["state"]["step"]
@@ -181,7 +181,7 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tin
 
 def _fast_wall_clock(monkeypatch, seconds_per_reading: float) -> None:
     """The trainer's ``time.time()`` advances ``seconds_per_reading`` at every reading (its other clocks are real)."""
-    import spacy_elmo.train.trainer as trainer_module
+    import spacy_elmo.train.run.trainer as trainer_module
 
     real = trainer_module.time
 
@@ -208,7 +208,7 @@ def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts
     with pytest.raises(KeyboardInterrupt):  # stopped after its step-1 checkpoint, before the run's end
         killed.run()
     monkeypatch.undo()
-    from spacy_elmo.train.storage import load_checkpoint
+    from spacy_elmo.train.output_folder.storage import load_checkpoint
 
     saved = load_checkpoint(out / "checkpoint.safetensors").info
     assert saved["state"]["step"] == 1 and saved["metrics"]["wall_time_s"] >= 100.0  # >= 1 reading of the clock
@@ -373,7 +373,7 @@ def test_allennlp_loads_the_exported_model_and_agrees(tiny_model, tmp_path):
 
 
 def test_model_card_shows_the_command_as_typed():
-    from spacy_elmo.train.model_card import display_command
+    from spacy_elmo.train.output_folder.model_card import display_command
 
     assert display_command("/x/spacy_elmo/__main__.py train out --seed 0") == "python -m spacy_elmo train out --seed 0"
     assert display_command("/venv/bin/spacy-elmo train 'my dir'") == "spacy-elmo train my dir"

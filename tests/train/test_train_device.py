@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.cli import app
 from spacy_elmo.train import Trainer, train
-from spacy_elmo.train import precision as precision_module
 from spacy_elmo.train.distributed import World, training_device
-from spacy_elmo.train.packed_lstm import packed_bilstm_layer
-from spacy_elmo.train.storage import load_checkpoint, save_checkpoint
+from spacy_elmo.train.network import precision as precision_module
+from spacy_elmo.train.network.packed_lstm import packed_bilstm_layer
+from spacy_elmo.train.output_folder.storage import load_checkpoint, save_checkpoint
 from tests.conftest import torch_threads
 from tests.train.conftest import wikitext_lines
 
@@ -269,7 +269,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
     for key in ("valid_ppl_forward", "valid_ppl_backward"):
         assert metrics["cuda"]["best"][key] == pytest.approx(metrics["cpu"]["best"][key], rel=1e-2)
     # the exported model is an ordinary float32 model: the CPU evaluates it
-    from spacy_elmo.train.evaluation import evaluate
+    from spacy_elmo.train.run.evaluation import evaluate
 
     on_cpu = evaluate(tmp_path / "cuda", [texts[1]], device="cpu")
     on_gpu = evaluate(tmp_path / "cuda", [texts[1]], device="cuda")
@@ -334,7 +334,7 @@ def test_bfloat16_training_on_a_gpu_with_native_bfloat16(texts, tiny_config, tmp
 
 @GPU
 def test_the_fused_adam_runs_on_the_gpu():
-    from spacy_elmo.train.trainer import adam
+    from spacy_elmo.train.run.trainer import adam
 
     params = [torch.nn.Parameter(torch.ones(3, device="cuda"))]
     optimizer = adam(params, 0.1)

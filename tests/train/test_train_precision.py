@@ -18,9 +18,9 @@ from spacy_elmo.bilm import cpu_support
 from spacy_elmo.cli import app
 from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR
 from spacy_elmo.train import train
-from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluation import load_language_model
-from spacy_elmo.train.precision import autocast, describe, training_dtype, warn_if_emulated
+from spacy_elmo.train.corpus.batching import tensorize
+from spacy_elmo.train.network.precision import autocast, describe, training_dtype, warn_if_emulated
+from spacy_elmo.train.run.evaluation import load_language_model
 from tests.conftest import torch_threads
 from tests.train.conftest import wikitext_lines
 
@@ -57,7 +57,7 @@ def test_bfloat16_asked_for_without_native_kernels_warns(monkeypatch):
 def test_auto_picks_float32_when_the_kernels_are_capped_to_avx2():
     """CI's AVX2 pass: oneDNN capped below AVX-512 runs bfloat16 emulated, so auto must train in float32."""
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
-    code = "from spacy_elmo.train.precision import training_dtype; print(training_dtype('auto'))"
+    code = "from spacy_elmo.train.network.precision import training_dtype; print(training_dtype('auto'))"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "torch.float32"
 

@@ -18,10 +18,10 @@ from spacy_elmo.cli import app
 from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, train
 from spacy_elmo.train.config import option_flags
-from spacy_elmo.train.evaluation import load_language_model, perplexity
-from spacy_elmo.train.shards import KIND, VERSION
-from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
-from spacy_elmo.train.trainer import TrainingDiverged, _number
+from spacy_elmo.train.corpus.shards import KIND, VERSION
+from spacy_elmo.train.output_folder.storage import TrainingFileError, load_checkpoint, load_softmax
+from spacy_elmo.train.run.evaluation import load_language_model, perplexity
+from spacy_elmo.train.run.trainer import TrainingDiverged, _number
 from tests.conftest import torch_threads
 
 
@@ -75,7 +75,7 @@ def trained(texts, tiny_config, tmp_path_factory):
 
 def copy_run(run: Path, texts: Path, target: Path) -> None:
     """A copy of the run folder ``run`` at ``target``, with its text beside it as the text was beside the run: a
-    checkpoint finds its text from its own folder (train/recorded_paths)."""
+    checkpoint finds its text from its own folder (train/output_folder/recorded_paths)."""
     import os
     import shutil
 
@@ -232,7 +232,7 @@ def test_a_huge_learning_rate_stops_with_a_clear_error_and_exports_nothing(texts
 
 def test_divergence_after_a_good_export_keeps_that_export(texts, tiny_config, tmp_path, monkeypatch):
     """A non-finite validation perplexity: the exported files stay those of the last good evaluation."""
-    import spacy_elmo.train.trainer as trainer_module
+    import spacy_elmo.train.run.trainer as trainer_module
 
     trainer = Trainer(
         tiny_config(texts / "train.txt", texts / "valid.txt", eval_every=2, max_steps=6), tmp_path, progress=False
@@ -375,7 +375,7 @@ def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
         seen.append(config)
         raise _ConfigSeen
 
-    monkeypatch.setattr("spacy_elmo.train.launch.Trainer", trainer)
+    monkeypatch.setattr("spacy_elmo.train.run.launch.Trainer", trainer)
     result = CliRunner().invoke(app, ["--debug", "train", str(tmp_path / "out"), *args])  # --debug: raised as is
     assert isinstance(result.exception, _ConfigSeen), result.output
     return seen[0]
@@ -442,8 +442,8 @@ def test_metrics_and_model_card_survive_a_write_that_fails_halfway(texts, traine
     """A full disk while recording a result or refreshing the card leaves metrics.json and README.md whole."""
     from pathlib import Path as PathType
 
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -491,7 +491,7 @@ def test_an_export_that_fails_leaves_the_previous_model_whole(texts, tiny_config
     import errno
 
     from spacy_elmo.output.write_guard import WriteFailedError
-    from spacy_elmo.train import outputs
+    from spacy_elmo.train.run import outputs
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -511,7 +511,7 @@ _FILE_SIZE_LIMIT = """
 import resource, signal, sys
 from pathlib import Path
 import torch
-from spacy_elmo.train.storage import write_tensor_file
+from spacy_elmo.train.output_folder.storage import write_tensor_file
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 write_tensor_file(Path(sys.argv[1]), {"w": torch.ones(100_000)}, "spacy-elmo checkpoint", {})
@@ -540,7 +540,7 @@ def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_p
 
     from safetensors import SafetensorError
 
-    from spacy_elmo.train import storage
+    from spacy_elmo.train.output_folder import storage
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -575,7 +575,7 @@ def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_p
 def test_a_safetensors_write_error_is_the_operating_systems_in_every_spelling(message):
     from safetensors import SafetensorError
 
-    from spacy_elmo.train.storage import _os_error
+    from spacy_elmo.train.output_folder.storage import _os_error
 
     error = _os_error(SafetensorError(message))
     assert isinstance(error, OSError) and error.errno == 28
@@ -703,7 +703,7 @@ _KILLED_WHILE_WRITING = """
 import sys, time
 from pathlib import Path
 from spacy_elmo.cli import app
-from spacy_elmo.train import storage
+from spacy_elmo.train.output_folder import storage
 
 real_save_file = storage.save_file
 

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.train import Trainer, train
-from spacy_elmo.train.batching import Vocabulary
-from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
-from spacy_elmo.train.shards import CorpusError, PreparedCorpus
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train.corpus.batching import Vocabulary
+from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
+from spacy_elmo.train.corpus.shards import CorpusError, PreparedCorpus
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
 
 

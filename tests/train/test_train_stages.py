@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from spacy_elmo.train import train
-from spacy_elmo.train.prepare import SourceSpec, prepare_corpus, read_source_info
-from spacy_elmo.train.stages import earlier_stages
+from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus, read_source_info
+from spacy_elmo.train.output_folder.stages import earlier_stages
 from tests.conftest import torch_threads
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_layouts"
@@ -117,7 +117,7 @@ def test_the_bundled_model_carries_its_training_into_the_next_stage(tmp_path):
 
 def _batches_seen(monkeypatch) -> list[list[list[str]]]:
     """Every global batch the trainers of this test train on, in order."""
-    from spacy_elmo.train.trainer import Trainer
+    from spacy_elmo.train.run.trainer import Trainer
 
     seen: list[list[list[str]]] = []
     original = Trainer.train_step
@@ -189,7 +189,7 @@ def test_continue_corpus_refuses_another_order_or_corpus_by_name(gutenberg_corpu
 
 
 def test_continue_corpus_needs_a_recorded_position():
-    from spacy_elmo.train.stages import continued_reading
+    from spacy_elmo.train.output_folder.stages import continued_reading
 
     with pytest.raises(ValueError, match="records no position"):
         continued_reading([{"words_seen": 10}], {"seed": 0}, "abc")

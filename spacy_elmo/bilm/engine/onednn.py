@@ -128,7 +128,7 @@ def linear(rows: torch.Tensor, pack: torch.Tensor, bias: Optional[torch.Tensor] 
 
 def float32_step_packs(out_in: torch.Tensor) -> Optional[list[torch.Tensor]]:
     """Packs of each direction's float32 ``(out, in)`` weight in ``out_in`` for products that repeat at every step
-    (training's fused biLSTM, :mod:`spacy_elmo.train.packed_lstm`: made once per call), where this family serves
+    (training's fused biLSTM, :mod:`spacy_elmo.train.network.packed_lstm`: made once per call), where this family serves
     float32 here (:func:`float32_kernels`); None where those products stay torch's (MKL's GEMM): MKL chosen, a weight
     below :data:`MIN_ELEMENTS`, or a torch that cannot pack."""
     if out_in[0].numel() < MIN_ELEMENTS or float32_kernels() != "onednn":

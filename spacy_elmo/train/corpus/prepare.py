@@ -19,17 +19,17 @@ from typing import IO, Any, Optional
 
 from tqdm import tqdm
 
-from ..about import __version__
-from ..bilm.atomic_write import atomic_path, write_json_atomically
-from ..bilm.file_formats import SourceInfo
-from ..bilm.file_names import SOURCE_INFO
-from ..bilm.schema_check import read_json_file
-from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
-from .config import DEFAULT_SHARD_SENTENCES
-from .corpus import sha256_of, split_sentences
-from .folder_lock import folder_claimed
+from ...about import __version__
+from ...bilm.atomic_write import atomic_path, write_json_atomically
+from ...bilm.file_formats import SourceInfo
+from ...bilm.file_names import SOURCE_INFO
+from ...bilm.schema_check import read_json_file
+from ...runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ..config import DEFAULT_SHARD_SENTENCES
+from ..output_folder.folder_lock import folder_claimed
+from ..output_folder.recorded_paths import recorded
 from .layouts import PathLike, check_layout, layout_files, text_blocks
-from .recorded_paths import recorded
+from .sentences import sha256_of, split_sentences
 from .shards import COUNTS, KIND, MANIFEST, VERSION, shard_name
 
 

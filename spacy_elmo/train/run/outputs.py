@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..bilm import manylangs_reader
-from ..bilm.atomic_write import atomic_paths, reported_as, write_text_atomically
-from ..bilm.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
-from ..bilm.weights import write_model_files
-from .config import TrainConfig
-from .recorded_paths import recorded, recorded_argument, resolved_path, resumable_path
-from .storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
+from ...bilm import manylangs_reader
+from ...bilm.atomic_write import atomic_paths, reported_as, write_text_atomically
+from ...bilm.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
+from ...bilm.weights import write_model_files
+from ..config import TrainConfig
+from ..output_folder.recorded_paths import recorded, recorded_argument, resolved_path, resumable_path
+from ..output_folder.storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batching import Vocabulary
-    from .network import LanguageModel
+    from ..corpus.batching import Vocabulary
+    from ..network.language_model import LanguageModel
 
 # what makes a folder hold a model (or a run's model), besides its weight files (*.hdf5)
 _MODEL_FILES = (

@@ -12,9 +12,9 @@ from typing import Optional, Union
 
 import torch
 
-from ..bilm.exact import exact_float32
-from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
-from .batching import (
+from ...bilm.exact import exact_float32
+from ...bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
+from ..corpus.batching import (
     BOS_TOKEN,
     EOS_TOKEN,
     UNK_TOKEN,
@@ -24,7 +24,7 @@ from .batching import (
     ordered_sentences,
     tensorize,
 )
-from .corpus import PathLike, Source
+from ..corpus.sentences import PathLike, Source
 
 
 def perplexity(mean_nll: float) -> float:
@@ -137,10 +137,10 @@ def perplexities(sums: dict[str, float]) -> dict[str, float]:
 
 def load_language_model(model_dir: PathLike, lstm_impl: str = "auto"):
     """The biLM in ``model_dir`` with its trained softmax, ready for perplexity; returns (model, vocab)."""
-    from ..bilm.weights import load_model
-    from ..sources.model_paths import resolve_model_files
-    from .network import LanguageModel
-    from .storage import SOFTMAX, load_softmax, load_softmax_into, require_file
+    from ...bilm.weights import load_model
+    from ...sources.model_paths import resolve_model_files
+    from ..network.language_model import LanguageModel
+    from ..output_folder.storage import SOFTMAX, load_softmax, load_softmax_into, require_file
 
     options_path, weights_path = resolve_model_files(model_dir)
     directory = options_path.parent
@@ -168,7 +168,7 @@ def _vocab_file(directory: Path) -> Path:
 
 def _not_a_trained_model(directory: Path, name: str) -> Exception:
     """The error for a model directory without the softmax or vocabulary that perplexity needs."""
-    from ..bilm.weights import WeightFileError
+    from ...bilm.weights import WeightFileError
 
     return WeightFileError(
         f"model directory {directory} has no {name}: perplexity needs the softmax and vocabulary "
@@ -178,8 +178,8 @@ def _not_a_trained_model(directory: Path, name: str) -> Exception:
 
 def trained_max_length(model_dir: PathLike, fallback: int = 100) -> int:
     """The sentence length cap the model in ``model_dir`` was trained with (``fallback`` if unknown)."""
-    from ..sources.model_paths import resolve_model_files
-    from .stages import read_metrics
+    from ...sources.model_paths import resolve_model_files
+    from ..output_folder.stages import read_metrics
 
     path = resolve_model_files(model_dir)[0].parent / METRICS
     if path.is_file():
@@ -206,8 +206,8 @@ def evaluate(
     (:func:`counted_ids`), so models with different vocabularies compare on the same predictions.
     ``device``: "cpu" (the default), "cuda", "cuda:N" or "auto", as ``spacy-elmo evaluate --device``.
     """
-    from .corpus import make_sources
-    from .distributed import training_device
+    from ..corpus.sentences import make_sources
+    from ..distributed import training_device
 
     where = training_device(device)  # a GPU that is not there: said before the model is read
     model, vocab = load_language_model(model_dir)
@@ -264,7 +264,7 @@ def _model_name(path: PathLike) -> PathLike:
 
 def trained_vocabulary(model_dir: PathLike) -> Vocabulary:
     """The softmax vocabulary (``vocab.txt``) of the trained model in ``model_dir``."""
-    from ..sources.model_paths import resolve_model_files
+    from ...sources.model_paths import resolve_model_files
 
     return Vocabulary.load(_vocab_file(resolve_model_files(model_dir)[0].parent))
 
@@ -277,9 +277,9 @@ def check_record(model_dir: PathLike, name: str) -> Path:
     computed or changed: the name (one line of text), the model's ``metrics.json`` (a JSON object whose values the
     card can show) and that no run holds the folder. Returns the model's folder; a ValueError naming the problem
     otherwise."""
-    from ..sources.model_paths import resolve_model_files
-    from .folder_lock import folder_claimed
-    from .model_card import check_card_metrics, read_metrics
+    from ...sources.model_paths import resolve_model_files
+    from ..output_folder.folder_lock import folder_claimed
+    from ..output_folder.model_card import check_card_metrics, read_metrics
 
     if not isinstance(name, str) or not name.strip() or any(not c.isprintable() for c in name):
         raise ValueError(f"--record {name!r}: a record name is one line of printable text (e.g. the test file's name)")
@@ -303,10 +303,10 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     before either file changes; both are then replaced together, so metrics and card never disagree. The folder is
     held meanwhile (:mod:`.folder_lock`): a training run writing it refuses the record.
     """
-    from ..bilm.atomic_write import atomic_paths, reported_as
-    from ..bilm.file_names import MODEL_CARD
-    from .folder_lock import folder_claimed
-    from .model_card import read_metrics, refreshed_card
+    from ...bilm.atomic_write import atomic_paths, reported_as
+    from ...bilm.file_names import MODEL_CARD
+    from ..output_folder.folder_lock import folder_claimed
+    from ..output_folder.model_card import read_metrics, refreshed_card
     from .outputs import jsonable
 
     directory = check_record(model_dir, name)

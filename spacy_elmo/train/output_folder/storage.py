@@ -30,12 +30,11 @@ from pydantic import BaseModel
 from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
-from ..bilm.atomic_write import atomic_path
-from ..bilm.file_formats import CheckpointHeader, SoftmaxHeader
-from ..bilm.file_names import CHECKPOINT, SOFTMAX
-from ..bilm.schema_check import check_json_text
-from ..bilm.weights import WeightFileError
-from .corpus import PathLike
+from ...bilm.atomic_write import atomic_path
+from ...bilm.file_formats import CheckpointHeader, SoftmaxHeader
+from ...bilm.file_names import CHECKPOINT, SOFTMAX, PathLike
+from ...bilm.schema_check import check_json_text
+from ...bilm.weights import WeightFileError
 
 CHECKPOINT_KIND = "spacy-elmo checkpoint"
 SOFTMAX_KIND = "spacy-elmo softmax"

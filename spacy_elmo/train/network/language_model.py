@@ -20,12 +20,12 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..bilm.file_formats import softmax_widths
-from ..bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
-from ..bilm.model import BiLM, bilstm_outputs, run_token_encoder
-from ..bilm.options import BiLMOptions
-from ..bilm.probe import feature
-from .config import LSTM_IMPLS
+from ...bilm.file_formats import softmax_widths
+from ...bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
+from ...bilm.model import BiLM, bilstm_outputs, run_token_encoder
+from ...bilm.options import BiLMOptions
+from ...bilm.probe import feature
+from ..config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 from .padded_rows import pad_rows, row_rounding
 from .target_log_prob import target_log_prob

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..sources.model_names import require_model
-from .config import TrainConfig, check_config
-from .corpus import make_sources
-from .presets import architecture as read_architecture
-from .shards import read_manifest
+from ...sources.model_names import require_model
+from ..config import TrainConfig, check_config
+from ..corpus.sentences import make_sources
+from ..corpus.shards import read_manifest
+from ..network.presets import architecture as read_architecture
 
 
 def command_config(

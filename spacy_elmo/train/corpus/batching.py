@@ -12,10 +12,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..bilm.atomic_write import write_text_atomically
-from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
-from ..runtime.windows import length_batches
-from .corpus import PathLike, Source, read_sentences
+from ...bilm.atomic_write import write_text_atomically
+from ...bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
+from ...runtime.windows import length_batches
+from .sentences import PathLike, Source, read_sentences
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

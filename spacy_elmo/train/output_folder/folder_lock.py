@@ -33,9 +33,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 from filelock import FileLock, Timeout
 
-from ..bilm.atomic_write import process_exists
-from ..bilm.file_names import PathLike
-from ..bilm.threads import ForkSafeLock
+from ...bilm.atomic_write import process_exists
+from ...bilm.file_names import PathLike
+from ...bilm.threads import ForkSafeLock
 
 LOCK_NAME = ".lock"  # in the claimed folder; hidden, never a model file
 # atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (bilm/atomic_write.py writes them)

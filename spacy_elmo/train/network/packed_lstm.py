@@ -53,8 +53,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..bilm.engine import onednn
-from ..bilm.probe import feature
+from ...bilm.engine import onednn
+from ...bilm.probe import feature
 from .padded_rows import row_rounding
 
 

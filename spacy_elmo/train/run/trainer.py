@@ -35,19 +35,38 @@ from typing import Any, Optional, Union
 import torch
 from tqdm import tqdm
 
-from ..bilm.exact import exact_float32
-from ..bilm.file_names import LEGACY_CHECKPOINT, WEIGHTS
-from ..bilm.options import BiLMOptions
-from ..bilm.weights import options_from_dict
-from .batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
-from .config import TrainConfig, check_config
-from .corpus import PathLike, Source, has_tokens, sha256_of
-from .distributed import SINGLE, World, training_device, weights_digest
+from ...bilm.exact import exact_float32
+from ...bilm.file_names import LEGACY_CHECKPOINT, WEIGHTS
+from ...bilm.options import BiLMOptions
+from ...bilm.weights import options_from_dict
+from ..config import TrainConfig, check_config
+from ..corpus.batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
+from ..corpus.sentences import PathLike, Source, has_tokens, sha256_of
+from ..corpus.shards import MANIFEST, CorpusBatches, PreparedCorpus
+from ..distributed import SINGLE, World, training_device, weights_digest
+from ..network.language_model import LanguageModel, count_parameters
+from ..network.precision import autocast, describe, training_dtype, warn_if_emulated
+from ..network.presets import architecture
+from ..output_folder.folder_lock import claim_folder, hold_claim_while, release_claim_on_error
+from ..output_folder.model_card import write_model_card
+from ..output_folder.recorded_paths import (
+    absolute_path,
+    is_path_argument,
+    recorded,
+    recorded_argument,
+    recorded_command,
+)
+from ..output_folder.stages import continued_reading, earlier_stages, start_stage, update_stage
+from ..output_folder.storage import (
+    CHECKPOINT,
+    Checkpoint,
+    TrainingFileError,
+    load_checkpoint,
+    load_softmax_into,
+    require_file,
+)
 from .evaluation import TextBatches, nll_sums, perplexities, perplexity
-from .folder_lock import claim_folder, hold_claim_while, release_claim_on_error
 from .init_from import load_initial_model, previous_training
-from .model_card import write_model_card
-from .network import LanguageModel, count_parameters
 from .outputs import (
     export_model,
     jsonable,
@@ -56,19 +75,6 @@ from .outputs import (
     resumed_paths,
     write_checkpoint,
     write_metrics,
-)
-from .precision import autocast, describe, training_dtype, warn_if_emulated
-from .presets import architecture
-from .recorded_paths import absolute_path, is_path_argument, recorded, recorded_argument, recorded_command
-from .shards import MANIFEST, CorpusBatches, PreparedCorpus
-from .stages import continued_reading, earlier_stages, start_stage, update_stage
-from .storage import (
-    CHECKPOINT,
-    Checkpoint,
-    TrainingFileError,
-    load_checkpoint,
-    load_softmax_into,
-    require_file,
 )
 
 

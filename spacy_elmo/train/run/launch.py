@@ -16,11 +16,11 @@ from typing import Callable
 
 import typer
 
-from ..bilm.machine import usable_cores
-from ..bilm.threads import set_process_threads
-from .allocator import keep_freed_memory
-from .config import TrainConfig
-from .distributed import World, join_world, leave_world, run_processes, training_processes
+from ...bilm.machine import usable_cores
+from ...bilm.threads import set_process_threads
+from ..allocator import keep_freed_memory
+from ..config import TrainConfig
+from ..distributed import World, join_world, leave_world, run_processes, training_processes
 from .trainer import Trainer
 
 # errors(quiet): a block whose error the user can fix becomes its one-line message (none when quiet) and typer.Exit(2)

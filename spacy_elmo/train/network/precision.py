@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from ..bilm import cpu_support
-from .config import PRECISIONS
+from ...bilm import cpu_support
+from ..config import PRECISIONS
 
 _CPU = torch.device("cpu")
 

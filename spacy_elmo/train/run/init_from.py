@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
-from ..bilm.model import BiLM
-from ..bilm.weights import load_model
-from ..sources.model_paths import resolve_model_files
-from .batching import Vocabulary
-from .corpus import PathLike
-from .stages import INIT_FROM_ADVICE, read_metrics
-from .storage import SOFTMAX, SoftmaxFile, load_softmax, require_file
+from ...bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
+from ...bilm.model import BiLM
+from ...bilm.weights import load_model
+from ...sources.model_paths import resolve_model_files
+from ..corpus.batching import Vocabulary
+from ..corpus.sentences import PathLike
+from ..output_folder.stages import INIT_FROM_ADVICE, read_metrics
+from ..output_folder.storage import SOFTMAX, SoftmaxFile, load_softmax, require_file
 
 
 @dataclass

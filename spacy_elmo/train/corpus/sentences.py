@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ...runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .layouts import PathLike, text_blocks
 
 SENTENCE_END = frozenset({".", "!", "?"})
