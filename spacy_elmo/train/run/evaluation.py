@@ -252,7 +252,7 @@ def evaluate_files(
 def write_result(path: PathLike, result: dict[str, float]) -> None:
     """``spacy-elmo evaluate --output``: the result as indented JSON at ``path``, written whole (never a half-written
     file)."""
-    from ..bilm.atomic_write import write_text_atomically
+    from ...bilm.atomic_write import write_text_atomically
 
     write_text_atomically(path, json.dumps(result, indent=2) + "\n")
 
