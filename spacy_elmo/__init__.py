@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .about import __version__
-from .bilm.lazy_exports import lazy_exports
+from .groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .bilm.weights import WeightFileError

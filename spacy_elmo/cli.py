@@ -421,7 +421,7 @@ def evaluate(
         f"  ({counted}{result['words']} words, {result['sentences']} sentences)"
     )
     if output:
-        from .bilm.atomic_write import write_text_atomically
+        from .groundwork.atomic_write import write_text_atomically
 
         write_text_atomically(output, json.dumps(result, indent=2) + "\n")  # never a half-written file
     if record:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .about import install_extra
-from .bilm.lazy_exports import lazy_exports
+from .groundwork.lazy_exports import lazy_exports
 
 try:  # absolute imports: this module's own name is "dask" too
     import dask
@@ -31,7 +31,7 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}): {install_extra('dask')}") from err
 
-from .bilm.file_names import PathLike
+from .groundwork.file_names import PathLike
 from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
 from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
 from .runtime.text_rows import pooled_matrix, sample_column, token_records

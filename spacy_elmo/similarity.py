@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .about import install_extra
-from .bilm.atomic_write import atomic_path
-from .bilm.excerpt import excerpt
-from .bilm.file_names import PathLike
+from .groundwork.atomic_write import atomic_path
+from .groundwork.excerpt import excerpt
+from .groundwork.file_names import PathLike
 from .runtime.cosine import cosine
 from .runtime.mix import mix_layers
 from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
@@ -186,8 +186,8 @@ def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: Path, title
 
 
 def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> Path:
-    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.atomic_write.atomic_path`): a failed or
-    interrupted plot leaves no half image. Returns the file written.
+    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a
+    failed or interrupted plot leaves no half image. Returns the file written.
 
     The format and the name are :func:`figure_file`'s, the ones ``savefig`` gives ``path``. The format is passed
     explicitly, since the temporary file's suffix is another.

@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .about import __version__
-from .bilm.file_names import PathLike
+from .groundwork.file_names import PathLike
 from .runtime.backend import ElmoBackend, dtype_name, load_bilm
 from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
 from .runtime.mix import ALL, LayerMix, layer_weights

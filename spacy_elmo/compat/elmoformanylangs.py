@@ -20,7 +20,7 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..bilm.file_names import PathLike
+from ..groundwork.file_names import PathLike
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.validation import positive_int, validate_sentences
 

@@ -36,8 +36,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..bilm.file_names import PathLike
 from ..bilm.lstm import BiLSTMState
+from ..groundwork.file_names import PathLike
 from ..runtime.backend import ElmoBackend, load_bilm
 from ..runtime.mix import mix_layers
 from ..runtime.validation import positive_int, validate_sentences

@@ -39,8 +39,8 @@ from typing import (
 
 import numpy as np
 
-from ..bilm.atomic_write import process_exists
-from ..bilm.file_names import PathLike
+from ..groundwork.atomic_write import process_exists
+from ..groundwork.file_names import PathLike
 from ..runtime.settings import DEFAULT_BATCH_SIZE
 from ..runtime.tokenize import resolve_tokenizer
 from ..runtime.validation import positive_int

@@ -15,11 +15,11 @@ import torch
 
 from ..bilm import cpu_support, engine, manylangs_reader
 from ..bilm.engine.precisions import AUTO, PRECISION_NAMES, PRECISIONS, auto_precision, precision
-from ..bilm.file_names import PathLike
 from ..bilm.model import BiLM
 from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
 from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
 from ..bilm.weights import WeightFileError, load_model
+from ..groundwork.file_names import PathLike
 from ..sources.bundled_versions import precision_fingerprint
 from ..sources.download import cache_advice
 from ..sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)

@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from ..bilm.excerpt import excerpt
+from ..groundwork.excerpt import excerpt
 from .settings import DEFAULT_GAMMA, DEFAULT_LAYERS
 from .validation import finite_in
 

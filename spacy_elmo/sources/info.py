@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from ..bilm import engine, manylangs_reader
-from ..bilm.schema_check import FileSchemaError, read_json_file
 from ..bilm.weights import check_model_files, read_options
 from ..bilm.weights import parameter_count as _layout_parameter_count
+from ..groundwork.schema_check import FileSchemaError, read_json_file
 from .model_paths import METRICS, is_manylangs
 from .published import PublishedModel
 
@@ -60,7 +60,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
 
 def read_metrics(path: Path) -> dict[str, Any]:
     """A model's ``metrics.json``, checked against its schema (:class:`~spacy_elmo.bilm.file_formats.Metrics`); a
-    :class:`~spacy_elmo.bilm.schema_check.FileSchemaError` naming the file and the field otherwise. Informational:
+    :class:`~spacy_elmo.groundwork.schema_check.FileSchemaError` naming the file and the field otherwise. Informational:
     the model loads without it, so the error says it can be corrected or deleted."""
     from ..bilm.file_formats import Metrics
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.file_names import METRICS, OPTIONS
-from ..bilm.schema_check import FileSchemaError
 from ..bilm.weights import parameter_count, read_options
+from ..groundwork.file_names import METRICS, OPTIONS
+from ..groundwork.schema_check import FileSchemaError
 from . import bundled_versions
 from .info import corpus_names, read_metrics, training_totals
 from .model_paths import DEFAULT_MODEL_DIR, find_weights

@@ -12,8 +12,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..bilm.atomic_write import write_text_atomically
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
+from ..groundwork.atomic_write import write_text_atomically
 from ..runtime.windows import length_batches
 from .corpus import PathLike, Source, read_sentences
 

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import torch
 
 from ..bilm.exact import exact_float32
-from ..bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
+from ..groundwork.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from .batching import (
     BOS_TOKEN,
     EOS_TOKEN,
@@ -295,8 +295,8 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     before either file changes; both are then replaced together, so metrics and card never disagree. The folder is
     held meanwhile (:mod:`.folder_lock`): a training run writing it refuses the record.
     """
-    from ..bilm.atomic_write import atomic_paths, reported_as
-    from ..bilm.file_names import MODEL_CARD
+    from ..groundwork.atomic_write import atomic_paths, reported_as
+    from ..groundwork.file_names import MODEL_CARD
     from .folder_lock import folder_claimed
     from .model_card import read_metrics, refreshed_card
     from .outputs import jsonable

@@ -1,5 +1,6 @@
 """The package's rooms and their doors: no import circle (lazy imports included), the groups depend one
-way, bilm/ knows no front end, train/ builds on bilm/ and a listed set (ARCHITECTURE.md, "Module map")."""
+way, groundwork/ stands below all, bilm/ knows no front end, train/ builds on bilm/ and a listed set (ARCHITECTURE.md,
+"Module map")."""
 
 import pytest
 
@@ -38,8 +39,8 @@ def test_no_import_circle_inside_the_package(in_functions):
     assert not cycle, "import circle: " + " -> ".join(cycle)
 
 
-# the groups below the front ends, lowest first: each imports only groups before it (bilm/ none of them)
-GROUP_LAYERS = ("bilm", "sources", "runtime", "output")
+# the groups below the front ends, lowest first: each imports only groups before it (groundwork/ none of them)
+GROUP_LAYERS = ("groundwork", "bilm", "sources", "runtime", "output")
 
 
 def group_of(name: str) -> str:
@@ -49,11 +50,13 @@ def group_of(name: str) -> str:
 
 
 def test_the_groups_depend_one_way():
-    """ARCHITECTURE.md's order: bilm/ <- sources/ <- runtime/ <- output/ <- the front ends (spacy/, compat/, sklearn,
-    dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports included)."""
+    """ARCHITECTURE.md's order: groundwork/ <- bilm/ <- sources/ <- runtime/ <- output/ <- the front ends (spacy/,
+    compat/, sklearn, dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports
+    included)."""
     wrong = []
     graph = internal_graph(in_functions=True)
     assert "spacy_elmo.bilm.weights" in graph["spacy_elmo.sources.model_paths"]  # the check sees group edges
+    assert "spacy_elmo.groundwork.file_names" in graph["spacy_elmo.bilm.weights"]
     for name in MODULES:
         group = group_of(name)
         if group not in GROUP_LAYERS:
@@ -67,18 +70,19 @@ def test_the_groups_depend_one_way():
 
 
 def test_bilm_imports_no_front_end():
-    """bilm/ is the model alone: nothing from the rest of spacy_elmo, spaCy, Thinc or scikit-learn, even lazily."""
+    """bilm/ is the model alone: nothing from the rest of spacy_elmo but the ground floor (groundwork/), nor spaCy,
+    Thinc or scikit-learn, even lazily."""
     for name in MODULES:
         if name == "spacy_elmo.bilm" or name.startswith("spacy_elmo.bilm."):
             for imported in imported_names(name, in_functions=True):
                 top = imported.split(".")[0]
-                outside = top == "spacy_elmo" and not imported.startswith("spacy_elmo.bilm")
+                outside = top == "spacy_elmo" and not imported.startswith(("spacy_elmo.bilm", "spacy_elmo.groundwork"))
                 assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
 
 
-# what train/ builds on besides bilm/ and itself: the tokenizers, windows' length batching, what a model string means
-# (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a prepared
-# corpus; never the backend or a front end
+# what train/ builds on besides bilm/, groundwork/ and itself: the tokenizers, windows' length batching, what a model
+# string means (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a
+# prepared corpus; never the backend or a front end
 TRAIN_USES = {
     "spacy_elmo.runtime.tokenize",
     "spacy_elmo.runtime.windows",
@@ -89,13 +93,13 @@ TRAIN_USES = {
 
 
 def test_train_builds_on_bilm_and_the_listed_pieces_only():
-    """train/ imports, even lazily, nothing of spacy_elmo outside train/ and bilm/ but TRAIN_USES (ARCHITECTURE.md's
-    module map); every listed piece is still used, so the list stays the truth."""
+    """train/ imports, even lazily, nothing of spacy_elmo outside train/, bilm/ and groundwork/ but TRAIN_USES
+    (ARCHITECTURE.md's module map); every listed piece is still used, so the list stays the truth."""
     used = set()
     for name in MODULES:
         if name.startswith("spacy_elmo.train"):
             for imported in imported_names(name, in_functions=True):
-                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm")):
+                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm", "spacy_elmo.groundwork")):
                     continue
                 if imported.split(".")[0] == "spacy_elmo":
                     assert imported in TRAIN_USES, f"{name} imports {imported}: train/ builds on bilm/ and TRAIN_USES"

@@ -19,7 +19,7 @@ import torch
 from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.encoder import Highway
-from spacy_elmo.bilm.engine import base, engine_of, mkl, onednn, step_loop
+from spacy_elmo.bilm.engine import base, engine_of, mkl, onednn
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
 from tests.numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 

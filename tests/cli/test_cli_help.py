@@ -227,7 +227,7 @@ def test_a_missing_matplotlib_is_said_before_a_model_or_pipeline_loads(args, tmp
 def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
     code = (
         "import sys, spacy_elmo, spacy_elmo.train, spacy_elmo.train.config\n"
-        "import spacy_elmo.bilm.file_names, spacy_elmo.bilm.atomic_write\n"
+        "import spacy_elmo.groundwork.file_names, spacy_elmo.groundwork.atomic_write\n"
         "import spacy_elmo.bilm.engine.precisions, spacy_elmo.runtime.validation  # the precision table: no torch\n"
         "heavy = {'torch', 'spacy', 'sklearn'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"

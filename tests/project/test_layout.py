@@ -26,10 +26,10 @@ SHARED: dict[str, tuple[str, ...]] = {
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "bilm/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
-    "bilm/number_checks.py": ("test_user_numbers.py",),
+    "groundwork/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
+    "groundwork/number_checks.py": ("test_user_numbers.py",),
     "bilm/file_formats.py": ("test_damaged_files.py",),  # every format's schema, mutated by the property test
-    "bilm/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
+    "groundwork/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
     "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
@@ -50,6 +50,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),
     "output/__init__.py": ("test_embed_file.py",),
+    "groundwork/__init__.py": ("test_layering.py",),
     # bilm/: the exact biLM, its inference path and its files
     "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
     "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
@@ -58,7 +59,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_reader.py": ("test_manylangs.py",),
-    "bilm/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
+    "groundwork/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
     "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
@@ -66,7 +67,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
     "bilm/engine/int8.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
-    "bilm/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
+    "groundwork/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
     "bilm/engine/precisions.py": ("test_engines.py", "test_device_cache_keys.py", "test_windows.py"),
     "bilm/engine/onednn.py": ("test_engines.py", "test_precision.py", "test_mkl_prepacked.py"),
     "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from spacy import __version__ as spacy_version
 
-from spacy_elmo.bilm.excerpt import excerpt
+from spacy_elmo.groundwork.excerpt import excerpt
 from spacy_elmo.runtime import validation
 from spacy_elmo.runtime.backend import ElmoBackend, load_bilm
 from spacy_elmo.runtime.cache import CACHE_MB_ENV, env_disk_mb

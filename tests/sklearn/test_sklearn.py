@@ -25,7 +25,7 @@ from sklearn.utils import estimator_checks
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
-from spacy_elmo.bilm.probe import feature
+from spacy_elmo.groundwork.probe import feature
 from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
 from spacy_elmo.runtime.windows import embed_segments
 from spacy_elmo.sklearn import EmptyTextWarning

@@ -19,7 +19,7 @@ from typing import IO, Union
 import numpy as np
 import torch
 
-from ...bilm.excerpt import excerpt
+from ...groundwork.excerpt import excerpt
 from ...output.embed_file import bounded_lines, hdf5_output
 from ...output.hdf5_layout import OUTPUT_FORMATS, DuplicateSentenceError, LineDatasets
 from ...runtime.validation import check_batch, check_tokens, positive_int, resolve_device, validate_sentences

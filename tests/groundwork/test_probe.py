@@ -1,5 +1,5 @@
-"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (bilm/probe.py) answers the default
-whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
+"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (groundwork/probe.py) answers the
+default whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
 the older torch (the attribute missing, or raising as torch 2.1 does) and the newer one (the attribute there and
 used). The CI's floor pass runs the same code on the oldest torch for real."""
 
@@ -16,7 +16,7 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support, exact
 from spacy_elmo.bilm.engine import mkl
-from spacy_elmo.bilm.probe import feature, has_feature
+from spacy_elmo.groundwork.probe import feature, has_feature
 from spacy_elmo.runtime import validation
 from spacy_elmo.train import network, packed_lstm
 
