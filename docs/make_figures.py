@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH
+from spacy_elmo.runtime.configuration.defaults import DEFAULT_MAX_LENGTH
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "docs" / "images"

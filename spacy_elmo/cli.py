@@ -15,7 +15,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from .bilm.engine.precisions import dtype_help
 from .cli_errors import DEBUG_ENV, debug_from_env, passes_through, say_and_exit
 from .cli_errors import errors_exit_2 as _errors_exit_2
-from .runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
+from .runtime.configuration.defaults import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .train.config import DEFAULT_SHARD_SENTENCES, TrainConfig, option_flags
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -227,7 +227,7 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
-    from .runtime.validation import positive_int, process_count
+    from .runtime.configuration.validation import positive_int, process_count
     from .train.command_config import command_config
 
     with _errors_exit_2():  # the sources and every option's value, checked before torch is imported
@@ -611,7 +611,7 @@ def similarity(
     figure = _figure_file(plot) if plot is not None else None  # before torch is imported and the model loads
     with _errors_exit_2():
         require_model(model)
-    from .runtime.backend import load_bilm
+    from .runtime.embedding.backend import load_bilm
     from .similarity import plot as plot_figure
     from .similarity import word_similarity
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from spacy_elmo.bilm.file_formats import SCHEMAS
 from spacy_elmo.groundwork import file_names
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.spacy.saved_model import COMPONENT_MODEL
 from tests.architecture.arch_scan import MODULES
 from tests.architecture.test_written_files import FOREIGN_FILE_NAMES

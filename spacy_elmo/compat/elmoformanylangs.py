@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ..groundwork.file_names import PathLike
-from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.validation import positive_int, validate_sentences
+from ..runtime.configuration.validation import positive_int, validate_sentences
+from ..runtime.embedding.backend import ElmoBackend, load_bilm
 
 __all__ = ["Embedder"]
 

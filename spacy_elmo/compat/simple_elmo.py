@@ -38,9 +38,9 @@ import torch
 
 from ..bilm.lstm import BiLSTMState
 from ..groundwork.file_names import PathLike
-from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.mix import mix_layers
-from ..runtime.validation import positive_int, validate_sentences
+from ..runtime.configuration.validation import positive_int, validate_sentences
+from ..runtime.embedding.backend import ElmoBackend, load_bilm
+from ..runtime.features.mix import mix_layers
 
 __all__ = ["ElmoModel"]
 

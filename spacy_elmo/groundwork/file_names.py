@@ -2,9 +2,9 @@
 folder's, a training run's, a prepared corpus's), and :data:`PathLike`, what the package takes as a file's path.
 
 A folder that one module owns keeps its names there: the spaCy component's save in ``spacy/saved_model.py``, an
-adaptation's in ``spacy/adapt.py``, the disk cache's in ``runtime/cache.py``. A foreign format's own names stay with
-its one reader: ELMoForManyLangs' ``config.json``, ``char.dic``, ... in ``bilm/manylangs_reader.py``; the download
-cache's bookkeeping suffixes in ``sources/download.py``.
+adaptation's in ``spacy/adapt.py``, the disk cache's in ``runtime/embedding/cache.py``. A foreign format's own names
+stay with its one reader: ELMoForManyLangs' ``config.json``, ``char.dic``, ... in ``bilm/manylangs_reader.py``; the
+download cache's bookkeeping suffixes in ``sources/download.py``.
 """
 
 from __future__ import annotations

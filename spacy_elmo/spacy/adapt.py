@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..groundwork.atomic_write import write_text_atomically
 from ..groundwork.file_names import PathLike
-from ..runtime.tokenize import is_whitespace
+from ..runtime.features.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_paths import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model

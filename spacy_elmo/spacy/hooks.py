@@ -23,8 +23,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-from ..runtime.cosine import cosine
-from ..runtime.tokenize import is_whitespace
+from ..runtime.features.cosine import cosine
+from ..runtime.features.tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
 

@@ -28,7 +28,7 @@ from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..groundwork.atomic_write import atomic_path, atomic_paths, reported_as
 from ..groundwork.schema_check import check_value, read_json_file
-from ..runtime.backend import ElmoBackend
+from ..runtime.embedding.backend import ElmoBackend
 from ..sources.bundled_versions import bundled_version
 from ..sources.model_paths import OPTIONS, WEIGHTS, model_file_map
 from ..sources.pinned_model import PinnedModel

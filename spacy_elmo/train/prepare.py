@@ -24,7 +24,7 @@ from ..bilm.file_formats import SourceInfo
 from ..groundwork.atomic_write import atomic_path, write_json_atomically
 from ..groundwork.file_names import SOURCE_INFO
 from ..groundwork.schema_check import read_json_file
-from ..runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ..runtime.features.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .config import DEFAULT_SHARD_SENTENCES
 from .corpus import sha256_of, split_sentences
 from .folder_lock import folder_claimed

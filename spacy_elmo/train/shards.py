@@ -34,7 +34,7 @@ from ..bilm.file_formats import COUNTS_LINE, CorpusManifest
 from ..groundwork.excerpt import excerpt
 from ..groundwork.file_names import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
 from ..groundwork.schema_check import check_value, read_json_file
-from ..runtime.windows import length_batches
+from ..runtime.embedding.windows import length_batches
 from .layouts import PathLike
 
 if TYPE_CHECKING:  # pragma: no cover

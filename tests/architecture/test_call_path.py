@@ -29,7 +29,7 @@ FILE_MODULES = {
     "spacy_elmo.groundwork.atomic_write",
 }
 # the doc's stored layers and their one reader: the component writes them and mixes the layers it holds
-READ_BACK = "spacy_elmo.runtime.stored_layers"
+READ_BACK = "spacy_elmo.runtime.features.stored_layers"
 TOKEN_ENCODER = {"spacy_elmo.bilm.encoder", "spacy_elmo.bilm.chars"}
 # what computes a sentence's layers: past the memory cache
 COMPUTING = ("spacy_elmo.bilm.inference", "spacy_elmo.bilm.engine", "spacy_elmo.bilm.vocab_cache")
@@ -84,7 +84,7 @@ def new_sentence_of_known_words(nlp) -> list[str]:
 def test_the_trace_sees_the_call_down_to_an_engine(nlp):
     """Guards the checks below against passing because the trace sees nothing."""
     entered = new_sentence_of_known_words(nlp)
-    assert "spacy_elmo.spacy.pipeline_component" in entered and "spacy_elmo.runtime.backend" in entered
+    assert "spacy_elmo.spacy.pipeline_component" in entered and "spacy_elmo.runtime.embedding.backend" in entered
     assert not in_rooms("spacy_elmo.train.trainer", ROOMS) and in_rooms("spacy_elmo.bilm.engine.base", ROOMS)
 
 

@@ -16,9 +16,12 @@ from tests.architecture.arch_scan import (
 def test_the_walk_finds_the_package_and_its_imports():
     """Guards the checks below against passing because they see nothing."""
     graph = internal_graph()
-    assert {"spacy_elmo", "spacy_elmo.bilm.model", "spacy_elmo.bilm.inference", "spacy_elmo.runtime.backend"} <= set(
-        graph
-    )
+    assert {
+        "spacy_elmo",
+        "spacy_elmo.bilm.model",
+        "spacy_elmo.bilm.inference",
+        "spacy_elmo.runtime.embedding.backend",
+    } <= set(graph)
     assert "spacy_elmo.bilm.inference" in graph["spacy_elmo.bilm.model"]
     assert "spacy_elmo.bilm.lstm" in graph["spacy_elmo.bilm.inference"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
@@ -66,7 +69,30 @@ def test_the_groups_depend_one_way():
             if group_of(dependency) not in allowed:
                 wrong.append(f"{name} imports {dependency}")
     assert not wrong, wrong
-    assert group_of("spacy_elmo.runtime.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
+    assert group_of("spacy_elmo.runtime.embedding.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
+
+
+# runtime/'s rooms, lowest first: what a user gives (defaults, checks), sentences -> layers (the backend, its caches,
+# windows), what a front end asks of the layers (mix, pooling, rows, stored layers, the shared settings)
+RUNTIME_LAYERS = ("configuration", "embedding", "features")
+
+
+def test_runtime_rooms_depend_one_way():
+    """Inside runtime/, a subpackage imports only those before it in RUNTIME_LAYERS (lazy imports included), and every
+    runtime module lives in one of them (ARCHITECTURE.md's module map)."""
+    graph = internal_graph(in_functions=True)
+    runtime = [name for name in MODULES if name.startswith("spacy_elmo.runtime.")]
+    homeless = [name for name in runtime if name.split(".")[2] not in RUNTIME_LAYERS]
+    assert not homeless, f"put these in one of runtime/'s rooms {RUNTIME_LAYERS}: {homeless}"
+    assert "spacy_elmo.runtime.configuration.defaults" in graph["spacy_elmo.runtime.embedding.windows"]  # sees edges
+    wrong = []
+    for name in runtime:
+        allowed = set(RUNTIME_LAYERS[: RUNTIME_LAYERS.index(name.split(".")[2]) + 1])
+        for dependency in graph[name]:
+            parts = dependency.split(".")
+            if parts[:2] == ["spacy_elmo", "runtime"] and len(parts) > 2 and parts[2] not in allowed:
+                wrong.append(f"{name} imports {dependency}")
+    assert not wrong, wrong
 
 
 def test_bilm_imports_no_front_end():
@@ -84,8 +110,8 @@ def test_bilm_imports_no_front_end():
 # string means (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a
 # prepared corpus; never the backend or a front end
 TRAIN_USES = {
-    "spacy_elmo.runtime.tokenize",
-    "spacy_elmo.runtime.windows",
+    "spacy_elmo.runtime.features.tokenize",
+    "spacy_elmo.runtime.embedding.windows",
     "spacy_elmo.sources.model_paths",
     "spacy_elmo.sources.model_names",
     "spacy_elmo.about",

@@ -283,7 +283,7 @@ FOREIGN_FILE_NAMES = {
 OWNED_FILE_NAMES = {
     "spacy_elmo.spacy.saved_model": {"model.json"},  # the spaCy component's saved model folder
     "spacy_elmo.spacy.adapt": {"adaptation.json", "train.txt", "dev.txt"},  # an adaptation's output folder
-    "spacy_elmo.runtime.cache": {"embeddings.sqlite3"},  # the disk cache's folder
+    "spacy_elmo.runtime.embedding.cache": {"embeddings.sqlite3"},  # the disk cache's folder
 }
 
 

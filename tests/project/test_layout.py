@@ -19,7 +19,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "__main__.py": ("test_embed_file.py", "test_distributed.py"),
     "about.py": ("test_packaging.py", "test_hub.py"),
     "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
-    "runtime/validation.py": (
+    "runtime/configuration/validation.py": (
         "test_user_numbers.py",
         "test_windows.py",
         "test_train.py",
@@ -38,17 +38,21 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
     "train/command_config.py": ("test_cli_help.py", "test_train.py"),
-    "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
-    "runtime/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/features/text_rows.py": ("test_sklearn.py", "test_dask.py"),
+    "runtime/features/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/configuration/defaults.py": ("test_settings.py",),  # the defaults, held against every front end
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),
     "spacy/saved_model.py": ("test_spacy_serialize.py", "test_bundled_versions.py"),
-    "runtime/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
+    "runtime/features/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),
+    "runtime/configuration/__init__.py": ("test_settings.py", "test_user_numbers.py"),
+    "runtime/embedding/__init__.py": ("test_backend.py",),
+    "runtime/features/__init__.py": ("test_mix_pooling.py",),
     "output/__init__.py": ("test_embed_file.py",),
     "groundwork/__init__.py": ("test_layering.py",),
     # bilm/: the exact biLM, its inference path and its files

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.cli import app
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, train
 from spacy_elmo.train.config import option_flags
 from spacy_elmo.train.evaluation import load_language_model, perplexity

@@ -18,11 +18,11 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
-from ..groundwork.excerpt import excerpt
-from ..groundwork.machine import memory_bytes, usable_cores
-from ..groundwork.number_checks import MAX_COUNT, finite_number, whole_number
-from ..groundwork.probe import feature
+from ...bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
+from ...groundwork.excerpt import excerpt
+from ...groundwork.machine import memory_bytes, usable_cores
+from ...groundwork.number_checks import MAX_COUNT, finite_number, whole_number
+from ...groundwork.probe import feature
 
 if TYPE_CHECKING:
     import torch
