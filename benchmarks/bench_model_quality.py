@@ -447,8 +447,8 @@ def bank_senses_12(model: str, seed: int = 0) -> list[dict[str, Any]]:
     money/river pairs, the gap money/money - money/river with a permutation p-value (the 24 sentences' senses
     shuffled ``PERMUTATIONS`` times, one-sided), and how often a "bank" vector's nearest other one has its sense."""
     from spacy_elmo import load_bilm
-    from spacy_elmo.runtime.mix import mix_layers
-    from spacy_elmo.runtime.windows import embed_segments
+    from spacy_elmo.runtime.embedding.windows import embed_segments
+    from spacy_elmo.runtime.features.mix import mix_layers
 
     backend = load_bilm(model)
     sentences = [s.split() for s in (*MONEY_12, *RIVER_12)]

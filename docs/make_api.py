@@ -44,10 +44,10 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("spacy_elmo.sources.fetch", ("Store", "FetchError")),
     ("spacy_elmo.output.embed_file", ("embed_file",)),
-    ("spacy_elmo.runtime.windows", ("embed_segments", "window_bounds", "length_batches")),
-    ("spacy_elmo.runtime.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
+    ("spacy_elmo.runtime.embedding.windows", ("embed_segments", "window_bounds", "length_batches")),
+    ("spacy_elmo.runtime.features.tokenize", ("resolve_tokenizer", "is_whitespace", "split_on_spaces")),
     (
-        "spacy_elmo.runtime.settings",
+        "spacy_elmo.runtime.configuration.defaults",
         (
             "DEFAULT_BATCH_SIZE",
             "DEFAULT_PIPE_BATCH_SIZE",
@@ -63,11 +63,14 @@ PUBLIC: list[tuple[str, tuple[str, ...]]] = [
             "DEFAULT_TOKEN_CACHE",
         ),
     ),
-    ("spacy_elmo.runtime.text_rows", ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows")),
-    ("spacy_elmo.runtime.cosine", ("cosine",)),
+    (
+        "spacy_elmo.runtime.features.text_rows",
+        ("sample_kind", "token_rows", "row_tokens", "embedded_rows", "pooled_rows"),
+    ),
+    ("spacy_elmo.runtime.features.cosine", ("cosine",)),
     ("spacy_elmo.dask", ()),  # its __all__; needs the dask extra
     ("spacy_elmo.output.cluster", ()),  # its __all__; needs the dask extra
-    ("spacy_elmo.runtime.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
+    ("spacy_elmo.runtime.embedding.cache", ("MemoryCache", "DiskCache", "open_disk_cache")),
     ("spacy_elmo.bilm", ()),
     ("spacy_elmo.bilm.manylangs_reader", ("load_model", "is_model_dir", "model_files", "SAMPLE_CONFIGS")),
     ("spacy_elmo.train", ()),

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH
+from spacy_elmo.runtime.configuration.defaults import DEFAULT_MAX_LENGTH
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "docs" / "images"
@@ -306,7 +306,7 @@ def _to_palette(path: Path) -> None:
     """Rewrite a PNG with a palette of 256 colours (a third of its size or less; flat plots lose nothing visible)."""
     from PIL import Image
 
-    from spacy_elmo.bilm.atomic_write import atomic_path
+    from spacy_elmo.groundwork.atomic_write import atomic_path
 
     with Image.open(path) as image:
         small = image.convert("RGB").quantize(256)

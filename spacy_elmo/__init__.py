@@ -9,24 +9,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .about import __version__
-from .bilm.lazy_exports import lazy_exports
+from .groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .bilm.weights import WeightFileError
-    from .runtime.backend import ElmoBackend, load_bilm
-    from .runtime.mix import layer_weights, mix_layers
-    from .runtime.pooling import pool
+    from .runtime.embedding.backend import ElmoBackend, load_bilm
+    from .runtime.features.mix import layer_weights, mix_layers
+    from .runtime.features.pooling import pool
     from .sklearn import ElmoVectorizer
 
 # each public name -> the module that defines it, imported when the name is first used
 _HOMES = {
-    "ElmoBackend": ".runtime.backend",
+    "ElmoBackend": ".runtime.embedding.backend",
     "ElmoVectorizer": ".sklearn",
     "WeightFileError": ".bilm.weights",
-    "layer_weights": ".runtime.mix",
-    "load_bilm": ".runtime.backend",
-    "mix_layers": ".runtime.mix",
-    "pool": ".runtime.pooling",
+    "layer_weights": ".runtime.features.mix",
+    "load_bilm": ".runtime.embedding.backend",
+    "mix_layers": ".runtime.features.mix",
+    "pool": ".runtime.features.pooling",
 }
 
 __all__ = [

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .about import install_extra
-from .bilm.lazy_exports import lazy_exports
+from .groundwork.lazy_exports import lazy_exports
 
 try:  # absolute imports: this module's own name is "dask" too
     import dask
@@ -31,11 +31,11 @@ try:  # absolute imports: this module's own name is "dask" too
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.dask needs Dask ({err}): {install_extra('dask')}") from err
 
-from .bilm.file_names import PathLike
-from .runtime.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
-from .runtime.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
-from .runtime.text_rows import pooled_matrix, sample_column, token_records
-from .runtime.validation import resolve_device
+from .groundwork.file_names import PathLike
+from .runtime.configuration.validation import resolve_device
+from .runtime.embedding.backend import AUTO, ElmoBackend, dtype_name, load_bilm, resolve_dtype
+from .runtime.features.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
+from .runtime.features.text_rows import pooled_matrix, sample_column, token_records
 from .sources.model_paths import model_shape, resolve_model_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,7 +65,7 @@ def embed_texts(
 
     ``model`` and the settings ``layers``, ``pooling``, ``norm``, ``tokenizer``, ``batch_size``, ``device``,
     ``dtype``, ``max_length``, ``window_overlap`` (keywords): as for ``ElmoVectorizer``, with its defaults
-    (declared once in ``spacy_elmo.runtime.front_settings``; a callable tokenizer is pickled into the graph).
+    (declared once in ``spacy_elmo.runtime.features.front_settings``; a callable tokenizer is pickled into the graph).
     ``cache_dir``: a disk cache directory each worker uses (the same path on every machine);
     ``None`` leaves each worker's own setting (``SPACY_ELMO_CACHE_DIR``).
     ``lengths``: ``True`` computes the partitions' lengths now (one pass over the input, running

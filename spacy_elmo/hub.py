@@ -23,13 +23,13 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from .runtime.backend import ElmoBackend, load_bilm
-from .runtime.mix import mix_layers
-from .runtime.pooling import PoolSink
-from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .runtime.tokenize import split_on_spaces
-from .runtime.validation import integer_in, validate_sentences
-from .runtime.windows import embed_segments, fold_segments, window_bounds
+from .runtime.configuration.defaults import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.configuration.validation import integer_in, validate_sentences
+from .runtime.embedding.backend import ElmoBackend, load_bilm
+from .runtime.embedding.windows import embed_segments, fold_segments, window_bounds
+from .runtime.features.mix import mix_layers
+from .runtime.features.pooling import PoolSink
+from .runtime.features.tokenize import split_on_spaces
 from .sources.model_paths import PathLike
 
 Outputs = dict[str, np.ndarray]
@@ -85,9 +85,10 @@ class HubModule:
         ignored).
 
         Every token, padding too, must be a ``str`` (as in TF-Hub's string tensor): ``bytes``, ``None`` or a number
-        is a ``TypeError`` naming the row and token (:func:`~spacy_elmo.runtime.validation.validate_sentences`),
-        checked before anything reads the rows, never embedded as its ``str()``; so is a plain string where a row
-        belongs. A numpy array of strings is taken as a list of its rows.
+        is a ``TypeError`` naming the row and token
+        (:func:`~spacy_elmo.runtime.configuration.validation.validate_sentences`), checked before anything reads the
+        rows, never embedded as its ``str()``; so is a plain string where a row belongs. A numpy array of strings is
+        taken as a list of its rows.
         """
         rows = validate_sentences(_as_list(tokens) if isinstance(tokens, np.ndarray) else tokens, "tokens")
         lengths = list(_as_list(sequence_len))

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from .about import install_extra
-from .bilm.atomic_write import atomic_path
-from .bilm.excerpt import excerpt
-from .bilm.file_names import PathLike
+from .groundwork.atomic_write import atomic_path
+from .groundwork.excerpt import excerpt
+from .groundwork.file_names import PathLike
 
 __all__ = ["check_plotting", "figure_file", "new_figure", "plot_mixes", "plot_word_similarity", "save_figure"]
 
@@ -134,8 +134,8 @@ def plot_mixes(mixes: Mapping[str, tuple[list[float], float]], path: PathLike, t
 
 
 def save_figure(figure: Any, path: PathLike, dpi: int = 120) -> Path:
-    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.bilm.atomic_write.atomic_path`): a failed or
-    interrupted plot leaves no half image. Returns the file written.
+    """``figure.savefig(path)``'s file, written whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a
+    failed or interrupted plot leaves no half image. Returns the file written.
 
     The format and the name are :func:`figure_file`'s, the ones ``savefig`` gives ``path``. The format is passed
     explicitly, since the temporary file's suffix is another.

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .plots import plot_word_similarity
-from .runtime.cosine import cosine
-from .runtime.mix import mix_layers
-from .runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from .runtime.tokenize import split_on_spaces
-from .runtime.windows import embed_segments
+from .runtime.configuration.defaults import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from .runtime.embedding.windows import embed_segments
+from .runtime.features.cosine import cosine
+from .runtime.features.mix import mix_layers
+from .runtime.features.tokenize import split_on_spaces
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runtime.backend import ElmoBackend
+    from .runtime.embedding.backend import ElmoBackend
 
 
 @dataclass

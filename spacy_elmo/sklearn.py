@@ -9,21 +9,23 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .about import __version__
-from .bilm.file_names import PathLike
-from .runtime.backend import ElmoBackend, dtype_name, load_bilm
-from .runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
-from .runtime.mix import ALL, LayerMix, layer_weights
-from .runtime.pooling import pooling_parts
-from .runtime.stored_layers import is_doc
-from .runtime.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
-from .runtime.tokenize import TokenizerSpec
+from .groundwork.file_names import PathLike
+from .runtime.embedding.backend import ElmoBackend, dtype_name, load_bilm
+from .runtime.features.front_settings import VECTORIZER_SETTINGS, FrontSettings
+from .runtime.features.mix import ALL, LayerMix, layer_weights
+from .runtime.features.pooling import pooling_parts
+from .runtime.features.stored_layers import is_doc
+from .runtime.features.text_rows import EmptyTextWarning, SampleColumn, pooled_matrix, sample_column
+from .runtime.features.tokenize import TokenizerSpec
 from .sources.model_paths import model_shape, resolve_model_files
 from .sources.pinned_model import PinnedModel
 
 __all__ = ["ElmoVectorizer", "EmptyTextWarning"]
 
 FEATURE_PREFIX = "elmo"
-DEFAULTS = FrontSettings()  # the vectorizer's defaults: runtime/front_settings.py declares every shared setting
+DEFAULTS = (
+    FrontSettings()
+)  # the vectorizer's defaults: runtime/features/front_settings.py declares every shared setting
 
 
 class ElmoVectorizer(TransformerMixin, BaseEstimator):

@@ -155,8 +155,8 @@ class ModelFolder:
         over it: same size, new content)."""
         import torch
 
-        from spacy_elmo.bilm.atomic_write import atomic_path
         from spacy_elmo.bilm.weights import write_weights_file
+        from spacy_elmo.groundwork.atomic_write import atomic_path
 
         with torch.no_grad():
             for parameter in self.model.parameters():
@@ -167,7 +167,7 @@ class ModelFolder:
 
     def put_back(self) -> None:
         """The original weights, written back as a new file."""
-        from spacy_elmo.bilm.atomic_write import atomic_path
+        from spacy_elmo.groundwork.atomic_write import atomic_path
 
         with atomic_path(self.weights) as tmp:
             tmp.write_bytes(self.original)

@@ -308,7 +308,7 @@ def test_the_guarantee_lists_every_entry():
 )
 def test_a_huge_hostile_token_is_named_in_a_short_line(name):
     (entry,) = [entry for entry in ENTRIES if entry.name == name]
-    """The message echoes a bounded excerpt of the token (``bilm.excerpt``), not a megabyte of its repr."""
+    """The message echoes a bounded excerpt of the token (``groundwork.excerpt``), not a megabyte of its repr."""
     with pytest.raises(TypeError) as raised:
         entry.call([["fine", b"x" * 1_000_000]])
     message = str(raised.value)

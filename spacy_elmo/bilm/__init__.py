@@ -1,6 +1,6 @@
 """The ELMo biLM in PyTorch (no spaCy or scikit-learn imports here).
 
-The public names are imported on first use (PEP 562): ``spacy_elmo.bilm.file_names`` and ``atomic_write`` do not
+The public names are imported on first use (PEP 562): ``spacy_elmo.groundwork.file_names`` and ``atomic_write`` do not
 import torch, so the command line can check its arguments first.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .lazy_exports import lazy_exports
+from ..groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chars import batch_to_char_ids, token_to_char_ids, tokens_to_char_ids

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from .probe import feature
+from ..groundwork.probe import feature
 
 
 class SlowPrecisionWarning(RuntimeWarning):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from .probe import has_feature
+from ..groundwork.probe import has_feature
 from .threads import ForkSafeLock, renew_after_fork
 
 _LOCK = ForkSafeLock()

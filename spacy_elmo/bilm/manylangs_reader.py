@@ -31,7 +31,7 @@ from typing import Any, Optional, cast
 import torch
 from torch import nn
 
-from .file_names import PathLike
+from ..groundwork.file_names import PathLike
 from .lstm import ProjectedLSTMCell
 from .manylangs import (
     BOS,

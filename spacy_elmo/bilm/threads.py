@@ -31,8 +31,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .excerpt import excerpt
-from .number_checks import whole_number
+from ..groundwork.excerpt import excerpt
+from ..groundwork.number_checks import whole_number
 
 # -- when work is split or limited -------------------------------------------------------------
 # Multiply-adds are those of the recurrent product of one LSTM step (rows x projection x 4 cells).

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from .atomic_write import atomic_paths, reported_as, write_json_atomically
+from ..groundwork.atomic_write import atomic_paths, reported_as, write_json_atomically
+from ..groundwork.file_names import OPTIONS, WEIGHTS, PathLike
+from ..groundwork.schema_check import read_json_file
 from .chars import MAX_CHARS_PER_TOKEN, PADDING_CHAR
-from .file_names import OPTIONS, WEIGHTS, PathLike
 from .options import BiLMOptions
-from .schema_check import read_json_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import BiLM

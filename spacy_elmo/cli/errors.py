@@ -23,8 +23,8 @@ from typing import NoReturn
 
 import typer
 
-from ..bilm.atomic_write import WriteFailedError
-from ..bilm.excerpt import excerpt
+from ..groundwork.atomic_write import WriteFailedError
+from ..groundwork.excerpt import excerpt
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click.exceptions import ClickException

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..bilm import engine, manylangs_reader
-from ..bilm.schema_check import FileSchemaError, read_json_file
 from ..bilm.weights import check_model_files, parameter_count
+from ..groundwork.schema_check import FileSchemaError, read_json_file
 from ..sources.download import is_cached
 from ..sources.model_paths import METRICS, is_manylangs, resolve_model_files
 from ..sources.published import PublishedModel, published_model
@@ -66,7 +66,7 @@ def describe(options_path: Path, weights_path: Path) -> str:
 
 def read_metrics(path: Path) -> dict[str, Any]:
     """A model's ``metrics.json``, checked against its schema (:class:`~spacy_elmo.bilm.file_formats.Metrics`); a
-    :class:`~spacy_elmo.bilm.schema_check.FileSchemaError` naming the file and the field otherwise. Informational:
+    :class:`~spacy_elmo.groundwork.schema_check.FileSchemaError` naming the file and the field otherwise. Informational:
     the model loads without it, so the error says it can be corrected or deleted."""
     from ..bilm.file_formats import Metrics
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm.file_names import METRICS, OPTIONS
-from ..bilm.schema_check import FileSchemaError
 from ..bilm.weights import parameter_count, read_options
+from ..groundwork.file_names import METRICS, OPTIONS
+from ..groundwork.schema_check import FileSchemaError
 from ..sources import bundled_versions
 from ..sources.model_paths import DEFAULT_MODEL_DIR, find_weights
 from ..sources.published import PUBLISHED, PublishedModel

@@ -100,7 +100,7 @@ def train(
     DistributedDataParallel: --token-budget is the global batch, split across them; rank 0 alone
     writes files and prints.
     """
-    from ..runtime.validation import positive_int, process_count
+    from ..runtime.configuration.validation import positive_int, process_count
     from ..train.run.command_config import command_config
 
     with errors_exit_2():  # the sources and every option's value, checked before torch is imported

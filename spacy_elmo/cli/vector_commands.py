@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..bilm.engine.precisions import dtype_help
-from ..runtime.settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
+from ..runtime.configuration.defaults import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE
 from .errors import errors_exit_2
 from .input_files import require_inputs
 from .typer_app import command
@@ -130,7 +130,7 @@ def similarity(
     figure = _figure_file(plot) if plot is not None else None  # before torch is imported and the model loads
     with errors_exit_2():
         require_model(model)
-    from ..runtime.backend import load_bilm
+    from ..runtime.embedding.backend import load_bilm
     from ..similarity import plot as plot_figure
     from ..similarity import word_similarity
 

@@ -20,9 +20,9 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..bilm.file_names import PathLike
-from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.validation import positive_int, validate_sentences
+from ..groundwork.file_names import PathLike
+from ..runtime.configuration.validation import positive_int, validate_sentences
+from ..runtime.embedding.backend import ElmoBackend, load_bilm
 
 __all__ = ["Embedder"]
 

@@ -36,11 +36,11 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..bilm.file_names import PathLike
 from ..bilm.lstm import BiLSTMState
-from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.mix import mix_layers
-from ..runtime.validation import positive_int, validate_sentences
+from ..groundwork.file_names import PathLike
+from ..runtime.configuration.validation import positive_int, validate_sentences
+from ..runtime.embedding.backend import ElmoBackend, load_bilm
+from ..runtime.features.mix import mix_layers
 
 __all__ = ["ElmoModel"]
 

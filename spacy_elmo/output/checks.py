@@ -35,7 +35,7 @@ def read_scheduler(scheduler: str) -> Union[int, str]:
     """What a ``--scheduler`` names: the number of worker processes of ``local:N`` (a LocalCluster started here, N at
     most the cores this process may use), or a Dask scheduler's address such as ``tcp://10.0.0.5:8786``; a
     ValueError naming the two forms otherwise."""
-    from ..runtime.validation import process_count  # (imported here: the other checks need no numpy)
+    from ..runtime.configuration.validation import process_count  # (imported here: the other checks need no numpy)
 
     text = str(scheduler).strip()
     if text == "local" or text.startswith("local:"):  # not localhost:8786
@@ -55,8 +55,8 @@ def check_embed_arguments(
 ) -> None:
     """``spacy-elmo embed``'s arguments, each checked importing nothing heavy (torch, spaCy, Dask): the output file,
     the precision's name, the batch size, the tokenizer's name and what ``--scheduler`` names (None: no cluster)."""
-    from ..runtime.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
-    from ..runtime.validation import check_dtype, positive_int
+    from ..runtime.configuration.validation import check_dtype, positive_int
+    from ..runtime.features.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
 
     check_output_path(output_path)
     check_dtype(dtype)

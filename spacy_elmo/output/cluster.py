@@ -25,8 +25,8 @@ try:  # checked on import, so that a missing extra is named before any work
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(f"spacy_elmo.output.cluster needs Dask's distributed ({err}), in the [dask] extra") from err
 
-from ..runtime.backend import load_bilm
-from ..runtime.windows import embed_segments
+from ..runtime.embedding.backend import load_bilm
+from ..runtime.embedding.windows import embed_segments
 from .checks import read_scheduler
 
 if TYPE_CHECKING:  # pragma: no cover

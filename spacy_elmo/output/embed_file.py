@@ -39,18 +39,18 @@ from typing import (
 
 import numpy as np
 
-from ..bilm.atomic_write import process_exists
-from ..bilm.file_names import PathLike
-from ..runtime.settings import DEFAULT_BATCH_SIZE
-from ..runtime.tokenize import resolve_tokenizer
-from ..runtime.validation import positive_int
-from ..runtime.windows import embed_segments
+from ..groundwork.atomic_write import process_exists
+from ..groundwork.file_names import PathLike
+from ..runtime.configuration.defaults import DEFAULT_BATCH_SIZE
+from ..runtime.configuration.validation import positive_int
+from ..runtime.embedding.windows import embed_segments
+from ..runtime.features.tokenize import resolve_tokenizer
 from .checks import check_output_path
 from .hdf5_layout import LineDatasets, check_output_format
 from .write_guard import GuardedFile, GuardedHDF5
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime.backend import ElmoBackend
+    from ..runtime.embedding.backend import ElmoBackend
 
 STDIN = "-"  # the input path that means standard input, as in AllenNLP's `allennlp elmo`
 
@@ -86,7 +86,7 @@ def embed_file(
 
     ``output_format``: ``"all"`` layers, the ``"top"`` layer, or their ``"average"`` (:mod:`.hdf5_layout`).
     ``tokenizer``: ``"whitespace"`` (the line is already tokenized), ``"spacy"`` (spaCy's English rules) or
-    another spaCy language code (:func:`spacy_elmo.runtime.tokenize.resolve_tokenizer`).
+    another spaCy language code (:func:`spacy_elmo.runtime.features.tokenize.resolve_tokenizer`).
     ``embed_chunks``: who computes the activations (default: ``backend`` in this process;
     ``spacy_elmo.output.cluster.cluster_chunks``: a Dask cluster); the file is the same either way.
     """
@@ -141,7 +141,7 @@ def embed_model_file(
     misspelled name and the closest valid ones said before the model loads), then the model loaded once on
     ``device`` in ``dtype``; its precision ("auto" resolved here, once) is the one every worker of ``cluster`` loads,
     whose ``embed_chunks`` then computes the activations (``cluster`` None: this process does)."""
-    from ..runtime.backend import dtype_name, load_bilm
+    from ..runtime.embedding.backend import dtype_name, load_bilm
 
     resolve_tokenizer(tokenizer)
     backend = load_bilm(model, device=device, dtype=dtype)

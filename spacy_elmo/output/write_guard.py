@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..bilm.atomic_write import WriteFailedError, write_failed
+from ..groundwork.atomic_write import WriteFailedError, write_failed
 
 if TYPE_CHECKING:  # pragma: no cover
     import h5py

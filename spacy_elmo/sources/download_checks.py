@@ -20,8 +20,8 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ..bilm import manylangs_reader
-from ..bilm.file_names import OPTIONS
 from ..bilm.weights import first_line
+from ..groundwork.file_names import OPTIONS
 from .fetch import ARCHIVE_SUFFIXES
 
 WEIGHT_SUFFIXES = (".hdf5", ".h5")

@@ -51,7 +51,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional, Union
 from urllib.parse import urlparse
 
-from ..bilm.atomic_write import write_json_atomically
+from ..groundwork.atomic_write import write_json_atomically
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 _CHUNK = 1 << 20

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..bilm.excerpt import excerpt
-from ..bilm.file_names import PathLike
 from ..bilm.weights import WeightFileError
+from ..groundwork.excerpt import excerpt
+from ..groundwork.file_names import PathLike
 from .bundled_versions import DEFAULT_DIR, is_version_name, version_names
 from .fetch import is_archive, is_url
 from .published import PUBLISHED, published_model

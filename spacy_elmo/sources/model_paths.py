@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..bilm import manylangs_reader
-from ..bilm.excerpt import excerpt
-from ..bilm.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from ..bilm.weights import WeightFileError, read_options
+from ..groundwork.excerpt import excerpt
+from ..groundwork.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
 from .model_names import check_model_name, is_default, local_path, not_found  # noqa: F401 (check_model_name re-exported)

@@ -21,8 +21,8 @@ from thinc.api import CupyOps, Model, get_current_ops
 from thinc.types import Floats2d
 from thinc.util import get_torch_default_device
 
-from ..runtime.backend import ElmoBackend, load_bilm
-from ..runtime.settings import DEFAULT_GAMMA
+from ..runtime.configuration.defaults import DEFAULT_GAMMA
+from ..runtime.embedding.backend import ElmoBackend, load_bilm
 from ..sources.model_paths import (
     bundled_name,
     check_model_folder,

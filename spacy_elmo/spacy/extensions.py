@@ -7,9 +7,9 @@ from typing import Any, Optional
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-from ..runtime.mix import mix_layers
-from ..runtime.settings import DEFAULT_GAMMA, DEFAULT_LAYERS
-from ..runtime.stored_layers import LAYERS, MIX, MODEL, StaleLayersError, fresh_layers, stored_layers
+from ..runtime.configuration.defaults import DEFAULT_GAMMA, DEFAULT_LAYERS
+from ..runtime.features.mix import mix_layers
+from ..runtime.features.stored_layers import LAYERS, MIX, MODEL, StaleLayersError, fresh_layers, stored_layers
 
 __all__ = ["LAYERS", "MIX", "MIXED", "MODEL", "StaleLayersError", "fresh_layers", "install_extensions", "stored_layers"]
 

@@ -38,8 +38,8 @@ from thinc.api import Model, Ops, torch2xp, xp2torch
 from thinc.types import Floats2d
 
 from ..bilm.model import BiLM
-from ..runtime.backend import ElmoBackend, load_model_files
-from ..runtime.windows import length_batches, window_bounds
+from ..runtime.embedding.backend import ElmoBackend, load_model_files
+from ..runtime.embedding.windows import length_batches, window_bounds
 from ..sources.bundled_versions import version_with_fingerprint
 from .mix_layer import OWN_BILM, linked, mix_forward
 

@@ -23,9 +23,9 @@ from typing import Any, Optional, Union
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-from ..runtime.cosine import cosine
-from ..runtime.pooling import pool
-from ..runtime.tokenize import is_whitespace
+from ..runtime.features.cosine import cosine
+from ..runtime.features.pooling import pool
+from ..runtime.features.tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
 
@@ -77,7 +77,7 @@ def attach_vectors(doc: Doc, vectors: Optional[np.ndarray]) -> None:
 
 def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:
     """Mean mixed vector of the non-space tokens in ``start:end`` (zeros when there are none), pooled as
-    ``ElmoVectorizer(pooling="mean")`` pools a text's row (``runtime/pooling.py``): the same numbers."""
+    ``ElmoVectorizer(pooling="mean")`` pools a text's row (``runtime/features/pooling.py``): the same numbers."""
     keep = [i - start for i in range(start, end) if not is_whitespace(doc[i].text)]
     vectors = mixed(doc, start, end)
     if vectors is None:

@@ -20,8 +20,8 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
-from ..runtime.mix import check_gamma, layer_weights
-from ..runtime.tokenize import is_whitespace
+from ..runtime.features.mix import check_gamma, layer_weights
+from ..runtime.features.tokenize import is_whitespace
 from .extensions import LAYERS, fresh_layers, stored_layers
 
 MIX_NAME = "elmo_scalar_mix"  # Thinc node name: how the elmo component finds its listeners

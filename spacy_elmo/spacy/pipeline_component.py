@@ -24,14 +24,14 @@ from spacy.util import (
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from ..runtime.backend import ElmoBackend, check_cache_sizes
-from ..runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
-from ..runtime.mix import LayerMix, mix_layers, mixed_width
-from ..runtime.progress import Progress
-from ..runtime.settings import DEFAULT_PIPE_BATCH_SIZE
-from ..runtime.tokenize import is_whitespace
-from ..runtime.validation import positive_int
-from ..runtime.windows import embed_segments
+from ..runtime.configuration.defaults import DEFAULT_PIPE_BATCH_SIZE
+from ..runtime.configuration.validation import positive_int
+from ..runtime.embedding.backend import ElmoBackend, check_cache_sizes
+from ..runtime.embedding.windows import embed_segments
+from ..runtime.features.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS, ComponentSettings, config_lines
+from ..runtime.features.mix import LayerMix, mix_layers, mixed_width
+from ..runtime.features.progress import Progress
+from ..runtime.features.tokenize import is_whitespace
 from ..sources.pinned_model import PinnedModel
 from .architectures import ElmoModelRef, as_model_ref
 from .extensions import LAYERS, MIX, MODEL, install_extensions
@@ -50,7 +50,7 @@ def sentence_positions(doc: Doc, use_sentences: bool = True) -> list[list[int]]:
         when False) one group for the whole doc.
 
     Groups longer than the component's ``max_length`` are cut into overlapping windows by
-    :func:`spacy_elmo.runtime.windows.embed_segments`, as every front end's are.
+    :func:`spacy_elmo.runtime.embedding.windows.embed_segments`, as every front end's are.
     """
     if use_sentences and len(doc) and doc.has_annotation("SENT_START"):
         spans = list(doc.sents)
@@ -73,7 +73,7 @@ def sentence_positions_v1() -> PositionGetter:
 
 INIT_EMBED_DOCS = 1024  # training docs embedded per predict() call in initialize (bounds its memory)
 
-DEFAULTS = COMPONENT_DEFAULTS  # the settings it shares with the other front ends: runtime/front_settings.py
+DEFAULTS = COMPONENT_DEFAULTS  # the settings it shares with the other front ends: runtime/features/front_settings.py
 DEFAULT_CONFIG_STR = f"""
 [elmo]
 {config_lines(COMPONENT_SETTINGS, DEFAULTS)}
@@ -304,7 +304,7 @@ class ElmoComponent(Pipe):
         """Embed docs in batches of ``batch_size`` docs; sentences of all docs in a batch share forward passes.
 
         Work that takes more than a few seconds shows a progress bar over the tokens on a terminal's stderr
-        (:mod:`spacy_elmo.runtime.progress`); none in logs, pipes or tests.
+        (:mod:`spacy_elmo.runtime.features.progress`); none in logs, pipes or tests.
         """
         error_handler = self.get_error_handler()
         size = positive_int(batch_size, "batch_size")

@@ -8,8 +8,8 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Optional
 
 from ..bilm.engine.precisions import training_precisions
-from ..bilm.excerpt import excerpt
-from ..bilm.number_checks import finite_number, whole_number
+from ..groundwork.excerpt import excerpt
+from ..groundwork.number_checks import finite_number, whole_number
 
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")

@@ -1,5 +1,6 @@
 """What ``nlp(text)`` passes through, as the code runs it: a loaded pipeline's call stays in the rooms that embed
-(spacy/, runtime/, bilm/), touches no model file, never reads back the layers it writes, and its caches work.
+(spacy/, runtime/, bilm/ and the groundwork/ below them), touches no model file, never reads back the layers it
+writes, and its caches work.
 
 Each check is a property a user pays for when it breaks (a call that reads or resolves the model again, a read-back
 of what it has just written, a cache that no longer saves the char CNN or the biLM), not a list of modules: a module
@@ -16,19 +17,19 @@ import pytest
 
 spacy = pytest.importorskip("spacy")
 
-# the rooms a loaded pipeline's call may enter: its own front end, the shared runtime, the model
-ROOMS = ("spacy_elmo.spacy", "spacy_elmo.runtime", "spacy_elmo.bilm")
+# the rooms a loaded pipeline's call may enter: its own front end, the shared runtime, the model, the ground floor
+ROOMS = ("spacy_elmo.spacy", "spacy_elmo.runtime", "spacy_elmo.bilm", "spacy_elmo.groundwork")
 # inside those, what only loading touches: the model's files, their schemas, whole-file writes (a call reads and
 # writes no file; sources/, which resolves a model string, is outside the rooms already)
 FILE_MODULES = {
     "spacy_elmo.bilm.weights",
     "spacy_elmo.bilm.manylangs_reader",
-    "spacy_elmo.bilm.schema_check",
+    "spacy_elmo.groundwork.schema_check",
     "spacy_elmo.bilm.file_formats",
-    "spacy_elmo.bilm.atomic_write",
+    "spacy_elmo.groundwork.atomic_write",
 }
 # the doc's stored layers and their one reader: the component writes them and mixes the layers it holds
-READ_BACK = "spacy_elmo.runtime.stored_layers"
+READ_BACK = "spacy_elmo.runtime.features.stored_layers"
 TOKEN_ENCODER = {"spacy_elmo.bilm.encoder", "spacy_elmo.bilm.chars"}
 # what computes a sentence's layers: past the memory cache
 COMPUTING = ("spacy_elmo.bilm.inference", "spacy_elmo.bilm.engine", "spacy_elmo.bilm.vocab_cache")
@@ -83,7 +84,7 @@ def new_sentence_of_known_words(nlp) -> list[str]:
 def test_the_trace_sees_the_call_down_to_an_engine(nlp):
     """Guards the checks below against passing because the trace sees nothing."""
     entered = new_sentence_of_known_words(nlp)
-    assert "spacy_elmo.spacy.pipeline_component" in entered and "spacy_elmo.runtime.backend" in entered
+    assert "spacy_elmo.spacy.pipeline_component" in entered and "spacy_elmo.runtime.embedding.backend" in entered
     assert not in_rooms("spacy_elmo.train.run.trainer", ROOMS) and in_rooms("spacy_elmo.bilm.engine.base", ROOMS)
 
 

@@ -15,7 +15,7 @@ FRONT_ENDS = (
     "spacy_elmo.similarity",
     "spacy_elmo.dask",
     "spacy_elmo.sklearn",
-    "spacy_elmo.runtime.text_rows",
+    "spacy_elmo.runtime.features.text_rows",
     "spacy_elmo.output.embed_file",
     "spacy_elmo.output.cluster",
     "spacy_elmo.spacy.pipeline_component",
@@ -35,7 +35,7 @@ def embed_calls(path: Path) -> list[int]:
 def test_front_ends_never_call_backend_embed():
     """Only windows.py hands token sequences to ``backend.embed``: a front end that did would get no windows and no
     per-call bound."""
-    assert embed_calls(MODULES["spacy_elmo.runtime.windows"])  # the check sees what it looks for
+    assert embed_calls(MODULES["spacy_elmo.runtime.embedding.windows"])  # the check sees what it looks for
     for name in FRONT_ENDS:
         assert name in MODULES, f"{name} is gone: update FRONT_ENDS"
         assert not embed_calls(MODULES[name]), (
@@ -127,7 +127,7 @@ def test_one_embed_call_looks_up_computes_and_writes_a_repeated_sentence_once(fi
 MIXING_CALLS = {"exp", "softmax", "tensordot"}
 # where layers may be weighed, and why
 MIXING_ALLOWED = {
-    "spacy_elmo.runtime.mix": "layer_weights and mix_layers: the one fixed mix",
+    "spacy_elmo.runtime.features.mix": "layer_weights and mix_layers: the one fixed mix",
     "spacy_elmo.spacy.mix_layer": "the trainable mix (a Thinc layer): its forward pass and its own gradients",
     "spacy_elmo.compat.allennlp.modules": "AllenNLP's ScalarMix, trainable torch parameters behind its API",
 }
@@ -157,9 +157,9 @@ def select(layers, n):
 
 
 def test_layers_are_mixed_only_by_mix_layers():
-    """Front ends and compat mix layers through ``runtime.mix.mix_layers`` / ``layer_weights``, so a mix means the
-    same everywhere; only the trainable mixes (MIXING_ALLOWED) compute their own. train/'s softmax is the language
-    model's output layer, no layer mix."""
+    """Front ends and compat mix layers through ``runtime.features.mix.mix_layers`` / ``layer_weights``, so a mix
+    means the same everywhere; only the trainable mixes (MIXING_ALLOWED) compute their own. train/'s softmax is the
+    language model's output layer, no layer mix."""
     seen = set()
     for name, path in MODULES.items():
         if name.startswith("spacy_elmo.train"):
@@ -168,7 +168,7 @@ def test_layers_are_mixed_only_by_mix_layers():
             if name in MIXING_ALLOWED:
                 seen.add(name)
                 continue
-            pytest.fail(f"{name}:{line} weighs layers itself ({call}): use runtime.mix.mix_layers")
+            pytest.fail(f"{name}:{line} weighs layers itself ({call}): use runtime.features.mix.mix_layers")
     assert seen == set(MIXING_ALLOWED), (
         f"MIXING_ALLOWED lists modules that mix nothing now: {set(MIXING_ALLOWED) - seen}"
     )
@@ -217,11 +217,11 @@ d = f"doc._.{LAYERS}"
 
 
 def test_stored_layers_have_one_reader():
-    """``doc._.elmo_layers`` is read only by runtime/stored_layers.py (stored_layers, fresh_layers), where the
+    """``doc._.elmo_layers`` is read only by runtime/features/stored_layers.py (stored_layers, fresh_layers), where the
     stale-layers policy lives; the component writes them (``doc._.set``), everyone else asks that module."""
-    reader = "spacy_elmo.runtime.stored_layers"
+    reader = "spacy_elmo.runtime.features.stored_layers"
     assert stored_layer_reads(MODULES[reader].read_text(encoding="utf-8"))  # sees them
     for name, path in MODULES.items():
         if name != reader:
             lines = stored_layer_reads(path.read_text(encoding="utf-8"))
-            assert not lines, f"{name} reads doc._.elmo_layers at lines {lines}: use runtime.stored_layers"
+            assert not lines, f"{name} reads doc._.elmo_layers at lines {lines}: use runtime.features.stored_layers"

@@ -1,7 +1,7 @@
-"""Feature probes go through bilm/probe.py (ARCHITECTURE.md, "Feature probes"): no ``hasattr`` or defaulted
+"""Feature probes go through groundwork/probe.py (ARCHITECTURE.md, "Feature probes"): no ``hasattr`` or defaulted
 ``getattr`` on a library the package depends on, which an older version of it answers with another exception than
 AttributeError (torch 2.1's ``torch.backends.cuda.matmul`` raises AssertionError) and so crashes instead of
-answering. Each probe's two sides are tested in tests/bilm/test_probe.py."""
+answering. Each probe's two sides are tested in tests/groundwork/test_probe.py."""
 
 import ast
 
@@ -9,7 +9,7 @@ from tests.architecture.arch_scan import MODULES, dotted_name, import_aliases
 
 # the libraries whose features change between the versions pyproject.toml takes
 LIBRARIES = {"torch", "spacy", "thinc", "numpy", "sklearn", "scipy", "h5py", "safetensors", "confection", "pydantic"}
-PROBE_MODULE = "spacy_elmo.bilm.probe"
+PROBE_MODULE = "spacy_elmo.groundwork.probe"
 
 
 def bare_probes(source: str) -> list[tuple[int, str]]:
@@ -67,4 +67,4 @@ def test_every_feature_probe_goes_through_the_helper():
         for name, path in MODULES.items()
         if name != PROBE_MODULE and (hits := bare_probes(path.read_text(encoding="utf-8")))
     }
-    assert not found, f"probe these through spacy_elmo.bilm.probe.feature / has_feature: {found}"
+    assert not found, f"probe these through spacy_elmo.groundwork.probe.feature / has_feature: {found}"

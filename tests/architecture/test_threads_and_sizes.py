@@ -51,7 +51,9 @@ def test_the_thread_scan_sees_misplaced_thread_names():
     }
     # a second place that sets torch's count itself, beside threads.set_process_threads, is found
     assert misplaced_thread_names("spacy_elmo.train.run.launch", {"torch", "set_num_threads"}) == {"set_num_threads"}
-    assert misplaced_thread_names("spacy_elmo.runtime.backend", {"set_process_threads"}) == {"set_process_threads"}
+    assert misplaced_thread_names("spacy_elmo.runtime.embedding.backend", {"set_process_threads"}) == {
+        "set_process_threads"
+    }
 
 
 def test_threads_are_started_limited_and_read_only_in_bilm_threads():

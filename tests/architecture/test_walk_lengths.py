@@ -18,12 +18,12 @@ import pytest
 spacy = pytest.importorskip("spacy")
 pytest.importorskip("sklearn")
 
-from spacy_elmo.runtime import validation  # noqa: E402
+from spacy_elmo.runtime.configuration import validation  # noqa: E402
 from spacy_elmo.sources import model_paths  # noqa: E402
 from spacy_elmo.sources.pinned_model import PinnedModel  # noqa: E402
 
 COMPONENT = "spacy_elmo.spacy."
-WINDOWS = "spacy_elmo.runtime.windows"
+WINDOWS = "spacy_elmo.runtime.embedding.windows"
 
 
 def counted_calls(call: Callable[[], object], functions: dict[str, Callable]) -> Counter:
@@ -76,7 +76,7 @@ def test_the_trace_sees_a_call_back_from_the_windows(nlp):
     spacy/'s position getter as the windows read it is seen."""
     import numpy as np
 
-    from spacy_elmo.runtime.windows import embed_segments
+    from spacy_elmo.runtime.embedding.windows import embed_segments
     from spacy_elmo.spacy.pipeline_component import sentence_positions
 
     class Backend:

@@ -23,7 +23,7 @@ from spacy_elmo.bilm.engine import int8, onednn, registry
 from spacy_elmo.bilm.engine.int8 import prepack, quantize_weight, released_packs
 from spacy_elmo.bilm.engine.precisions import auto_precision
 from spacy_elmo.bilm.weights import load_model
-from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
+from spacy_elmo.runtime.embedding.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.train import build_options
 from tests.bilm.test_precision import TOLERANCE, layer_errors, needs_int8
 
@@ -96,7 +96,7 @@ AVX2_CHILD = r"""
 import json, sys, warnings
 import numpy as np, torch
 from spacy_elmo import load_bilm
-from spacy_elmo.runtime.backend import ElmoBackend
+from spacy_elmo.runtime.embedding.backend import ElmoBackend
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.bilm.engine import int8
 from spacy_elmo.bilm.weights import load_model

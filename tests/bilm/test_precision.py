@@ -35,7 +35,7 @@ from spacy_elmo.bilm import BiLM, cpu_support, engine, threads
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.engine import int8, onednn, step_loop
 from spacy_elmo.bilm.weights import load_model, save_model
-from spacy_elmo.runtime.backend import ElmoBackend, resolve_dtype
+from spacy_elmo.runtime.embedding.backend import ElmoBackend, resolve_dtype
 from spacy_elmo.sources.model_paths import resolve_model_files
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state, needs_float16
 from tests.numerics import assert_recomputed_close

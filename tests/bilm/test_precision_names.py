@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from spacy_elmo.bilm.engine.precisions import ALIASES, AUTO, PRECISIONS, dtype_help
-from spacy_elmo.runtime.validation import check_dtype
+from spacy_elmo.runtime.configuration.validation import check_dtype
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "precision.md"
 

@@ -96,7 +96,9 @@ def test_a_softmax_with_div_value_0_is_one_line(command, tmp_path):
 def test_a_cache_size_of_inf_is_one_line(fixture_dir, tmp_path, monkeypatch):
     """SPACY_ELMO_CACHE_MB=inf ended in an OverflowError traceback."""
     monkeypatch.setenv("SPACY_ELMO_CACHE_MB", "inf")
-    monkeypatch.setattr("spacy_elmo.runtime.backend._CACHE", {})  # a fresh process's: the variable is read at load
+    monkeypatch.setattr(
+        "spacy_elmo.runtime.embedding.backend._CACHE", {}
+    )  # a fresh process's: the variable is read at load
     monkeypatch.setenv("SPACY_ELMO_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     args = ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(fixture_dir)]
@@ -138,7 +140,7 @@ def test_one_line_joins_lines_and_bounds_a_long_message():
 
 def test_a_figure_format_matplotlib_lacks_is_said_before_the_model_loads(tmp_path, monkeypatch):
     """similarity --plot out.xyz and plot-mix ... mix.xyz ended in a 70-line traceback after the work was done."""
-    import spacy_elmo.runtime.backend as backend
+    import spacy_elmo.runtime.embedding.backend as backend
     import spacy_elmo.spacy.mix_layer as mix_layer
 
     def never(*args, **kwargs):

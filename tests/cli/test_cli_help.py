@@ -82,7 +82,7 @@ def test_each_commands_help_ends_with_examples_that_parse(name):
 @pytest.mark.parametrize(
     "args, heavy",
     [
-        (["embed", "missing.txt", "out.hdf5"], "spacy_elmo.runtime.backend.load_bilm"),
+        (["embed", "missing.txt", "out.hdf5"], "spacy_elmo.runtime.embedding.backend.load_bilm"),
         (["evaluate", "default", "missing.txt"], "spacy_elmo.train.run.evaluation.evaluate_files"),
         (["adapt", "out", "--train", "missing.spacy", "--dev", "missing.spacy"], "spacy_elmo.spacy.adapt.adapt"),
         (["plot-mix", "missing_pipeline", "mix.png"], "spacy.load"),
@@ -227,8 +227,9 @@ def test_a_missing_matplotlib_is_said_before_a_model_or_pipeline_loads(args, tmp
 def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
     code = (
         "import sys, spacy_elmo, spacy_elmo.train, spacy_elmo.train.config\n"
-        "import spacy_elmo.bilm.file_names, spacy_elmo.bilm.atomic_write\n"
-        "import spacy_elmo.bilm.engine.precisions, spacy_elmo.runtime.validation  # the precision table: no torch\n"
+        "import spacy_elmo.groundwork.file_names, spacy_elmo.groundwork.atomic_write\n"
+        "import spacy_elmo.bilm.engine.precisions  # the precision table: no torch\n"
+        "import spacy_elmo.runtime.configuration.validation\n"
         "heavy = {'torch', 'spacy', 'sklearn'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "from spacy_elmo import ElmoBackend, ElmoVectorizer, WeightFileError, layer_weights, load_bilm\n"

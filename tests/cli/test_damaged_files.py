@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 
 FAST = ("--no-progress", "--threads", "1", "--max-steps", "1")
 MODEL_FILES = ("options.json", "weights.hdf5", "vocab.txt", "softmax.safetensors", "metrics.json")

@@ -29,7 +29,7 @@ from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.dask import embed_texts, embed_tokens, local_cluster
 from spacy_elmo.output.cluster import connect
-from spacy_elmo.runtime.mix import mix_layers
+from spacy_elmo.runtime.features.mix import mix_layers
 from tests.numerics import assert_recomputed_close
 from tests.output.test_embed_file import assert_same_vectors
 
@@ -73,7 +73,7 @@ def _torch_threads():
 
 
 def _backends_loaded():
-    from spacy_elmo.runtime import backend
+    from spacy_elmo.runtime.embedding import backend
 
     return len(backend._CACHE)
 
@@ -131,7 +131,7 @@ def test_partitions_show_no_progress_bar_of_their_own(fixture_dir, texts, monkey
     terminal and for long work (here: all of it, the delay set to nothing)."""
     import io
 
-    from spacy_elmo.runtime import progress
+    from spacy_elmo.runtime.features import progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -164,7 +164,7 @@ def test_token_records_in_order(client, fixture_dir, backend, texts):
 
 @pytest.mark.slow
 def test_workers_fill_the_disk_cache_given(client, fixture_dir, texts, tmp_path):
-    from spacy_elmo.runtime.cache import open_disk_cache
+    from spacy_elmo.runtime.embedding.cache import open_disk_cache
 
     cache_dir = tmp_path / "elmo-cache"
     fresh = [" ".join(reversed(t.split())) + " again" for t in texts[:6]]  # not in the workers' memory caches

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from spacy_elmo.cli import app
 from spacy_elmo.output import embed_file as embed_file_module
 from spacy_elmo.output.embed_file import embed_file
-from spacy_elmo.runtime.backend import ElmoBackend
+from spacy_elmo.runtime.embedding.backend import ElmoBackend
 from tests.numerics import assert_recomputed_close
 
 

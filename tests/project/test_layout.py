@@ -28,17 +28,17 @@ SHARED: dict[str, tuple[str, ...]] = {
     "cli/vector_commands.py": ("test_embed_file.py", "test_compat_allennlp.py", "test_dask.py", "test_figures.py"),
     "cli/model_commands.py": ("test_download.py", "test_model_info.py", "test_model_table.py"),
     "cli/train_commands.py": ("test_train.py", "test_train_prepare.py", "test_spacy_adapt.py", "test_cli_help.py"),
-    "runtime/validation.py": (
+    "runtime/configuration/validation.py": (
         "test_user_numbers.py",
         "test_windows.py",
         "test_train.py",
         "test_compat_simple_elmo.py",
         "test_compat_allennlp.py",
     ),
-    "bilm/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
-    "bilm/number_checks.py": ("test_user_numbers.py",),
+    "groundwork/machine.py": ("test_user_numbers.py",),  # the bounds of the checks of a user's numbers
+    "groundwork/number_checks.py": ("test_user_numbers.py",),
     "bilm/file_formats.py": ("test_damaged_files.py",),  # every format's schema, mutated by the property test
-    "bilm/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
+    "groundwork/schema_check.py": ("test_damaged_files.py",),  # the one reader of a schema's file
     "sources/model_paths.py": ("test_backend.py", "test_manylangs.py", "test_download.py"),
     "sources/published.py": ("test_download.py", "test_manylangs.py"),
     "sources/download_checks.py": ("test_download.py",),
@@ -47,19 +47,24 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
     "train/run/command_config.py": ("test_cli_help.py", "test_train.py"),
-    "runtime/text_rows.py": ("test_sklearn.py", "test_dask.py"),
-    "runtime/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/features/text_rows.py": ("test_sklearn.py", "test_dask.py"),
+    "runtime/features/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/configuration/defaults.py": ("test_settings.py",),  # the defaults, held against every front end
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),
     "spacy/saved_model.py": ("test_spacy_serialize.py", "test_bundled_versions.py"),
-    "runtime/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
-    "runtime/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
+    "runtime/features/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
+    "runtime/features/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
     "plots.py": ("test_figures.py", "test_cli_errors.py", "test_cli_help.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),
+    "runtime/configuration/__init__.py": ("test_settings.py", "test_user_numbers.py"),
+    "runtime/embedding/__init__.py": ("test_backend.py",),
+    "runtime/features/__init__.py": ("test_mix_pooling.py",),
     "output/__init__.py": ("test_embed_file.py",),
+    "groundwork/__init__.py": ("test_layering.py",),
     # bilm/: the exact biLM, its inference path and its files
     "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
     "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
@@ -68,7 +73,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_reader.py": ("test_manylangs.py",),
-    "bilm/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
+    "groundwork/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
     "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
@@ -76,7 +81,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),
     "bilm/engine/int8.py": ("test_engines.py", "test_precision.py", "test_cpu_support.py"),
-    "bilm/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
+    "groundwork/lazy_exports.py": ("test_cli_help.py",),  # the lazy package __init__ files: import cost, public names
     "bilm/engine/precisions.py": ("test_engines.py", "test_device_cache_keys.py", "test_windows.py"),
     "bilm/engine/onednn.py": ("test_engines.py", "test_precision.py", "test_mkl_prepacked.py"),
     "bilm/engine/step_loop.py": ("test_engines.py", "test_precision.py", "test_inference_path.py"),

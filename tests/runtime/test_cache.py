@@ -12,9 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-import spacy_elmo.runtime.cache
+import spacy_elmo.runtime.embedding.cache
 from spacy_elmo import load_bilm
-from spacy_elmo.runtime.cache import CACHE_DIR_ENV, DB_NAME, DiskCache, MemoryCache, tokens_key
+from spacy_elmo.runtime.embedding.cache import CACHE_DIR_ENV, DB_NAME, DiskCache, MemoryCache, tokens_key
 from tests.numerics import assert_recomputed_close
 
 
@@ -163,7 +163,7 @@ def test_two_processes_write_one_cache(fresh_model, tmp_path, fixture_sentences,
 _KILLED = textwrap.dedent(
     """
     import os, signal, sqlite3, sys
-    from spacy_elmo.runtime.cache import tokens_key
+    from spacy_elmo.runtime.embedding.cache import tokens_key
     con = sqlite3.connect(sys.argv[1], isolation_level=None)
     con.execute("BEGIN IMMEDIATE")
     con.execute(
@@ -217,7 +217,9 @@ def test_corrupt_database_file_warns_and_still_embeds(fresh_model, tmp_path, fix
 
 
 def test_disk_cache_evicts_least_recently_used(tmp_path, monkeypatch):
-    monkeypatch.setattr(spacy_elmo.runtime.cache, "_TOUCH_AFTER_S", 0.0)  # refresh last-use times on every read
+    monkeypatch.setattr(
+        spacy_elmo.runtime.embedding.cache, "_TOUCH_AFTER_S", 0.0
+    )  # refresh last-use times on every read
     cache = DiskCache(tmp_path, max_mb=0.1)  # 104857 bytes: 8 entries of 12000 bytes fit
     arrays = {(f"s{i}",): np.full((3, 1, 1000), i, dtype=np.float32) for i in range(20)}
     items = list(arrays.items())

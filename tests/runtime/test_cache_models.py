@@ -1,4 +1,4 @@
-"""The embedding caches (spacy_elmo.runtime.cache) against plain-dict models over random call sequences.
+"""The embedding caches (spacy_elmo.runtime.embedding.cache) against plain-dict models over random call sequences.
 
 Hypothesis state machines drive each cache through random puts, gets, clears and bound changes, and compare it
 after every call with a dict that does what the docstrings promise: the in-memory LRU holds exactly the most
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from spacy_elmo.runtime.cache import DiskCache, MemoryCache
+from spacy_elmo.runtime.embedding.cache import DiskCache, MemoryCache
 
 MACHINE_SETTINGS = settings(
     max_examples=30, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm.engine.precisions import VECTOR_PRECISIONS
-from spacy_elmo.runtime.validation import vectors_precision
+from spacy_elmo.runtime.configuration.validation import vectors_precision
 from spacy_elmo.sources.bundled_versions import precision_fingerprint
 from tests.bilm.test_inference_path import needs_float16
 

@@ -12,7 +12,7 @@ from spacy_elmo import ElmoVectorizer, load_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.compat.allennlp import ElmoEmbedder
 from spacy_elmo.compat.allennlp.command import main as allennlp_main
-from spacy_elmo.runtime.validation import _device_count, resolve_device
+from spacy_elmo.runtime.configuration.validation import _device_count, resolve_device
 
 N_CUDA = torch.cuda.device_count()
 

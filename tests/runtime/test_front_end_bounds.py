@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from spacy_elmo import hub
-from spacy_elmo.runtime import windows
-from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.runtime.configuration.defaults import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.runtime.embedding import windows
 from spacy_elmo.similarity import word_similarity
 from tests.numerics import assert_recomputed_close
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from spacy_elmo import load_bilm
-from spacy_elmo.runtime.cache import DB_NAME
+from spacy_elmo.runtime.embedding.cache import DB_NAME
 
 
 @pytest.fixture()

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from spacy_elmo.runtime.mix import layer_weights, mix_layers
-from spacy_elmo.runtime.pooling import pool, pooled_dim
+from spacy_elmo.runtime.features.mix import layer_weights, mix_layers
+from spacy_elmo.runtime.features.pooling import pool, pooled_dim
 
 LAYERS = np.arange(3 * 2 * 2, dtype=np.float32).reshape(3, 2, 2)  # (layers, tokens, dim)
 
@@ -40,7 +40,7 @@ def test_pooling():
 
 
 def test_one_layer_spec_check_before_the_model_is_known():
-    from spacy_elmo.runtime.mix import check_layer_spec
+    from spacy_elmo.runtime.features.mix import check_layer_spec
 
     assert check_layer_spec("top") == "top" and check_layer_spec(np.int64(-1)) == -1
     assert check_layer_spec((1, np.float32(0.5), "2")) == [1.0, 0.5, 2.0]
@@ -65,7 +65,7 @@ def test_one_layer_spec_check_before_the_model_is_known():
 
 def test_one_gamma_check():
     """``mix.check_gamma`` is the component's check (and the one any front end with a gamma setting uses)."""
-    from spacy_elmo.runtime.mix import check_gamma
+    from spacy_elmo.runtime.features.mix import check_gamma
     from spacy_elmo.spacy import ElmoComponent
 
     assert check_gamma(2) == 2.0 and isinstance(check_gamma(np.float32(0.5)), float)
@@ -78,7 +78,7 @@ def test_one_gamma_check():
 
 
 def test_all_keeps_every_layer_side_by_side_and_has_no_weights():
-    from spacy_elmo.runtime.mix import mixed_width
+    from spacy_elmo.runtime.features.mix import mixed_width
 
     activations = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)  # (layers, tokens, dim)
     side_by_side = mix_layers(activations, "all")

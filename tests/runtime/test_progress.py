@@ -6,8 +6,8 @@ import types
 import pytest
 import tqdm.std
 
-from spacy_elmo.runtime import progress
-from spacy_elmo.runtime.progress import Progress, show_of
+from spacy_elmo.runtime.features import progress
+from spacy_elmo.runtime.features.progress import Progress, show_of
 
 
 class Terminal(io.StringIO):

@@ -1,5 +1,6 @@
-"""``runtime/settings.py`` holds the front ends' and the backend's defaults: no front end spells one as a literal
-(read from the source), each setting is used, and what the front ends and the backend start with is its value."""
+"""``runtime/configuration/defaults.py`` holds the front ends' and the backend's defaults: no front end spells one as a
+literal (read from the source), each setting is used, and what the front ends and the backend start with is its
+value."""
 
 import ast
 import dataclasses
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.runtime import settings
+from spacy_elmo.runtime.configuration import defaults as settings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spacy_elmo"
 
@@ -34,8 +35,9 @@ SETTING_NAMES = {
 NOT_FRONT_ENDS = ("train", "compat")
 # (module, function, name): literal defaults that are no setting's default
 EXEMPT = {
-    ("runtime/windows.py", "embed_segments", "overlap"),  # 0 with max_length=None: no windows, nothing overlaps
-    ("runtime/windows.py", "fold_segments", "overlap"),
+    # 0 with max_length=None: no windows, nothing overlaps
+    ("runtime/embedding/windows.py", "embed_segments", "overlap"),
+    ("runtime/embedding/windows.py", "fold_segments", "overlap"),
 }
 
 
@@ -43,7 +45,8 @@ def front_end_modules() -> list[Path]:
     return [
         path
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0] not in NOT_FRONT_ENDS and path.name != "settings.py"
+        if path.relative_to(PACKAGE).parts[0] not in NOT_FRONT_ENDS
+        and path.relative_to(PACKAGE).as_posix() != "runtime/configuration/defaults.py"
     ]
 
 
@@ -134,7 +137,7 @@ def test_front_ends_take_their_defaults_from_settings(path):
 def test_the_spacy_config_takes_its_values_from_settings():
     """The component's default config is an f-string whose settings lines come from the shared settings' spec
     (``front_settings.config_lines``): no setting's value written into its text."""
-    from spacy_elmo.runtime.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS
+    from spacy_elmo.runtime.features.front_settings import COMPONENT_DEFAULTS, COMPONENT_SETTINGS
     from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG
 
     path = PACKAGE / "spacy" / "pipeline_component.py"
@@ -166,7 +169,7 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
     import spacy
 
     from spacy_elmo import ElmoVectorizer
-    from spacy_elmo.runtime.cache import DiskCache, MemoryCache
+    from spacy_elmo.runtime.embedding.cache import DiskCache, MemoryCache
     from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG
 
     config = DEFAULT_CONFIG["elmo"]
@@ -187,34 +190,38 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
 
 
 def settings_imports(source: str) -> list[int]:
-    """The lines of ``source`` that import from ``runtime/settings.py`` (``from ...runtime.settings import ...``,
-    ``from ..runtime import settings``), lazy ones included."""
+    """The lines of ``source`` that import from ``runtime/configuration/defaults.py``
+    (``from ...runtime.configuration.defaults import ...``, ``from ..runtime.configuration import defaults``), lazy ones
+    included."""
     lines = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
             named = {alias.name for alias in node.names}
-            if module.split(".")[-1] == "settings" or (module.split(".")[-1] == "runtime" and "settings" in named):
+            last = module.split(".")[-1]
+            if last == "defaults" or (last == "configuration" and "defaults" in named):
                 lines.append(node.lineno)
-        elif isinstance(node, ast.Import) and any(a.name.endswith("runtime.settings") for a in node.names):
+        elif isinstance(node, ast.Import) and any(
+            a.name.endswith("runtime.configuration.defaults") for a in node.names
+        ):
             lines.append(node.lineno)
     return lines
 
 
 def test_the_import_scan_sees_settings_imports():
     source = """
-from ...runtime.settings import DEFAULT_BATCH_SIZE
-from ..runtime import settings, validation
+from ...runtime.configuration.defaults import DEFAULT_BATCH_SIZE
+from ..runtime.configuration import defaults, validation
 def f():
-    from ..runtime.validation import positive_int
-    import spacy_elmo.runtime.settings
+    from ..runtime.configuration.validation import positive_int
+    import spacy_elmo.runtime.configuration.defaults
 """
     assert settings_imports(source) == [2, 3, 6]
 
 
 def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
-    """compat/ takes no default from runtime/settings.py, so that a change of this package's defaults never changes
-    another tool's API; its defaults are the tools' own, as their code has them."""
+    """compat/ takes no default from runtime/configuration/defaults.py, so that a change of this package's defaults
+    never changes another tool's API; its defaults are the tools' own, as their code has them."""
     import inspect
 
     from spacy_elmo.compat.allennlp import DEFAULT_BATCH_SIZE, ElmoEmbedder
@@ -223,8 +230,9 @@ def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
 
     for path in sorted((PACKAGE / "compat").rglob("*.py")):
         lines = settings_imports(path.read_text(encoding="utf-8"))
-        assert not lines, f"compat/{path.relative_to(PACKAGE / 'compat')}:{lines} imports runtime/settings.py: " + (
-            "spell the default of the tool it stands in for"
+        assert not lines, (
+            f"compat/{path.relative_to(PACKAGE / 'compat')}:{lines} imports runtime/configuration/defaults.py: "
+            + ("spell the default of the tool it stands in for")
         )
 
     def default(function, name):
@@ -237,8 +245,8 @@ def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
     assert default(ElmoModel.get_elmo_vectors, "layers") == "average"
 
 
-# -- the front ends' shared settings: declared once (runtime/front_settings.py), spelled out only where conventions
-# require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
+# -- the front ends' shared settings: declared once (runtime/features/front_settings.py), spelled out only where
+# conventions require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
 
 
 def disagreements(function, names, defaults, own=()) -> list[str]:
@@ -246,7 +254,7 @@ def disagreements(function, names, defaults, own=()) -> list[str]:
     parameters): a setting missing, one more than declared, a default not the declaration's."""
     import inspect
 
-    from spacy_elmo.runtime.front_settings import FrontSettings
+    from spacy_elmo.runtime.features.front_settings import FrontSettings
 
     parameters = {name: p for name, p in inspect.signature(function).parameters.items() if p.kind is not p.VAR_KEYWORD}
     fields = {field.name for field in dataclasses.fields(FrontSettings)}
@@ -266,7 +274,7 @@ def disagreements(function, names, defaults, own=()) -> list[str]:
 def test_the_front_ends_signatures_agree_with_the_settings_spec():
     from spacy_elmo import ElmoVectorizer
     from spacy_elmo.dask import embed_texts, embed_tokens
-    from spacy_elmo.runtime import front_settings as spec
+    from spacy_elmo.runtime.features import front_settings as spec
     from spacy_elmo.spacy.pipeline_component import DEFAULT_CONFIG, ElmoComponent, make_elmo
 
     component_own = ("self", "vocab", "nlp", "name", "model", "use_sentences", "set_vectors", "get_positions")
@@ -297,7 +305,7 @@ def test_the_signatures_type_each_setting_as_its_declaration_does():
     import sys
 
     from spacy_elmo import ElmoVectorizer
-    from spacy_elmo.runtime import front_settings as spec
+    from spacy_elmo.runtime.features import front_settings as spec
     from spacy_elmo.spacy.pipeline_component import ElmoComponent, make_elmo
 
     def evaluated(annotation, module):  # a postponed annotation (a string) as the type it names
@@ -327,7 +335,7 @@ def test_the_signatures_type_each_setting_as_its_declaration_does():
 def test_the_component_checks_its_own_settings_when_it_is_made():
     import numpy as np
 
-    from spacy_elmo.runtime.front_settings import ComponentSettings
+    from spacy_elmo.runtime.features.front_settings import ComponentSettings
 
     checked = ComponentSettings(device="", batch_size=np.int64(8)).checked()
     assert checked == ComponentSettings(device=None, batch_size=8) and type(checked.batch_size) is int
@@ -338,7 +346,7 @@ def test_the_component_checks_its_own_settings_when_it_is_made():
 
 
 def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
-    from spacy_elmo.runtime import front_settings as spec
+    from spacy_elmo.runtime.features import front_settings as spec
 
     def added_here_only(
         self,
@@ -382,7 +390,7 @@ def test_the_agreement_check_fires_on_a_setting_added_in_one_place_only():
 
 
 def test_dask_refuses_a_setting_it_does_not_take():
-    from spacy_elmo.runtime.front_settings import DASK_TOKEN_SETTINGS, given_settings
+    from spacy_elmo.runtime.features.front_settings import DASK_TOKEN_SETTINGS, given_settings
 
     with pytest.raises(TypeError, match="embed_tokens\\(\\) got an unexpected setting 'pooling'"):
         given_settings({"pooling": "max"}, DASK_TOKEN_SETTINGS, "embed_tokens")
@@ -398,7 +406,7 @@ def test_the_vectorizers_documented_defaults_are_the_declarations():
     """The numpydoc lines of ``ElmoVectorizer`` spell each setting's default (scikit-learn's convention): each is the
     declaration's (``front_settings.FrontSettings``), so that a default changed there cannot leave the docs behind."""
     from spacy_elmo import ElmoVectorizer
-    from spacy_elmo.runtime.front_settings import VECTORIZER_SETTINGS, FrontSettings
+    from spacy_elmo.runtime.features.front_settings import VECTORIZER_SETTINGS, FrontSettings
 
     documented = documented_defaults(ElmoVectorizer.__doc__ or "")
     assert documented.pop("model") == '"default"'

@@ -1,11 +1,11 @@
-"""The one tokenizer resolver and the one whitespace test (spacy_elmo/runtime/tokenize.py), shared by every
+"""The one tokenizer resolver and the one whitespace test (spacy_elmo/runtime/features/tokenize.py), shared by every
 front end and training."""
 
 import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.runtime.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
+from spacy_elmo.runtime.features.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
 from spacy_elmo.train.corpus.sentences import Source, read_sentences
 
 TEXT = "Dr. Smith's bank,\n\n  by the river\u2003costs $3.50!"
@@ -63,7 +63,7 @@ def test_a_tokenizer_name_is_checked_without_importing_spacy():
 
     code = (
         "import sys\n"
-        "from spacy_elmo.runtime.tokenize import check_tokenizer\n"
+        "from spacy_elmo.runtime.features.tokenize import check_tokenizer\n"
         "for good in ('whitespace', 'spacy', 'de', 'xx', None, str.split):\n"
         "    check_tokenizer(good)\n"
         "for bad in ('bogus', '../en', 'en/../../x'):\n"

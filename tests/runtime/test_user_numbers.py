@@ -1,5 +1,5 @@
 """Every number a user gives (an argument, a config key, an environment variable) is checked by one of the checks of
-``runtime/validation.py``: NaN, infinities, booleans, text, negatives and absurd sizes are refused with a
+``runtime/configuration/validation.py``: NaN, infinities, booleans, text, negatives and absurd sizes are refused with a
 ``ValueError`` or ``TypeError`` naming the setting, never an ``OverflowError`` or an error that names nothing.
 
 The settings come from the code itself: each public API's parameters annotated ``int``/``float`` (or ``Optional`` of
@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from spacy import __version__ as spacy_version
 
-from spacy_elmo.bilm.excerpt import excerpt
-from spacy_elmo.runtime import validation
-from spacy_elmo.runtime.backend import ElmoBackend, load_bilm
-from spacy_elmo.runtime.cache import CACHE_MB_ENV, env_disk_mb
-from spacy_elmo.runtime.front_settings import DASK_SETTINGS, FrontSettings, given_settings
+from spacy_elmo.groundwork.excerpt import excerpt
+from spacy_elmo.runtime.configuration import validation
+from spacy_elmo.runtime.embedding.backend import ElmoBackend, load_bilm
+from spacy_elmo.runtime.embedding.cache import CACHE_MB_ENV, env_disk_mb
+from spacy_elmo.runtime.features.front_settings import DASK_SETTINGS, FrontSettings, given_settings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spacy_elmo"
 

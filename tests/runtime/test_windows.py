@@ -1,4 +1,4 @@
-"""Windows, token-bounded embedding calls, length batches: spacy_elmo/runtime/windows.py, and the spaCy side's
+"""Windows, token-bounded embedding calls, length batches: spacy_elmo/runtime/embedding/windows.py, and the spaCy side's
 positions."""
 
 import itertools
@@ -9,8 +9,8 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.runtime.validation import positive_int
-from spacy_elmo.runtime.windows import embed_segments, length_batches, window_bounds
+from spacy_elmo.runtime.configuration.validation import positive_int
+from spacy_elmo.runtime.embedding.windows import embed_segments, length_batches, window_bounds
 from spacy_elmo.spacy import sentence_positions
 from spacy_elmo.train.corpus.batching import bucket_batches
 from tests.numerics import assert_recomputed_close
@@ -205,7 +205,7 @@ def test_positive_int_takes_numpy_integers():
 def test_check_dtype_names_the_precision_asked_for():
     import torch
 
-    from spacy_elmo.runtime.validation import check_dtype
+    from spacy_elmo.runtime.configuration.validation import check_dtype
 
     assert [check_dtype(d) for d in (None, "half", "bf16", "float", "qint8", "auto", torch.int8, torch.bfloat16)] == [
         "float32",
@@ -223,7 +223,7 @@ def test_check_dtype_names_the_precision_asked_for():
 
 
 def test_optional_windows_checks_what_check_window_config_checks():
-    from spacy_elmo.runtime.validation import check_window_config, optional_windows
+    from spacy_elmo.runtime.configuration.validation import check_window_config, optional_windows
 
     assert optional_windows(None, 5) == (None, 5) and optional_windows(np.int64(8), np.int64(2)) == (8, 2)
     for max_length, overlap in ((4, 4), (4, -1), (4, True)):

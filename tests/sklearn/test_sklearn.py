@@ -25,9 +25,9 @@ from sklearn.utils import estimator_checks
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
-from spacy_elmo.bilm.probe import feature
-from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
-from spacy_elmo.runtime.windows import embed_segments
+from spacy_elmo.groundwork.probe import feature
+from spacy_elmo.runtime.configuration.defaults import DEFAULT_MAX_LENGTH, DEFAULT_OVERLAP
+from spacy_elmo.runtime.embedding.windows import embed_segments
 from spacy_elmo.sklearn import EmptyTextWarning
 from tests.numerics import assert_recomputed_close
 
@@ -185,7 +185,7 @@ def test_tokenizer_options(fixture_dir, blank_en):
     by_split = ElmoVectorizer(**base, tokenizer=str.split).transform(text)
     np.testing.assert_array_equal(by_split, ElmoVectorizer(**base).transform([text[0].split()]))
     assert not np.allclose(by_split, default)  # spaCy splits "Don't" and "it," differently
-    # the names the CLI and training use (spacy_elmo.runtime.tokenize.resolve_tokenizer) mean the same here
+    # the names the CLI and training use (spacy_elmo.runtime.features.tokenize.resolve_tokenizer) mean the same here
     np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="whitespace").transform(text), by_split)
     np.testing.assert_array_equal(ElmoVectorizer(**base, tokenizer="spacy").transform(text), default)
     with pytest.raises(ValueError, match="tokenizer='zz'"):
@@ -267,7 +267,7 @@ def test_a_layer_spec_the_model_lacks_fails_fit_before_any_fitted_state(fixture_
 
 def test_each_call_finds_the_kind_of_its_samples_once(vec, monkeypatch):
     """fit_transform looked at every sample's kind twice: before fitting, and again when pooling."""
-    import spacy_elmo.runtime.text_rows as text_rows
+    import spacy_elmo.runtime.features.text_rows as text_rows
 
     seen = []
     kind = text_rows._kind
@@ -618,8 +618,8 @@ def test_the_examples_combined_recipe_puts_l2_normalised_elmo_rows_beside_tf_idf
 
 
 def test_long_texts_are_embedded_in_windows_like_the_spacy_component(fixture_dir, backend):
-    from spacy_elmo.runtime.mix import mix_layers
-    from spacy_elmo.runtime.windows import window_bounds
+    from spacy_elmo.runtime.embedding.windows import window_bounds
+    from spacy_elmo.runtime.features.mix import mix_layers
 
     tokens = [WORDS[i % len(WORDS)] + ("s" if i % 7 == 0 else "") for i in range(230)]
     est = ElmoVectorizer(model=str(fixture_dir), layers="top", max_length=100, window_overlap=20, pooling="max")
@@ -658,7 +658,7 @@ def test_by_default_long_work_shows_a_bar_on_a_terminal_only(fixture_dir, monkey
     delay set to nothing); verbose=0 none, as scikit-learn's estimators say nothing at 0."""
     import io
 
-    from spacy_elmo.runtime import progress
+    from spacy_elmo.runtime.features import progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -731,9 +731,9 @@ def test_one_long_text_takes_flat_memory(uncached_model):
 @pytest.mark.parametrize("pooling", ["mean", "max", "mean+max"])
 @pytest.mark.parametrize("layers", ["average", "top", 0, [0.2, 0.3, 0.5]])
 def test_pooling_window_by_window_equals_pooling_the_stitched_layers(backend, fixture_dir, pooling, layers):
-    from spacy_elmo.runtime.mix import mix_layers
-    from spacy_elmo.runtime.pooling import pool
-    from spacy_elmo.runtime.windows import embed_segments
+    from spacy_elmo.runtime.embedding.windows import embed_segments
+    from spacy_elmo.runtime.features.mix import mix_layers
+    from spacy_elmo.runtime.features.pooling import pool
 
     tokens = tuple(WORDS[(i * 5) % len(WORDS)] + ("s" if i % 11 == 0 else "") for i in range(300))
     est = ElmoVectorizer(model=str(fixture_dir), layers=layers, pooling=pooling, max_length=64, window_overlap=16)

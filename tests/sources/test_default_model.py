@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from spacy_elmo import load_bilm
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 
 pytestmark = pytest.mark.skipif(
     not (DEFAULT_MODEL_DIR / "options.json").is_file(), reason="the bundled default model is not in this checkout"

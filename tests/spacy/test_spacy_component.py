@@ -19,7 +19,7 @@ from spacy.tokens import Doc
 from spacy.util import registry
 
 from spacy_elmo import WeightFileError, load_bilm
-from spacy_elmo.runtime import windows
+from spacy_elmo.runtime.embedding import windows
 from spacy_elmo.spacy import ElmoComponent
 from spacy_elmo.spacy.hooks import EmptyVectorWarning
 from tests.numerics import assert_recomputed_close
@@ -163,7 +163,7 @@ class Terminal(io.StringIO):
 def test_long_work_shows_a_progress_bar_on_a_terminal_only(fixture_dir, monkeypatch):
     """nlp.pipe over many docs and one very long doc: a bar on a terminal when the work takes a while (here:
     every piece of work, the delay set to nothing), none off a terminal, none for short work."""
-    from spacy_elmo.runtime import progress
+    from spacy_elmo.runtime.features import progress
 
     nlp = make_nlp(fixture_dir, max_length=8, window_overlap=2)
     texts = ["The bank approved the loan .", "We sat by the river bank ."] * 3
@@ -188,7 +188,7 @@ def test_initialize_says_it_embeds_the_training_docs_and_shows_a_bar(fixture_dir
     """What spacy train and spacy debug data wait on: said in spaCy's log first, then a bar over the tokens."""
     from spacy.training import Example
 
-    from spacy_elmo.runtime import progress
+    from spacy_elmo.runtime.features import progress
     from spacy_elmo.spacy import pipeline_component
 
     nlp = make_nlp(fixture_dir)
@@ -220,7 +220,7 @@ def test_whitespace_tokens_are_skipped_and_zero(nlp, backend):
 
 
 def test_doc_vector_is_the_vectorizers_mean_row(nlp, fixture_dir):
-    """``doc.vector`` goes through the vectorizer's pooling (``runtime/pooling.py``): the same numbers as
+    """``doc.vector`` goes through the vectorizer's pooling (``runtime/features/pooling.py``): the same numbers as
     ``ElmoVectorizer(pooling="mean")``'s row of the same text, given as text or as the Doc (its stored layers)."""
     pytest.importorskip("sklearn")
     from spacy_elmo import ElmoVectorizer

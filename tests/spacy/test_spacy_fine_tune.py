@@ -284,7 +284,7 @@ def test_a_low_precision_backend_is_refused_naming_float32(fixture_dir):
 @pytest.mark.parametrize("name,component", [("textcat_elmo_finetune", "textcat"), ("ner_elmo_finetune_tok2vec", "ner")])
 def test_spacy_train_fine_tunes_the_biLM_and_saves_it(fixture_dir, tmp_path, name, component):
     """`spacy train` on a shipped fine-tune config: the top LSTM layer learns, is saved, and reloads as trained."""
-    from spacy_elmo.runtime.backend import load_model_files
+    from spacy_elmo.runtime.embedding.backend import load_model_files
     from tests.spacy.test_spacy_training import spacy_train
 
     nlp = spacy_train(EXAMPLES / "configs" / f"{name}.cfg", fixture_dir, tmp_path, component, max_steps=6)

@@ -7,7 +7,7 @@ from spacy.lang.en import English
 from thinc.api import Config
 
 from spacy_elmo import load_bilm
-from spacy_elmo.runtime.settings import DEFAULT_MAX_LENGTH
+from spacy_elmo.runtime.configuration.defaults import DEFAULT_MAX_LENGTH
 from tests.numerics import assert_recomputed_close
 
 WORDS = [f"w{i % 7}" for i in range(2 * DEFAULT_MAX_LENGTH + 44)]  # longer than the default window

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.cli import app
-from spacy_elmo.runtime.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.train import TrainConfig, Trainer, train
 from spacy_elmo.train.config import option_flags
 from spacy_elmo.train.corpus.shards import KIND, VERSION
@@ -528,7 +528,7 @@ def test_a_full_disk_while_writing_a_tensor_file_names_it_and_keeps_the_old_one(
     done = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMIT, str(path)], capture_output=True, text=True)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    error = "spacy_elmo.bilm.atomic_write.WriteFailedError"
+    error = "spacy_elmo.groundwork.atomic_write.WriteFailedError"
     assert last == f"{error}: cannot write {path}: file too large (errno EFBIG)", last
     assert path.read_bytes() == b"the previous checkpoint"
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary left

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy_exports import lazy_exports
+from ...groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Engine, ModuleState, Target

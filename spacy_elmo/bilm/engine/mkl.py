@@ -37,8 +37,8 @@ from typing import Optional, cast
 import torch
 from torch import nn
 
+from ...groundwork.probe import has_feature
 from ..lstm import ProjectedLSTMCell
-from ..probe import has_feature
 from .base import Target, WeightPacks
 from .plain import PlainEngine
 from .step_loop import StepWeight

@@ -5,10 +5,10 @@ and its other spellings, the torch dtype that stands for it, the names of the ve
 fingerprints, saved pipelines: :data:`VECTOR_PRECISIONS`), its words in the load log and in the ``--dtype`` help,
 which probe of :mod:`..cpu_support` says whether this CPU runs it natively (and the warning when it does not), the
 engines that serve it, in the order they are asked (:data:`.registry.ENGINES` is built from them, the plain engine
-last), and whether ``spacy-elmo train --precision`` takes it. Its readers: ``runtime/validation.py`` (the names a
-``dtype`` takes), ``runtime/backend.py`` (the torch dtype, the load log), ``sources/pinned_model.py`` (the vectors'
-names), :mod:`.registry` (the engines, the emulated warning), ``train/config.py`` (``--precision``) and the command
-line's help.
+last), and whether ``spacy-elmo train --precision`` takes it. Its readers: ``runtime/configuration/validation.py``
+(the names a ``dtype`` takes), ``runtime/embedding/backend.py`` (the torch dtype, the load log),
+``sources/pinned_model.py`` (the vectors' names), :mod:`.registry` (the engines, the emulated warning),
+``train/config.py`` (``--precision``) and the command line's help.
 
 Adding a precision is one row here and its engine family's file in ``bilm/engine/`` (its ``serves``, products,
 ``load`` and ``tolerance``), which ``tests/bilm/test_engines.py`` holds to float32. The table is torch-free (the

@@ -22,7 +22,7 @@ from ...bilm.chars import BOS_CHAR_IDS, BOS_TOKEN, EOS_CHAR_IDS, EOS_TOKEN, toke
 from ...bilm.encoder import CharCNNEncoder
 from ...bilm.model import BiLM, run_token_encoder
 from ...bilm.weights import load_model
-from ...runtime.validation import check_tokens
+from ...runtime.configuration.validation import check_tokens
 from .stateful_lstm import ElmoLstm
 from .util import (
     ConfigurationError,

@@ -15,7 +15,7 @@ from typing import Any, Union
 import torch
 
 from ...bilm.chars import batch_to_char_ids
-from ...runtime.validation import validate_sentences
+from ...runtime.configuration.validation import validate_sentences
 from ...sources.model_paths import published_files, resolve_model_files
 from ...sources.published import published_by_url
 

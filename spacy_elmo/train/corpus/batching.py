@@ -12,9 +12,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...bilm.atomic_write import write_text_atomically
 from ...bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, token_to_char_ids
-from ...runtime.windows import length_batches
+from ...groundwork.atomic_write import write_text_atomically
+from ...runtime.embedding.windows import length_batches
 from .sentences import PathLike, Source, read_sentences
 
 UNK_TOKEN = "<UNK>"
@@ -108,7 +108,7 @@ def bucket_batches(
 
 
 def _flush(buffer: list[list[str]], token_budget: int, rng: Optional[random.Random]) -> Iterator[list[list[str]]]:
-    """The buffer's batches (:func:`~spacy_elmo.runtime.windows.length_batches`, each row counting its two
+    """The buffer's batches (:func:`~spacy_elmo.runtime.embedding.windows.length_batches`, each row counting its two
     markers), shuffled with ``rng``."""
     batches = [[buffer[i] for i in batch] for batch in length_batches([len(s) + 2 for s in buffer], None, token_budget)]
     if rng is not None:

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from ...bilm.file_names import SOURCE_INFO, PathLike
+from ...groundwork.file_names import SOURCE_INFO, PathLike
 
 LAYOUTS = ("lines", "raw", "gutenberg", "wikiextractor", "jsonl")
 # the files a directory stands for, per layout (WikiExtractor names its files wiki_00, wiki_01, ...)

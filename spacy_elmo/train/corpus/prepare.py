@@ -20,11 +20,11 @@ from typing import IO, Any, Optional
 from tqdm import tqdm
 
 from ...about import __version__
-from ...bilm.atomic_write import atomic_path, write_json_atomically
 from ...bilm.file_formats import SourceInfo
-from ...bilm.file_names import SOURCE_INFO
-from ...bilm.schema_check import read_json_file
-from ...runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ...groundwork.atomic_write import atomic_path, write_json_atomically
+from ...groundwork.file_names import SOURCE_INFO
+from ...groundwork.schema_check import read_json_file
+from ...runtime.features.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from ..config import DEFAULT_SHARD_SENTENCES
 from ..output_folder.folder_lock import folder_claimed
 from ..output_folder.recorded_paths import recorded
@@ -75,7 +75,7 @@ def read_source_info(path: Optional[PathLike], source: PathLike) -> dict[str, An
 
 class ShardWriter:
     """Sentences -> shard files of ``per_shard`` sentences, each written whole
-    (:func:`~spacy_elmo.bilm.atomic_write.atomic_path`) with its counts and sha256 recorded."""
+    (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`) with its counts and sha256 recorded."""
 
     def __init__(self, directory: Path, per_shard: int) -> None:
         self.directory, self.per_shard = directory, per_shard

@@ -1,6 +1,6 @@
 """Training text -> sentences of tokens, streamed: line files, raw text, sentence splitting.
 
-Tokens come from ``spacy_elmo.runtime.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the
+Tokens come from ``spacy_elmo.runtime.features.tokenize.resolve_tokenizer`` (``"whitespace"`` or ``"spacy"``), as in the
 front ends.
 
 Two kinds of source:
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...runtime.tokenize import SPACY, WHITESPACE, resolve_tokenizer
+from ...runtime.features.tokenize import SPACY, WHITESPACE, resolve_tokenizer
 from .layouts import PathLike, text_blocks
 
 SENTENCE_END = frozenset({".", "!", "?"})

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ...bilm.excerpt import excerpt
 from ...bilm.file_formats import COUNTS_LINE, CorpusManifest
-from ...bilm.file_names import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
-from ...bilm.schema_check import check_value, read_json_file
-from ...runtime.windows import length_batches
+from ...groundwork.excerpt import excerpt
+from ...groundwork.file_names import CORPUS_COUNTS, CORPUS_MANIFEST, SHARD_NAME
+from ...groundwork.schema_check import check_value, read_json_file
+from ...runtime.embedding.windows import length_batches
 from .layouts import PathLike
 
 if TYPE_CHECKING:  # pragma: no cover

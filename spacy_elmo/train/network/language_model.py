@@ -24,7 +24,7 @@ from ...bilm.file_formats import softmax_widths
 from ...bilm.lstm import FORGET_BIAS, ElmoBiLSTM, _gather_time, _reverse_index
 from ...bilm.model import BiLM, bilstm_outputs, run_token_encoder
 from ...bilm.options import BiLMOptions
-from ...bilm.probe import feature
+from ...groundwork.probe import feature
 from ..config import LSTM_IMPLS
 from .packed_lstm import packed_bilstm_layer
 from .padded_rows import pad_rows, row_rounding

@@ -54,7 +54,7 @@ from typing import Any, Optional
 import torch
 
 from ...bilm.engine import onednn
-from ...bilm.probe import feature
+from ...groundwork.probe import feature
 from .padded_rows import row_rounding
 
 

@@ -6,10 +6,10 @@ import copy
 from pathlib import Path
 from typing import Any, Union
 
-from ...bilm.excerpt import excerpt
 from ...bilm.options import BiLMOptions
-from ...bilm.schema_check import read_json_file
 from ...bilm.weights import WeightFileError, options_from_dict
+from ...groundwork.excerpt import excerpt
+from ...groundwork.schema_check import read_json_file
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a few thousand parameters: trains on a few hundred lines in seconds (tests, smoke runs)

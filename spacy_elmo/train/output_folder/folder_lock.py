@@ -13,8 +13,8 @@ leaves its empty lock file, which blocks nothing).
 Within one thread claims nest (an adaptation claims its folder, then its training run claims it again).
 
 A run killed while it writes a file (SIGKILL, the OOM killer, a power cut) leaves that file's hidden temporary
-(:func:`~spacy_elmo.bilm.atomic_write.atomic_path`'s ``.NAME.PID.HEX.tmp``), as large as the file. Whoever claims the
-folder next removes the temporaries of processes that no longer run (and of its own process id: a restarted
+(:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`'s ``.NAME.PID.HEX.tmp``), as large as the file. Whoever
+claims the folder next removes the temporaries of processes that no longer run (and of its own process id: a restarted
 container may give the new run the killed one's), so ``--resume`` after a kill leaves none behind.
 """
 
@@ -33,12 +33,12 @@ from typing import Any, Callable, Optional, TypeVar
 
 from filelock import FileLock, Timeout
 
-from ...bilm.atomic_write import process_exists
-from ...bilm.file_names import PathLike
 from ...bilm.threads import ForkSafeLock
+from ...groundwork.atomic_write import process_exists
+from ...groundwork.file_names import PathLike
 
 LOCK_NAME = ".lock"  # in the claimed folder; hidden, never a model file
-# atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (bilm/atomic_write.py writes them)
+# atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (groundwork/atomic_write.py writes them)
 TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -7,9 +7,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...bilm.atomic_write import write_text_atomically
-from ...bilm.file_names import METRICS, MODEL_CARD, OPTIONS, WEIGHTS, PathLike
 from ...bilm.weights import parameter_count, read_options
+from ...groundwork.atomic_write import write_text_atomically
+from ...groundwork.file_names import METRICS, MODEL_CARD, OPTIONS, WEIGHTS, PathLike
 from .stages import describe_source
 from .stages import read_metrics as read_checked_metrics
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any, Optional, Union
 
-from ...bilm.file_names import PathLike
+from ...groundwork.file_names import PathLike
 
 COMMAND = "command"  # the key under which a record keeps a command line (metrics.json, its stages, corpus.json)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ...bilm.file_formats import Metrics
-from ...bilm.file_names import METRICS, PathLike
-from ...bilm.schema_check import read_json_file
+from ...groundwork.file_names import METRICS, PathLike
+from ...groundwork.schema_check import read_json_file
 
 
 def _perplexity(best: Optional[dict[str, Any]]) -> Optional[dict[str, float]]:

@@ -30,11 +30,11 @@ from pydantic import BaseModel
 from safetensors import SafetensorError, safe_open  # type: ignore[attr-defined,unused-ignore]  # not in 0.4's stubs
 from safetensors.torch import save_file
 
-from ...bilm.atomic_write import atomic_path
 from ...bilm.file_formats import CheckpointHeader, SoftmaxHeader
-from ...bilm.file_names import CHECKPOINT, SOFTMAX, PathLike
-from ...bilm.schema_check import check_json_text
 from ...bilm.weights import WeightFileError
+from ...groundwork.atomic_write import atomic_path
+from ...groundwork.file_names import CHECKPOINT, SOFTMAX, PathLike
+from ...groundwork.schema_check import check_json_text
 
 CHECKPOINT_KIND = "spacy-elmo checkpoint"
 SOFTMAX_KIND = "spacy-elmo softmax"
@@ -85,7 +85,7 @@ class SoftmaxFile:
 
 def write_tensor_file(path: Path, tensors: Mapping[str, torch.Tensor], kind: str, info: Mapping[str, Any]) -> None:
     """Write ``tensors`` and the JSON ``info`` to ``path`` atomically (a crash leaves the old file whole; a full disk
-    too, and is a :class:`~spacy_elmo.bilm.atomic_write.WriteFailedError` naming ``path``)."""
+    too, and is a :class:`~spacy_elmo.groundwork.atomic_write.WriteFailedError` naming ``path``)."""
     metadata = {"format": kind, "version": VERSION, "json": json.dumps(info)}
     with atomic_path(path) as tmp:
         tmp.touch()  # the mode the umask gives any new file: safetensors itself writes 0600

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import torch
 
 from ...bilm.exact import exact_float32
-from ...bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
+from ...groundwork.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from ..corpus.batching import (
     BOS_TOKEN,
     EOS_TOKEN,
@@ -252,7 +252,7 @@ def evaluate_files(
 def write_result(path: PathLike, result: dict[str, float]) -> None:
     """``spacy-elmo evaluate --output``: the result as indented JSON at ``path``, written whole (never a half-written
     file)."""
-    from ...bilm.atomic_write import write_text_atomically
+    from ...groundwork.atomic_write import write_text_atomically
 
     write_text_atomically(path, json.dumps(result, indent=2) + "\n")
 
@@ -303,8 +303,8 @@ def record_result(model_dir: PathLike, name: str, result: dict[str, float]) -> N
     before either file changes; both are then replaced together, so metrics and card never disagree. The folder is
     held meanwhile (:mod:`.folder_lock`): a training run writing it refuses the record.
     """
-    from ...bilm.atomic_write import atomic_paths, reported_as
-    from ...bilm.file_names import MODEL_CARD
+    from ...groundwork.atomic_write import atomic_paths, reported_as
+    from ...groundwork.file_names import MODEL_CARD
     from ..output_folder.folder_lock import folder_claimed
     from ..output_folder.model_card import read_metrics, refreshed_card
     from .outputs import jsonable

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ...bilm.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from ...bilm.model import BiLM
 from ...bilm.weights import load_model
+from ...groundwork.file_names import LEGACY_SOFTMAX, METRICS, VOCAB
 from ...sources.model_paths import resolve_model_files
 from ..corpus.batching import Vocabulary
 from ..corpus.sentences import PathLike

@@ -16,8 +16,8 @@ from typing import Callable
 
 import typer
 
-from ...bilm.machine import usable_cores
 from ...bilm.threads import set_process_threads
+from ...groundwork.machine import usable_cores
 from ..allocator import keep_freed_memory
 from ..config import TrainConfig
 from ..distributed import World, join_world, leave_world, run_processes, training_processes

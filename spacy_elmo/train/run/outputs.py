@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...bilm import manylangs_reader
-from ...bilm.atomic_write import atomic_paths, reported_as, write_text_atomically
-from ...bilm.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
 from ...bilm.weights import write_model_files
+from ...groundwork.atomic_write import atomic_paths, reported_as, write_text_atomically
+from ...groundwork.file_names import LEGACY_CHECKPOINT, LEGACY_SOFTMAX, METRICS, OPTIONS, VOCAB, WEIGHTS
 from ..config import TrainConfig
 from ..output_folder.recorded_paths import recorded, recorded_argument, resolved_path, resumable_path
 from ..output_folder.storage import CHECKPOINT, SOFTMAX, save_checkpoint, save_softmax
@@ -73,7 +73,7 @@ def export_model(model: LanguageModel, directory: Path, vocab: Vocabulary) -> No
     """Write options.json, weights.hdf5, softmax.safetensors and vocab.txt for ``model``, as one set.
 
     Every file is written beside its target first; only when all are written do they replace the
-    folder's previous ones (:func:`~spacy_elmo.bilm.atomic_write.atomic_paths`), so a full disk or an error
+    folder's previous ones (:func:`~spacy_elmo.groundwork.atomic_write.atomic_paths`), so a full disk or an error
     leaves the previous model whole. Weight files of a replaced model under other names are removed
     afterwards, so the folder holds one model.
     """

@@ -36,9 +36,9 @@ import torch
 from tqdm import tqdm
 
 from ...bilm.exact import exact_float32
-from ...bilm.file_names import LEGACY_CHECKPOINT, WEIGHTS
 from ...bilm.options import BiLMOptions
 from ...bilm.weights import options_from_dict
+from ...groundwork.file_names import LEGACY_CHECKPOINT, WEIGHTS
 from ..config import TrainConfig, check_config
 from ..corpus.batching import Batch, CharCache, Vocabulary, bucket_batches, count_words, mixed_sentences, tensorize
 from ..corpus.sentences import PathLike, Source, has_tokens, sha256_of

@@ -21,8 +21,8 @@ from typing import Callable, Generic, Optional, Protocol, TypeVar
 
 import numpy as np
 
-from .settings import MAX_TOKENS_PER_CALL
-from .validation import check_window_config, optional_windows, positive_int
+from ..configuration.defaults import MAX_TOKENS_PER_CALL
+from ..configuration.validation import check_window_config, optional_windows, positive_int
 
 Key = TypeVar("Key")
 Out = TypeVar("Out")
@@ -30,8 +30,8 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class SentenceEmbedder(Protocol):
-    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.backend.ElmoBackend`): token
-    sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.embedding.backend.ElmoBackend`):
+    token sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
 
     @property
     def n_layers(self) -> int: ...
@@ -139,7 +139,7 @@ def embed_segments(
     on_progress (callable | None): the backend's, called with the number of windows done.
     on_tokens (callable | None): called after each backend call with the number of the segments' tokens it
         embedded (each token counted once, overlaps and all): a progress bar's ``update`` over tokens moves
-        through a long segment's windows too (:mod:`.progress`).
+        through a long segment's windows too (:mod:`..features.progress`).
 
     ``layers`` is float32 ``(n_layers + 1, len(tokens), dim)`` and the caller's own; an empty
     segment gives ``(n_layers + 1, 0, dim)``. Consecutive windows share backend calls, so their

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable, Optional, Union, overload
 
-from ..bilm.excerpt import excerpt
+from ...groundwork.excerpt import excerpt
 
 Tokenizer = Callable[[str], list[str]]
 TokenizerSpec = Union[None, str, Callable[[str], Iterable[Any]]]

@@ -18,9 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar, Union
 
-from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
-from .pooling import check_norm, check_pooling, pooled_dim
-from .settings import (
+from ..configuration.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DTYPE,
     DEFAULT_GAMMA,
@@ -29,8 +27,10 @@ from .settings import (
     DEFAULT_OVERLAP,
     DEFAULT_POOLING,
 )
+from ..configuration.validation import check_dtype, optional_windows, positive_int, resolve_device
+from .mix import LayerMix, check_gamma, check_layer_spec, mixed_width
+from .pooling import check_norm, check_pooling, pooled_dim
 from .tokenize import TokenizerSpec, resolve_tokenizer
-from .validation import check_dtype, optional_windows, positive_int, resolve_device
 
 Settings = TypeVar("Settings", bound="FrontSettings")
 
@@ -51,7 +51,7 @@ class FrontSettings:
     dtype: the biLM's precision ("float32", "bfloat16", "float16", "int8", "auto"); None: float32.
     tokenizer: how strings are split: None (blank English spaCy), a spaCy language code, or a callable.
     verbose: a progress bar over the texts (the vectorizer's): None on a terminal when the work takes a while, 0
-        never, 1 always (runtime/progress.py).
+        never, 1 always (runtime/features/progress.py).
     """
 
     layers: LayerMix = DEFAULT_LAYERS
@@ -116,8 +116,9 @@ class ComponentSettings(FrontSettings):
 
     def checked(self: Settings) -> Settings:
         """:meth:`FrontSettings.checked`, a batch size that is a number, and the device: a ``ValueError`` for one this
-        machine lacks (:func:`~spacy_elmo.runtime.validation.resolve_device`, every front end's check); ``None`` or
-        ``""``: None, the device of thinc's current ops when the model loads (``spacy/architectures.py``)."""
+        machine lacks (:func:`~spacy_elmo.runtime.configuration.validation.resolve_device`, every front end's check);
+        ``None`` or ``""``: None, the device of thinc's current ops when the model loads
+        (``spacy/architectures.py``)."""
         settings = super().checked()
         if settings.batch_size is None:
             raise ValueError("batch_size=None: expected a positive integer")

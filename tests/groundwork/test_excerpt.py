@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.bilm.excerpt import EXCERPT_CHARS, excerpt
+from spacy_elmo.groundwork.excerpt import EXCERPT_CHARS, excerpt
 
 
 @pytest.mark.parametrize("value", ["mps", "cuda:x", 3.5, None, b"cpu", ["a", "b"]])

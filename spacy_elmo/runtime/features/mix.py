@@ -13,9 +13,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from ..bilm.excerpt import excerpt
-from .settings import DEFAULT_GAMMA, DEFAULT_LAYERS
-from .validation import finite_in
+from ...groundwork.excerpt import excerpt
+from ..configuration.defaults import DEFAULT_GAMMA, DEFAULT_LAYERS
+from ..configuration.validation import finite_in
 
 LayerMix = Union[str, int, Sequence[float]]  # the ``layers`` setting: which layers, mixed how
 ALL = "all"  # every layer's vectors side by side (simple_elmo's name): ``n_outputs * dim`` wide, no weights
@@ -56,7 +56,7 @@ def check_layer_spec(layers: Any) -> LayerMix:
 
 def check_gamma(gamma: Any) -> float:
     """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``
-    (:func:`~.validation.finite_in`, the one check of a number)."""
+    (:func:`~..configuration.validation.finite_in`, the one check of a number)."""
     return finite_in(gamma, "gamma", -math.inf)
 
 

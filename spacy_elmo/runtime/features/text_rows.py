@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
 
+from ..configuration.validation import token_text
+from ..embedding.windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 from .front_settings import FrontSettings
 from .mix import mix_layers
 from .pooling import PoolSink, normalized_rows, pool
 from .progress import Progress, show_of
 from .stored_layers import fresh_layers, is_doc
 from .tokenize import TokenizerSpec, is_whitespace, resolve_tokenizer
-from .validation import token_text
-from .windows import SentenceEmbedder, Sink, embed_segments, fold_segments
 
 if TYPE_CHECKING:
-    from .backend import ElmoBackend
+    from ..embedding.backend import ElmoBackend
 
 Tokens = tuple[str, ...]
 Rows = dict[Tokens, list[int]]  # unique token sequence -> the rows (sample indices) that hold it

@@ -13,19 +13,24 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from ..bilm import cpu_support, engine, manylangs_reader
-from ..bilm.engine.precisions import AUTO, PRECISION_NAMES, PRECISIONS, auto_precision, precision
-from ..bilm.file_names import PathLike
-from ..bilm.model import BiLM
-from ..bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
-from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
-from ..bilm.weights import WeightFileError, load_model
-from ..sources.bundled_versions import precision_fingerprint
-from ..sources.download import cache_advice
-from ..sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
-from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
-from .settings import DEFAULT_BATCH_SIZE, DEFAULT_DTYPE, DEFAULT_MEMORY_MB, DEFAULT_TOKEN_BUDGET, DEFAULT_TOKEN_CACHE
-from .validation import (
+from ...bilm import cpu_support, engine, manylangs_reader
+from ...bilm.engine.precisions import AUTO, PRECISION_NAMES, PRECISIONS, auto_precision, precision
+from ...bilm.model import BiLM
+from ...bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
+from ...bilm.vocab_cache import TokenVectorCache, batch_token_vectors
+from ...bilm.weights import WeightFileError, load_model
+from ...groundwork.file_names import PathLike
+from ...sources.bundled_versions import precision_fingerprint
+from ...sources.download import cache_advice
+from ...sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
+from ..configuration.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DTYPE,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TOKEN_BUDGET,
+    DEFAULT_TOKEN_CACHE,
+)
+from ..configuration.validation import (
     check_dtype,
     disk_mb,
     integer_in,
@@ -35,6 +40,7 @@ from .validation import (
     validate_sentences,
     vectors_precision,
 )
+from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
 from .windows import length_batches
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)

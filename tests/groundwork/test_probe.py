@@ -1,5 +1,5 @@
-"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (bilm/probe.py) answers the default
-whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
+"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (groundwork/probe.py) answers the
+default whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
 the older torch (the attribute missing, or raising as torch 2.1 does) and the newer one (the attribute there and
 used). The CI's floor pass runs the same code on the oldest torch for real."""
 
@@ -16,8 +16,8 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support, exact
 from spacy_elmo.bilm.engine import mkl
-from spacy_elmo.bilm.probe import feature, has_feature
-from spacy_elmo.runtime import validation
+from spacy_elmo.groundwork.probe import feature, has_feature
+from spacy_elmo.runtime.configuration import validation
 from spacy_elmo.train.network import language_model, packed_lstm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_exact_imports_on_torch_2_1():
     assert run.stdout.split() == ["False", "(False,", "False)"]
 
 
-# -- runtime/validation.py: a device backend newer torch has (torch.xpu, torch.mtia) ---------------------------------
+# -- runtime/configuration/validation.py: a device backend newer torch has (torch.xpu, torch.mtia) --------------------
 
 
 def test_a_device_backend_this_torch_lacks_counts_no_device(monkeypatch):
@@ -171,7 +171,7 @@ def test_mkl_packs_are_available_where_torch_has_the_operators(monkeypatch):
     assert mkl.available() is True
 
 
-# -- bilm/cpu_support.py and runtime/backend.py: float16 products on the CPU (none in torch 2.1) ----------------------
+# -- bilm/cpu_support.py and runtime/embedding/backend.py: float16 products on the CPU (none in torch 2.1) ------------
 
 
 def test_float16_products_where_torch_lacks_them(monkeypatch):

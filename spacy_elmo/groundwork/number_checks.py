@@ -1,6 +1,6 @@
 """Whether a value is a number a user may give: the one test of an integer and of a finite number, below every group.
 
-``runtime/validation.py`` builds its checks of the front ends' settings on them (:func:`whole_number` in
+``runtime/configuration/validation.py`` builds its checks of the front ends' settings on them (:func:`whole_number` in
 ``integer_in``, :func:`finite_number` in ``finite_in``), and ``spacy-elmo train``'s config check on them too: a
 boolean is no number, numpy's numbers are, NaN, infinities and integers beyond int64 (or too large for a float) are
 none. No message here: each check says its setting in its own words.

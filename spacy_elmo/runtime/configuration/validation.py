@@ -18,11 +18,11 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
-from ..bilm.excerpt import excerpt
-from ..bilm.machine import memory_bytes, usable_cores
-from ..bilm.number_checks import MAX_COUNT, finite_number, whole_number
-from ..bilm.probe import feature
+from ...bilm.engine.precisions import ALIASES, AUTO, PRECISION_NAMES, precision
+from ...groundwork.excerpt import excerpt
+from ...groundwork.machine import memory_bytes, usable_cores
+from ...groundwork.number_checks import MAX_COUNT, finite_number, whole_number
+from ...groundwork.probe import feature
 
 if TYPE_CHECKING:
     import torch
@@ -282,7 +282,7 @@ def _shown(bound: float) -> str:
 
 def memory_mb(value: Any, name: str) -> float:
     """A size in MiB of something kept in memory (``cache_mb``): a finite number from 0 (off) up to this machine's
-    physical memory (:func:`~spacy_elmo.bilm.machine.memory_bytes`; where the system does not say, what the disk
+    physical memory (:func:`~spacy_elmo.groundwork.machine.memory_bytes`; where the system does not say, what the disk
     cache's bound allows); else a ``ValueError`` naming ``name``."""
     total = memory_bytes()
     if total is None:
@@ -300,7 +300,7 @@ def disk_mb(value: Any, name: str) -> float:
 
 def process_count(value: Any, name: str) -> int:
     """A number of processes to start on this machine (``--processes``, ``local:N`` workers): an integer from 1 up to
-    the cores this process may use (:func:`~spacy_elmo.bilm.machine.usable_cores`: more would only share cores and
+    the cores this process may use (:func:`~spacy_elmo.groundwork.machine.usable_cores`: more would only share cores and
     memory); else a ``ValueError`` naming ``name`` and the bound."""
     cores = usable_cores()
     return integer_in(value, name, 1, cores, f" (the {cores} CPU core{'s' if cores > 1 else ''} this process may use)")

@@ -67,7 +67,7 @@ class PoolSink:
     of the whole, so a text of any length needs the memory of one piece, never its full layers.
     A segment of one piece is pooled by :func:`pool` itself (the same bits as before).
     ``to_vectors`` turns a piece's layers ``(n_layers + 1, t, dim)`` into ``(t, dim)`` token vectors
-    (a layer mix); it is a :class:`spacy_elmo.runtime.windows.Sink`.
+    (a layer mix); it is a :class:`spacy_elmo.runtime.embedding.windows.Sink`.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""bilm/atomic_write.py: a file written through atomic_path is the old one or the new one, never half of one."""
+"""groundwork/atomic_write.py: a file written through atomic_path is the old one or the new one, never half of one."""
 
 import json
 import threading
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.bilm.atomic_write import atomic_path, write_json_atomically, write_text_atomically
+from spacy_elmo.groundwork.atomic_write import atomic_path, write_json_atomically, write_text_atomically
 
 
 def test_an_error_mid_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -52,7 +52,7 @@ def test_concurrent_writers_of_one_file_never_share_a_temporary(tmp_path):
 def test_a_full_disk_names_the_file_being_written_not_its_temporary(tmp_path, monkeypatch):
     import errno
 
-    from spacy_elmo.bilm.atomic_write import WriteFailedError, atomic_path, atomic_paths, reported_as
+    from spacy_elmo.groundwork.atomic_write import WriteFailedError, atomic_path, atomic_paths, reported_as
 
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
