@@ -208,7 +208,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         3.0,
         1.4,
         "#e8e0f3",
-        "command line (cli.py)",
+        "command line (cli/)",
         "spacy-elmo embed -> HDF5 files\n(output/; a Dask cluster with\n--scheduler), spacy-elmo similarity",
     ),
     "vectorizer": (
