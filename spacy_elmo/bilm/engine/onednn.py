@@ -142,7 +142,6 @@ class OneDnnEngine(PlainEngine):
 
     max_rows: ClassVar[int]
     state_min_rows: ClassVar[int] = 0  # the step's state products take the pack from this many rows
-    compiled_steps: ClassVar[bool]  # the step loop runs compiled by TorchScript (else from Python)
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)
@@ -182,9 +181,7 @@ class OneDnnEngine(PlainEngine):
         projection = StepProduct(
             [StepWeight(cell.projection, onednn=p, max_rows=most) for cell, p in zip(cells, projections)]
         )
-        return LayerSteps(
-            spec, input_projection, state, projection, precision=self.precision if self.compiled_steps else None
-        )
+        return LayerSteps(spec, input_projection, state, projection, precision=self.precision)
 
 
 class Bf16Engine(OneDnnEngine):
@@ -194,7 +191,6 @@ class Bf16Engine(OneDnnEngine):
     load_dtype = torch.bfloat16
     tolerance = 2.5e-2
     max_rows = MAX_ROWS
-    compiled_steps = True
 
     @classmethod
     def serves(cls, target: Target) -> bool:
@@ -216,7 +212,6 @@ class Float32Engine(OneDnnEngine):
     load_dtype = torch.float32
     max_rows = FLOAT32_MAX_ROWS
     state_min_rows = FLOAT32_STATE_MIN_ROWS
-    compiled_steps = True  # faster at batch 1 than the Python loop (RESULTS.md, "float32 through oneDNN's")
 
     @classmethod
     def serves(cls, target: Target) -> bool:
