@@ -90,7 +90,7 @@ def cpu_descriptions(results: Path) -> dict[str, str]:
 
 
 def speed_figure(path: Path) -> None:
-    from spacy_elmo.similarity import new_figure, save_figure
+    from spacy_elmo.plots import new_figure, save_figure
 
     heading, ratios = current_speed_ratios(RESULTS)
     cpus = cpu_descriptions(RESULTS)
@@ -147,7 +147,7 @@ def _bundled_name(version: str) -> str:
 
 
 def mix_figure(path: Path) -> None:
-    from spacy_elmo.similarity import plot_mixes
+    from spacy_elmo.plots import plot_mixes
 
     weights, gamma, about = learned_mix(PROJECT_RESULTS)
     plot_mixes({"textcat": (weights, gamma)}, path, title=f"Layer weights learned by {about}")
@@ -208,7 +208,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         3.0,
         1.4,
         "#e8e0f3",
-        "command line (cli.py)",
+        "command line (cli/)",
         "spacy-elmo embed -> HDF5 files\n(output/; a Dask cluster with\n--scheduler), spacy-elmo similarity",
     ),
     "vectorizer": (
@@ -263,7 +263,7 @@ def _ends(start: tuple[float, ...], end: tuple[float, ...]) -> tuple[tuple[float
 def architecture_figure(path: Path) -> None:
     from matplotlib.patches import FancyBboxPatch
 
-    from spacy_elmo.similarity import new_figure, save_figure
+    from spacy_elmo.plots import new_figure, save_figure
 
     figure, axes = new_figure(figsize=(10, 6.5))
     axes.set_xlim(0, 10)

@@ -85,9 +85,10 @@ class HubModule:
         ignored).
 
         Every token, padding too, must be a ``str`` (as in TF-Hub's string tensor): ``bytes``, ``None`` or a number
-        is a ``TypeError`` naming the row and token (:func:`~spacy_elmo.runtime.configuration.validation.validate_sentences`),
-        checked before anything reads the rows, never embedded as its ``str()``; so is a plain string where a row
-        belongs. A numpy array of strings is taken as a list of its rows.
+        is a ``TypeError`` naming the row and token
+        (:func:`~spacy_elmo.runtime.configuration.validation.validate_sentences`), checked before anything reads the
+        rows, never embedded as its ``str()``; so is a plain string where a row belongs. A numpy array of strings is
+        taken as a list of its rows.
         """
         rows = validate_sentences(_as_list(tokens) if isinstance(tokens, np.ndarray) else tokens, "tokens")
         lengths = list(_as_list(sequence_len))

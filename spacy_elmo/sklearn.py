@@ -166,7 +166,8 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         ``layers="all"``: ``elmo_layer0_0, ...`` (``elmo_mean_layer0_0, ...``). Read from the model's options file:
         the weights stay unread."""
         settings = self._settings()
-        n_layers, dim = model_shape(*resolve_model_files(self._model_to_load()))
+        pin = self._pin_in_force()
+        n_layers, dim = model_shape(*resolve_model_files(self.model if pin is None else self._model_to_load(pin)))
         settings.mixed_width(n_layers, dim)  # layers checked against the model's
         parts = pooling_parts(settings.pooling)
         prefixes = [FEATURE_PREFIX] if len(parts) == 1 else [f"{FEATURE_PREFIX}_{part}" for part in parts]
@@ -195,36 +196,40 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         precision = precision_or_dtype(self.precision, self.dtype, self._where(), stacklevel=4)
         return dataclasses.replace(settings, precision=precision).checked()
 
-    def _load(self, model: PathLike, settings: FrontSettings) -> ElmoBackend:
-        """The shared backend of ``model``, the files checked against it (the process keeps one backend per files,
-        size and mtime: files rewritten without a new size or mtime would leave it holding other weights than the
-        files it names). ``layers`` is checked against its layers where they are used: ``fit``'s layer weights,
-        ``transform``'s width (``pooled_matrix``)."""
+    def _load(self, model: PathLike, settings: FrontSettings, pin: Optional[PinnedModel] = None) -> ElmoBackend:
+        """The shared backend of ``model`` (resolved to its files once, by ``load_bilm``), its files as they are on
+        disk now checked with one look: against ``pin``, the model ``fit`` pinned (``transform``'s;
+        ``WeightFileError``: they changed on disk since ``fit``, in this process or before the vectorizer was pickled),
+        then against the loaded model (the process keeps one backend per files, size and mtime: files rewritten
+        without a new size or mtime would leave it holding other weights than the files it names). Either refuses
+        before anything is embedded, so that other weights never give features under the pin. ``layers`` is checked
+        against the model's layers where they are used: ``fit``'s layer weights, ``transform``'s width
+        (``pooled_matrix``)."""
         backend = load_bilm(model, device=settings.device, precision=settings.precision)  # bad: a ValueError
-        PinnedModel(os.fspath(model), backend.files_fingerprint).check_files(
-            backend.options_path,
-            backend.weights_path,
-            where=self._where(),
-            since="this process loaded them",
-            what_to_do="put back the files it loaded, or start a new Python process to load them as they are now",
-        )
-        return backend
-
-    def _pinned_backend(self, settings: FrontSettings) -> ElmoBackend:
-        """The backend ``transform`` embeds with: the model ``fit`` pinned (:meth:`_model_to_load`), its files checked
-        against the pin before they are loaded (``WeightFileError``: they changed on disk since ``fit``, in this
-        process or before the vectorizer was pickled), so that other weights never give features under it."""
-        model = self._model_to_load()
-        pin = self._pin_in_force()
+        files = backend.options_path, backend.weights_path
+        now = None
         if pin is not None:
-            pin.check_files(
-                *resolve_model_files(model),
+            now = pin.check_files(
+                *files,
                 where=self._where(),
                 since="it was fitted",
                 what_to_do="put back the files it was fitted with, or fit the vectorizer and the estimators after it "
                 "again on these files",
             )
-        return self._load(model, settings)
+        PinnedModel(os.fspath(model), backend.files_fingerprint).check_files(
+            *files,
+            where=self._where(),
+            since="this process loaded them",
+            what_to_do="put back the files it loaded, or start a new Python process to load them as they are now",
+            now=now,
+        )
+        return backend
+
+    def _pinned_backend(self, settings: FrontSettings) -> ElmoBackend:
+        """The backend ``transform`` embeds with: the model ``fit`` pinned (:meth:`_model_to_load`), its files checked
+        against the pin (:meth:`_load`); an unfitted vectorizer's, as ``fit`` loads it."""
+        pin = self._pin_in_force()
+        return self._load(self.model if pin is None else self._model_to_load(pin), settings, pin)
 
     def _pin_in_force(self) -> Optional[PinnedModel]:
         """``model_pin_`` while ``model`` still names what ``fit`` pinned (``set_params`` may have changed it)."""
@@ -248,15 +253,12 @@ class ElmoVectorizer(TransformerMixin, BaseEstimator):
         )
         return backend
 
-    def _model_to_load(self) -> PathLike:
-        """``model``, unless the vectorizer was fitted with a bundled model that the name means no longer (this
-        spacy-elmo's default is newer than the one it was fitted with, perhaps in another process that pickled it):
-        then that bundled version, so transform gives the vectors fit saw (:meth:`PinnedModel.resolve`; a
-        ``WeightFileError`` says what to do when this spacy-elmo no longer bundles it). ``model`` changed since fit
-        (``set_params``) loads what it names, as an unfitted vectorizer does."""
-        pin = self._pin_in_force()
-        if pin is None:
-            return self.model
+    def _model_to_load(self, pin: PinnedModel) -> PathLike:
+        """What ``pin`` (:meth:`_pin_in_force`) makes of ``model``: ``model``, unless the vectorizer was fitted with a
+        bundled model that the name means no longer (this spacy-elmo's default is newer than the one it was fitted
+        with, perhaps in another process that pickled it): then that bundled version, so transform gives the vectors
+        fit saw (:meth:`PinnedModel.resolve`; a ``WeightFileError`` says what to do when this spacy-elmo no longer
+        bundles it)."""
         precision = precision_or_dtype(self.precision, self.dtype, self._where(), warn=False)  # (said by _settings)
         return pin.resolve(
             "this ElmoVectorizer was fitted",

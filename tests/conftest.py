@@ -108,6 +108,23 @@ def load_docs_script(name: str):
     return module
 
 
+@contextmanager
+def imported_script(path: Path):
+    """A script outside the package (benchmarks/) imported as the module of its file's name, in ``sys.modules`` while
+    the block runs (its dataclasses look their module up there) and removed after it."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
 def require_corpora(path: Path) -> Path:
     """``path`` when the corpora are there; else skip, saying what the data is and how to get it."""
     if not path.exists():

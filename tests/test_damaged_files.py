@@ -6,11 +6,14 @@ exception.
 model's), the readers of it, and the error they may give. A damage is one of: a field (at any depth) replaced by a
 hostile value (another JSON type, null, NaN, infinity, a huge or negative number, a list or an object) or deleted,
 the whole value replaced by one, the text truncated, or text that is not JSON. The rule at the end holds every JSON,
-TSV or safetensors-header file name of ``groundwork/file_names.py`` to a schema in ``bilm/file_formats.SCHEMAS``.
+TSV or safetensors-header file name a module spells (``groundwork/file_names.py``, or the module that owns a folder)
+to a schema: in ``bilm/file_formats.SCHEMAS`` or its module's ``FILE_SCHEMAS`` (or its ``WRITTEN_ONLY``).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import math
 import shutil
@@ -22,9 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_elmo.bilm.file_formats import SCHEMAS, WRITTEN_ONLY
+from spacy_elmo.bilm.file_formats import SCHEMAS
 from spacy_elmo.groundwork import file_names
 from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
+from spacy_elmo.spacy.saved_model import COMPONENT_MODEL
+from tests.architecture.arch_scan import MODULES
+from tests.architecture.test_written_files import FOREIGN_FILE_NAMES
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allennlp_elmo"
 
@@ -111,7 +117,7 @@ def damaged_lines(draw: st.DrawFn, text: str) -> str:
 
 @dataclass
 class Format:
-    name: str  # the file's name (groundwork/file_names.py)
+    name: str  # the file's name (groundwork/file_names.py, or the module that owns its folder)
     make: Callable[[Path], Path]  # writes a valid file (and what its readers need beside it) into a folder
     damage: Callable[[str], st.SearchStrategy[str]]  # damages its text (a header's JSON part for safetensors)
     read: Callable[[Path], None]  # every reader, in turn, of the folder's file
@@ -130,10 +136,11 @@ def _make_metrics(folder: Path) -> Path:
 
 
 def _read_metrics(path: Path) -> None:
-    from spacy_elmo.sources import model_table
-    from spacy_elmo.sources.info import describe
-    from spacy_elmo.train import init_from, model_card, stages
-    from spacy_elmo.train.evaluation import trained_max_length
+    from spacy_elmo.cli import model_table
+    from spacy_elmo.cli.model_info import describe
+    from spacy_elmo.train.output_folder import model_card, stages
+    from spacy_elmo.train.run import init_from
+    from spacy_elmo.train.run.evaluation import trained_max_length
 
     folder = path.parent
     text = describe(folder / "options.json", folder / "lm_weights.hdf5")  # informational: never fails on it
@@ -151,7 +158,7 @@ def _read_metrics(path: Path) -> None:
 def _make_softmax(folder: Path) -> Path:
     import torch
 
-    from spacy_elmo.train.storage import save_softmax
+    from spacy_elmo.train.output_folder.storage import save_softmax
 
     torch.manual_seed(0)
     save_softmax(torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10], div_value=2.0), folder / "softmax.safetensors")
@@ -161,7 +168,7 @@ def _make_softmax(folder: Path) -> Path:
 def _read_softmax(path: Path) -> None:
     import torch
 
-    from spacy_elmo.train.storage import load_softmax, load_softmax_into
+    from spacy_elmo.train.output_folder.storage import load_softmax, load_softmax_into
 
     saved = load_softmax(path)
     saved.check_fits(path, 20, 8)  # the model's vocabulary and width, as evaluate and --init-from check them
@@ -172,7 +179,7 @@ def _read_softmax(path: Path) -> None:
 def _make_checkpoint(folder: Path) -> Path:
     import torch
 
-    from spacy_elmo.train.storage import save_checkpoint
+    from spacy_elmo.train.output_folder.storage import save_checkpoint
 
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters())
@@ -191,13 +198,13 @@ def _make_checkpoint(folder: Path) -> Path:
 
 
 def _read_checkpoint(path: Path) -> None:
-    from spacy_elmo.train.storage import load_checkpoint
+    from spacy_elmo.train.output_folder.storage import load_checkpoint
 
     load_checkpoint(path)
 
 
 def _make_corpus(folder: Path) -> Path:
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     text = folder.parent / f"{folder.name}-text.txt"
     text.write_text("the cat sat .\nthe dog ran on the mat .\na cat .\n" * 3, encoding="utf-8")
@@ -206,7 +213,7 @@ def _make_corpus(folder: Path) -> Path:
 
 
 def _read_corpus(path: Path) -> None:
-    from spacy_elmo.train.shards import PreparedCorpus
+    from spacy_elmo.train.corpus.shards import PreparedCorpus
 
     corpus = PreparedCorpus([path.parent])
     list(corpus.word_counts())
@@ -224,7 +231,7 @@ def _make_source_info(folder: Path) -> Path:
 
 
 def _read_source_info(path: Path) -> None:
-    from spacy_elmo.train.prepare import read_source_info
+    from spacy_elmo.train.corpus.prepare import read_source_info
 
     read_source_info(path, path.parent)
 
@@ -257,7 +264,7 @@ def _make_options(folder: Path) -> Path:
 
 def _read_options(path: Path) -> None:
     from spacy_elmo.bilm.weights import read_options
-    from spacy_elmo.train.presets import build_options
+    from spacy_elmo.train.network.presets import build_options
 
     for reader in (lambda: read_options(path), lambda: build_options(path)):  # a model's, and train --arch FILE
         _reads_or_names(reader, path)
@@ -271,7 +278,7 @@ FORMATS = [
     Format(file_names.CORPUS_MANIFEST, _make_corpus, damaged, _read_corpus),
     Format(file_names.CORPUS_COUNTS, _make_counts, damaged_lines, _read_corpus),
     Format(file_names.SOURCE_INFO, _make_source_info, damaged, _read_source_info),
-    Format(file_names.COMPONENT_MODEL, _make_component_model, damaged, _read_component_model),
+    Format(COMPONENT_MODEL, _make_component_model, damaged, _read_component_model),
 ]
 
 
@@ -323,10 +330,44 @@ def test_every_reader_names_a_damaged_file_or_reads_it(form: Format, tmp_path_fa
     check()
 
 
+STRUCTURED = (".json", ".tsv", ".safetensors")
+
+
+def spelled_file_names(source: str) -> set[str]:
+    """The file names a module spells as its own constants (``NAME = "model.json"``, at module level)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id.isupper() for t in targets) and isinstance(node.value.value, str):
+                names.add(node.value.value)
+    return names
+
+
+def test_the_file_name_scan_sees_module_constants():
+    """Guards the rule below: a module's constant is found, a local, a lowercase name or an f-string is not."""
+    source = 'META = "model.json"\nKIND: str = "counts.tsv"\nother = "x.json"\ndef f():\n    LOCAL = "y.json"\n'
+    assert spelled_file_names(source) == {"model.json", "counts.tsv"}
+
+
 def test_every_file_the_package_reads_has_a_schema():
-    """A new JSON, TSV or safetensors file name cannot skip a schema (nor a written-only one be left unsaid)."""
-    names = {v for k, v in vars(file_names).items() if k.isupper() and isinstance(v, str)}
-    structured = {name for name in names if name.endswith((".json", ".tsv", ".safetensors"))}
-    assert structured - WRITTEN_ONLY == set(SCHEMAS), "add the format's schema to bilm/file_formats.SCHEMAS"
-    assert structured >= WRITTEN_ONLY
-    assert {form.name for form in FORMATS} == set(SCHEMAS), "add the format to FORMATS, with its readers"
+    """A new JSON, TSV or safetensors file name cannot skip a schema (nor a written-only one be left unsaid), in
+    groundwork/file_names.py or in any module that names its own folder's files."""
+    schemas, written_only, structured = dict(SCHEMAS), set(), set()
+    for name, path in MODULES.items():
+        names = {
+            n
+            for n in spelled_file_names(path.read_text(encoding="utf-8"))
+            if n.endswith(STRUCTURED) and "/" not in n and n not in FOREIGN_FILE_NAMES.get(name, set())
+        }
+        if not names:
+            continue
+        structured |= names
+        module = importlib.import_module(name)
+        schemas.update(getattr(module, "FILE_SCHEMAS", {}))
+        written_only |= getattr(module, "WRITTEN_ONLY", frozenset())
+    assert {file_names.OPTIONS, file_names.CHECKPOINT, COMPONENT_MODEL} <= structured  # the scan sees them
+    hint = "add the format's schema to bilm/file_formats.SCHEMAS or its module's FILE_SCHEMAS"
+    assert structured - written_only == set(schemas), hint
+    assert structured >= written_only
+    assert {form.name for form in FORMATS} == set(schemas), "add the format to FORMATS, with its readers"

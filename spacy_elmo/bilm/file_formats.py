@@ -1,15 +1,17 @@
 """One schema per file format the package reads, declared once: the keys each reader relies on, their JSON types,
 which are required, and their bounds (finite numbers; sizes bounded as options.json's are).
 
-:data:`SCHEMAS` maps each file name of :mod:`.file_names` that holds JSON (a file, or the JSON part of a
-safetensors header) or TSV to its schema; :mod:`.schema_check` reads a file through one and turns any violation into
-one error naming the file and the field. Every schema keeps the keys it does not declare (a newer version may add
-some) and takes each declared one in JSON's own types only (``"4"`` is not a number, ``true`` not an integer, ``4.0``
-not an integer); a number field refuses NaN and infinity.
+:data:`SCHEMAS` maps each file name of :mod:`~spacy_elmo.groundwork.file_names` that holds JSON (a file, or the
+JSON part of a safetensors header) or TSV to its schema (a module that names its own folder's files maps them in its
+``FILE_SCHEMAS``: the spaCy component's save); :mod:`~spacy_elmo.groundwork.schema_check` reads a file through one
+and turns any violation into one error naming the file and the field. Every schema keeps the keys it does not
+declare (a newer version may add some) and takes each declared one in JSON's own types only (``"4"`` is not a number,
+``true`` not an integer, ``4.0`` not an integer); a number field refuses NaN and infinity.
 
 ``options.json`` (and a ``train --arch`` file) is checked by its own table in :mod:`.weights` (its messages, its
 defaults; the same rules), ``counts.tsv`` by :data:`COUNTS_LINE`, a line at a time (it may hold millions of lines).
-Lives in ``bilm/`` so that every reader (``sources/``, ``train/``, ``spacy/``) may import it.
+Lives in ``bilm/`` beside the bounds it shares with :mod:`.weights`, so that every reader (``sources/``, ``train/``,
+``spacy/``) may import it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..groundwork.file_names import (
-    ADAPTATION,
     CHECKPOINT,
-    COMPONENT_MODEL,
     CORPUS_COUNTS,
     CORPUS_MANIFEST,
     METRICS,
@@ -50,7 +50,7 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
-# -- metrics.json: what `spacy-elmo train` recorded of a model (train/outputs.py writes it) -----------------------
+# -- metrics.json: what `spacy-elmo train` recorded of a model (train/run/outputs.py writes it) -----------------------
 
 
 class TrainingSource(Record):
@@ -145,7 +145,7 @@ class Metrics(Record):
     test: dict[str, TestResult] = {}
 
 
-# -- softmax.safetensors: the adaptive softmax's settings (its header's JSON part; train/storage.py) --------------
+# -- softmax.safetensors: the adaptive softmax's settings (its header's JSON part; train/output_folder/storage.py) -----
 
 
 class SoftmaxHeader(Record):
@@ -211,7 +211,7 @@ def softmax_widths(in_features: int, div_value: float, clusters: int) -> list[in
     return widths
 
 
-# -- checkpoint.safetensors: a training run's state (its header's JSON part; train/storage.py) --------------------
+# -- checkpoint.safetensors: a training run's state (its header's JSON part; train/output_folder/storage.py) -----------
 
 
 class CheckpointState(Record):
@@ -242,7 +242,7 @@ class CheckpointHeader(Record):
     optimizer: OptimizerState
 
 
-# -- corpus.json: a prepared corpus's manifest (train/prepare.py writes it, train/shards.py reads it) -------------
+# -- corpus.json: a prepared corpus's manifest (train/corpus/prepare.py writes it, train/corpus/shards.py reads it) ----
 
 
 class ShardEntry(Record):
@@ -301,14 +301,11 @@ SCHEMAS: dict[str, Any] = {
     CORPUS_MANIFEST: CorpusManifest,
     CORPUS_COUNTS: COUNTS_LINE,
     SOURCE_INFO: SourceInfo,
-    COMPONENT_MODEL: ComponentModel,
 }
-WRITTEN_ONLY = frozenset({ADAPTATION})  # written for the user, never read back by the package
 
 __all__ = [
     "COUNTS_LINE",
     "SCHEMAS",
-    "WRITTEN_ONLY",
     "CheckpointHeader",
     "ComponentModel",
     "CorpusManifest",

@@ -33,9 +33,9 @@ def cell_step(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) 
     The one definition the other copies are tested against (``tests/bilm/test_inference_path.py``,
     ``tests/train/test_train_packed_lstm.py``), each with its reason to differ written where it does: the inference
     path's :func:`.engine.step_loop.cell_update` works in place in its gate buffers, compiled by TorchScript, with
-    tanh optionally as ``2 sigmoid(2x) - 1``; training's :mod:`spacy_elmo.train.packed_lstm` keeps the gates in another
-    order, stores each step's derivatives for its hand-written backward pass, and has no clip. This form builds new
-    tensors, so that autograd can differentiate it.
+    tanh optionally as ``2 sigmoid(2x) - 1``; training's :mod:`spacy_elmo.train.network.packed_lstm` keeps the gates
+    in another order, stores each step's derivatives for its hand-written backward pass, and has no clip. This form
+    builds new tensors, so that autograd can differentiate it.
     """
     c_dim = c.shape[-1]
     i = torch.sigmoid(gates[:, :c_dim])

@@ -142,7 +142,7 @@ def set_process_threads(threads: Optional[int]) -> None:
     """Set torch's process-wide thread count to ``threads`` (``None`` or 0: leave torch's choice).
 
     The one place the count is set, for a command's own process only: ``--threads`` of ``embed`` and ``adapt``
-    (cli.py) and each training process of ``train`` (train/launch.py: ``--threads``, else the cores shared out
+    (cli/) and each training process of ``train`` (train/run/launch.py: ``--threads``, else the cores shared out
     between its processes, else a resumed run's recorded count). Library code never calls it: the count is its
     caller's.
     """

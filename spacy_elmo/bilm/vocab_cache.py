@@ -14,8 +14,9 @@ from .threads import run_halves, split_tokens
 class TokenVectorCache:
     """Token string -> its context-independent vector, for up to ``max_tokens`` tokens (0 disables).
 
-    ``max_tokens`` has no default here: the backend passes its setting (``runtime.configuration.defaults.DEFAULT_TOKEN_CACHE``,
-    the one home of that default; bilm/ imports nothing of the rest of the package).
+    ``max_tokens`` has no default here: the backend passes its setting
+    (``runtime.configuration.defaults.DEFAULT_TOKEN_CACHE``, the one home of that default; bilm/ imports nothing of the
+    rest of the package).
 
     Vectors live in one slab tensor on the model's device; a batch gathers its rows with a
     single ``index_select``. Not thread-safe: the backend calls it under its own lock.

@@ -5,7 +5,7 @@ never half of one: the bytes go to a temporary file beside the target (same fold
 file system), which replaces the target in one ``os.replace`` once it is complete, and is removed on
 any error. Its name is unique to the process and call, so two writers of one file never share it.
 A write the disk refuses (no space, a size limit, a quota) is a :class:`WriteFailedError` naming the file.
-Lives in ``bilm/`` because the weight files are written here; everything else imports it from here.
+Below every group (nothing of the package but the file names imported), so that each may write through it.
 """
 
 from __future__ import annotations

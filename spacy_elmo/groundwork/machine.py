@@ -1,7 +1,7 @@
 """What this machine offers a process, read without torch: the cores it may run on and its physical memory.
 
-The checks of a user's numbers bound counts and sizes by them (``runtime/configuration/validation.py``: at most the usable
-cores for worker processes, at most the memory for an in-memory cache), and ``spacy-elmo train`` shares the cores
+The checks of a user's numbers bound counts and sizes by them (``runtime/configuration/validation.py``: at most the
+usable cores for worker processes, at most the memory for an in-memory cache), and ``spacy-elmo train`` shares the cores
 out between its processes. Read at each call (a process's affinity can change), never cached.
 """
 

@@ -1,5 +1,6 @@
-"""The one way a file the package reads is checked against its format's schema (:mod:`.file_formats`), and the one
-error a damaged file gives: a line naming the file, the field and what to do.
+"""The one way a file the package reads is checked against its format's schema
+(:mod:`~spacy_elmo.bilm.file_formats`), and the one error a damaged file gives: a line naming the file, the field and
+what to do.
 
 :func:`read_json_file` reads a JSON file (its text, its JSON, its schema) and :func:`check_value` checks a value
 already decoded (the JSON part of a safetensors header); both turn text that is not UTF-8, invalid JSON, JSON nested
@@ -35,7 +36,7 @@ def read_json_file(
 ) -> Any:
     """The JSON value in ``path``, checked against ``schema``; an ``error`` (one line: the file, the field,
     ``advice``) when the file is not UTF-8, not JSON or not what ``schema`` declares. ``schema`` None: the JSON only
-    (for options.json, whose own table in :mod:`.weights` checks the value)."""
+    (for options.json, whose own table in :mod:`~spacy_elmo.bilm.weights` checks the value)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -136,6 +136,15 @@ def forget_cached(model: PathLike) -> list[Path]:
     return [path for source in sources for path in forget(source)]
 
 
+def download_model(model: PathLike) -> Path:
+    """Fetch ``model`` into the download cache now (``spacy-elmo download``), verified, and return where it is: the
+    folder of its files, or the file itself for a URL of one file that is no published model's (it has no folder)."""
+    text = os.fspath(model)
+    if is_url(text) and not is_archive(text) and published_by_url(text) is None:
+        return cached_path(text)
+    return resolve_model_files(model)[1].parent
+
+
 def _local(value: PathLike, role: str) -> Path:
     """The local file an ``options=`` / ``weights=`` value names (a URL downloaded first), checked to exist.
 

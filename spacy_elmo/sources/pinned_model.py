@@ -62,21 +62,32 @@ class PinnedModel:
         """Whether files with ``files_fingerprint`` are those pinned (read in any precision)."""
         return any(precision_fingerprint(files_fingerprint, p) == self.recorded for p in VECTOR_PRECISIONS)
 
-    def check_files(self, options_path: Path, weights_path: Path, *, where: str, since: str, what_to_do: str) -> None:
+    def check_files(
+        self,
+        options_path: Path,
+        weights_path: Path,
+        *,
+        where: str,
+        since: str,
+        what_to_do: str,
+        now: Optional[str] = None,
+    ) -> Optional[str]:
         """``WeightFileError`` unless the model files at ``options_path`` / ``weights_path`` are still the pinned ones
         (:meth:`matches`) as they are on disk now: the one check, before a fitted ``ElmoVectorizer`` transforms and
         before the spaCy component copies its model into a save, that nothing pairs other files with this pin.
 
         ``model_paths.fingerprint`` reads the files again only when their size, times or inode changed, so the
-        check costs a stat of each file. The message: "``where``: the ELMo model files in FOLDER changed on disk
-        since ``since`` (fingerprint ... then, ... now): ``what_to_do``". Nothing recorded: nothing to check.
+        check costs a stat of each file; ``now``: their fingerprint, taken a moment ago by another check of the same
+        files (not taken again). The message: "``where``: the ELMo model files in FOLDER changed on disk since
+        ``since`` (fingerprint ... then, ... now): ``what_to_do``". Nothing recorded: nothing to check (None is
+        returned); else the files' fingerprint now.
         """
         recorded = self.recorded
         if recorded is None:
-            return
-        current = fingerprint(options_path, weights_path)
+            return now
+        current = now if now is not None else fingerprint(options_path, weights_path)
         if self.matches(current):
-            return
+            return current
         raise WeightFileError(
             f"{where}: the ELMo model files in {_excerpt(str(options_path.parent), 200)} changed on disk since {since} "
             f"(fingerprint {_excerpt(recorded, 40)} then, {current} now): {what_to_do}"

@@ -21,16 +21,23 @@ from spacy.vocab import Vocab
 from tqdm import tqdm
 
 from ..groundwork.atomic_write import write_text_atomically
-from ..groundwork.file_names import ADAPT_DEV_TEXT, ADAPT_TEXT_DIR, ADAPT_TRAIN_TEXT, ADAPTATION, PathLike
+from ..groundwork.file_names import PathLike
 from ..runtime.features.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_paths import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model
 from ..train import TrainConfig, Trainer, evaluate, make_sources
 from ..train.distributed import training_device
-from ..train.folder_lock import holds_output_folder
-from ..train.outputs import refuse_another_model
-from ..train.recorded_paths import absolute_path, recorded_argument, recorded_path
+from ..train.output_folder.folder_lock import holds_output_folder
+from ..train.output_folder.recorded_paths import absolute_path, recorded_argument, recorded_path
+from ..train.run.outputs import refuse_another_model
+
+# a domain adaptation's output folder, besides the training run's files
+ADAPTATION = "adaptation.json"  # what was adapted on, perplexity before / after
+ADAPT_TEXT_DIR = "task_text"  # the docs' text, one doc per line, in:
+ADAPT_TRAIN_TEXT = "train.txt"
+ADAPT_DEV_TEXT = "dev.txt"
+WRITTEN_ONLY = frozenset({ADAPTATION})  # written for the user, never read back by the package: no schema
 
 TEXT_DIR = ADAPT_TEXT_DIR  # under the output directory: the docs' text, one doc per line
 

@@ -24,6 +24,7 @@ import numpy as np
 from spacy.tokens import Doc, Span, Token
 
 from ..runtime.features.cosine import cosine
+from ..runtime.features.pooling import pool
 from ..runtime.features.tokenize import is_whitespace
 from .extensions import doc_layers, mixed
 
@@ -75,14 +76,13 @@ def attach_vectors(doc: Doc, vectors: Optional[np.ndarray]) -> None:
 
 
 def _mean_vector(doc: Doc, start: int, end: int) -> np.ndarray:
-    """Mean mixed vector of the non-space tokens in ``start:end``; zeros when there are none."""
+    """Mean mixed vector of the non-space tokens in ``start:end`` (zeros when there are none), pooled as
+    ``ElmoVectorizer(pooling="mean")`` pools a text's row (``runtime/features/pooling.py``): the same numbers."""
     keep = [i - start for i in range(start, end) if not is_whitespace(doc[i].text)]
     vectors = mixed(doc, start, end)
     if vectors is None:
         return np.zeros((0,), dtype=np.float32)
-    if not keep:
-        return np.zeros((vectors.shape[1],), dtype=np.float32)
-    return vectors[keep].mean(axis=0, dtype=np.float64).astype(np.float32)
+    return pool(vectors[keep], "mean")
 
 
 def _has_content(doc: Doc, start: int, end: int) -> bool:

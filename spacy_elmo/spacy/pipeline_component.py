@@ -341,11 +341,13 @@ class ElmoComponent(Pipe):
         """:meth:`predict`, calling ``on_tokens(n)`` as each backend call embeds ``n`` more of the docs' tokens."""
         backend = self.backend
         outputs = [np.zeros((backend.n_layers + 1, len(doc), backend.dim), dtype=np.float32) for doc in docs]
-        segments = (
+        # found whole before the windows read them (the docs are in memory already): the windows never call back into
+        # the component, and a get_positions that fails does so before anything is embedded
+        segments = [
             ((d, np.asarray(positions, dtype=np.intp)), [doc[i].text for i in positions])
             for d, doc in enumerate(docs)
             for positions in self.get_positions(doc, self.use_sentences)
-        )
+        ]
         for (d, positions), activations in embed_segments(
             backend,
             segments,

@@ -27,7 +27,6 @@ from ..bilm.file_formats import ComponentModel
 from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..groundwork.atomic_write import atomic_path, atomic_paths, reported_as
-from ..groundwork.file_names import COMPONENT_MODEL
 from ..groundwork.schema_check import check_value, read_json_file
 from ..runtime.embedding.backend import ElmoBackend
 from ..sources.bundled_versions import bundled_version
@@ -51,6 +50,9 @@ class ElmoComponent(Protocol):
     def use_model(self, path: str, pin: PinnedModel) -> None: ...
 
 
+# the spaCy component's saved model folder: where its model's files are, and their fingerprints
+COMPONENT_MODEL = "model.json"
+FILE_SCHEMAS = {COMPONENT_MODEL: ComponentModel}  # the schema of each JSON file this module names
 MODEL_META = COMPONENT_MODEL  # the component's saved model: where its files are, and their fingerprints
 
 
@@ -96,8 +98,8 @@ def model_dir_writer(component: ElmoComponent) -> Callable[[Path], None]:
 
 def save_model_dir(directory: Path, payload: dict[str, Any], files: dict[str, Path]) -> None:
     """The model's ``files`` (a copy, unless they are this folder's already) and ``payload`` as :data:`MODEL_META`,
-    written as one set (:func:`~spacy_elmo.groundwork.atomic_write.atomic_paths`): an error or a full disk leaves the folder's
-    previous save whole."""
+    written as one set (:func:`~spacy_elmo.groundwork.atomic_write.atomic_paths`): an error or a full disk leaves the
+    folder's previous save whole."""
     directory.mkdir(parents=True, exist_ok=True)
     copies = {  # target -> source
         directory / name: path

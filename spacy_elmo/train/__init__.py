@@ -11,29 +11,29 @@ from typing import TYPE_CHECKING
 from ..groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batching import Vocabulary
     from .config import TrainConfig
-    from .corpus import Source, make_sources
-    from .evaluation import evaluate, load_language_model, perplexity_on
-    from .network import LanguageModel
-    from .presets import PRESETS, build_options
-    from .trainer import Trainer, train
+    from .corpus.batching import Vocabulary
+    from .corpus.sentences import Source, make_sources
+    from .network.language_model import LanguageModel
+    from .network.presets import PRESETS, build_options
+    from .run.evaluation import evaluate, load_language_model, perplexity_on
+    from .run.trainer import Trainer, train
 
 # each public name -> the module that defines it, imported when the name is first used (no name here is also a
 # submodule's: ``from spacy_elmo.train import evaluate`` is the function, whatever was imported before)
 _HOMES = {
-    "PRESETS": ".presets",
-    "LanguageModel": ".network",
-    "Source": ".corpus",
+    "PRESETS": ".network.presets",
+    "LanguageModel": ".network.language_model",
+    "Source": ".corpus.sentences",
     "TrainConfig": ".config",
-    "Trainer": ".trainer",
-    "Vocabulary": ".batching",
-    "build_options": ".presets",
-    "evaluate": ".evaluation",
-    "load_language_model": ".evaluation",
-    "make_sources": ".corpus",
-    "perplexity_on": ".evaluation",
-    "train": ".trainer",
+    "Trainer": ".run.trainer",
+    "Vocabulary": ".corpus.batching",
+    "build_options": ".network.presets",
+    "evaluate": ".run.evaluation",
+    "load_language_model": ".run.evaluation",
+    "make_sources": ".corpus.sentences",
+    "perplexity_on": ".run.evaluation",
+    "train": ".run.trainer",
 }
 
 __all__ = [

@@ -14,7 +14,7 @@ from ..groundwork.number_checks import finite_number, whole_number
 LSTM_IMPLS = ("auto", "fused", "exact")
 LR_SCHEDULES = ("linear", "constant")
 DEFAULT_SHARD_SENTENCES = 2000  # sentences per shard of a prepared corpus (spacy-elmo prepare-corpus)
-PRECISIONS = training_precisions()  # "auto" and the precision table's rows that train (train/precision.py)
+PRECISIONS = training_precisions()  # "auto" and the precision table's rows that train (train/network/precision.py)
 
 
 def _option(help: str, *flags: str) -> dict[str, Any]:
@@ -102,7 +102,7 @@ class TrainConfig:
             "auto (bfloat16 mixed precision where the CPU has native bfloat16 kernels, else float32), float32 "
             "(exact, reproducible) or bfloat16"
         ),
-    )  # one of PRECISIONS (train/precision.py)
+    )  # one of PRECISIONS (train/network/precision.py)
     continue_corpus: bool = field(
         default=False,
         metadata=_option(

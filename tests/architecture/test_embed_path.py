@@ -157,9 +157,9 @@ def select(layers, n):
 
 
 def test_layers_are_mixed_only_by_mix_layers():
-    """Front ends and compat mix layers through ``runtime.features.mix.mix_layers`` / ``layer_weights``, so a mix means the
-    same everywhere; only the trainable mixes (MIXING_ALLOWED) compute their own. train/'s softmax is the language
-    model's output layer, no layer mix."""
+    """Front ends and compat mix layers through ``runtime.features.mix.mix_layers`` / ``layer_weights``, so a mix
+    means the same everywhere; only the trainable mixes (MIXING_ALLOWED) compute their own. train/'s softmax is the
+    language model's output layer, no layer mix."""
     seen = set()
     for name, path in MODULES.items():
         if name.startswith("spacy_elmo.train"):

@@ -115,15 +115,6 @@ def test_only_the_engines_choose_kernels():
     assert not outside, f"modules that choose or run kernels outside bilm/engine (module: lines): {outside}"
 
 
-def test_the_step_loop_names_no_kernel_family():
-    """The one step loop runs each family's step product through the family's own kernel class (registered by
-    ``step_loop.step_kernel``, in the family's file): it names no kernel library and no family, so a new family is
-    its own file (tests/bilm/test_new_precision.py)."""
-    path = MODULES["spacy_elmo.bilm.engine.step_loop"]
-    assert not kernel_uses(path.read_text(encoding="utf-8"))
-    assert not used_names(path) & {"int8", "onednn", "mkl", "bf16", "quantized", "mkldnn"}
-
-
 # -- the engines: one time loop, each family's cost model in its own file, one attribute on a module ---------
 
 ENGINE_MODULES = sorted(name for name in MODULES if name.startswith("spacy_elmo.bilm.engine"))
@@ -188,7 +179,7 @@ def test_the_engines_keep_one_attribute_on_a_module():
 CELL_ARITHMETIC = {
     ("spacy_elmo.bilm.lstm", "cell_step"),  # the reference: every other copy is tested equal to it
     ("spacy_elmo.bilm.engine.step_loop", "cell_update"),
-    ("spacy_elmo.train.packed_lstm", "_forward"),
+    ("spacy_elmo.train.network.packed_lstm", "_forward"),
 }
 
 

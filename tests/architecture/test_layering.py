@@ -1,5 +1,6 @@
 """The package's rooms and their doors: no import circle (lazy imports included), the groups depend one
-way, bilm/ knows no front end, train/ builds on bilm/ and a listed set (ARCHITECTURE.md, "Module map")."""
+way, groundwork/ stands below all, bilm/ knows no front end, train/ builds on bilm/ and a listed set (ARCHITECTURE.md,
+"Module map")."""
 
 import pytest
 
@@ -41,8 +42,8 @@ def test_no_import_circle_inside_the_package(in_functions):
     assert not cycle, "import circle: " + " -> ".join(cycle)
 
 
-# the groups below the front ends, lowest first: each imports only groups before it (bilm/ none of them)
-GROUP_LAYERS = ("bilm", "sources", "runtime", "output")
+# the groups below the front ends, lowest first: each imports only groups before it (groundwork/ none of them)
+GROUP_LAYERS = ("groundwork", "bilm", "sources", "runtime", "output")
 
 
 def group_of(name: str) -> str:
@@ -52,11 +53,13 @@ def group_of(name: str) -> str:
 
 
 def test_the_groups_depend_one_way():
-    """ARCHITECTURE.md's order: bilm/ <- sources/ <- runtime/ <- output/ <- the front ends (spacy/, compat/, sklearn,
-    dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports included)."""
+    """ARCHITECTURE.md's order: groundwork/ <- bilm/ <- sources/ <- runtime/ <- output/ <- the front ends (spacy/,
+    compat/, sklearn, dask, hub, similarity) <- cli. A group imports only the groups before it (lazy imports
+    included)."""
     wrong = []
     graph = internal_graph(in_functions=True)
     assert "spacy_elmo.bilm.weights" in graph["spacy_elmo.sources.model_paths"]  # the check sees group edges
+    assert "spacy_elmo.groundwork.file_names" in graph["spacy_elmo.bilm.weights"]
     for name in MODULES:
         group = group_of(name)
         if group not in GROUP_LAYERS:
@@ -69,19 +72,43 @@ def test_the_groups_depend_one_way():
     assert group_of("spacy_elmo.runtime.embedding.backend") == "runtime" and group_of("spacy_elmo.cli") == "cli"
 
 
+# runtime/'s rooms, lowest first: what a user gives (defaults, checks), sentences -> layers (the backend, its caches,
+# windows), what a front end asks of the layers (mix, pooling, rows, stored layers, the shared settings)
+RUNTIME_LAYERS = ("configuration", "embedding", "features")
+
+
+def test_runtime_rooms_depend_one_way():
+    """Inside runtime/, a subpackage imports only those before it in RUNTIME_LAYERS (lazy imports included), and every
+    runtime module lives in one of them (ARCHITECTURE.md's module map)."""
+    graph = internal_graph(in_functions=True)
+    runtime = [name for name in MODULES if name.startswith("spacy_elmo.runtime.")]
+    homeless = [name for name in runtime if name.split(".")[2] not in RUNTIME_LAYERS]
+    assert not homeless, f"put these in one of runtime/'s rooms {RUNTIME_LAYERS}: {homeless}"
+    assert "spacy_elmo.runtime.configuration.defaults" in graph["spacy_elmo.runtime.embedding.windows"]  # sees edges
+    wrong = []
+    for name in runtime:
+        allowed = set(RUNTIME_LAYERS[: RUNTIME_LAYERS.index(name.split(".")[2]) + 1])
+        for dependency in graph[name]:
+            parts = dependency.split(".")
+            if parts[:2] == ["spacy_elmo", "runtime"] and len(parts) > 2 and parts[2] not in allowed:
+                wrong.append(f"{name} imports {dependency}")
+    assert not wrong, wrong
+
+
 def test_bilm_imports_no_front_end():
-    """bilm/ is the model alone: nothing from the rest of spacy_elmo, spaCy, Thinc or scikit-learn, even lazily."""
+    """bilm/ is the model alone: nothing from the rest of spacy_elmo but the ground floor (groundwork/), nor spaCy,
+    Thinc or scikit-learn, even lazily."""
     for name in MODULES:
         if name == "spacy_elmo.bilm" or name.startswith("spacy_elmo.bilm."):
             for imported in imported_names(name, in_functions=True):
                 top = imported.split(".")[0]
-                outside = top == "spacy_elmo" and not imported.startswith("spacy_elmo.bilm")
+                outside = top == "spacy_elmo" and not imported.startswith(("spacy_elmo.bilm", "spacy_elmo.groundwork"))
                 assert not outside and top not in ("spacy", "thinc", "sklearn"), f"{name} imports {imported}"
 
 
-# what train/ builds on besides bilm/ and itself: the tokenizers, windows' length batching, what a model string means
-# (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a prepared
-# corpus; never the backend or a front end
+# what train/ builds on besides bilm/, groundwork/ and itself: the tokenizers, windows' length batching, what a model
+# string means (--init-from, evaluate; model_names: looked for before torch is imported), the version recorded in a
+# prepared corpus; never the backend or a front end
 TRAIN_USES = {
     "spacy_elmo.runtime.features.tokenize",
     "spacy_elmo.runtime.embedding.windows",
@@ -92,13 +119,13 @@ TRAIN_USES = {
 
 
 def test_train_builds_on_bilm_and_the_listed_pieces_only():
-    """train/ imports, even lazily, nothing of spacy_elmo outside train/ and bilm/ but TRAIN_USES (ARCHITECTURE.md's
-    module map); every listed piece is still used, so the list stays the truth."""
+    """train/ imports, even lazily, nothing of spacy_elmo outside train/, bilm/ and groundwork/ but TRAIN_USES
+    (ARCHITECTURE.md's module map); every listed piece is still used, so the list stays the truth."""
     used = set()
     for name in MODULES:
         if name.startswith("spacy_elmo.train"):
             for imported in imported_names(name, in_functions=True):
-                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm")):
+                if imported.startswith(("spacy_elmo.train", "spacy_elmo.bilm", "spacy_elmo.groundwork")):
                     continue
                 if imported.split(".")[0] == "spacy_elmo":
                     assert imported in TRAIN_USES, f"{name} imports {imported}: train/ builds on bilm/ and TRAIN_USES"

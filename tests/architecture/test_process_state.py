@@ -142,7 +142,7 @@ PROCESS_WIDE_ALLOWED = {
     # processes (`--threads N`, training's cores shared out: tests/architecture/test_threads_and_sizes.py)
     "spacy_elmo.bilm.threads": {"torch.set_num_threads"},
     # the training run's --seed: dropout and the data order draw from torch's global generator (train() is the run)
-    "spacy_elmo.train.trainer": {"torch.manual_seed", "torch.set_rng_state"},
+    "spacy_elmo.train.run.trainer": {"torch.manual_seed", "torch.set_rng_state"},
     # SIGTERM / Ctrl-C remove the partial output file while it is written; set only where the default is in
     # force, in the main thread, and put back in a finally
     "spacy_elmo.output.embed_file": {"signal.signal"},

@@ -27,9 +27,10 @@ THREAD_NAMES = {
 THREADS_ALLOWED = {
     "spacy_elmo.bilm.threads": THREAD_NAMES,
     # the commands' own processes set the count through threads.set_process_threads, never torch's call itself:
-    "spacy_elmo.cli": {"set_process_threads"},  # `embed` and `adapt --threads N`: the user asked for it
+    "spacy_elmo.cli.vector_commands": {"set_process_threads"},  # `embed --threads N`: the user asked for it
+    "spacy_elmo.cli.train_commands": {"set_process_threads"},  # `adapt --threads N`: the user asked for it
     # `spacy-elmo train`'s runner, in the command's own processes: --threads, or the cores shared out between them
-    "spacy_elmo.train.launch": {"set_process_threads"},
+    "spacy_elmo.train.run.launch": {"set_process_threads"},
     # an engine's cost model may depend on the thread count (which rows MKL's packs serve): kernels are its choice
     "spacy_elmo.bilm.engine.*": {"get_num_threads"},
 }
@@ -45,11 +46,11 @@ def test_the_thread_scan_sees_misplaced_thread_names():
     """Guards the check below: reading the thread count outside threads.py and the engines is found."""
     assert misplaced_thread_names("spacy_elmo.bilm.inference", {"torch", "get_num_threads"}) == {"get_num_threads"}
     assert misplaced_thread_names("spacy_elmo.bilm.engine.mkl", {"get_num_threads"}) == set()
-    assert misplaced_thread_names("spacy_elmo.cli", {"set_process_threads", "ThreadPoolExecutor"}) == {
+    assert misplaced_thread_names("spacy_elmo.cli.vector_commands", {"set_process_threads", "ThreadPoolExecutor"}) == {
         "ThreadPoolExecutor"
     }
     # a second place that sets torch's count itself, beside threads.set_process_threads, is found
-    assert misplaced_thread_names("spacy_elmo.train.launch", {"torch", "set_num_threads"}) == {"set_num_threads"}
+    assert misplaced_thread_names("spacy_elmo.train.run.launch", {"torch", "set_num_threads"}) == {"set_num_threads"}
     assert misplaced_thread_names("spacy_elmo.runtime.embedding.backend", {"set_process_threads"}) == {
         "set_process_threads"
     }
@@ -57,8 +58,8 @@ def test_the_thread_scan_sees_misplaced_thread_names():
 
 def test_threads_are_started_limited_and_read_only_in_bilm_threads():
     """Thread pools, thread-count settings and choices made from the thread count live in bilm/threads.py; only the
-    commands' own processes (cli.py, train/launch.py) set torch's process-wide count, through its one setter
-    (threads.set_process_threads), and the engines may read it for their cost models."""
+    commands' own processes (cli/'s commands, train/run/launch.py) set torch's process-wide count, through its one
+    setter (threads.set_process_threads), and the engines may read it for their cost models."""
     assert THREAD_NAMES & used_names(MODULES["spacy_elmo.bilm.threads"])  # the check sees what it looks for
     for name, path in MODULES.items():
         misplaced = misplaced_thread_names(name, used_names(path))
@@ -101,7 +102,7 @@ SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
     # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
     "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
     # the training softmax's memory blocking (rows of logits per cache-sized block): no thread or kernel choice
-    "spacy_elmo.train.target_log_prob": frozenset({"BLOCK_ELEMENTS"}),
+    "spacy_elmo.train.network.target_log_prob": frozenset({"BLOCK_ELEMENTS"}),
 }
 
 

@@ -1,24 +1,18 @@
 """benchmarks/bench_latency.py's parts: where to get WikiText-2 when it is missing, and the report's table."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import imported_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_latency.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_latency", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with imported_script(SCRIPT) as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_missing_wikitext_says_where_to_get_it(bench, tmp_path, capsys):

@@ -2,27 +2,21 @@
 bootstrap interval and McNemar test against hand-computed numbers, and the ELMo feature blocks against the backend's
 own activations (the small fixture model)."""
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import imported_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_model_quality.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_model_quality", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with imported_script(SCRIPT) as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_trec_coarse_labels_match_the_readme(bench, data_dir):

@@ -1,12 +1,12 @@
 """benchmarks/bench_precision.py's shared parts: the one error measure every mode reports, and the per-product mode's
 rounding, which must reach the reference path's real LSTM products (a product it missed would read as exact)."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.conftest import imported_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "allennlp_elmo"
@@ -14,14 +14,8 @@ FIXTURE = ROOT / "tests" / "fixtures" / "allennlp_elmo"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_precision", ROOT / "benchmarks" / "bench_precision.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with imported_script(ROOT / "benchmarks" / "bench_precision.py") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 (ElmoVectorizer(norm="l2"), a FeatureUnion with TF-IDF; the small fixture model), the SST-2 reader against the
 data's README, the choice of the recommended recipe, a quick run end to end."""
 
-import importlib.util
 import sys
 from collections import Counter
 from pathlib import Path
@@ -10,21 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import imported_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recipes.py"
 TEXTS = ["What is the capital of France ?", "a dull , lifeless film .", "How far is the moon ?", "great fun"]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_recipes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
     try:
-        spec.loader.exec_module(module)
-        yield module
+        with imported_script(SCRIPT) as module:
+            yield module
     finally:
-        sys.modules.pop(spec.name, None)
-        sys.modules.pop("bench_model_quality", None)
+        sys.modules.pop("bench_model_quality", None)  # the script imports it
 
 
 def dense(matrix):

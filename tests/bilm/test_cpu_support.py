@@ -18,12 +18,13 @@ import pytest
 import torch
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions, cpu_support
+from spacy_elmo.bilm import BiLM, cpu_support
 from spacy_elmo.bilm.engine import int8, onednn, registry
 from spacy_elmo.bilm.engine.int8 import prepack, quantize_weight, released_packs
 from spacy_elmo.bilm.engine.precisions import auto_precision
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.runtime.embedding.backend import ElmoBackend, resolve_dtype
+from spacy_elmo.train import build_options
 from tests.bilm.test_precision import TOLERANCE, layer_errors, needs_int8
 
 AVX2_CAPS = {
@@ -251,22 +252,6 @@ def _datasets(group, prefix=""):
             yield from _datasets(item, prefix + key + "/")
 
 
-ORIGINAL = dict(
-    filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)),
-    char_embed_dim=16,
-    n_characters=262,
-    max_chars=50,
-    n_highway=2,
-    activation="relu",
-    cell_dim=4096,
-    projection_dim=512,
-    n_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    use_skip_connections=True,
-)
-
-
 @needs_int8
 @pytest.mark.slow
 def test_original_architecture_within_the_int8_bound(tmp_path):
@@ -275,7 +260,7 @@ def test_original_architecture_within_the_int8_bound(tmp_path):
     from spacy_elmo.bilm.weights import save_model
 
     torch.manual_seed(0)
-    model = BiLM(BiLMOptions(**ORIGINAL))
+    model = BiLM(build_options("original"))  # the preset train --arch original builds
     with torch.no_grad():
         model.token_encoder.char_embed.weight.normal_(0, 1).mul_(0.5)
         for highway in model.token_encoder.highways:

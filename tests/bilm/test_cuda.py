@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from spacy_elmo import load_bilm
-from spacy_elmo.bilm import BiLM, BiLMOptions
+from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.chars import batch_to_char_ids
 from spacy_elmo.bilm.weights import load_model, save_model
+from spacy_elmo.train import build_options
 from tests.bilm.test_precision import ORDINARY, TOLERANCE, TRAINED_TEXT_TOLERANCE, layer_errors, sentence_errors
 
 pytestmark = pytest.mark.gpu
@@ -23,22 +24,8 @@ FLOAT32_ON_CUDA = 1e-5
 def _original_size_random(tmp_path_factory):
     """Random weights of the published "original" model's shapes (4096 cells, 512 projection, 2048 filters)."""
     folder = tmp_path_factory.mktemp("original-size")
-    options = BiLMOptions(
-        filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)),
-        char_embed_dim=16,
-        n_characters=262,
-        max_chars=50,
-        n_highway=2,
-        activation="relu",
-        cell_dim=4096,
-        projection_dim=512,
-        n_layers=2,
-        cell_clip=3.0,
-        proj_clip=3.0,
-        use_skip_connections=True,
-    )
     torch.manual_seed(0)
-    model = BiLM(options)
+    model = BiLM(build_options("original"))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.05)

@@ -390,28 +390,16 @@ def test_the_model_class_and_padding_char():
 
 def test_a_published_archive_downloads_by_name_and_loads(tmp_path, monkeypatch):
     """A manylangs-* entry is one zip (its own URL): fetched once into the cache, unpacked, found, loaded."""
-    import spacy_elmo.sources.published
-    from spacy_elmo.sources.published import PUBLISHED, PublishedModel
-    from tests.sources.test_download import LoopbackServer
+    from spacy_elmo.sources.published import PUBLISHED
+    from tests.sources.test_download import LoopbackServer, publish_test_model
 
     monkeypatch.setenv("SPACY_ELMO_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
     archive = Path(shutil.make_archive(str(tmp_path / "model"), "zip", FIXTURES, "word_char"))
     server = LoopbackServer({"11/1.zip": archive.read_bytes()})
     try:
-        entry = PublishedModel(
-            name="manylangs-test",
-            options_url=None,
-            weights_url=None,
-            archive_url=server.url("11/1.zip"),
-            architecture="fixture",
-            parameters_m=None,
-            approx_mb=None,
-            trained_on="test",
-            source="test",
-            language="Test",
-        )
-        monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, entry.name, entry)
+        unstated = dict(parameters_m=None, approx_mb=None, language="Test")
+        entry = publish_test_model(monkeypatch, "manylangs-test", archive_url=server.url("11/1.zip"), **unstated)
         backend = spacy_elmo.load_bilm("manylangs-test")
         assert max(relative_errors(backend.embed(sentences()), reference("word_char"))) <= TOLERANCE
         spacy_elmo.load_bilm("manylangs-test")

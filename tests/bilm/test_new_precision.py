@@ -1,8 +1,8 @@
 """Adding a precision is one row of the precision table and one engine file (ARCHITECTURE.md, "Inference engines").
 
 A temporary copy of the package gets a dummy precision, float64: a row appended to ``bilm/engine/precisions.py``
-(copied from float32's, with its own names) and ``bilm/engine/float64.py``, an engine family with its own step
-product run by the one step loop. Nothing else of the copy is edited; in a process that imports the copy, the
+(copied from float32's, with its own names) and ``bilm/engine/float64.py``, an engine family whose steps the one
+step loop runs compiled. Nothing else of the copy is edited; in a process that imports the copy, the
 command line's help, ``info``, the checks of a precision's name, the fingerprints and the spaCy component all take
 it, and its vectors are float32's to float32 rounding.
 """
@@ -38,34 +38,12 @@ PRECISIONS = (
 )
 """
 
-ENGINE_FILE = '''"""A dummy precision's engine family (tests/bilm/test_new_precision.py): float64, its step product."""
-
-from typing import Optional
+ENGINE_FILE = '''"""A dummy precision's engine family (tests/bilm/test_new_precision.py): float64, torch's products."""
 
 import torch
 
 from .base import Target
 from .plain import PlainEngine
-from .step_loop import StepWeight, step_kernel
-
-CALLS = [0]  # how many step products this family ran
-
-
-@torch.jit.ignore
-def _count() -> None:
-    CALLS[0] += 1
-
-
-@step_kernel
-class Float64StepKernel:
-    """``rows @ dense`` in float64, counted."""
-
-    def __init__(self, dense: torch.Tensor) -> None:
-        self.dense = dense
-
-    def product(self, rows: torch.Tensor, n: int) -> Optional[torch.Tensor]:
-        _count()
-        return torch.mm(rows, self.dense)
 
 
 class Float64Engine(PlainEngine):
@@ -79,12 +57,6 @@ class Float64Engine(PlainEngine):
 
     def steps_compiled(self) -> bool:
         return True
-
-    def layer_steps(self, spec):
-        steps = super().layer_steps(spec)
-        weights = [StepWeight(w.dense, Float64StepKernel(w.dense)) for w in steps.state.weights]
-        return type(steps)(spec, steps.input_projection, steps.state._replace(weights=weights), steps.projection,
-                           self.precision)
 '''
 
 SCRIPT = r"""
@@ -100,7 +72,7 @@ from spacy_elmo.bilm import engine
 from spacy_elmo.bilm.engine import float64, precisions
 from spacy_elmo.runtime.configuration.validation import check_precision
 from spacy_elmo.sources.bundled_versions import precision_fingerprint
-from spacy_elmo.sources.info import describe
+from spacy_elmo.cli.model_info import describe
 from spacy_elmo.sources.pinned_model import PinnedModel
 
 fixture = Path(sys.argv[1])
@@ -136,9 +108,9 @@ assert backend is spacy_elmo.load_bilm(str(fixture), precision=torch.float64)
 assert backend is spacy_elmo.load_bilm(str(fixture), precision="double")
 layers = backend.embed(sentences)
 assert type(engine.engine_of(backend.model.lstm)) is float64.Float64Engine
-assert float64.CALLS[0] > 0
 for got, want in zip(layers, exact.embed(sentences)):
     np.testing.assert_allclose(got, want, atol=2e-5)
+    assert not np.array_equal(got, want)  # computed in float64: not float32's bits
 assert backend.fingerprint != exact.fingerprint
 assert backend.fingerprint == precision_fingerprint(exact.files_fingerprint, "float64")
 pin = PinnedModel(str(fixture), fingerprint=backend.fingerprint, saved_by=spacy_elmo.__version__)

@@ -1,1 +1,1 @@
-"""Tests of spacy_elmo/cli.py and the package's `python -m` entry points."""
+"""Tests of the command line (spacy_elmo/cli/) and the package's `python -m` entry points."""

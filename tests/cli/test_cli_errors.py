@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spacy_elmo.cli import app
-from spacy_elmo.cli_errors import MAX_LINE_CHARS, one_line
+from spacy_elmo.cli.errors import MAX_LINE_CHARS, one_line
 from tests.conftest import cli_runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def assert_one_line(result, status: int, *parts: str) -> str:
 def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch):
     """A fault of ours (here an injected RuntimeError) is exit 1, one line naming the command and the exception, how
     to see the traceback and that it is a bug to report."""
-    import spacy_elmo.sources.model_table as model_table
+    import spacy_elmo.cli.model_table as model_table
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected\nover two lines")
@@ -53,7 +53,7 @@ def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch):
 
 
 def test_debug_lets_the_exception_through(monkeypatch):
-    import spacy_elmo.sources.model_table as model_table
+    import spacy_elmo.cli.model_table as model_table
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
@@ -177,7 +177,7 @@ def test_a_figure_without_a_suffix_says_the_file_it_wrote(tmp_path, monkeypatch)
 _RUNNER = (
     "import os, sys\n"
     "if os.environ.get('BREAK'):\n"
-    "    import spacy_elmo.sources.model_table as table\n"
+    "    import spacy_elmo.cli.model_table as table\n"
     "    def broken(*args, **kwargs):\n"
     "        raise RuntimeError('injected')\n"
     "    table.model_lines = broken\n"

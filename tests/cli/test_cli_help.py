@@ -83,7 +83,7 @@ def test_each_commands_help_ends_with_examples_that_parse(name):
     "args, heavy",
     [
         (["embed", "missing.txt", "out.hdf5"], "spacy_elmo.runtime.embedding.backend.load_bilm"),
-        (["evaluate", "default", "missing.txt"], "spacy_elmo.train.evaluation.evaluate_files"),
+        (["evaluate", "default", "missing.txt"], "spacy_elmo.train.run.evaluation.evaluate_files"),
         (["adapt", "out", "--train", "missing.spacy", "--dev", "missing.spacy"], "spacy_elmo.spacy.adapt.adapt"),
         (["plot-mix", "missing_pipeline", "mix.png"], "spacy.load"),
     ],
@@ -178,7 +178,7 @@ def test_bad_arguments_are_said_before_torch_or_spacy_is_imported(args, message,
 
 def _tiny_arch(**lstm):
     """The tiny preset's options, its ``lstm`` section updated."""
-    from spacy_elmo.train.presets import PRESETS
+    from spacy_elmo.train.network.presets import PRESETS
 
     raw = json.loads(json.dumps(PRESETS["tiny"]))
     raw["lstm"].update(lstm)
@@ -228,14 +228,15 @@ def test_import_spacy_elmo_is_cheap_and_the_public_names_still_import():
     code = (
         "import sys, spacy_elmo, spacy_elmo.train, spacy_elmo.train.config\n"
         "import spacy_elmo.groundwork.file_names, spacy_elmo.groundwork.atomic_write\n"
-        "import spacy_elmo.bilm.engine.precisions, spacy_elmo.runtime.configuration.validation  # the precision table: no torch\n"
+        "import spacy_elmo.bilm.engine.precisions  # the precision table: no torch\n"
+        "import spacy_elmo.runtime.configuration.validation\n"
         "heavy = {'torch', 'spacy', 'sklearn'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "from spacy_elmo import ElmoBackend, ElmoVectorizer, WeightFileError, layer_weights, load_bilm\n"
         "from spacy_elmo import mix_layers, pool\n"
-        "import spacy_elmo.train.evaluation  # the module first: the package's evaluate is still the function\n"
+        "import spacy_elmo.train.run.evaluation  # the module first: the package's evaluate is still the function\n"
         "from spacy_elmo.train import evaluate, train, Trainer, TrainConfig, make_sources, PRESETS\n"
-        "assert callable(evaluate) and callable(train) and evaluate.__module__ == 'spacy_elmo.train.evaluation'\n"
+        "assert callable(evaluate) and callable(train) and evaluate.__module__ == 'spacy_elmo.train.run.evaluation'\n"
         "assert set(spacy_elmo.__all__) <= set(dir(spacy_elmo))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

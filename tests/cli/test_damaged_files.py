@@ -69,7 +69,7 @@ def test_info_describes_a_model_whose_metrics_are_damaged_and_names_the_field(mo
 def _damage_softmax(folder: Path, **changes) -> None:
     from safetensors import safe_open
 
-    from spacy_elmo.train.storage import SOFTMAX_KIND, write_tensor_file
+    from spacy_elmo.train.output_folder.storage import SOFTMAX_KIND, write_tensor_file
 
     with safe_open(str(DEFAULT_MODEL_DIR / "softmax.safetensors"), "pt") as handle:
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)

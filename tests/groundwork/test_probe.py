@@ -1,5 +1,5 @@
-"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (groundwork/probe.py) answers the default
-whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
+"""Feature probes hold on the torch versions pyproject.toml takes: the one helper (groundwork/probe.py) answers the
+default whatever an older torch raises for a missing attribute, and every probe of the package is tested on both sides:
 the older torch (the attribute missing, or raising as torch 2.1 does) and the newer one (the attribute there and
 used). The CI's floor pass runs the same code on the oldest torch for real."""
 
@@ -18,7 +18,7 @@ from spacy_elmo.bilm import cpu_support, exact
 from spacy_elmo.bilm.engine import mkl
 from spacy_elmo.groundwork.probe import feature, has_feature
 from spacy_elmo.runtime.configuration import validation
-from spacy_elmo.train import network, packed_lstm
+from spacy_elmo.train.network import language_model, packed_lstm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_exact_imports_on_torch_2_1():
     assert run.stdout.split() == ["False", "(False,", "False)"]
 
 
-# -- runtime/configuration/validation.py: a device backend newer torch has (torch.xpu, torch.mtia) ---------------------------------
+# -- runtime/configuration/validation.py: a device backend newer torch has (torch.xpu, torch.mtia) --------------------
 
 
 def test_a_device_backend_this_torch_lacks_counts_no_device(monkeypatch):
@@ -116,7 +116,7 @@ def test_a_device_backend_this_torch_has_counts_its_devices(monkeypatch):
     assert validation._device_count("xpu") == 3
 
 
-# -- train/packed_lstm.py: torch.amp.is_autocast_available (torch 2.4+) ----------------------------------------------
+# -- train/network/packed_lstm.py: torch.amp.is_autocast_available (torch 2.4+) ----------------------------------------
 
 
 def test_without_is_autocast_available_cpu_and_cuda_have_autocast(monkeypatch):
@@ -171,7 +171,7 @@ def test_mkl_packs_are_available_where_torch_has_the_operators(monkeypatch):
     assert mkl.available() is True
 
 
-# -- bilm/cpu_support.py and runtime/embedding/backend.py: float16 products on the CPU (none in torch 2.1) ----------------------
+# -- bilm/cpu_support.py and runtime/embedding/backend.py: float16 products on the CPU (none in torch 2.1) ------------
 
 
 def test_float16_products_where_torch_lacks_them(monkeypatch):
@@ -194,26 +194,26 @@ def test_float16_products_where_torch_has_them():
 def test_float16_on_a_cpu_without_float16_products_is_refused_in_one_line(fixture_dir, monkeypatch):
     monkeypatch.setattr(cpu_support, "float16_products", lambda: False)
     with pytest.raises(
-        ValueError, match=r"precision='float16': this torch \(.+\) has no float16 products on the CPU"
+        ValueError, match=r"dtype='float16': this torch \(.+\) has no float16 products on the CPU"
     ) as err:
-        load_bilm(fixture_dir, precision="float16")
+        load_bilm(fixture_dir, dtype="float16")
     assert "\n" not in str(err.value) and "'bfloat16'" in str(err.value)
-    assert load_bilm(fixture_dir, precision="bfloat16").dtype is torch.bfloat16  # the other precisions still load
+    assert load_bilm(fixture_dir, dtype="bfloat16").dtype is torch.bfloat16  # the other precisions still load
 
 
 def test_float16_on_a_cpu_with_float16_products_loads(fixture_dir, monkeypatch):
     monkeypatch.setattr(cpu_support, "float16_products", lambda: True)
-    assert load_bilm(fixture_dir, precision="float16").dtype is torch.float16
+    assert load_bilm(fixture_dir, dtype="float16").dtype is torch.float16
 
 
-# -- train/network.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) --------------------
+# -- train/network/language_model.py: autocast's state per device type (torch 2.4+) or per device (torch 2.1-2.3) ------
 
 
 def test_autocast_dtype_on_this_torch():
-    assert network.autocast_dtype("cpu") is None
+    assert language_model.autocast_dtype("cpu") is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert network.autocast_dtype("cpu") is torch.bfloat16
-        assert network.autocast_dtype("cuda") is None
+        assert language_model.autocast_dtype("cpu") is torch.bfloat16
+        assert language_model.autocast_dtype("cuda") is None
 
 
 def test_autocast_dtype_on_a_torch_without_per_device_type_functions(monkeypatch):
@@ -222,11 +222,11 @@ def test_autocast_dtype_on_a_torch_without_per_device_type_functions(monkeypatch
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda: False)
     monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: True, raising=False)
     monkeypatch.setattr(torch, "get_autocast_cpu_dtype", lambda: torch.bfloat16, raising=False)
-    assert network.autocast_dtype("cpu") is torch.bfloat16 and network.autocast_dtype("cuda") is None
+    assert language_model.autocast_dtype("cpu") is torch.bfloat16 and language_model.autocast_dtype("cuda") is None
 
 
 def test_autocast_dtype_on_a_torch_with_per_device_type_functions(monkeypatch):
     """torch 2.4+: ``is_autocast_enabled(kind)`` and ``get_autocast_dtype(kind)``."""
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda kind: kind == "cuda")
     monkeypatch.setattr(torch, "get_autocast_dtype", lambda kind: torch.float16, raising=False)
-    assert network.autocast_dtype("cuda") is torch.float16 and network.autocast_dtype("cpu") is None
+    assert language_model.autocast_dtype("cuda") is torch.float16 and language_model.autocast_dtype("cpu") is None

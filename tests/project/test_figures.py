@@ -87,10 +87,10 @@ def test_each_cpus_ratios_stay_its_own_and_its_panel_names_it(tmp_path, monkeypa
 
 def _drawn(monkeypatch, draw):
     """The matplotlib Figure that ``draw()`` hands to ``save_figure`` (nothing is written)."""
-    import spacy_elmo.similarity
+    import spacy_elmo.plots
 
     figures = []
-    monkeypatch.setattr(spacy_elmo.similarity, "save_figure", lambda figure, path, dpi=120: figures.append(figure))
+    monkeypatch.setattr(spacy_elmo.plots, "save_figure", lambda figure, path, dpi=120: figures.append(figure))
     draw()
     (figure,) = figures
     return figure
@@ -169,7 +169,7 @@ def test_a_figure_appears_whole_under_savefigs_name(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from spacy_elmo.similarity import plot_mixes
+    from spacy_elmo.plots import plot_mixes
 
     mixes = {"ner": ([0.2, 0.3, 0.5], 1.5)}
     plot_mixes(mixes, tmp_path / "mix")

@@ -1,8 +1,9 @@
 """A module's tests are found by its name: ``spacy_elmo/**/X.py`` is tested in ``tests/**/test_X.py`` (or, in a
-subpackage, ``test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``tests/compat/test_compat_simple_elmo.py``).
-Modules whose tests are shared with others, or named after what they test rather than the file, are listed in
-SHARED below (test files by name, in whichever folder of tests/ they are): a new module with neither fails here, and
-so does an entry left behind by a rename."""
+subpackage, ``test_<subpackage>_X.py``, e.g. ``compat/simple_elmo.py`` in ``tests/compat/test_compat_simple_elmo.py``,
+or ``test_<group>_X.py`` after its first folder, e.g. ``train/corpus/layouts.py`` in
+``tests/train/test_train_layouts.py``). Modules whose tests are shared with others, or named after what they test
+rather than the file, are listed in SHARED below (test files by name, in whichever folder of tests/ they are): a new
+module with neither fails here, and so does an entry left behind by a rename."""
 
 from pathlib import Path
 
@@ -18,7 +19,15 @@ SHARED: dict[str, tuple[str, ...]] = {
     "__init__.py": ("test_backend.py", "test_api_docs.py", "test_sklearn.py"),
     "__main__.py": ("test_embed_file.py", "test_distributed.py"),
     "about.py": ("test_packaging.py", "test_hub.py"),
-    "cli.py": ("test_embed_file.py", "test_download.py", "test_train.py", "test_compat_allennlp.py", "test_dask.py"),
+    # cli/: the command line, its commands by kind, and what it prints
+    "cli/__init__.py": ("test_cli_help.py", "test_entry_points.py"),
+    "cli/__main__.py": ("test_entry_points.py",),
+    "cli/typer_app.py": ("test_cli_help.py", "test_cli_errors.py"),
+    "cli/help_text.py": ("test_cli_help.py",),
+    "cli/input_files.py": ("test_cli_help.py",),
+    "cli/vector_commands.py": ("test_embed_file.py", "test_compat_allennlp.py", "test_dask.py", "test_figures.py"),
+    "cli/model_commands.py": ("test_download.py", "test_model_info.py", "test_model_table.py"),
+    "cli/train_commands.py": ("test_train.py", "test_train_prepare.py", "test_spacy_adapt.py", "test_cli_help.py"),
     "runtime/configuration/validation.py": (
         "test_user_numbers.py",
         "test_windows.py",
@@ -37,19 +46,25 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
     "output/cluster.py": ("test_dask.py",),
     "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
-    "train/command_config.py": ("test_cli_help.py", "test_train.py"),
+    "train/run/command_config.py": ("test_cli_help.py", "test_train.py"),
     "runtime/features/text_rows.py": ("test_sklearn.py", "test_dask.py"),
     "runtime/features/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
+    "runtime/configuration/defaults.py": ("test_settings.py",),  # the defaults, held against every front end
     "sources/pinned_model.py": ("test_bundled_versions.py", "test_spacy_serialize.py"),
     "spacy/saved_model.py": ("test_spacy_serialize.py", "test_bundled_versions.py"),
     "runtime/features/mix.py": ("test_mix_pooling.py", "test_sklearn.py"),
     "runtime/features/pooling.py": ("test_mix_pooling.py", "test_sklearn.py"),
     "runtime/features/cosine.py": ("test_spacy_component.py", "test_front_end_bounds.py"),
     "similarity.py": ("test_front_end_bounds.py", "test_figures.py"),
+    "plots.py": ("test_figures.py", "test_cli_errors.py", "test_cli_help.py"),
     # the groups: docstrings only (their modules are tested by name)
     "sources/__init__.py": ("test_download.py",),
     "runtime/__init__.py": ("test_backend.py",),
+    "runtime/configuration/__init__.py": ("test_settings.py", "test_user_numbers.py"),
+    "runtime/embedding/__init__.py": ("test_backend.py",),
+    "runtime/features/__init__.py": ("test_mix_pooling.py",),
     "output/__init__.py": ("test_embed_file.py",),
+    "groundwork/__init__.py": ("test_layering.py",),
     # bilm/: the exact biLM, its inference path and its files
     "bilm/__init__.py": ("test_inference_path.py", "test_weights.py"),
     "bilm/model.py": ("test_inference_path.py", "test_weights.py"),
@@ -88,16 +103,20 @@ SHARED: dict[str, tuple[str, ...]] = {
     # train/: training, its data and its files
     "train/__init__.py": ("test_train.py",),
     "train/config.py": ("test_train.py", "test_train_safety.py"),
-    "train/batching.py": ("test_train_data.py",),
-    "train/corpus.py": ("test_train_data.py",),
-    "train/presets.py": ("test_train_data.py",),
-    "train/network.py": ("test_train.py",),
-    "train/trainer.py": ("test_train.py", "test_train_safety.py"),
-    "train/launch.py": ("test_distributed.py", "test_train.py", "test_cli_help.py"),
-    "train/evaluation.py": ("test_train.py", "test_train_safety.py"),
-    "train/init_from.py": ("test_train.py", "test_train_safety.py"),
-    "train/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
-    "train/storage.py": ("test_train_safety.py", "test_train.py"),
+    "train/corpus/__init__.py": ("test_train_data.py",),  # its parts: docstrings only
+    "train/network/__init__.py": ("test_train.py",),
+    "train/output_folder/__init__.py": ("test_train_safety.py",),
+    "train/run/__init__.py": ("test_train.py",),
+    "train/corpus/batching.py": ("test_train_data.py",),
+    "train/corpus/sentences.py": ("test_train_data.py",),
+    "train/network/presets.py": ("test_train_data.py",),
+    "train/network/language_model.py": ("test_train.py",),
+    "train/run/trainer.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/launch.py": ("test_distributed.py", "test_train.py", "test_cli_help.py"),
+    "train/run/evaluation.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/init_from.py": ("test_train.py", "test_train_safety.py"),
+    "train/run/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
+    "train/output_folder/storage.py": ("test_train_safety.py", "test_train.py"),
 }
 
 
@@ -106,12 +125,15 @@ def modules() -> list[str]:
 
 
 def by_name(module: str) -> list[str]:
-    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py``."""
+    """The test files named after ``module``: ``test_X.py``, and in a subpackage ``test_<subpackage>_X.py`` (its
+    folders joined by ``_``) or ``test_<group>_X.py`` (its first folder)."""
     *folders, file = module[: -len(".py")].split("/")
     if file == "__init__":
         return []
-    names = [f"test_{file}.py"] + ([f"test_{'_'.join(folders)}_{file}.py"] if folders else [])
-    return [name for name in names if name in TEST_FILES]
+    names = [f"test_{file}.py"]
+    if folders:
+        names += [f"test_{'_'.join(folders)}_{file}.py", f"test_{folders[0]}_{file}.py"]
+    return [name for name in dict.fromkeys(names) if name in TEST_FILES]
 
 
 def test_every_module_has_its_test_file_or_an_entry():

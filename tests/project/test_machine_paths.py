@@ -1,7 +1,8 @@
 """The shipped models, the docs, the benchmark log, the training records and the examples name no directory of the
 machine that made them (a work folder, a temporary folder, a home directory): a path there is relative, a
 placeholder the text explains (``DATA``, ``OUT``), or a name. ``spacy-elmo train`` records its paths that way
-(spacy_elmo/train/recorded_paths.py); this keeps the files written by hand, and the records already shipped, so.
+(spacy_elmo/train/output_folder/recorded_paths.py); this keeps the files written by hand, and the records already
+shipped, so.
 """
 
 import re

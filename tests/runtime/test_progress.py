@@ -26,31 +26,26 @@ def clock(monkeypatch):
     return fake
 
 
-def test_long_work_on_a_terminal_shows_a_bar(clock):
-    out = Terminal()
+def shown(clock, out, seconds_per_batch: float) -> str:
+    """What a Progress over 40 docs writes to ``out`` when its four batches of 10 take ``seconds_per_batch`` each."""
     with Progress(40, unit="doc", file=out) as bar:
         for _ in range(4):
-            clock.now += 2.0  # eight seconds in all: past the delay
+            clock.now += seconds_per_batch
             bar.update(10)
-    assert "40/40" in out.getvalue() and "doc/s" in out.getvalue()
+    return out.getvalue()
+
+
+def test_long_work_on_a_terminal_shows_a_bar(clock):
+    said = shown(clock, Terminal(), 2.0)  # eight seconds in all: past the delay
+    assert "40/40" in said and "doc/s" in said
 
 
 def test_short_work_shows_nothing(clock):
-    out = Terminal()
-    with Progress(40, unit="doc", file=out) as bar:
-        for _ in range(4):
-            clock.now += 0.1
-            bar.update(10)
-    assert out.getvalue() == ""
+    assert shown(clock, Terminal(), 0.1) == ""
 
 
 def test_long_work_off_a_terminal_shows_nothing(clock):
-    out = io.StringIO()  # a log file, a pipe, a test's captured stderr
-    with Progress(40, unit="doc", file=out) as bar:
-        for _ in range(4):
-            clock.now += 5.0
-            bar.update(10)
-    assert out.getvalue() == ""
+    assert shown(clock, io.StringIO(), 5.0) == ""  # a log file, a pipe, a test's captured stderr
 
 
 def test_asked_for_it_shows_everywhere_and_false_never(clock):

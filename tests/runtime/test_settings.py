@@ -1,5 +1,6 @@
-"""``runtime/configuration/defaults.py`` holds the front ends' and the backend's defaults: no front end spells one as a literal
-(read from the source), each setting is used, and what the front ends and the backend start with is its value."""
+"""``runtime/configuration/defaults.py`` holds the front ends' and the backend's defaults: no front end spells one as a
+literal (read from the source), each setting is used, and what the front ends and the backend start with is its
+value."""
 
 import ast
 import dataclasses
@@ -34,11 +35,8 @@ SETTING_NAMES = {
 NOT_FRONT_ENDS = ("train", "compat")
 # (module, function, name): literal defaults that are no setting's default
 EXEMPT = {
-    (
-        "runtime/embedding/windows.py",
-        "embed_segments",
-        "overlap",
-    ),  # 0 with max_length=None: no windows, nothing overlaps
+    # 0 with max_length=None: no windows, nothing overlaps
+    ("runtime/embedding/windows.py", "embed_segments", "overlap"),
     ("runtime/embedding/windows.py", "fold_segments", "overlap"),
 }
 
@@ -47,7 +45,8 @@ def front_end_modules() -> list[Path]:
     return [
         path
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0] not in NOT_FRONT_ENDS and path.name != "settings.py"
+        if path.relative_to(PACKAGE).parts[0] not in NOT_FRONT_ENDS
+        and path.relative_to(PACKAGE).as_posix() != "runtime/configuration/defaults.py"
     ]
 
 
@@ -191,14 +190,16 @@ def test_the_values_are_the_ones_the_front_ends_have_always_used(tmp_path):
 
 
 def settings_imports(source: str) -> list[int]:
-    """The lines of ``source`` that import from ``runtime/configuration/defaults.py`` (``from ...runtime.settings import ...``,
-    ``from ..runtime import settings``), lazy ones included."""
+    """The lines of ``source`` that import from ``runtime/configuration/defaults.py``
+    (``from ...runtime.configuration.defaults import ...``, ``from ..runtime.configuration import defaults``), lazy ones
+    included."""
     lines = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
             named = {alias.name for alias in node.names}
-            if module.split(".")[-1] == "settings" or (module.split(".")[-1] == "runtime" and "settings" in named):
+            last = module.split(".")[-1]
+            if last == "defaults" or (last == "configuration" and "defaults" in named):
                 lines.append(node.lineno)
         elif isinstance(node, ast.Import) and any(
             a.name.endswith("runtime.configuration.defaults") for a in node.names
@@ -210,7 +211,7 @@ def settings_imports(source: str) -> list[int]:
 def test_the_import_scan_sees_settings_imports():
     source = """
 from ...runtime.configuration.defaults import DEFAULT_BATCH_SIZE
-from ..runtime import settings, validation
+from ..runtime.configuration import defaults, validation
 def f():
     from ..runtime.configuration.validation import positive_int
     import spacy_elmo.runtime.configuration.defaults
@@ -219,8 +220,8 @@ def f():
 
 
 def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
-    """compat/ takes no default from runtime/configuration/defaults.py, so that a change of this package's defaults never changes
-    another tool's API; its defaults are the tools' own, as their code has them."""
+    """compat/ takes no default from runtime/configuration/defaults.py, so that a change of this package's defaults
+    never changes another tool's API; its defaults are the tools' own, as their code has them."""
     import inspect
 
     from spacy_elmo.compat.allennlp import DEFAULT_BATCH_SIZE, ElmoEmbedder
@@ -244,8 +245,8 @@ def test_compat_keeps_the_defaults_of_the_tools_it_stands_in_for():
     assert default(ElmoModel.get_elmo_vectors, "layers") == "average"
 
 
-# -- the front ends' shared settings: declared once (runtime/features/front_settings.py), spelled out only where conventions
-# require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
+# -- the front ends' shared settings: declared once (runtime/features/front_settings.py), spelled out only where
+# conventions require it (scikit-learn's __init__, spaCy's factory and component), with the declaration's defaults
 
 
 def disagreements(function, names, defaults, own=()) -> list[str]:
@@ -396,3 +397,38 @@ def test_dask_refuses_a_setting_it_does_not_take():
 
     with pytest.raises(TypeError, match="embed_tokens\\(\\) got an unexpected setting 'pooling'"):
         given_settings({"pooling": "max"}, DASK_TOKEN_SETTINGS, "embed_tokens")
+
+
+def documented_defaults(docstring: str) -> dict[str, str]:
+    """``name: default`` of each numpydoc parameter line (``name : type, default=VALUE``) of ``docstring``."""
+    found = re.findall(r"^\s{4}(\w+) : [^\n]*?, default=([^\n]+)$", docstring, flags=re.MULTILINE)
+    return dict(found)
+
+
+def test_the_vectorizers_documented_defaults_are_the_declarations():
+    """The numpydoc lines of ``ElmoVectorizer`` spell each setting's default (scikit-learn's convention): each is the
+    declaration's (``front_settings.FrontSettings``), so that a default changed there cannot leave the docs behind."""
+    from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.runtime.features.front_settings import VECTORIZER_SETTINGS, FrontSettings
+
+    documented = documented_defaults(ElmoVectorizer.__doc__ or "")
+    assert documented.pop("model") == '"default"'
+    assert set(documented) == set(VECTORIZER_SETTINGS), "a setting documented without its default, or one too many"
+    declared = FrontSettings()
+    wrong = {
+        name: (text, getattr(declared, name))
+        for name, text in documented.items()
+        if ast.literal_eval(text) != getattr(declared, name)
+    }
+    assert not wrong, f"documented default, declared default: {wrong}"
+
+
+def test_the_documented_defaults_check_reads_numpydoc_lines():
+    doc = """
+    Parameters
+    ----------
+    max_length : int or None, default=128
+        Texts longer than this.
+    pooling : {"mean", "max"}, default="mean"
+    """
+    assert documented_defaults(doc) == {"max_length": "128", "pooling": '"mean"'}

@@ -6,7 +6,7 @@ import spacy
 from spacy.tokens import Doc
 
 from spacy_elmo.runtime.features.tokenize import is_whitespace, resolve_tokenizer, spacy_tokenizer
-from spacy_elmo.train.corpus import Source, read_sentences
+from spacy_elmo.train.corpus.sentences import Source, read_sentences
 
 TEXT = "Dr. Smith's bank,\n\n  by the river\u2003costs $3.50!"
 

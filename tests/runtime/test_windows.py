@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 from spacy_elmo.runtime.configuration.validation import positive_int
 from spacy_elmo.runtime.embedding.windows import embed_segments, length_batches, window_bounds
 from spacy_elmo.spacy import sentence_positions
-from spacy_elmo.train.batching import bucket_batches
+from spacy_elmo.train.corpus.batching import bucket_batches
 from tests.numerics import assert_recomputed_close
 
 

@@ -258,20 +258,21 @@ def server(model_bytes):
     srv.stop()
 
 
-def _publish(monkeypatch, server, name="loopback-test", **kw):
-    entry = PublishedModel(
-        name=name,
-        options_url=server.url("m/options.json"),
-        weights_url=server.url("m/weights.hdf5"),
-        architecture="fixture",
-        parameters_m=0.1,
-        approx_mb=1,
-        trained_on="test",
-        source="test",
-        **kw,
-    )
+# what a test entry of the published models says of its model (fixture-sized, made by "test")
+TEST_ENTRY = dict(architecture="fixture", parameters_m=0.1, approx_mb=1, trained_on="test", source="test")
+
+
+def publish_test_model(monkeypatch, name: str, **fields) -> PublishedModel:
+    """A published model ``name`` for this test only (a test entry in the table), its files where ``fields`` say:
+    options_url and weights_url, or archive_url."""
+    entry = PublishedModel(name=name, **{"options_url": None, "weights_url": None, **TEST_ENTRY, **fields})
     monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, name, entry)
     return entry
+
+
+def _publish(monkeypatch, server, name="loopback-test", **kw):
+    urls = dict(options_url=server.url("m/options.json"), weights_url=server.url("m/weights.hdf5"))
+    return publish_test_model(monkeypatch, name, **urls, **kw)
 
 
 def test_a_name_downloads_once_and_loads_offline_afterwards(home, server, monkeypatch, backend, fixture_sentences):
@@ -368,17 +369,12 @@ def test_no_network_is_one_short_line_naming_the_host_and_the_way_out(home, monk
     with socket.socket() as closed:  # bound and not listening: connections to it are refused, and no one else takes it
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-        entry = PublishedModel(
-            name="loopback-closed",
+        publish_test_model(
+            monkeypatch,
+            "loopback-closed",
             options_url=f"http://127.0.0.1:{port}/m/options.json",
             weights_url=f"http://127.0.0.1:{port}/m/weights.hdf5",
-            architecture="fixture",
-            parameters_m=0.1,
-            approx_mb=1,
-            trained_on="test",
-            source="test",
         )
-        monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, entry.name, entry)
         result = CliRunner().invoke(app, ["download", "loopback-closed"])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
@@ -825,18 +821,7 @@ def _filled_cache(monkeypatch, server, fixture_dir, tmp_path):
     server.files["nlpl/elmo.zip"] = _nlpl_archive(fixture_dir, tmp_path / "nlpl.zip").read_bytes()
     server.files["any/elmo.tar.gz"] = _nlpl_archive(fixture_dir, tmp_path / "any.tar.gz").read_bytes()
     _publish(monkeypatch, server)
-    archived = PublishedModel(
-        name="loopback-archive",
-        options_url=None,
-        weights_url=None,
-        archive_url=server.url("nlpl/elmo.zip"),
-        architecture="fixture",
-        parameters_m=0.1,
-        approx_mb=1,
-        trained_on="test",
-        source="test",
-    )
-    monkeypatch.setitem(spacy_elmo.sources.published.PUBLISHED, archived.name, archived)
+    publish_test_model(monkeypatch, "loopback-archive", archive_url=server.url("nlpl/elmo.zip"))
     models = ["loopback-test", "loopback-archive", server.url("any/elmo.tar.gz")]
     fetched = CliRunner().invoke(app, ["download", *models])
     assert fetched.exit_code == 0, fetched.output

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from spacy_elmo import ElmoVectorizer, WeightFileError, load_bilm
 from spacy_elmo.cli import app
-from spacy_elmo.groundwork.file_names import COMPONENT_MODEL
 from spacy_elmo.sources.model_names import require_model
 from spacy_elmo.sources.model_paths import resolve_model_files
+from spacy_elmo.spacy.saved_model import COMPONENT_MODEL
 
 
 def test_require_model_takes_every_kind_of_name_reading_and_downloading_nothing(tmp_path, monkeypatch):

@@ -219,6 +219,19 @@ def test_whitespace_tokens_are_skipped_and_zero(nlp, backend):
     assert_recomputed_close(doc.vector, expected.mean(axis=0).mean(axis=0))  # spaces left out
 
 
+def test_doc_vector_is_the_vectorizers_mean_row(nlp, fixture_dir):
+    """``doc.vector`` goes through the vectorizer's pooling (``runtime/features/pooling.py``): the same numbers as
+    ``ElmoVectorizer(pooling="mean")``'s row of the same text, given as text or as the Doc (its stored layers)."""
+    pytest.importorskip("sklearn")
+    from spacy_elmo import ElmoVectorizer
+
+    text = "Hello  world \n\n again . The bank of the river ."
+    doc = nlp(text)
+    vectorizer = ElmoVectorizer(model=str(fixture_dir), pooling="mean")
+    np.testing.assert_array_equal(vectorizer.fit_transform([doc])[0], doc.vector)
+    np.testing.assert_array_equal(vectorizer.transform([text])[0], doc.vector)
+
+
 @pytest.mark.parametrize("text", ["", "   ", "\n\n"])
 def test_empty_and_whitespace_only_docs(nlp, text):
     doc = nlp(text)

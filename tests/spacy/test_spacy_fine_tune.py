@@ -15,6 +15,7 @@ from spacy_elmo import load_bilm
 from spacy_elmo.spacy import learned_mix
 from spacy_elmo.spacy.fine_tune import BASE, FINE_TUNE_NAME, trainable_names
 from tests.numerics import assert_recomputed_close
+from tests.spacy.conftest import textcat_reduce
 
 
 def fine_tuned_fingerprint(model):
@@ -56,33 +57,24 @@ def textcat_nlp(
         "learn_rate_factor": learn_rate_factor,
         "dropout": 0.0,
     }
-    model = {
-        "@architectures": "spacy.TextCatReduce.v1",
-        "exclusive_classes": True,
-        "use_reduce_first": False,
-        "use_reduce_last": False,
-        "use_reduce_max": True,
-        "use_reduce_mean": True,
-        "nO": None,
-        "tok2vec": {
-            "@architectures": "spacy.Tok2Vec.v2",
-            "embed": {
-                "@layers": "chain.v1",
-                "*": {
-                    "features": features,
-                    "project": {"@layers": "with_array.v1", "layer": {"@layers": "Maxout.v1", "nO": 16, "nP": 2}},
-                },
-            },
-            "encode": {
-                "@architectures": "spacy.MaxoutWindowEncoder.v2",
-                "width": 16,
-                "depth": 1,
-                "window_size": 1,
-                "maxout_pieces": 2,
+    tok2vec = {
+        "@architectures": "spacy.Tok2Vec.v2",
+        "embed": {
+            "@layers": "chain.v1",
+            "*": {
+                "features": features,
+                "project": {"@layers": "with_array.v1", "layer": {"@layers": "Maxout.v1", "nO": 16, "nP": 2}},
             },
         },
+        "encode": {
+            "@architectures": "spacy.MaxoutWindowEncoder.v2",
+            "width": 16,
+            "depth": 1,
+            "window_size": 1,
+            "maxout_pieces": 2,
+        },
     }
-    nlp.add_pipe("textcat", config={"model": model})
+    nlp.add_pipe("textcat", config={"model": textcat_reduce(tok2vec, nO=None)})
     return nlp
 
 
@@ -292,22 +284,10 @@ def test_a_low_precision_backend_is_refused_naming_float32(fixture_dir):
 @pytest.mark.parametrize("name,component", [("textcat_elmo_finetune", "textcat"), ("ner_elmo_finetune_tok2vec", "ner")])
 def test_spacy_train_fine_tunes_the_biLM_and_saves_it(fixture_dir, tmp_path, name, component):
     """`spacy train` on a shipped fine-tune config: the top LSTM layer learns, is saved, and reloads as trained."""
-    from spacy.cli.train import train
-
     from spacy_elmo.runtime.embedding.backend import load_model_files
-    from tests.spacy.test_spacy_training import write_corpus
+    from tests.spacy.test_spacy_training import spacy_train
 
-    corpus = write_corpus(tmp_path / "data.spacy", component)
-    overrides = {
-        "paths.train": str(corpus),
-        "paths.dev": str(corpus),
-        "paths.elmo": str(fixture_dir),
-        "training.max_steps": 6,
-        "training.eval_frequency": 3,
-        "training.optimizer.learn_rate": 0.01,
-    }
-    train(EXAMPLES / "configs" / f"{name}.cfg", tmp_path / "out", overrides=overrides)
-    nlp = spacy.load(tmp_path / "out" / "model-last")
+    nlp = spacy_train(EXAMPLES / "configs" / f"{name}.cfg", fixture_dir, tmp_path, component, max_steps=6)
     node = fine_tune_node_of(nlp, component)
     backend = load_bilm(fixture_dir)
     pretrained = dict(load_model_files(backend.options_path, backend.weights_path).named_parameters())

@@ -11,6 +11,7 @@ from thinc.api import Adam
 from spacy_elmo import mix_layers
 from spacy_elmo.spacy import learned_mix
 from tests.numerics import assert_recomputed_close
+from tests.spacy.conftest import textcat_reduce
 
 TRAIN = [
     ("The bank approved the loan .", "MONEY"),
@@ -90,16 +91,7 @@ def test_missing_or_mismatched_layers(nlp):
 
 def textcat_on_mix(width: int) -> dict:
     """A TextCatReduce model config reading the elmo component's two layers through ElmoScalarMix of ``width``."""
-    tok2vec = {"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": width, "n_layers": 2}
-    return {
-        "@architectures": "spacy.TextCatReduce.v1",
-        "exclusive_classes": True,
-        "tok2vec": tok2vec,
-        "use_reduce_first": False,
-        "use_reduce_last": False,
-        "use_reduce_max": True,
-        "use_reduce_mean": True,
-    }
+    return textcat_reduce({"@architectures": "spacy_elmo.ElmoScalarMix.v1", "width": width, "n_layers": 2})
 
 
 def test_textcat_learns_on_elmo_features(fixture_dir, tmp_path):
@@ -135,15 +127,7 @@ def textcat_nlp(fixture_dir, **mix):
     """blank en + elmo (fixture) + textcat over ElmoScalarMix.v2 with ``mix`` options, not initialized."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
-    textcat_model = {
-        "@architectures": "spacy.TextCatReduce.v1",
-        "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoScalarMix.v2", **mix},
-        "use_reduce_first": False,
-        "use_reduce_last": False,
-        "use_reduce_max": True,
-        "use_reduce_mean": True,
-    }
+    textcat_model = textcat_reduce({"@architectures": "spacy_elmo.ElmoScalarMix.v2", **mix})
     nlp.add_pipe("textcat", config={"model": textcat_model})
     return nlp
 

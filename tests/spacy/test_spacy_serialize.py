@@ -154,6 +154,15 @@ def test_saved_weights_are_checked(fixture_dir, tmp_path):
         spacy.load(path)
 
 
+def assert_no_save(nlp, message: str, *folders: Path) -> None:
+    """``nlp.to_bytes()`` and ``nlp.to_disk`` into each folder refuse with a WeightFileError matching ``message``."""
+    with pytest.raises(WeightFileError, match=message):
+        nlp.to_bytes()
+    for folder in folders:
+        with pytest.raises(WeightFileError, match=message):
+            nlp.to_disk(folder)
+
+
 def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_dir, tmp_path):
     """to_bytes said "ELMo model directory not found", as if the loaded model had never existed."""
     import shutil
@@ -168,10 +177,7 @@ def test_saving_after_the_model_folder_was_deleted_says_what_happened(fixture_di
         rf"component 'elmo': cannot save the model: it was loaded from {folder}, whose files are gone since "
         r"\(ELMo model directory not found: .*\)\. The loaded model still embeds, but a saved pipeline holds a copy"
     )
-    with pytest.raises(WeightFileError, match=message):
-        nlp.to_bytes()
-    with pytest.raises(WeightFileError, match=message):
-        nlp.to_disk(tmp_path / "pipeline")
+    assert_no_save(nlp, message, tmp_path / "pipeline")
     np.testing.assert_array_equal(nlp("The bank").tensor, before)  # the loaded model still embeds
 
 
@@ -194,13 +200,8 @@ def test_saving_weights_changed_on_disk_since_loading_is_refused(model_folder, t
         r"would pair them with the loaded model's fingerprint\. Put back the files it loaded, or make the pipeline "
         r"again on these files [^\n]+$"
     )
-    with pytest.raises(WeightFileError, match=message):
-        nlp.to_bytes()
-    with pytest.raises(WeightFileError, match=message):
-        nlp.to_disk(tmp_path / "fresh")
+    assert_no_save(nlp, message, tmp_path / "fresh", previous)
     assert not (tmp_path / "fresh" / "elmo").exists()  # spaCy writes its own parts first; nothing of the component
-    with pytest.raises(WeightFileError, match=message):
-        nlp.to_disk(previous)
     assert {p.name: p.read_bytes() for p in (previous / "elmo" / "model").iterdir()} == saved
     assert_same_vectors(spacy.load(previous)(TEXTS[0]), expected, recomputed=True)
 

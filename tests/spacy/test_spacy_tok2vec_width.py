@@ -4,6 +4,7 @@ width the encoder does not take is an ELMo error naming both widths and the proj
 import pytest
 import spacy
 
+from tests.spacy.conftest import textcat_reduce
 from tests.spacy.test_spacy_fine_tune import examples
 
 FIXTURE_WIDTH = 32  # the fixture model's layers: 2 x its projection_dim of 16
@@ -14,16 +15,8 @@ def tok2vec_textcat(fixture_dir, embed: dict, width: int):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": str(fixture_dir)})
     encode = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": width, "depth": 1, "window_size": 1}
-    model = {
-        "@architectures": "spacy.TextCatReduce.v1",
-        "exclusive_classes": True,
-        "use_reduce_first": False,
-        "use_reduce_last": False,
-        "use_reduce_max": True,
-        "use_reduce_mean": True,
-        "nO": None,
-        "tok2vec": {"@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": {**encode, "maxout_pieces": 2}},
-    }
+    tok2vec = {"@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": {**encode, "maxout_pieces": 2}}
+    model = textcat_reduce(tok2vec, nO=None)
     nlp.add_pipe("textcat", config={"model": model})
     return nlp
 

@@ -44,6 +44,24 @@ def write_corpus(path: Path, task: str) -> Path:
     return path
 
 
+def spacy_train(config: Path, fixture_dir: Path, tmp_path: Path, component: str, max_steps: int):
+    """``spacy train`` of ``config`` on a dozen docs (:func:`write_corpus`, also its dev set) over the fixture model,
+    at learn rate 0.01 and evaluating twice, into tmp_path/out: the model-last it saves, loaded."""
+    from spacy.cli.train import train
+
+    corpus = write_corpus(tmp_path / "data.spacy", component)
+    overrides = {
+        "paths.train": str(corpus),
+        "paths.dev": str(corpus),
+        "paths.elmo": str(fixture_dir),
+        "training.max_steps": max_steps,
+        "training.eval_frequency": max_steps // 2,
+        "training.optimizer.learn_rate": 0.01,
+    }
+    train(config, tmp_path / "out", overrides=overrides)
+    return spacy.load(tmp_path / "out" / "model-last")
+
+
 @pytest.fixture
 def fixture_backend_cache(fixture_dir):
     """The configs resize the shared fixture backend's cache: put it back for the other tests."""
@@ -57,21 +75,9 @@ def fixture_backend_cache(fixture_dir):
 @pytest.mark.parametrize("name,component", [("textcat_elmo", "textcat"), ("ner_elmo_tok2vec", "ner")])
 def test_spacy_train_shipped_config_on_the_fixture_model(fixture_dir, tmp_path, fixture_backend_cache, name, component):
     """spacy.cli.train on a shipped config: no width / n_layers anywhere, the mix trains and is saved."""
-    from spacy.cli.train import train
-
     config = EXAMPLES / "configs" / f"{name}.cfg"
     assert "width = 1024" not in config.read_text() and "n_layers" not in config.read_text()
-    corpus = write_corpus(tmp_path / "data.spacy", component)
-    overrides = {
-        "paths.train": str(corpus),
-        "paths.dev": str(corpus),
-        "paths.elmo": str(fixture_dir),
-        "training.max_steps": 12,
-        "training.eval_frequency": 6,
-        "training.optimizer.learn_rate": 0.01,
-    }
-    train(config, tmp_path / "out", overrides=overrides)
-    nlp = spacy.load(tmp_path / "out" / "model-last")
+    nlp = spacy_train(config, fixture_dir, tmp_path, component, max_steps=12)
     assert nlp.pipe_names == ["elmo", component]
     assert nlp.get_pipe("elmo").listening_components == [component]
     mix = learned_mix(nlp.get_pipe(component))

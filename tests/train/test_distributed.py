@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spacy_elmo.train import TrainConfig, Trainer, make_sources
+from spacy_elmo.train import Trainer
 from spacy_elmo.train.distributed import (
     SINGLE,
     World,
@@ -19,8 +19,9 @@ from spacy_elmo.train.distributed import (
     launched_world,
     training_processes,
 )
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
+from tests.train.conftest import wikitext_lines
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # each test starts torchrun processes
 
@@ -63,15 +64,7 @@ TRAIN_ARGS = (
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    wiki = data_dir / "wikitext-2"
-    (root / "train.txt").write_text(
-        "\n".join((wiki / "train.txt").read_text(encoding="utf-8").splitlines()[:300]) + "\n"
-    )
-    (root / "valid.txt").write_text(
-        "\n".join((wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]) + "\n"
-    )
-    return root / "train.txt", root / "valid.txt"
+    return wikitext_lines(data_dir, tmp_path_factory.mktemp("texts"), train=300, valid=100)
 
 
 def spawning(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
@@ -113,23 +106,11 @@ def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="module")
-def single(texts, tmp_path_factory):
-    """The single-process run to compare with: 8 steps, one thread (what each rank has)."""
+def single(texts, tiny_config, tmp_path_factory):
+    """The single-process run to compare with: 8 steps, one thread (what each rank has), TRAIN_ARGS' options."""
     out = tmp_path_factory.mktemp("single")
-    train_file, valid_file = texts
-    config = TrainConfig(
-        train=[s.to_json() for s in make_sources([train_file])],
-        valid=[s.to_json() for s in make_sources([valid_file])],
-        architecture="tiny",
-        min_count=2,
-        token_budget=80,
-        max_length=50,
-        lr=1e-2,
-        warmup_steps=5,
-        seed=7,
-        max_steps=8,
-        precision="float32",
-    )
+    options = dict(min_count=2, token_budget=80, max_length=50, warmup_steps=5, seed=7, precision="float32")
+    config = tiny_config(*texts, **options, max_steps=8)
     with torch_threads(1):
         metrics = Trainer(config, out, progress=False).run()
     return out, metrics

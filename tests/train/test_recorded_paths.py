@@ -10,9 +10,15 @@ import sys
 
 import pytest
 
-from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
-from spacy_elmo.train.recorded_paths import recorded, recorded_command, recorded_path, resolved_path, resumable_path
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train import Trainer, train
+from spacy_elmo.train.output_folder.recorded_paths import (
+    recorded,
+    recorded_command,
+    recorded_path,
+    resolved_path,
+    resumable_path,
+)
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
 
 
@@ -82,7 +88,7 @@ def test_a_checkpoint_takes_the_way_to_its_text_from_its_folders_real_path(tmp_p
 
 
 def test_a_prepared_corpus_names_its_sources_and_its_command_without_the_machines_folders(tmp_path, monkeypatch):
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     source = tmp_path / "texts" / "wiki"
     source.mkdir(parents=True)
@@ -111,7 +117,7 @@ def _strings(value):
 
 
 @pytest.mark.slow
-def test_a_run_records_no_path_of_this_machine_and_resumes_when_moved_with_its_text(tmp_path, monkeypatch):
+def test_a_run_records_no_path_of_this_machine_and_resumes_when_moved_with_its_text(tmp_path, tiny_config, monkeypatch):
     """Every file of a run folder is free of the machine's directories (metrics.json, the card, the checkpoint), and
     the folder, moved together with its text, continues with --resume."""
     first = tmp_path / "first"
@@ -124,19 +130,8 @@ def test_a_run_records_no_path_of_this_machine_and_resumes_when_moved_with_its_t
         (data / name).write_text(text + "\n", encoding="utf-8")
     monkeypatch.chdir(first)  # the command's relative paths are from where it ran
     monkeypatch.setattr(sys, "argv", ["/venv/bin/spacy-elmo", "train", "runs/out", "--train", "data/train.txt"])
-    config = TrainConfig(
-        train=[s.to_json() for s in make_sources(["data/train.txt"])],
-        valid=[s.to_json() for s in make_sources([data / "valid.txt"])],
-        architecture="tiny",
-        min_count=1,
-        token_budget=512,
-        max_length=20,
-        max_steps=2,
-        checkpoint_every=1,
-        eval_every=0,
-        threads=1,
-        seed=3,
-    )
+    options = dict(token_budget=512, max_length=20, max_steps=2, checkpoint_every=1, eval_every=0)
+    config = tiny_config("data/train.txt", data / "valid.txt", **options)
     with torch_threads(1):
         train(config, "runs/out", progress=False)
         metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
@@ -199,7 +194,7 @@ def _step(out):
 def test_a_run_copied_without_its_text_resumes_on_the_text_the_command_names(tmp_path, monkeypatch, text):
     """A run folder copied away from its text, resumed with --train/--corpus and --valid naming where the text is,
     was refused ("the run's text is not at ..."): the named text, checked against the run's, is read instead."""
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
 
     project = tmp_path / "project"
     _write_texts(project / "data")

@@ -12,43 +12,25 @@ from typer.testing import CliRunner
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm.weights import load_model
 from spacy_elmo.cli import app
-from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
-from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.corpus import read_sentences
-from spacy_elmo.train.evaluation import evaluate, load_language_model
+from spacy_elmo.train import Trainer, make_sources, train
+from spacy_elmo.train.corpus.batching import tensorize
+from spacy_elmo.train.corpus.sentences import read_sentences
+from spacy_elmo.train.run.evaluation import evaluate, load_language_model
 from tests.conftest import torch_threads
 from tests.numerics import assert_recomputed_close
+from tests.train.conftest import wikitext_lines
 
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
     """A few hundred WikiText-2 lines to train on and a hundred to validate on."""
-    root = tmp_path_factory.mktemp("texts")
-    wiki = data_dir / "wikitext-2"
-    train_lines = (wiki / "train.txt").read_text(encoding="utf-8").splitlines()[:300]
-    valid_lines = (wiki / "valid.txt").read_text(encoding="utf-8").splitlines()[:100]
-    (root / "train.txt").write_text("\n".join(train_lines) + "\n", encoding="utf-8")
-    (root / "valid.txt").write_text("\n".join(valid_lines) + "\n", encoding="utf-8")
-    return root / "train.txt", root / "valid.txt"
+    return wikitext_lines(data_dir, tmp_path_factory.mktemp("texts"), train=300, valid=100)
 
 
-def tiny_config(texts, **overrides) -> TrainConfig:
-    train_file, valid_file = texts
-    options = dict(
-        train=[s.to_json() for s in make_sources([train_file])],
-        valid=[s.to_json() for s in make_sources([valid_file])],
-        architecture="tiny",
-        min_count=2,
-        epochs=2,
-        token_budget=2048,
-        max_length=50,
-        lr=1e-2,
-        warmup_steps=5,
-        threads=1,
-        seed=7,
-    )
-    options.update(overrides)
-    return TrainConfig(**options)
+@pytest.fixture(scope="module")
+def tiny_options():
+    """Two epochs of larger batches: far below the uniform baseline in seconds."""
+    return dict(min_count=2, epochs=2, token_budget=2048, max_length=50, warmup_steps=5, seed=7)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,10 +41,10 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def tiny_model(texts, tmp_path_factory):
+def tiny_model(texts, tiny_config, tmp_path_factory):
     """A tiny biLM trained for two epochs; returns (directory, metrics)."""
     out = tmp_path_factory.mktemp("tiny")
-    metrics = train(tiny_config(texts), out, progress=False)
+    metrics = train(tiny_config(*texts), out, progress=False)
     return out, metrics
 
 
@@ -169,23 +151,23 @@ def test_shared_vocab_perplexity_counts_only_the_words_both_models_know(tiny_mod
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "auto"])
-def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp_path, precision):
+def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tiny_config, tmp_path, precision):
     """Bit-exact with one thread: always in float32 (the exact path); with auto's choice (bfloat16 mixed precision
     where the CPU has it) on this CPU's deterministic kernels too."""
-    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], precision=precision)
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, precision=precision)  # no validation
     straight = tmp_path / "straight"
-    train(tiny_config(texts, **config, max_steps=6), straight, progress=False)
+    train(tiny_config(texts[0], **config, max_steps=6), straight, progress=False)
     again = tmp_path / "again"
-    train(tiny_config(texts, **config, max_steps=6), again, progress=False)
+    train(tiny_config(texts[0], **config, max_steps=6), again, progress=False)
     split = tmp_path / "split"
-    train(tiny_config(texts, **config, max_steps=3), split, progress=False)
-    resumed = Trainer(tiny_config(texts, **config, max_steps=6), split, resume=True, progress=False)
+    train(tiny_config(texts[0], **config, max_steps=3), split, progress=False)
+    resumed = Trainer(tiny_config(texts[0], **config, max_steps=6), split, resume=True, progress=False)
     assert resumed.state["step"] == 3
     resumed.run()
     assert resumed.state["step"] == 6
 
     def weights(directory: Path):
-        from spacy_elmo.train.storage import load_checkpoint
+        from spacy_elmo.train.output_folder.storage import load_checkpoint
 
         state = load_checkpoint(directory / "checkpoint.safetensors")
         return state.model, state.info["state"]["step"]
@@ -199,7 +181,7 @@ def test_resume_continues_from_the_same_step_and_seed_fixes_the_model(texts, tmp
 
 def _fast_wall_clock(monkeypatch, seconds_per_reading: float) -> None:
     """The trainer's ``time.time()`` advances ``seconds_per_reading`` at every reading (its other clocks are real)."""
-    import spacy_elmo.train.trainer as trainer_module
+    import spacy_elmo.train.run.trainer as trainer_module
 
     real = trainer_module.time
 
@@ -216,76 +198,74 @@ def _fast_wall_clock(monkeypatch, seconds_per_reading: float) -> None:
     monkeypatch.setattr(trainer_module, "time", Clock())
 
 
-def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts, tmp_path, monkeypatch):
+def test_a_run_stopped_after_a_checkpoint_keeps_its_wall_time_when_resumed(texts, tiny_config, tmp_path, monkeypatch):
     """The checkpoint holds the run's wall time until then: a killed run, resumed, still counts it (stages, card)."""
     _fast_wall_clock(monkeypatch, 100.0)
     out = tmp_path / "run"
-    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_steps=2)
-    killed = Trainer(tiny_config(texts, **config), out, progress=False)
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, max_steps=2)  # no validation
+    killed = Trainer(tiny_config(texts[0], **config), out, progress=False)
     monkeypatch.setattr(Trainer, "validate", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):  # stopped after its step-1 checkpoint, before the run's end
         killed.run()
     monkeypatch.undo()
-    from spacy_elmo.train.storage import load_checkpoint
+    from spacy_elmo.train.output_folder.storage import load_checkpoint
 
     saved = load_checkpoint(out / "checkpoint.safetensors").info
     assert saved["state"]["step"] == 1 and saved["metrics"]["wall_time_s"] >= 100.0  # >= 1 reading of the clock
-    resumed = Trainer(tiny_config(texts, **{**config, "max_steps": 3}), out, resume=True, progress=False)
+    resumed = Trainer(tiny_config(texts[0], **{**config, "max_steps": 3}), out, resume=True, progress=False)
     metrics = resumed.run()
     assert metrics["wall_time_s"] >= saved["metrics"]["wall_time_s"]
     assert metrics["stages"][-1]["wall_time_s"] >= saved["metrics"]["wall_time_s"]
 
 
-def test_max_minutes_and_its_lr_schedule_count_a_resumed_runs_earlier_time(texts, tmp_path, monkeypatch):
+def test_max_minutes_and_its_lr_schedule_count_a_resumed_runs_earlier_time(texts, tiny_config, tmp_path, monkeypatch):
     """--max-minutes is the run's budget in all (as --max-steps is): resuming does not restart the decay."""
     _fast_wall_clock(monkeypatch, 60.0)
-    config = dict(epochs=2, eval_every=0, checkpoint_every=1, valid=[], max_minutes=1000.0, warmup_steps=1)
-    first = Trainer(tiny_config(texts, **config, max_steps=2), tmp_path, progress=False)
+    config = dict(epochs=2, eval_every=0, checkpoint_every=1, max_minutes=1000.0, warmup_steps=1)  # no validation
+    first = Trainer(tiny_config(texts[0], **config, max_steps=2), tmp_path, progress=False)
     first.run()
     elapsed, lr = first.elapsed_s, first.learning_rate()
     assert elapsed >= 120.0 and lr < 0.01  # 2 steps, >= 1 reading of the clock each; decaying
-    resumed = Trainer(tiny_config(texts, **config, max_steps=3), tmp_path, resume=True, progress=False)
+    resumed = Trainer(tiny_config(texts[0], **config, max_steps=3), tmp_path, resume=True, progress=False)
     assert resumed.elapsed_s == pytest.approx(elapsed) and resumed.learning_rate() == pytest.approx(lr)
     resumed.run()
     assert resumed.elapsed_s > elapsed and resumed.learning_rate() < lr
-    stopped = Trainer(tiny_config(texts, **{**config, "max_minutes": 1.0}), tmp_path, resume=True, progress=False)
+    stopped = Trainer(tiny_config(texts[0], **{**config, "max_minutes": 1.0}), tmp_path, resume=True, progress=False)
     stopped.run()  # the budget was spent before: one step, then the limit
     assert stopped.state["step"] == 4
 
 
-def test_resume_warns_of_the_options_the_checkpoint_overrides(texts, tmp_path, recwarn):
-    config = dict(epochs=1, eval_every=0, valid=[], max_steps=1)
-    train(tiny_config(texts, **config), tmp_path, progress=False)
-    Trainer(tiny_config(texts, **{**config, "max_steps": 2}), tmp_path, resume=True, progress=False)
+def test_resume_warns_of_the_options_the_checkpoint_overrides(texts, tiny_config, tmp_path, recwarn):
+    config = dict(epochs=1, eval_every=0, max_steps=1)  # no validation
+    train(tiny_config(texts[0], **config), tmp_path, progress=False)
+    Trainer(tiny_config(texts[0], **{**config, "max_steps": 2}), tmp_path, resume=True, progress=False)
     assert not [w for w in recwarn if "--resume" in str(w.message)]  # the same settings, a longer run: silent
     with pytest.warns(
         UserWarning, match=r"ignored: lr=0\.5 \(the checkpoint's: 0\.01\), seed=3 \(the checkpoint's: 7\)"
     ):
-        resumed = Trainer(tiny_config(texts, **config, lr=0.5, seed=3), tmp_path, resume=True, progress=False)
+        resumed = Trainer(tiny_config(texts[0], **config, lr=0.5, seed=3), tmp_path, resume=True, progress=False)
     assert resumed.config.lr == 0.01 and resumed.config.seed == 7
 
 
-def test_resume_without_the_training_files_is_silent(texts, tmp_path, recwarn):
+def test_resume_without_the_training_files_is_silent(texts, tiny_config, tmp_path, recwarn):
     """``spacy-elmo train OUT --resume`` names no text (the checkpoint finds its own): nothing was given, so no
     option is reported as ignored."""
-    config = dict(epochs=1, eval_every=0, valid=[], max_steps=1)
-    train(tiny_config(texts, **config), tmp_path, progress=False)
-    resumed = Trainer(
-        tiny_config(texts, **{**config, "max_steps": 2, "train": ()}), tmp_path, resume=True, progress=False
-    )
+    config = dict(epochs=1, eval_every=0, max_steps=1)  # no validation
+    train(tiny_config(texts[0], **config), tmp_path, progress=False)
+    resumed = Trainer(tiny_config(**{**config, "max_steps": 2}), tmp_path, resume=True, progress=False)
     assert not [str(w.message) for w in recwarn if "--resume" in str(w.message)]
     assert resumed.config.train  # the checkpoint's
 
 
-def test_resume_without_a_checkpoint_is_a_clear_error(texts, tmp_path):
+def test_resume_without_a_checkpoint_is_a_clear_error(texts, tiny_config, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"checkpoint\.safetensors"):
-        Trainer(tiny_config(texts), tmp_path, resume=True)
+        Trainer(tiny_config(*texts), tmp_path, resume=True)
 
 
 @pytest.mark.slow
-def test_fine_tuning_starts_from_the_released_model(fixture_dir, texts, tmp_path):
+def test_fine_tuning_starts_from_the_released_model(fixture_dir, texts, tiny_config, tmp_path):
     reference = load_model(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-    trainer = Trainer(tiny_config(texts, init_from=str(fixture_dir), max_steps=3, epochs=1), tmp_path, progress=False)
+    trainer = Trainer(tiny_config(*texts, init_from=str(fixture_dir), max_steps=3, epochs=1), tmp_path, progress=False)
     assert trainer.model.lstm_impl == "exact"  # the fixture clips its cells: keep the exact ELMo cell
     sentences = json.loads((fixture_dir / "sentences.json").read_text())
     sentences = [s.split() for group in sentences for s in group]
@@ -393,20 +373,20 @@ def test_allennlp_loads_the_exported_model_and_agrees(tiny_model, tmp_path):
 
 
 def test_model_card_shows_the_command_as_typed():
-    from spacy_elmo.train.model_card import display_command
+    from spacy_elmo.train.output_folder.model_card import display_command
 
     assert display_command("/x/spacy_elmo/__main__.py train out --seed 0") == "python -m spacy_elmo train out --seed 0"
     assert display_command("/venv/bin/spacy-elmo train 'my dir'") == "spacy-elmo train my dir"
 
 
-def test_the_run_says_when_it_validates_and_writes_the_model(texts, tmp_path, capsys):
+def test_the_run_says_when_it_validates_and_writes_the_model(texts, tiny_config, tmp_path, capsys):
     """Long phases between the progress bar's steps say what they do (tqdm.write, on stdout), unless it is hidden."""
     out = tmp_path / "shown"
-    Trainer(tiny_config(texts, max_steps=2, epochs=1), out, progress=True).run()
+    Trainer(tiny_config(*texts, max_steps=2, epochs=1), out, progress=True).run()
     shown = capsys.readouterr().out.splitlines()
     validating = shown.index("step 2: computing the validation perplexity")
     assert shown[validating + 1].startswith("step 2: ") and "valid_ppl_mean=" in shown[validating + 1]
     assert shown[validating + 2] == f"step 2: the best model so far: writing it to {out}"
     assert (out / "weights.hdf5").is_file()
-    Trainer(tiny_config(texts, max_steps=2, epochs=1), tmp_path / "quiet", progress=False).run()
+    Trainer(tiny_config(*texts, max_steps=2, epochs=1), tmp_path / "quiet", progress=False).run()
     assert not capsys.readouterr().out

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from spacy_elmo.train import trainer
-from spacy_elmo.train.trainer import _keep_kernel_choice, adam
+from spacy_elmo.train.run import trainer
+from spacy_elmo.train.run.trainer import _keep_kernel_choice, adam
 
 
 def _parameters(seed: int) -> list[torch.nn.Parameter]:

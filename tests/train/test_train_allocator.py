@@ -15,7 +15,7 @@ from spacy_elmo.train import allocator
 FAULTS = """
 import resource, sys
 import torch
-import spacy_elmo.train.launch  # what `spacy-elmo train` has imported when it calls keep_freed_memory
+import spacy_elmo.train.run.launch  # what `spacy-elmo train` has imported when it calls keep_freed_memory
 from spacy_elmo.train.allocator import keep_freed_memory
 note = keep_freed_memory() if sys.argv[1] == "keep" else "as is"
 torch.ones(16 * 2**20)  # a first round, faulted in either way

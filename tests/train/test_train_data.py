@@ -12,8 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from spacy_elmo.bilm.chars import token_to_char_ids
 from spacy_elmo.bilm.encoder import CharCNNEncoder
-from spacy_elmo.train.batching import CharCache, Vocabulary, bucket_batches, mixed_sentences, tensorize
-from spacy_elmo.train.corpus import Source, make_sources, read_sentences, split_sentences
+from spacy_elmo.train.corpus.batching import CharCache, Vocabulary, bucket_batches, mixed_sentences, tensorize
+from spacy_elmo.train.corpus.sentences import Source, make_sources, read_sentences, split_sentences
 
 
 def test_split_sentences_after_final_punctuation_and_keeps_closing_quotes():
@@ -131,7 +131,7 @@ def test_cropped_char_ids_give_exactly_the_full_cnn_output():
 def test_architecture_from_preset_or_options_file(tmp_path):
     import json
 
-    from spacy_elmo.train.presets import PRESETS, build_options
+    from spacy_elmo.train.network.presets import PRESETS, build_options
 
     small = build_options("small")
     assert small.projection_dim == PRESETS["small"]["lstm"]["projection_dim"] and small.cell_clip is None

@@ -14,40 +14,24 @@ from typer.testing import CliRunner
 
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.cli import app
-from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
-from spacy_elmo.train import precision as precision_module
+from spacy_elmo.train import Trainer, train
 from spacy_elmo.train.distributed import World, training_device
-from spacy_elmo.train.packed_lstm import packed_bilstm_layer
-from spacy_elmo.train.storage import load_checkpoint, save_checkpoint
+from spacy_elmo.train.network import precision as precision_module
+from spacy_elmo.train.network.packed_lstm import packed_bilstm_layer
+from spacy_elmo.train.output_folder.storage import load_checkpoint, save_checkpoint
 from tests.conftest import torch_threads
+from tests.train.conftest import wikitext_lines
 
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    wiki = data_dir / "wikitext-2"
-    (root / "train.txt").write_text("\n".join(wiki.joinpath("train.txt").read_text().splitlines()[:200]) + "\n")
-    (root / "valid.txt").write_text("\n".join(wiki.joinpath("valid.txt").read_text().splitlines()[:60]) + "\n")
-    return root / "train.txt", root / "valid.txt"
+    return wikitext_lines(data_dir, tmp_path_factory.mktemp("texts"), train=200, valid=60)
 
 
-def tiny_config(texts, **overrides) -> TrainConfig:
-    train_file, valid_file = texts
-    options = dict(
-        train=[s.to_json() for s in make_sources([train_file])],
-        valid=[s.to_json() for s in make_sources([valid_file])],
-        architecture="tiny",
-        min_count=2,
-        token_budget=1024,
-        max_length=40,
-        warmup_steps=2,
-        lr=5e-3,
-        threads=1,
-        seed=3,
-        precision="float32",
-    )
-    options.update(overrides)
-    return TrainConfig(**options)
+@pytest.fixture(scope="module")
+def tiny_options():
+    """float32 (the exact path on either device) at a smaller learning rate."""
+    return dict(min_count=2, token_budget=1024, max_length=40, lr=5e-3, precision="float32")
 
 
 @pytest.fixture
@@ -127,12 +111,12 @@ def test_cuda_names_the_gpu_and_several_processes_take_one_each(two_gpus):
         training_device("cuda", 0, 3)
 
 
-def test_a_trainer_on_a_world_takes_its_device_and_refuses_another(texts, tmp_path, two_gpus):
+def test_a_trainer_on_a_world_takes_its_device_and_refuses_another(texts, tiny_config, tmp_path, two_gpus):
     world = World(1, 2, 1, 2, "nccl", torch.device("cuda", 1))
     with pytest.raises(ValueError, match=r"--device cpu: the training processes joined their group on cuda:1"):
-        Trainer(tiny_config(texts), tmp_path / "m", world=world, device="cpu")
+        Trainer(tiny_config(*texts), tmp_path / "m", world=world, device="cpu")
     with pytest.raises(ValueError, match="--device cuda:0 names one GPU, but 2 training processes share this machine"):
-        Trainer(tiny_config(texts), tmp_path / "m", world=world, device="cuda:0")
+        Trainer(tiny_config(*texts), tmp_path / "m", world=world, device="cuda:0")
     assert not (tmp_path / "m").exists()
 
 
@@ -175,19 +159,21 @@ def test_processes_on_gpus_need_one_gpu_each_before_any_starts(tmp_path, two_gpu
     assert "3 training processes on this machine need a GPU each, and torch sees 2" in result.output
 
 
-def test_a_gpu_checkpoint_resumes_on_the_cpu_without_the_gpus_generator(texts, tmp_path):
+def test_a_gpu_checkpoint_resumes_on_the_cpu_without_the_gpus_generator(texts, tiny_config, tmp_path):
     """A GPU run's checkpoint holds the GPU generator's state besides the CPU's. Resumed on the CPU it is set aside
     (dropout there draws from the CPU's generator, restored as always): the run continues as the uninterrupted CPU run
     does, bit for bit, and its own checkpoints no longer carry a GPU state."""
-    config = dict(dropout=0.1, checkpoint_every=1, valid=[])
+    config = dict(dropout=0.1, checkpoint_every=1)  # no validation
     with torch_threads(1):
-        train(tiny_config(texts, **config, max_steps=4), tmp_path / "straight", progress=False)
-        train(tiny_config(texts, **config, max_steps=2), tmp_path / "split", progress=False)
+        train(tiny_config(texts[0], **config, max_steps=4), tmp_path / "straight", progress=False)
+        train(tiny_config(texts[0], **config, max_steps=2), tmp_path / "split", progress=False)
         path = tmp_path / "split" / "checkpoint.safetensors"
         saved = load_checkpoint(path)
         state = {**saved.info["state"], "cuda_rng_state": list(range(16))}  # as a GPU run writes it
         save_checkpoint(path, saved.model, saved.optimizer, saved.rng, {**saved.info, "state": state})
-        train(tiny_config(texts, **config, max_steps=4), tmp_path / "split", resume=True, progress=False, device="cpu")
+        train(
+            tiny_config(texts[0], **config, max_steps=4), tmp_path / "split", resume=True, progress=False, device="cpu"
+        )
     resumed = load_checkpoint(path)
     assert resumed.info["state"]["step"] == 4 and "cuda_rng_state" not in resumed.info["state"]
     straight = _state(tmp_path / "straight")
@@ -262,7 +248,7 @@ def test_the_fused_layer_on_cuda_matches_the_cpu_and_ignores_a_users_autocast():
 
 
 @GPU
-def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts, tmp_path):
+def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts, tiny_config, tmp_path):
     """Three float32 steps on the GPU and on the CPU from the same seed and batches. In its first three steps Adam moves
     a weight by at most 1.004 x the learning rate (|m / sqrt(v)| after bias correction, by Cauchy-Schwarz over the two
     averages' weights), so however the two devices round, no weight can differ by more than twice that, summed over
@@ -272,7 +258,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
     metrics = {}
     for device in ("cpu", "cuda"):
         with torch_threads(1):
-            metrics[device] = train(tiny_config(texts, **config), tmp_path / device, progress=False, device=device)
+            metrics[device] = train(tiny_config(*texts, **config), tmp_path / device, progress=False, device=device)
     assert metrics["cuda"]["device"].startswith("cuda:0 (") and metrics["cpu"]["device"] == "cpu"
     bound = 2 * 1.004 * sum(5e-3 * step / 3 for step in (1, 2, 3))
     cpu, gpu = _state(tmp_path / "cpu"), _state(tmp_path / "cuda")
@@ -283,7 +269,7 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
     for key in ("valid_ppl_forward", "valid_ppl_backward"):
         assert metrics["cuda"]["best"][key] == pytest.approx(metrics["cpu"]["best"][key], rel=1e-2)
     # the exported model is an ordinary float32 model: the CPU evaluates it
-    from spacy_elmo.train.evaluation import evaluate
+    from spacy_elmo.train.run.evaluation import evaluate
 
     on_cpu = evaluate(tmp_path / "cuda", [texts[1]], device="cpu")
     on_gpu = evaluate(tmp_path / "cuda", [texts[1]], device="cuda")
@@ -291,21 +277,21 @@ def test_float32_training_on_cuda_follows_the_cpus_and_exports_a_cpu_model(texts
 
 
 @GPU
-def test_a_cuda_run_resumes_bit_exact_on_the_gpu_and_continues_on_the_cpu(texts, tmp_path):
+def test_a_cuda_run_resumes_bit_exact_on_the_gpu_and_continues_on_the_cpu(texts, tiny_config, tmp_path):
     """Dropout draws from the GPU's generator: the checkpoint keeps its state. Two uninterrupted runs agree bit for bit
     (the step is deterministic on this GPU), and a run stopped after step 2 and resumed on the GPU ends where they do.
     The same checkpoint resumes on the CPU (Adam's state and the weights moved there); that run cannot be bit-exact
     (other kernels, another generator), it trains on."""
-    config = dict(dropout=0.1, checkpoint_every=1, valid=[])
+    config = dict(dropout=0.1, checkpoint_every=1)  # no validation
     for name in ("straight", "again"):
-        train(tiny_config(texts, **config, max_steps=4), tmp_path / name, progress=False, device="cuda")
-    train(tiny_config(texts, **config, max_steps=2), tmp_path / "split", progress=False, device="cuda")
+        train(tiny_config(texts[0], **config, max_steps=4), tmp_path / name, progress=False, device="cuda")
+    train(tiny_config(texts[0], **config, max_steps=2), tmp_path / "split", progress=False, device="cuda")
     checkpoint = load_checkpoint(tmp_path / "split" / "checkpoint.safetensors")
     assert len(checkpoint.info["state"]["cuda_rng_state"]) > 0
     import shutil
 
     shutil.copytree(tmp_path / "split", tmp_path / "to-cpu")
-    resumed = Trainer(tiny_config(texts, **config, max_steps=4), tmp_path / "split", resume=True, device="cuda")
+    resumed = Trainer(tiny_config(texts[0], **config, max_steps=4), tmp_path / "split", resume=True, device="cuda")
     assert resumed.state["step"] == 2 and "cuda_rng_state" not in resumed.state
     resumed.progress = False
     resumed.run()
@@ -313,7 +299,7 @@ def test_a_cuda_run_resumes_bit_exact_on_the_gpu_and_continues_on_the_cpu(texts,
     for name in straight:
         assert torch.equal(straight[name], again[name]), f"{name}: two runs on this GPU differ"
         assert torch.equal(straight[name], split[name]), f"{name}: the resumed run differs"
-    on_cpu = Trainer(tiny_config(texts, **config, max_steps=4), tmp_path / "to-cpu", resume=True, device="cpu")
+    on_cpu = Trainer(tiny_config(texts[0], **config, max_steps=4), tmp_path / "to-cpu", resume=True, device="cpu")
     assert next(on_cpu.model.parameters()).device.type == "cpu"
     moved = [v for state in on_cpu.optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
     assert moved and all(v.device.type == "cpu" for v in moved)
@@ -324,14 +310,16 @@ def test_a_cuda_run_resumes_bit_exact_on_the_gpu_and_continues_on_the_cpu(texts,
 
 
 @GPU
-def test_bfloat16_training_on_a_gpu_with_native_bfloat16(texts, tmp_path):
+def test_bfloat16_training_on_a_gpu_with_native_bfloat16(texts, tiny_config, tmp_path):
     """auto takes bfloat16 on an Ampere or later GPU (CUDA autocast). Two steps from the same start: the training and
     validation perplexities within 1% of float32's (bfloat16 rounds each operand by at most 2^-9; every log-softmax
     and the loss stay float32), and the exported weights are float32."""
     if torch.cuda.get_device_capability(0)[0] < 8:
         pytest.skip("this GPU has no native bfloat16")
-    metrics = train(tiny_config(texts, max_steps=2, precision="auto"), tmp_path / "bf16", progress=False, device="cuda")
-    reference = train(tiny_config(texts, max_steps=2), tmp_path / "fp32", progress=False, device="cuda")
+    metrics = train(
+        tiny_config(*texts, max_steps=2, precision="auto"), tmp_path / "bf16", progress=False, device="cuda"
+    )
+    reference = train(tiny_config(*texts, max_steps=2), tmp_path / "fp32", progress=False, device="cuda")
     assert metrics["precision"] == "bfloat16" and reference["precision"] == "float32"
     for key in ("train_ppl_forward", "valid_ppl_forward", "valid_ppl_backward"):
         assert metrics["best"][key] == pytest.approx(reference["best"][key], rel=1e-2), key
@@ -346,7 +334,7 @@ def test_bfloat16_training_on_a_gpu_with_native_bfloat16(texts, tmp_path):
 
 @GPU
 def test_the_fused_adam_runs_on_the_gpu():
-    from spacy_elmo.train.trainer import adam
+    from spacy_elmo.train.run.trainer import adam
 
     params = [torch.nn.Parameter(torch.ones(3, device="cuda"))]
     optimizer = adam(params, 0.1)
@@ -370,7 +358,7 @@ def test_more_processes_than_gpus_are_refused_in_one_line(tmp_path):
 
 
 @GPU
-def test_a_rank_on_a_gpu_talks_nccl_on_its_own_gpu(texts, tmp_path):
+def test_a_rank_on_a_gpu_talks_nccl_on_its_own_gpu(texts, tiny_config, tmp_path):
     """An nccl group of one process, seen by the trainer as rank 0 of 2: every collective (the step's loss sums, the
     time limit's maximum, the digest check, the barrier) runs over nccl with tensors on the rank's GPU, and
     DistributedDataParallel wraps the model already there. (Two ranks need two GPUs: the next test.)"""
@@ -387,7 +375,7 @@ def test_a_rank_on_a_gpu_talks_nccl_on_its_own_gpu(texts, tmp_path):
         assert total.device == gpu and total.dtype == torch.float64 and total.tolist() == [1.5, 2.0]
         assert world.sum([3.0]) == [3.0] and world.max(4.0) == 4.0
         world.barrier()
-        trainer = Trainer(tiny_config(texts, max_steps=2, valid=[], max_minutes=5), tmp_path / "m", world=world)
+        trainer = Trainer(tiny_config(texts[0], max_steps=2, max_minutes=5), tmp_path / "m", world=world)
         trainer.progress = False
         assert isinstance(trainer.network, DistributedDataParallel)
         assert trainer.device == gpu and next(trainer.network.parameters()).device == gpu
@@ -399,7 +387,7 @@ def test_a_rank_on_a_gpu_talks_nccl_on_its_own_gpu(texts, tmp_path):
 
 @GPU
 @pytest.mark.distributed
-def test_two_processes_on_two_gpus_train_the_one_gpu_model(texts, tmp_path):
+def test_two_processes_on_two_gpus_train_the_one_gpu_model(texts, tiny_config, tmp_path):
     """`--processes 2 --device cuda`: nccl, process k on cuda:k; the weights agree with one GPU's run to float32
     rounding after 4 steps (as on CPUs with gloo, tests/train/test_distributed.py)."""
     if torch.cuda.device_count() < 2:
@@ -415,7 +403,7 @@ def test_two_processes_on_two_gpus_train_the_one_gpu_model(texts, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "world size 2 (nccl)" in result.stdout
-    config = tiny_config(texts, valid=[], token_budget=256, max_steps=4)
+    config = tiny_config(texts[0], token_budget=256, max_steps=4)
     train(config, tmp_path / "one", progress=False, device="cuda")
     two, one = _state(tmp_path / "two"), _state(tmp_path / "one")
     for name in one:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from spacy_elmo.train.folder_lock import (
+from spacy_elmo.train.output_folder.folder_lock import (
     LOCK_NAME,
     FolderInUseError,
     claim_folder,
@@ -45,7 +45,8 @@ def test_a_claim_leaves_a_folder_as_it_found_it_and_another_process_is_refused(t
         [
             sys.executable,
             "-c",
-            "import sys; from spacy_elmo.train.folder_lock import claim_folder; claim_folder(sys.argv[1])",
+            "import sys; from spacy_elmo.train.output_folder.folder_lock import claim_folder\n"
+            "claim_folder(sys.argv[1])",
             str(tmp_path),
         ],
         capture_output=True,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.train.layouts import LAYOUTS, gutenberg_body, layout_files, text_blocks
+from spacy_elmo.train.corpus.layouts import LAYOUTS, gutenberg_body, layout_files, text_blocks
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_layouts"
 
@@ -106,7 +106,7 @@ def test_blocks_never_exceed_the_limit_and_keep_every_token(tmp_path, monkeypatc
     (the cuts fall after spaces)."""
     import json
 
-    from spacy_elmo.train import layouts
+    from spacy_elmo.train.corpus import layouts
 
     monkeypatch.setattr(layouts, "MAX_BLOCK_CHARS", 60)
     words = _long_text(400)
@@ -128,7 +128,7 @@ def test_blocks_never_exceed_the_limit_and_keep_every_token(tmp_path, monkeypatc
 
 
 def test_a_line_without_spaces_is_cut_at_the_limit(tmp_path, monkeypatch):
-    from spacy_elmo.train import layouts
+    from spacy_elmo.train.corpus import layouts
 
     monkeypatch.setattr(layouts, "MAX_BLOCK_CHARS", 64)
     path = tmp_path / "dump.txt"
@@ -139,7 +139,7 @@ def test_a_line_without_spaces_is_cut_at_the_limit(tmp_path, monkeypatch):
 
 
 def test_a_json_line_over_the_limit_is_refused_by_file_line_and_limit(tmp_path, monkeypatch):
-    from spacy_elmo.train import layouts
+    from spacy_elmo.train.corpus import layouts
 
     monkeypatch.setattr(layouts, "MAX_JSON_LINE_CHARS", 100)
     path = tmp_path / "a.jsonl"

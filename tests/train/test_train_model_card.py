@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.sources.info import parameter_count
-from spacy_elmo.train.model_card import render_model_card
+from spacy_elmo.bilm.weights import parameter_count, read_options
+from spacy_elmo.train.output_folder.model_card import render_model_card
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "allennlp_elmo"
 
@@ -136,7 +136,7 @@ def test_architecture_and_vocabulary(model):
     assert lines[1].startswith(f"- biLSTM: {lstm['n_layers']} layers per direction, {lstm['dim']} cells projected")
     assert lines[1].endswith(f"clipping {lstm['cell_clip']}")
     assert lines[2] == f"- ELMo output: {lstm['n_layers'] + 1} layers x {2 * lstm['projection_dim']} dimensions"
-    assert lines[3].startswith(f"- parameters: {parameter_count(model / 'options.json'):,} in the biLM")
+    assert lines[3].startswith(f"- parameters: {parameter_count(read_options(model / 'options.json')):,} in the biLM")
     assert f"{size / 1e6:.1f} MB), plus 123,456 in the adaptive softmax" in lines[3]
     assert lines[4].startswith("- output vocabulary (`vocab.txt`): 4,321 words")
     assert "at least 3 times (at most 5000)" in lines[4] and "cutoffs [100, 1000], div_value 4.0" in lines[4]
@@ -216,8 +216,8 @@ def test_an_export_made_during_a_run_reports_its_stage(model):
 def test_recording_a_result_keeps_the_cards_title_and_notes(model):
     """``spacy-elmo evaluate --record`` rewrites the card from metrics.json: the new result appears, and the title and
     the notes someone wrote into the card (subsections and tables included) stay as they were."""
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     notes = "Stage dates below.\n\n### Evidence\n\n| check | value |\n|---|---|\n| TREC-6 | 0.906 |"
     write_model_card(model, title="Our biLM v2", notes=notes)
@@ -242,8 +242,8 @@ def _cells(row: str) -> list[str]:
 
 def test_names_and_paths_with_pipes_or_line_breaks_keep_the_tables_whole(model):
     """A record named "a|b" split its row into three cells: the card's table broke."""
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
     metrics["corpus"]["train"][0]["path"] = "/x/data/a|b.txt"
@@ -279,8 +279,8 @@ def test_names_and_paths_with_pipes_or_line_breaks_keep_the_tables_whole(model):
 )
 def test_recording_checks_everything_before_a_file_changes(model, change, message):
     """A string wall_time_s: metrics.json got the result, then the card crashed with a TypeError (they disagreed)."""
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     write_model_card(model)
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
@@ -302,8 +302,8 @@ def test_recording_checks_everything_before_a_file_changes(model, change, messag
     ],
 )
 def test_a_bad_record_name_or_result_changes_nothing(model, name, result, message):
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     write_model_card(model)
     before = {p.name: p.read_bytes() for p in model.iterdir()}

@@ -6,8 +6,8 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from spacy_elmo.bilm.engine import onednn
 from spacy_elmo.bilm.lstm import run_directions
-from spacy_elmo.train.network import FusedBiLSTM
-from spacy_elmo.train.packed_lstm import packed_bilstm_layer
+from spacy_elmo.train.network.language_model import FusedBiLSTM
+from spacy_elmo.train.network.packed_lstm import packed_bilstm_layer
 from tests.numerics import assert_recomputed_close
 
 

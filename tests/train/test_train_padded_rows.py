@@ -1,4 +1,5 @@
-"""Rounded row counts (spacy_elmo/train/padded_rows.py): few sizes, little padding, and no change to any result."""
+"""Rounded row counts (spacy_elmo/train/network/padded_rows.py): few sizes, little padding, and no change to any
+result."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import pytest
 import torch
 
 from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR
-from spacy_elmo.train import padded_rows as padded_rows_module
-from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluation import load_language_model
-from spacy_elmo.train.padded_rows import pad_rows, padded_rows, row_rounding
-from spacy_elmo.train.precision import autocast
+from spacy_elmo.train.corpus.batching import tensorize
+from spacy_elmo.train.network import padded_rows as padded_rows_module
+from spacy_elmo.train.network.padded_rows import pad_rows, padded_rows, row_rounding
+from spacy_elmo.train.network.precision import autocast
+from spacy_elmo.train.run.evaluation import load_language_model
 
 
 def test_row_counts_round_up_to_sixteen_sizes_per_power_of_two():

@@ -17,19 +17,18 @@ from spacy_elmo import load_bilm
 from spacy_elmo.bilm import cpu_support
 from spacy_elmo.cli import app
 from spacy_elmo.sources.model_paths import DEFAULT_MODEL_DIR
-from spacy_elmo.train import TrainConfig, make_sources, train
-from spacy_elmo.train.batching import tensorize
-from spacy_elmo.train.evaluation import load_language_model
-from spacy_elmo.train.precision import autocast, describe, training_dtype, warn_if_emulated
+from spacy_elmo.train import train
+from spacy_elmo.train.corpus.batching import tensorize
+from spacy_elmo.train.network.precision import autocast, describe, training_dtype, warn_if_emulated
+from spacy_elmo.train.run.evaluation import load_language_model
 from tests.conftest import torch_threads
+from tests.train.conftest import wikitext_lines
 
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    lines = (data_dir / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines()[:120]
-    (root / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return root / "train.txt"
+    train_file, _ = wikitext_lines(data_dir, tmp_path_factory.mktemp("texts"), train=120)
+    return train_file
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float32)])
@@ -58,7 +57,7 @@ def test_bfloat16_asked_for_without_native_kernels_warns(monkeypatch):
 def test_auto_picks_float32_when_the_kernels_are_capped_to_avx2():
     """CI's AVX2 pass: oneDNN capped below AVX-512 runs bfloat16 emulated, so auto must train in float32."""
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
-    code = "from spacy_elmo.train.precision import training_dtype; print(training_dtype('auto'))"
+    code = "from spacy_elmo.train.network.precision import training_dtype; print(training_dtype('auto'))"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "torch.float32"
 
@@ -107,15 +106,8 @@ def test_a_bfloat16_step_loss_is_within_tolerance_of_float32(data_dir):
     assert float(torch.nn.functional.cosine_similarity(grad16, grad32, dim=0)) > 0.99
 
 
-def test_bfloat16_training_exports_float32_weights_the_backend_loads(texts, tmp_path):
-    config = TrainConfig(
-        train=[s.to_json() for s in make_sources([texts])],
-        architecture="tiny",
-        token_budget=512,
-        max_steps=3,
-        threads=1,
-        precision="bfloat16",
-    )
+def test_bfloat16_training_exports_float32_weights_the_backend_loads(texts, tiny_config, tmp_path):
+    config = tiny_config(texts, token_budget=512, max_steps=3, precision="bfloat16")
     with torch_threads(1):
         metrics = train(config, tmp_path, progress=False)
     assert metrics["precision"] == "bfloat16"

@@ -14,7 +14,7 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.train.prepare import SourceSpec, clean_tokens, prepare_corpus
+from spacy_elmo.train.corpus.prepare import SourceSpec, clean_tokens, prepare_corpus
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_layouts"
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ MEASURE = textwrap.dedent(
     import torch
     torch.set_num_threads(1)  # what --threads 1 does (the library never sets it)
     from spacy_elmo.train import TrainConfig, train
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
     text, out = sys.argv[1], sys.argv[2]
     prepare_corpus(out + "/corpus", [SourceSpec(text, "lines")], progress=False)
     config = TrainConfig(train=[], corpus=[out + "/corpus"], architecture="tiny", max_steps=3, token_budget=1024,
@@ -198,7 +198,7 @@ def test_the_cli_trains_on_a_prepared_corpus(wiki_sample, tmp_path):
 def test_a_failed_run_leaves_none_of_its_shards(tmp_path, monkeypatch):
     """A JSON line over the limit, after shards were written already: one line naming file, line and limit, exit 2,
     and the folder as it was (the shards written before are removed)."""
-    from spacy_elmo.train import layouts
+    from spacy_elmo.train.corpus import layouts
 
     monkeypatch.setattr(layouts, "MAX_JSON_LINE_CHARS", 1000)
     path = tmp_path / "dump.jsonl"
@@ -222,7 +222,7 @@ def test_a_failed_run_leaves_none_of_its_shards(tmp_path, monkeypatch):
 LONG_LINE = textwrap.dedent(
     """
     import re, sys
-    from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
+    from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
     prepare_corpus(sys.argv[2], [SourceSpec(sys.argv[1], "lines")], progress=False)
     # this process's own peak (ru_maxrss would count the parent's resident memory at the fork)
     print(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))

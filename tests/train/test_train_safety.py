@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 from spacy_elmo.bilm.weights import WeightFileError
 from spacy_elmo.cli import app
 from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
-from spacy_elmo.train import TrainConfig, Trainer, make_sources, train
+from spacy_elmo.train import TrainConfig, Trainer, train
 from spacy_elmo.train.config import option_flags
-from spacy_elmo.train.evaluation import load_language_model, perplexity
-from spacy_elmo.train.shards import KIND, VERSION
-from spacy_elmo.train.storage import TrainingFileError, load_checkpoint, load_softmax
-from spacy_elmo.train.trainer import TrainingDiverged, _number
+from spacy_elmo.train.corpus.shards import KIND, VERSION
+from spacy_elmo.train.output_folder.storage import TrainingFileError, load_checkpoint, load_softmax
+from spacy_elmo.train.run.evaluation import load_language_model, perplexity
+from spacy_elmo.train.run.trainer import TrainingDiverged, _number
 from tests.conftest import torch_threads
 
 
@@ -56,38 +56,26 @@ def texts(data_dir, tmp_path_factory):
     return root
 
 
-def config(texts: Path, valid: bool = False, **overrides) -> TrainConfig:
-    options = dict(
-        train=[s.to_json() for s in make_sources([texts / "train.txt"])],
-        valid=[s.to_json() for s in make_sources([texts / "valid.txt"])] if valid else [],
-        architecture="tiny",
-        min_count=1,
-        epochs=1,
-        token_budget=1024,
-        max_length=40,
-        lr=1e-2,
-        warmup_steps=2,
-        checkpoint_every=1,
-        seed=3,
-    )
-    options.update(overrides)
-    return TrainConfig(**options)
+@pytest.fixture(scope="module")
+def tiny_options():
+    """One epoch of small batches, a checkpoint at every step."""
+    return dict(epochs=1, token_budget=1024, max_length=40, checkpoint_every=1)
 
 
 @pytest.fixture(scope="module")
-def trained(texts, tmp_path_factory):
+def trained(texts, tiny_config, tmp_path_factory):
     """A tiny model trained for three steps (checkpoint, softmax and weights written)."""
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("safety-trained")
-    train(config(texts, max_steps=3), out, progress=False)
+    train(tiny_config(texts / "train.txt", max_steps=3), out, progress=False)
     torch.set_num_threads(saved)
     return out
 
 
 def copy_run(run: Path, texts: Path, target: Path) -> None:
     """A copy of the run folder ``run`` at ``target``, with its text beside it as the text was beside the run: a
-    checkpoint finds its text from its own folder (train/recorded_paths)."""
+    checkpoint finds its text from its own folder (train/output_folder/recorded_paths)."""
     import os
     import shutil
 
@@ -116,18 +104,18 @@ def test_the_crafted_pickle_really_runs_code_when_unpickled(tmp_path):
     assert marker.exists()
 
 
-def test_resume_refuses_a_legacy_pickle_checkpoint_without_running_it(texts, tmp_path):
+def test_resume_refuses_a_legacy_pickle_checkpoint_without_running_it(texts, tiny_config, tmp_path):
     marker = tmp_path / "ran"
     legacy_checkpoint(tmp_path / "checkpoint.pt", marker)
     with pytest.raises(TrainingFileError, match=r"checkpoint\.pt is a training checkpoint in the pickle format"):
-        Trainer(config(texts), tmp_path, resume=True, progress=False)
+        Trainer(tiny_config(texts / "train.txt"), tmp_path, resume=True, progress=False)
     result = cli_train(tmp_path, "--resume")
     assert result.exit_code == 2 and "error:" in result.output and "checkpoint.pt" in result.output, result.output
     assert not marker.exists()
 
 
 @pytest.mark.parametrize("flavour", ["torch.save", "pickle"])
-def test_resume_refuses_a_pickle_under_the_new_name_without_running_it(texts, tmp_path, flavour):
+def test_resume_refuses_a_pickle_under_the_new_name_without_running_it(texts, tiny_config, tmp_path, flavour):
     marker = tmp_path / "ran"
     path = tmp_path / "checkpoint.safetensors"
     if flavour == "torch.save":
@@ -135,11 +123,11 @@ def test_resume_refuses_a_pickle_under_the_new_name_without_running_it(texts, tm
     else:
         path.write_bytes(pickle.dumps({"config": WritesMarker(marker)}))
     with pytest.raises(TrainingFileError, match=f"{path}.* pickle"):
-        Trainer(config(texts), tmp_path, resume=True, progress=False)
+        Trainer(tiny_config(texts / "train.txt"), tmp_path, resume=True, progress=False)
     assert not marker.exists()
 
 
-def test_resume_names_an_empty_truncated_corrupt_or_foreign_checkpoint(texts, trained, tmp_path):
+def test_resume_names_an_empty_truncated_corrupt_or_foreign_checkpoint(texts, tiny_config, trained, tmp_path):
     good = (trained / "checkpoint.safetensors").read_bytes()
     foreign = tmp_path / "foreign.safetensors"
     save_file({"weight": torch.zeros(3)}, str(foreign), metadata={"format": "pt"})
@@ -162,7 +150,7 @@ def test_resume_names_an_empty_truncated_corrupt_or_foreign_checkpoint(texts, tr
         path = out / "checkpoint.safetensors"
         path.write_bytes(data)
         with pytest.raises(TrainingFileError, match=str(path)):
-            Trainer(config(texts), out, resume=True, progress=False)
+            Trainer(tiny_config(texts / "train.txt"), out, resume=True, progress=False)
         result = cli_train(out, "--resume")
         assert result.exit_code == 2, (name, result.output)
         assert result.output.count("error:") == 1 and str(path) in result.output, (name, result.output)
@@ -202,7 +190,7 @@ def test_the_bundled_softmax_is_safetensors_and_scores_text():
     assert len(vocab) == softmax.n_classes and model.softmax.n_classes == softmax.n_classes
 
 
-def test_a_legacy_softmax_pickle_is_refused_by_evaluate_and_fine_tuning(texts, trained, tmp_path):
+def test_a_legacy_softmax_pickle_is_refused_by_evaluate_and_fine_tuning(texts, tiny_config, trained, tmp_path):
     model_dir = tmp_path / "old-model"
     model_dir.mkdir()
     for name in ("options.json", "weights.hdf5", "vocab.txt"):
@@ -214,7 +202,7 @@ def test_a_legacy_softmax_pickle_is_refused_by_evaluate_and_fine_tuning(texts, t
     result = CliRunner().invoke(app, ["evaluate", str(model_dir), str(texts / "valid.txt")])
     assert result.exit_code == 2 and "softmax.pt" in result.output, result.output
     with pytest.raises(TrainingFileError, match=r"softmax\.pt"):
-        Trainer(config(texts, init_from=str(model_dir)), tmp_path / "tuned", progress=False)
+        Trainer(tiny_config(texts / "train.txt", init_from=str(model_dir)), tmp_path / "tuned", progress=False)
     assert not marker.exists()
 
 
@@ -242,11 +230,13 @@ def test_a_huge_learning_rate_stops_with_a_clear_error_and_exports_nothing(texts
         assert all(bool(torch.isfinite(t).all()) for t in kept.model.values())
 
 
-def test_divergence_after_a_good_export_keeps_that_export(texts, tmp_path, monkeypatch):
+def test_divergence_after_a_good_export_keeps_that_export(texts, tiny_config, tmp_path, monkeypatch):
     """A non-finite validation perplexity: the exported files stay those of the last good evaluation."""
-    import spacy_elmo.train.trainer as trainer_module
+    import spacy_elmo.train.run.trainer as trainer_module
 
-    trainer = Trainer(config(texts, valid=True, eval_every=2, max_steps=6), tmp_path, progress=False)
+    trainer = Trainer(
+        tiny_config(texts / "train.txt", texts / "valid.txt", eval_every=2, max_steps=6), tmp_path, progress=False
+    )
     real = trainer_module.perplexities
     calls = []
 
@@ -266,12 +256,12 @@ def test_divergence_after_a_good_export_keeps_that_export(texts, tmp_path, monke
     assert arrays and all(np.isfinite(a).all() for a in arrays)
 
 
-def test_huge_losses_do_not_crash_the_progress_display(texts, tmp_path):
+def test_huge_losses_do_not_crash_the_progress_display(texts, tiny_config, tmp_path):
     assert perplexity(1e6) == math.inf and math.isnan(perplexity(math.nan)) and perplexity(0.0) == 1.0
     assert _number(math.inf, 1) == "inf" and _number(1e300, 1) == "1e+300" and _number(12.345, 1) == "12.3"
     out = tmp_path / "progress"
     with pytest.raises(TrainingDiverged, match="training loss is"):
-        train(config(texts, lr=1e6, warmup_steps=1, max_steps=5), out, progress=True)
+        train(tiny_config(texts / "train.txt", lr=1e6, warmup_steps=1, max_steps=5), out, progress=True)
     result = cli_train(tmp_path / "quiet", "--train", str(texts / "train.txt"), "--lr", "1e6", "--max-steps", "5")
     assert result.exit_code == 2 and "OverflowError" not in result.output and "diverged" in result.output, result.output
 
@@ -310,10 +300,10 @@ def test_bad_training_input_is_refused_before_training(texts, tmp_path, args, me
         ({"min_count": 0}, "--min-count must be at least 1, not 0"),
     ],
 )
-def test_the_python_api_refuses_what_the_cli_refuses(texts, tmp_path, overrides, message):
+def test_the_python_api_refuses_what_the_cli_refuses(texts, tiny_config, tmp_path, overrides, message):
     """check_config is the one validator: a TrainConfig built in Python gets the CLI's checks and messages."""
     with pytest.raises(ValueError, match=message):
-        Trainer(config(texts, **overrides), tmp_path / "out", progress=False)
+        Trainer(tiny_config(texts / "train.txt", **overrides), tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -385,7 +375,7 @@ def _config_of(monkeypatch, tmp_path, *args) -> TrainConfig:
         seen.append(config)
         raise _ConfigSeen
 
-    monkeypatch.setattr("spacy_elmo.train.launch.Trainer", trainer)
+    monkeypatch.setattr("spacy_elmo.train.run.launch.Trainer", trainer)
     result = CliRunner().invoke(app, ["--debug", "train", str(tmp_path / "out"), *args])  # --debug: raised as is
     assert isinstance(result.exception, _ConfigSeen), result.output
     return seen[0]
@@ -410,8 +400,9 @@ def test_the_cli_passes_every_option_to_its_train_config_field(texts, monkeypatc
     assert given.train == defaults.train
 
 
-def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tmp_path):
-    Trainer(config(texts, threads=3, max_steps=1), tmp_path / "lib", progress=False)  # where it used to set them
+def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tiny_config, tmp_path):
+    lib = tmp_path / "lib"
+    Trainer(tiny_config(texts / "train.txt", threads=3, max_steps=1), lib, progress=False)  # where it used to set them
     assert torch.get_num_threads() == 1
     torch.set_num_threads(2)
     result = cli_train(tmp_path / "cli", "--train", str(texts / "train.txt"), "--max-steps", "1")
@@ -419,7 +410,7 @@ def test_the_trainer_leaves_torch_threads_alone_and_the_cli_sets_them(texts, tmp
     assert torch.get_num_threads() == 1
 
 
-def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, tmp_path):
+def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, tiny_config, trained, tmp_path):
     """The right format with wrong contents (crafted or from a bug) is still one clear error naming the file."""
     from safetensors import safe_open
 
@@ -444,15 +435,15 @@ def test_resume_names_a_checkpoint_whose_contents_are_malformed(texts, trained, 
         metadata = {"format": "spacy-elmo checkpoint", "version": "1", "json": json.dumps(case_info)}
         save_file({k: v.contiguous() for k, v in case_tensors.items()}, str(path), metadata=metadata)
         with pytest.raises(TrainingFileError, match=str(path)):
-            Trainer(config(texts), out, resume=True, progress=False)
+            Trainer(tiny_config(texts / "train.txt"), out, resume=True, progress=False)
 
 
 def test_metrics_and_model_card_survive_a_write_that_fails_halfway(texts, trained, tmp_path, monkeypatch):
     """A full disk while recording a result or refreshing the card leaves metrics.json and README.md whole."""
     from pathlib import Path as PathType
 
-    from spacy_elmo.train.evaluation import record_result
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
+    from spacy_elmo.train.run.evaluation import record_result
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -479,7 +470,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
-def test_a_new_run_refuses_a_folder_holding_another_model(texts, trained, tmp_path):
+def test_a_new_run_refuses_a_folder_holding_another_model(texts, tiny_config, trained, tmp_path):
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -490,17 +481,17 @@ def test_a_new_run_refuses_a_folder_holding_another_model(texts, trained, tmp_pa
     assert message.startswith(f"error: {model} already holds a model (")
     assert "continue its run with --resume, or pass --overwrite" in message
     with pytest.raises(ValueError, match="already holds a model"):
-        Trainer(config(texts, max_steps=1), model, progress=False)
+        Trainer(tiny_config(texts / "train.txt", max_steps=1), model, progress=False)
     assert _files(model) == before
 
 
-def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tmp_path, monkeypatch):
+def test_an_export_that_fails_leaves_the_previous_model_whole(texts, tiny_config, trained, tmp_path, monkeypatch):
     """Options were written before the weights and the softmax: a full disk between them left a folder whose model
     no longer loaded. The model's files are now replaced together, once all of them are written."""
     import errno
 
     from spacy_elmo.output.write_guard import WriteFailedError
-    from spacy_elmo.train import outputs
+    from spacy_elmo.train.run import outputs
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -511,7 +502,7 @@ def test_an_export_that_fails_leaves_the_previous_model_whole(texts, trained, tm
 
     monkeypatch.setattr(outputs, "save_softmax", full_disk)
     with pytest.raises(WriteFailedError, match=r"cannot write .*softmax\.safetensors: no space left on device"):
-        train(config(texts, max_steps=1), model, progress=False, overwrite=True)
+        train(tiny_config(texts / "train.txt", max_steps=1), model, progress=False, overwrite=True)
     assert {name: data for name, data in _files(model).items() if name in kept} == kept
     assert not [name for name in _files(model) if name.endswith(".tmp")]
 
@@ -520,7 +511,7 @@ _FILE_SIZE_LIMIT = """
 import resource, signal, sys
 from pathlib import Path
 import torch
-from spacy_elmo.train.storage import write_tensor_file
+from spacy_elmo.train.output_folder.storage import write_tensor_file
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as one on a full disk
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 write_tensor_file(Path(sys.argv[1]), {"w": torch.ones(100_000)}, "spacy-elmo checkpoint", {})
@@ -549,7 +540,7 @@ def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_p
 
     from safetensors import SafetensorError
 
-    from spacy_elmo.train import storage
+    from spacy_elmo.train.output_folder import storage
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
@@ -584,7 +575,7 @@ def test_a_full_disk_while_training_is_one_line_and_exit_2(texts, trained, tmp_p
 def test_a_safetensors_write_error_is_the_operating_systems_in_every_spelling(message):
     from safetensors import SafetensorError
 
-    from spacy_elmo.train.storage import _os_error
+    from spacy_elmo.train.output_folder.storage import _os_error
 
     error = _os_error(SafetensorError(message))
     assert isinstance(error, OSError) and error.errno == 28
@@ -621,12 +612,12 @@ def test_resume_removes_the_temporaries_of_killed_runs(texts, trained, tmp_path)
     assert alive.exists()
 
 
-def test_a_resumed_runs_warning_points_at_its_caller(texts, trained, tmp_path):
+def test_a_resumed_runs_warning_points_at_its_caller(texts, tiny_config, trained, tmp_path):
 
     model = tmp_path / "model"
     copy_run(trained, texts, model)
     with pytest.warns(UserWarning, match=r"ignored: .*lr=0\.5") as caught:  # (train: the copy's text, not these)
-        Trainer(config(texts, lr=0.5), model, resume=True, progress=False)
+        Trainer(tiny_config(texts / "train.txt", lr=0.5), model, resume=True, progress=False)
     assert caught[0].filename == __file__
 
 
@@ -639,7 +630,7 @@ sys.stdin.read()  # until killed
 """
 
 
-def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, trained, tmp_path):
+def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, tiny_config, trained, tmp_path):
     """`train out ... & train out --seed 2`: both said "saved to out" and the folder held one run's model."""
     import signal
     import subprocess
@@ -671,7 +662,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_until_its_run_dies(texts, 
             assert result.output.startswith(message), result.output
             assert len(result.output.strip().splitlines()) == 1
         with pytest.raises(ValueError, match="is in use by another spacy-elmo run"):
-            train(config(texts, max_steps=1), out, progress=False, overwrite=True)
+            train(tiny_config(texts / "train.txt", max_steps=1), out, progress=False, overwrite=True)
         assert _files(out) == before
     finally:
         live.send_signal(signal.SIGKILL)
@@ -712,7 +703,7 @@ _KILLED_WHILE_WRITING = """
 import sys, time
 from pathlib import Path
 from spacy_elmo.cli import app
-from spacy_elmo.train import storage
+from spacy_elmo.train.output_folder import storage
 
 real_save_file = storage.save_file
 

@@ -11,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.train import TrainConfig, Trainer, train
-from spacy_elmo.train.batching import Vocabulary
-from spacy_elmo.train.prepare import SourceSpec, prepare_corpus
-from spacy_elmo.train.shards import CorpusError, PreparedCorpus
-from spacy_elmo.train.storage import load_checkpoint
+from spacy_elmo.train import Trainer, train
+from spacy_elmo.train.corpus.batching import Vocabulary
+from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus
+from spacy_elmo.train.corpus.shards import CorpusError, PreparedCorpus
+from spacy_elmo.train.output_folder.storage import load_checkpoint
 from tests.conftest import torch_threads
 
 
@@ -132,23 +132,10 @@ def test_two_corpora_are_one_stream_and_one_vocabulary(prepared, tmp_path):
     assert corpus.words == sum(counts.values()) and corpus.distinct_words() == len(counts)
 
 
-def corpus_config(directory: Path, **overrides) -> TrainConfig:
-    options = dict(
-        train=[],
-        corpus=[str(directory)],
-        architecture="tiny",
-        min_count=1,
-        token_budget=300,
-        buffer_size=200,
-        lr=1e-2,
-        warmup_steps=2,
-        threads=1,
-        seed=3,
-        checkpoint_every=1,
-        valid=[],
-    )
-    options.update(overrides)
-    return TrainConfig(**options)
+@pytest.fixture(scope="module")
+def tiny_options():
+    """Batches of a few sentences from a buffer smaller than the corpus, a checkpoint at every step."""
+    return dict(token_budget=300, buffer_size=200, checkpoint_every=1)
 
 
 class RecordingTrainer(Trainer):
@@ -160,16 +147,16 @@ class RecordingTrainer(Trainer):
 
 
 @pytest.mark.slow
-def test_training_resumed_mid_corpus_continues_at_the_next_batch(prepared, tmp_path):
+def test_training_resumed_mid_corpus_continues_at_the_next_batch(prepared, tiny_config, tmp_path):
     directory, _ = prepared
     with torch_threads(1):
-        straight = RecordingTrainer(corpus_config(directory, max_steps=8), tmp_path / "straight", progress=False)
+        straight = RecordingTrainer(tiny_config(corpus=directory, max_steps=8), tmp_path / "straight", progress=False)
         straight.run()
         split = tmp_path / "split"
-        train(corpus_config(directory, max_steps=5), split, progress=False)
+        train(tiny_config(corpus=directory, max_steps=5), split, progress=False)
         position = load_checkpoint(split / "checkpoint.safetensors").info["state"]["corpus_position"]
         assert position["epoch"] == 0 and (position["group"], position["batch"]) != (0, 0)
-        resumed = RecordingTrainer(corpus_config(directory, max_steps=8), split, resume=True, progress=False)
+        resumed = RecordingTrainer(tiny_config(corpus=directory, max_steps=8), split, resume=True, progress=False)
         assert resumed.state["step"] == 5
         resumed.run()
     assert resumed.seen == straight.seen[5:8]  # the very batches the straight run trained on next
@@ -179,10 +166,10 @@ def test_training_resumed_mid_corpus_continues_at_the_next_batch(prepared, tmp_p
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)  # one thread, same batches: the same model
 
 
-def test_text_files_and_a_corpus_together_are_refused(prepared, tmp_path):
+def test_text_files_and_a_corpus_together_are_refused(prepared, tiny_config, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("a b c\n")
-    config = corpus_config(prepared[0], train=[{"path": str(text), "format": "lines", "tokenizer": "whitespace"}])
+    config = tiny_config(corpus=prepared[0], train=[{"path": str(text), "format": "lines", "tokenizer": "whitespace"}])
     with pytest.raises(ValueError, match="not both"):
         Trainer(config, tmp_path / "out", progress=False)
 

@@ -6,33 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.train import TrainConfig, train
-from spacy_elmo.train.prepare import SourceSpec, prepare_corpus, read_source_info
-from spacy_elmo.train.stages import earlier_stages
+from spacy_elmo.train import train
+from spacy_elmo.train.corpus.prepare import SourceSpec, prepare_corpus, read_source_info
+from spacy_elmo.train.output_folder.stages import earlier_stages
 from tests.conftest import torch_threads
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_layouts"
 
 
-def stage_config(corpus: Path, **overrides) -> TrainConfig:
-    options = dict(
-        train=[],
-        corpus=[str(corpus)],
-        architecture="tiny",
-        min_count=1,
-        token_budget=256,
-        lr=1e-2,
-        warmup_steps=1,
-        threads=1,
-        max_steps=3,
-        checkpoint_every=0,
-    )
-    options.update(overrides)
-    return TrainConfig(**options)
+@pytest.fixture(scope="module")
+def tiny_options():
+    """Three steps of small batches from TrainConfig's seed (0: the one the recorded corpus reading names)."""
+    return dict(token_budget=256, warmup_steps=1, max_steps=3, checkpoint_every=0, seed=0)
 
 
 @pytest.fixture(scope="module")
-def two_stages(tmp_path_factory):
+def two_stages(tmp_path_factory, tiny_config):
     """Stage 1 on the Gutenberg sample, stage 2 continuing it (--init-from) on the Simple Wikipedia sample."""
     root = tmp_path_factory.mktemp("stages")
     for layout in ("gutenberg", "jsonl"):
@@ -41,9 +30,9 @@ def two_stages(tmp_path_factory):
     valid = root / "valid.txt"
     valid.write_text("April is a month .\nThe girls met once a week .\n", encoding="utf-8")
     with torch_threads(1):
-        first = train(stage_config(root / "gutenberg"), root / "stage1", progress=False)
+        first = train(tiny_config(corpus=root / "gutenberg"), root / "stage1", progress=False)
         second = train(
-            stage_config(root / "jsonl", init_from=str(root / "stage1"), valid=[{"path": str(valid)}]),
+            tiny_config(corpus=root / "jsonl", init_from=str(root / "stage1"), valid=[{"path": str(valid)}]),
             root / "stage2",
             progress=False,
         )
@@ -128,7 +117,7 @@ def test_the_bundled_model_carries_its_training_into_the_next_stage(tmp_path):
 
 def _batches_seen(monkeypatch) -> list[list[list[str]]]:
     """Every global batch the trainers of this test train on, in order."""
-    from spacy_elmo.train.trainer import Trainer
+    from spacy_elmo.train.run.trainer import Trainer
 
     seen: list[list[list[str]]] = []
     original = Trainer.train_step
@@ -150,15 +139,15 @@ def gutenberg_corpus(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_continue_corpus_reads_on_where_the_last_stage_stopped(gutenberg_corpus, tmp_path, monkeypatch):
+def test_continue_corpus_reads_on_where_the_last_stage_stopped(gutenberg_corpus, tiny_config, tmp_path, monkeypatch):
     """Two stages of 3 steps with --continue-corpus train on the batches one run of 6 steps trains on, in order."""
     corpus = gutenberg_corpus / "corpus"
     seen = _batches_seen(monkeypatch)
     with torch_threads(1):
-        train(stage_config(corpus, token_budget=64, max_steps=6), tmp_path / "whole", progress=False)
+        train(tiny_config(corpus=corpus, token_budget=64, max_steps=6), tmp_path / "whole", progress=False)
         whole, seen[:] = list(seen), []
-        train(stage_config(corpus, token_budget=64), tmp_path / "one", progress=False)
-        second = stage_config(corpus, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True)
+        train(tiny_config(corpus=corpus, token_budget=64), tmp_path / "one", progress=False)
+        second = tiny_config(corpus=corpus, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True)
         metrics = train(second, tmp_path / "two", progress=False)
     assert len(whole) == 6 and seen == whole  # stage 2 starts at the batch after stage 1's last
     first_reading = metrics["stages"][0]["corpus_reading"]
@@ -168,19 +157,21 @@ def test_continue_corpus_reads_on_where_the_last_stage_stopped(gutenberg_corpus,
     # without --continue-corpus the second stage starts the corpus again
     seen[:] = []
     with torch_threads(1):
-        again = stage_config(corpus, token_budget=64, init_from=str(tmp_path / "one"))
+        again = tiny_config(corpus=corpus, token_budget=64, init_from=str(tmp_path / "one"))
         train(again, tmp_path / "three", progress=False)
     assert seen == whole[:3]
 
 
 @pytest.mark.slow
-def test_continue_corpus_refuses_another_order_or_corpus_by_name(gutenberg_corpus, tmp_path):
+def test_continue_corpus_refuses_another_order_or_corpus_by_name(gutenberg_corpus, tiny_config, tmp_path):
     corpus = gutenberg_corpus / "corpus"
     with torch_threads(1):
-        train(stage_config(corpus, token_budget=64, max_steps=2), tmp_path / "one", progress=False)
+        train(tiny_config(corpus=corpus, token_budget=64, max_steps=2), tmp_path / "one", progress=False)
         with pytest.raises(ValueError, match="seed 0 there, 1 here"):
             train(
-                stage_config(corpus, token_budget=64, seed=1, init_from=str(tmp_path / "one"), continue_corpus=True),
+                tiny_config(
+                    corpus=corpus, token_budget=64, seed=1, init_from=str(tmp_path / "one"), continue_corpus=True
+                ),
                 tmp_path / "other-seed",
                 progress=False,
             )
@@ -189,16 +180,16 @@ def test_continue_corpus_refuses_another_order_or_corpus_by_name(gutenberg_corpu
         prepare_corpus(other, [spec], shard_sentences=8, progress=False)
         with pytest.raises(ValueError, match="another prepared corpus"):
             train(
-                stage_config(other, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True),
+                tiny_config(corpus=other, token_budget=64, init_from=str(tmp_path / "one"), continue_corpus=True),
                 tmp_path / "other-corpus",
                 progress=False,
             )
     with pytest.raises(ValueError, match="--continue-corpus continues an --init-from model"):
-        train(stage_config(corpus, continue_corpus=True), tmp_path / "alone", progress=False)
+        train(tiny_config(corpus=corpus, continue_corpus=True), tmp_path / "alone", progress=False)
 
 
 def test_continue_corpus_needs_a_recorded_position():
-    from spacy_elmo.train.stages import continued_reading
+    from spacy_elmo.train.output_folder.stages import continued_reading
 
     with pytest.raises(ValueError, match="records no position"):
         continued_reading([{"words_seen": 10}], {"seed": 0}, "abc")

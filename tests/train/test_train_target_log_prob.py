@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from spacy_elmo.train import target_log_prob as target_log_prob_module
-from spacy_elmo.train.target_log_prob import target_log_prob
+from spacy_elmo.train.network import target_log_prob as target_log_prob_module
+from spacy_elmo.train.network.target_log_prob import target_log_prob
 
 
 def _both(logits: torch.Tensor, target: torch.Tensor, grad: torch.Tensor):
@@ -67,7 +67,7 @@ def test_shapes_are_checked():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_adaptive_log_prob_agrees_with_the_modules_own_forward(dtype):
     """The trainer's softmax (every precision) gives torch's AdaptiveLogSoftmaxWithLoss values and gradients."""
-    from spacy_elmo.train.network import adaptive_log_prob
+    from spacy_elmo.train.network.language_model import adaptive_log_prob
 
     torch.manual_seed(0)
     softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 60, [10, 30], div_value=2.0).to(dtype)

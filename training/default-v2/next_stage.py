@@ -44,7 +44,7 @@ MACHINES = HERE / "machines.json"  # stage number -> the machine it ran on (this
 BUNDLED = ROOT / "spacy_elmo" / "models" / "default"  # the bundled default, once a stage became it
 BUNDLED_NOTES = HERE / "bundled-card-notes.md"  # its card's notes: dates, commits, licences, evidence
 # a stage's card shows its commands with these folders, where metrics.json names each by its name alone
-# (spacy_elmo/train/recorded_paths.py): the stage folders, the prepared corpora, WikiText-2's valid.txt
+# (spacy_elmo/train/output_folder/recorded_paths.py): the stage folders, the prepared corpora, WikiText-2's valid.txt
 PORTABLE_PATHS = (
     (re.compile(r"(?<= train )(stage-\d+)\b"), r"OUT/\1"),  # the training run's own folder
     (re.compile(r"(?<=--init-from )(stage-\d+)\b"), r"OUT/\1"),  # the export of the stage before
@@ -139,7 +139,7 @@ def train(prep: Path, minutes: float, threads: int, processes: int, work: Path, 
     target.mkdir()
     for name in RECORD:
         shutil.copyfile(out / name, target / name)
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
 
     write_model_card(out, title=f"spacy-elmo default v2, stage {number} (in training)")
     shutil.copyfile(out / "README.md", target / "README.md")  # main makes it portable
@@ -199,7 +199,7 @@ def write_bundled_card() -> Path:
     Run again after anything rewrites the card: ``spacy-elmo evaluate --record`` keeps its title and notes but
     renders the commands' folders by their names again.
     """
-    from spacy_elmo.train.model_card import write_model_card
+    from spacy_elmo.train.output_folder.model_card import write_model_card
 
     card = write_model_card(BUNDLED, title="spacy-elmo default v2", notes=BUNDLED_NOTES.read_text())
     make_card_portable(card)

@@ -8,7 +8,7 @@ English Wikipedia (``simplewiki``: github:taminemelissa/quiz-generator), so its 
 may be flattered by articles it read. This reports, for each split, the share of its word n-grams (lower
 case, letters and digits only, so that WikiText's tokenization and ``<unk>`` do not hide a match) found
 anywhere in the training text, over all articles and per article. The training text is read as
-``corpus.sh`` prepared it (the ``wikiextractor`` and ``jsonl`` layouts of ``spacy_elmo.train.layouts``).
+``corpus.sh`` prepared it (the ``wikiextractor`` and ``jsonl`` layouts of ``spacy_elmo.train.corpus.layouts``).
 ``--write-without DIR`` also writes both splits without the articles of which ``--share`` (0.1) or more
 was found, to measure perplexity without them. ``RAW``: the folder ``corpus.sh`` filled.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Optional
 
-from spacy_elmo.train.layouts import layout_files, text_blocks
+from spacy_elmo.train.corpus.layouts import layout_files, text_blocks
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 WORD = re.compile(r"[a-z0-9]+")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plain import PlainEngine
     from .precisions import PRECISIONS, Precision
     from .registry import ENGINES, engine_of, precision_support, prepare, summary, warn_if_slow
-    from .step_loop import LayerSpec, LayerSteps, StepKernel, StepProduct, StepWeight, step_kernel
+    from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
 
 # each public name -> the module that defines it, imported when the name is first used
 _HOMES = {
@@ -53,14 +53,12 @@ _HOMES = {
     "ModuleState": ".base",
     "PlainEngine": ".plain",
     "Precision": ".precisions",
-    "StepKernel": ".step_loop",
     "StepProduct": ".step_loop",
     "StepWeight": ".step_loop",
     "Target": ".base",
     "engine_of": ".registry",
     "precision_support": ".registry",
     "prepare": ".registry",
-    "step_kernel": ".step_loop",
     "summary": ".registry",
     "warn_if_slow": ".registry",
 }
@@ -78,14 +76,12 @@ __all__ = [
     "ModuleState",
     "PlainEngine",
     "Precision",
-    "StepKernel",
     "StepProduct",
     "StepWeight",
     "Target",
     "engine_of",
     "precision_support",
     "prepare",
-    "step_kernel",
     "summary",
     "warn_if_slow",
 ]

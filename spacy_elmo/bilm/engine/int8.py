@@ -51,7 +51,7 @@ import platform
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -61,14 +61,9 @@ from ..lstm import ProjectedLSTMCell
 from ..threads import ForkSafeLock
 from .base import M, Target, WeightPacks, state_of
 from .plain import PlainEngine
-from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind, step_kernel
+from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
-
-try:  # torch's custom class of packed linear weights (builds with quantized kernels)
-    LinearPacked: Any = torch.classes.quantized.LinearPackedParamsBase
-except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused before this is used
-    LinearPacked = Any
 
 # the kernel of each role, as measured (benchmarks/RESULTS.md, "Precision on every CPU"):
 INT8_ENGINE = "fbgemm"  # one compact pack; faster than oneDNN on AVX2, close to it with AVX-512 VNNI
@@ -248,20 +243,7 @@ class Int8Pack:
 
     def step_weight(self) -> StepWeight:
         """This pack as the step loop takes it."""
-        return StepWeight(None, Int8StepKernel(self.packed, self.reduce_range))
-
-
-@step_kernel
-class Int8StepKernel:
-    """An int8 step weight in the step loop: its packed params (the weight's one int8 copy), quantizing activations to
-    7 bits where ``reduce_range`` (:func:`int8_kernels`); every row count."""
-
-    def __init__(self, packed: LinearPacked, reduce_range: bool) -> None:
-        self.packed = packed
-        self.reduce_range = reduce_range
-
-    def product(self, rows: torch.Tensor, n: int) -> Optional[torch.Tensor]:
-        return torch.ops.quantized.linear_dynamic(rows.contiguous(), self.packed, self.reduce_range)
+        return StepWeight(None, int8=self.packed, int8_reduce_range=self.reduce_range)
 
 
 def make_pack(out_in: torch.Tensor, step: bool = False) -> Optional[Int8Pack]:

@@ -28,6 +28,8 @@ Cost: one packed copy (larger than the matrix) per matrix used, made on first us
 ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 """
 
+from __future__ import annotations
+
 import os
 from collections.abc import Sequence
 from typing import Optional, cast
@@ -39,7 +41,7 @@ from ...groundwork.probe import has_feature
 from ..lstm import ProjectedLSTMCell
 from .base import Target, WeightPacks
 from .plain import PlainEngine
-from .step_loop import StepWeight, step_kernel
+from .step_loop import StepWeight
 
 ENABLED = os.environ.get("SPACY_ELMO_PACKED_WEIGHTS", "1").strip().lower() not in ("0", "false", "no", "off")
 # rows for which the packed product beats plain sgemm here (MKL parallelises it less well)
@@ -67,30 +69,6 @@ def fits(rows: int) -> bool:
 def linear(rows: torch.Tensor, out_in: torch.Tensor, bias: Optional[torch.Tensor], pack: torch.Tensor) -> torch.Tensor:
     """``rows @ out_in.T (+ bias)`` with ``pack`` the packed form of ``out_in``."""
     return torch.ops.mkl._mkl_linear(rows, pack, out_in, bias, rows.shape[0])
-
-
-@torch.jit.ignore  # (this module has no "from __future__ import annotations": TorchScript reads these types)
-def _step_product(rows: torch.Tensor, pack: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-    """``rows @ dense`` through MKL's pack, as :func:`linear` (a call back into Python from the compiled step loop:
-    TorchScript never looks inside, so builds without MKL compile the loop too)."""
-    return torch.ops.mkl._mkl_linear(rows, pack, dense.t(), None, rows.shape[0])
-
-
-@step_kernel
-class MklStepKernel:
-    """An MKL-packed float32 state weight in the step loop: its pack serves products of ``min_rows`` to ``max_rows``
-    rows (this family's cost model), the dense matrix the others."""
-
-    def __init__(self, pack: torch.Tensor, dense: torch.Tensor, min_rows: int, max_rows: int) -> None:
-        self.pack = pack
-        self.dense = dense
-        self.min_rows = min_rows
-        self.max_rows = max_rows
-
-    def product(self, rows: torch.Tensor, n: int) -> Optional[torch.Tensor]:
-        if n < self.min_rows or n > self.max_rows:
-            return None
-        return _step_product(rows, self.pack, self.dense)
 
 
 def make_pack(out_in: torch.Tensor) -> Optional[torch.Tensor]:
@@ -151,7 +129,7 @@ class MklEngine(PlainEngine):
             return None
         most = max_rows()  # this thread's count: the layer's steps run on it
         return [
-            StepWeight(cell.state_weight, MklStepKernel(pack, cell.state_weight, MIN_ROWS, most))
+            StepWeight(cell.state_weight, mkl=pack, min_rows=MIN_ROWS, max_rows=most)
             for cell, pack in zip(cells, packs)
         ]
 

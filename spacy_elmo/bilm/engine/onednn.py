@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import ClassVar, Optional, Union
+from typing import ClassVar, Optional
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ from ..exact import exact_float32
 from . import mkl
 from .base import Target, WeightPacks
 from .plain import PlainEngine
-from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind, step_kernel
+from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 
 MIN_ELEMENTS = 1 << 18  # smaller weights gain nothing from a pack
 MAX_ROWS = 256  # bf16: from a few hundred rows up plain bf16 GEMM is as fast (RESULTS.md, "Precision: float32 vs")
@@ -126,31 +126,9 @@ def linear(rows: torch.Tensor, pack: torch.Tensor, bias: Optional[torch.Tensor] 
     return torch.ops.mkldnn._linear_pointwise(rows, pack, bias, "none", [], "")
 
 
-@step_kernel
-class OneDnnStepKernel:
-    """A oneDNN-packed step weight (bf16 or float32) in the step loop: its pack serves products of ``min_rows`` to
-    ``max_rows`` rows (this family's cost model), the dense matrix the others."""
-
-    def __init__(self, pack: torch.Tensor, min_rows: int, max_rows: int) -> None:
-        self.pack = pack
-        self.min_rows = min_rows
-        self.max_rows = max_rows
-
-    def product(self, rows: torch.Tensor, n: int) -> Optional[torch.Tensor]:
-        if n < self.min_rows or n > self.max_rows:
-            return None
-        no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
-        return torch.ops.mkldnn._linear_pointwise(rows, self.pack, None, "none", no_scalars, "")
-
-
-def step_weight(dense: torch.Tensor, pack: Optional[torch.Tensor], min_rows: int, max_rows: int) -> StepWeight:
-    """A step weight whose products of ``min_rows`` to ``max_rows`` rows go through ``pack`` (where there is one)."""
-    return StepWeight(dense, None if pack is None else OneDnnStepKernel(pack, min_rows, max_rows))
-
-
 def float32_step_packs(out_in: torch.Tensor) -> Optional[list[torch.Tensor]]:
     """Packs of each direction's float32 ``(out, in)`` weight in ``out_in`` for products that repeat at every step
-    (training's fused biLSTM, :mod:`spacy_elmo.train.packed_lstm`: made once per call), where this family serves
+    (training's fused biLSTM, :mod:`spacy_elmo.train.network.packed_lstm`: made once per call), where this family serves
     float32 here (:func:`float32_kernels`); None where those products stay torch's (MKL's GEMM): MKL chosen, a weight
     below :data:`MIN_ELEMENTS`, or a torch that cannot pack."""
     if out_in[0].numel() < MIN_ELEMENTS or float32_kernels() != "onednn":
@@ -164,7 +142,6 @@ class OneDnnEngine(PlainEngine):
 
     max_rows: ClassVar[int]
     state_min_rows: ClassVar[int] = 0  # the step's state products take the pack from this many rows
-    compiled_steps: ClassVar[bool]  # the step loop runs compiled by TorchScript (else from Python)
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)
@@ -198,11 +175,13 @@ class OneDnnEngine(PlainEngine):
 
         projections = [self.pack(cell, "projection", cell.projection.t()) for cell in cells]
         fewest = self.state_min_rows
-        state = StepProduct([step_weight(cell.state_weight, p, fewest, most) for cell, p in zip(cells, states)])
-        projection = StepProduct([step_weight(cell.projection, p, 0, most) for cell, p in zip(cells, projections)])
-        return LayerSteps(
-            spec, input_projection, state, projection, precision=self.precision if self.compiled_steps else None
+        state = StepProduct(
+            [StepWeight(cell.state_weight, onednn=p, min_rows=fewest, max_rows=most) for cell, p in zip(cells, states)]
         )
+        projection = StepProduct(
+            [StepWeight(cell.projection, onednn=p, max_rows=most) for cell, p in zip(cells, projections)]
+        )
+        return LayerSteps(spec, input_projection, state, projection, precision=self.precision)
 
 
 class Bf16Engine(OneDnnEngine):
@@ -212,7 +191,6 @@ class Bf16Engine(OneDnnEngine):
     load_dtype = torch.bfloat16
     tolerance = 2.5e-2
     max_rows = MAX_ROWS
-    compiled_steps = True
 
     @classmethod
     def serves(cls, target: Target) -> bool:
@@ -234,7 +212,6 @@ class Float32Engine(OneDnnEngine):
     load_dtype = torch.float32
     max_rows = FLOAT32_MAX_ROWS
     state_min_rows = FLOAT32_STATE_MIN_ROWS
-    compiled_steps = True  # faster at batch 1 than the Python loop (RESULTS.md, "float32 through oneDNN's")
 
     @classmethod
     def serves(cls, target: Target) -> bool:

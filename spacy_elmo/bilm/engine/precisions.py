@@ -10,9 +10,10 @@ the plain engine last), and whether ``spacy-elmo train --precision`` takes it.
 
 What a user passes (``"bf16"``, ``torch.bfloat16``, a row, None) becomes a row once, at the edge
 (:func:`resolve`), and the row travels: ``runtime/configuration/validation.py`` (the names a precision takes),
-``runtime/embedding/backend.py`` (the torch dtype, the load log, the overflow guard, the refusal), ``sources/pinned_model.py``
-(the vectors' names), :mod:`.registry` (the engines, the emulated warning, what ``info`` lists), ``train/config.py``
-(``--precision``) and the command line's help. A torch dtype is named in one place (:func:`torch_dtype_name`).
+``runtime/embedding/backend.py`` (the torch dtype, the load log, the overflow guard, the refusal),
+``sources/pinned_model.py`` (the vectors' names), :mod:`.registry` (the engines, the emulated warning, what ``info``
+lists), ``train/config.py`` (``--precision``) and the command line's help. A torch dtype is named in one place
+(:func:`torch_dtype_name`).
 
 Adding a precision is one row here and its engine family's file in ``bilm/engine/`` (its ``serves``, products,
 step products, ``load`` and ``tolerance``), which ``tests/bilm/test_engines.py`` holds to float32 and

@@ -2,15 +2,10 @@
 
 A layer's D directions (2 interleaved, or 1 on a direction thread) step together over the step-ordered rows: the
 recurrent product, the gate and cell math (:func:`cell_update`), the projection, the clip. The engines differ only
-in their products, handed over as data: per direction a :class:`StepWeight` (the dense matrix, and its family's
-:class:`StepKernel` where one serves: the family's own product, in the family's own file), or for small float32
-weights one stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with
-the engine's input projection and runs the loop chunk by chunk.
-
-A family's step kernel is a class of its file, registered by :func:`step_kernel`, with one method,
-``product(rows, n)``: ``rows @ weight`` as a new tensor, or None where its dense matrix serves these ``n`` rows.
-TorchScript compiles each registered class with the loop and calls its ``product`` through the :class:`StepKernel`
-interface, so a family's aten ops run compiled, without the GIL, and the loop names no family.
+in their products, handed over as data: per direction a :class:`StepWeight` (the dense matrix, and the pack of
+its family where one serves these rows: int8, oneDNN bf16 or float32, MKL float32), or for small float32 weights one
+stacked matrix for both directions (one batched product per step). :class:`LayerSteps` holds them with the
+engine's input projection and runs the loop chunk by chunk.
 
 On CPU the engines of float32 and of the low precisions (int8, bf16) run the loop compiled by TorchScript, one
 direction at a time: at batch 1 a step is two products and a dozen tiny ops; run from Python, each op pays the
@@ -27,26 +22,25 @@ runs it from Python, both directions interleaved.
 loop.
 """
 
-import builtins
-import functools
 import logging  # no "from __future__ import annotations": TorchScript reads the NamedTuples' types
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
 
 from ..lstm import ProjectedLSTMCell
 from ..threads import ForkSafeLock
 
+try:  # torch's custom class of packed linear weights (builds with quantized kernels)
+    LinearPacked: Any = torch.classes.quantized.LinearPackedParamsBase
+except (AttributeError, RuntimeError):  # no quantized kernels: int8 is refused before this is used
+    LinearPacked = Any
+
 _lock = ForkSafeLock()
 _LOOP = "lstm_steps"
 _compiled: dict[str, Optional[Callable[..., Any]]] = {}
-_kernels: list[type] = []  # every family's step kernel class (step_kernel), compiled with the loop
-_scripted: list[type] = []  # those TorchScript has compiled
-K = TypeVar("K", bound=type)
 logger = logging.getLogger(__name__)  # a child of the "spacy_elmo" logger
 # input_projection(rows (D, N, in)) -> gates[d] = rows[d] @ input_weight[d] + bias[d]: one (D, N, 4 * cell) tensor, or
 # one (N, 4 * cell) tensor per direction (the compiled loop's engines: each product's own result, no copy into a buffer)
@@ -98,37 +92,22 @@ def retire_ended_rows(c: torch.Tensor, last_c: torch.Tensor, n: int) -> torch.Te
     return c
 
 
-class _StepKernel:
-    """What a family's step kernel does: ``rows`` (``n`` of them) ``@`` its weight through the family's pack, as a new
-    tensor; None where the dense matrix serves these rows (the family's cost model)."""
-
-    def product(self, rows: torch.Tensor, n: int) -> Optional[torch.Tensor]:
-        pass
-
-
-try:  # the interface TorchScript calls each family's product through
-    with warnings.catch_warnings():  # torch 2.x flags torch.jit.interface as deprecated
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        StepKernel: Any = torch.jit.interface(_StepKernel)
-except Exception:  # no TorchScript: the loop runs from Python, where any object with a product method serves
-    StepKernel = _StepKernel
-
-
-def step_kernel(cls: K) -> K:
-    """Register ``cls``, a family's step kernel (a class with ``product(rows, n)``, see :class:`StepKernel`), to be
-    compiled with the loop (:func:`compiled`). A class decorator for the engine families' files."""
-    with _lock:
-        _kernels.append(cls)
-    return cls
-
-
 class StepWeight(NamedTuple):
-    """One direction's weight of one step product: ``kernel``, its family's product (an instance of a class
-    registered by :func:`step_kernel`), where it serves these rows; else ``dense``, the ``(in, out)`` matrix."""
+    """One direction's weight of one step product, in the forms its engine holds; the first that serves runs.
+
+    ``int8``: packed params (the weight's one int8 copy), quantizing activations to 7 bits where
+    ``int8_reduce_range`` (:func:`.int8.int8_kernels`). ``onednn`` (bf16, float32) or ``mkl``: a pack for products of
+    ``min_rows``..``max_rows`` rows (its family's cost model). ``dense``: the ``(in, out)`` matrix, for every other
+    product.
+    """
 
     dense: Optional[torch.Tensor]
-    kernel: Optional[StepKernel] = None
+    int8: Optional[LinearPacked] = None
+    int8_reduce_range: bool = False
+    onednn: Optional[torch.Tensor] = None
+    mkl: Optional[torch.Tensor] = None
+    min_rows: int = 0
+    max_rows: int = 0
 
 
 class StepProduct(NamedTuple):
@@ -139,19 +118,32 @@ class StepProduct(NamedTuple):
     stacked: Optional[torch.Tensor] = None
 
 
+@torch.jit.ignore
+def _mkl_product(rows: torch.Tensor, pack: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    """``rows @ dense`` through MKL's pack, as :func:`.mkl.linear` (a call back into Python from the compiled loop:
+    TorchScript never looks inside, so builds without MKL compile the loop too)."""
+    return torch.ops.mkl._mkl_linear(rows, pack, dense.t(), None, rows.shape[0])
+
+
 def _dense(weight: StepWeight) -> torch.Tensor:
     dense = weight.dense
-    assert dense is not None, "a step weight without a kernel for these rows needs its dense matrix"
+    assert dense is not None, "a step weight without a pack for these rows needs its dense matrix"
     return dense
 
 
 def _packed(rows: torch.Tensor, weight: StepWeight, n: int) -> Optional[torch.Tensor]:
-    """``rows`` (``n`` of them) ``@ weight`` through its family's kernel, as a new tensor; None where the dense
-    matrix serves."""
-    kernel = weight.kernel
-    if kernel is None:
-        return None
-    return kernel.product(rows, n)
+    """``rows`` (``n`` of them) ``@ weight`` through its pack, as a new tensor; None where the dense matrix serves."""
+    int8 = weight.int8
+    if int8 is not None:
+        return torch.ops.quantized.linear_dynamic(rows.contiguous(), int8, weight.int8_reduce_range)
+    onednn = weight.onednn
+    if onednn is not None and weight.min_rows <= n and n <= weight.max_rows:
+        no_scalars: list[Optional[Union[int, float, complex]]] = []  # TorchScript's type of the op's Scalar?[]
+        return torch.ops.mkldnn._linear_pointwise(rows, onednn, None, "none", no_scalars, "")
+    mkl = weight.mkl
+    if mkl is not None and weight.min_rows <= n and n <= weight.max_rows:
+        return _mkl_product(rows, mkl, _dense(weight))
+    return None
 
 
 def lstm_steps(
@@ -217,37 +209,23 @@ def lstm_steps(
 
 
 def compiled() -> Optional[Callable[..., Any]]:
-    """:func:`lstm_steps` compiled by TorchScript with every family's step kernel (once per process, and again for a
-    kernel registered since), or None where that is unavailable."""
-    if _LOOP in _compiled and len(_scripted) == len(_kernels):
+    """:func:`lstm_steps` compiled by TorchScript (once per process), or None where that is unavailable."""
+    if _LOOP in _compiled:
         return _compiled[_LOOP]
     with _lock:
-        if _LOOP not in _compiled or len(_scripted) != len(_kernels):
+        if _LOOP not in _compiled:
             try:
                 with warnings.catch_warnings():  # torch 2.x flags torch.jit.script as deprecated
                     warnings.simplefilter("ignore", DeprecationWarning)
                     warnings.simplefilter("ignore", FutureWarning)
-                    for kernel in _kernels[len(_scripted) :]:
-                        # registers the class with TorchScript (the class is unchanged), its names resolved in its
-                        # own module (by default TorchScript looks in the caller's)
-                        torch.jit.script(kernel, _rcb=functools.partial(_module_name, sys.modules[kernel.__module__]))
-                        _scripted.append(kernel)
-                    if _compiled.get(_LOOP) is None:
-                        _compiled[_LOOP] = torch.jit.script(lstm_steps)
+                    _compiled[_LOOP] = torch.jit.script(lstm_steps)
                 logger.debug("LSTM steps: TorchScript loop compiled")
             except Exception as err:  # no TorchScript, or it cannot compile this: the Python loop runs instead
                 _compiled[_LOOP] = None
-                _scripted[:] = _kernels  # (not tried again)
                 logger.debug(
                     "LSTM steps: TorchScript unavailable (%s: %s); the Python loop runs", type(err).__name__, err
                 )
     return _compiled[_LOOP]
-
-
-def _module_name(module: Any, name: str) -> Any:
-    """What ``name`` is in ``module`` (a builtin's name where the module has none): how TorchScript finds the names a
-    step kernel's methods use."""
-    return getattr(module, name, getattr(builtins, name, None))
 
 
 def loop_kind() -> str:

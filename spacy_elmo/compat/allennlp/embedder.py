@@ -41,7 +41,8 @@ DEFAULT_BATCH_SIZE = 64  # AllenNLP 0.9's own (allennlp.commands.elmo), not a se
 
 def check_cuda_device(cuda_device: int) -> None:
     """AllenNLP's ``cuda_device`` (-1 or below: the CPU; N: ``cuda:N``) checked to exist on this machine
-    (:func:`~spacy_elmo.runtime.configuration.validation.resolve_device`, every front end's check): a ``ValueError`` naming it."""
+    (:func:`~spacy_elmo.runtime.configuration.validation.resolve_device`, every front end's check): a ``ValueError``
+    naming it."""
     if isinstance(cuda_device, bool) or not isinstance(cuda_device, numbers.Integral):
         raise TypeError(f"cuda_device={excerpt(cuda_device)}: expected an int (-1: the CPU, N: the GPU cuda:N)")
     if cuda_device >= 0:

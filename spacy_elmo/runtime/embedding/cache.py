@@ -27,11 +27,12 @@ from typing import Optional
 import numpy as np
 
 from ...bilm.threads import ForkSafeLock, renew_after_fork
-from ...groundwork.file_names import DISK_CACHE as DB_NAME
 from ...groundwork.file_names import PathLike
 from ..configuration.defaults import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
 from ..configuration.validation import disk_mb, memory_mb
 
+DISK_CACHE = "embeddings.sqlite3"  # the disk cache of sentence activations, in its directory
+DB_NAME = DISK_CACHE
 CACHE_DIR_ENV = "SPACY_ELMO_CACHE_DIR"
 CACHE_MB_ENV = "SPACY_ELMO_CACHE_MB"
 _BUSY_TIMEOUT_S = 60.0
@@ -409,7 +410,7 @@ def env_cache_dir() -> Optional[str]:
 
 def env_disk_mb() -> float:
     """The disk cache bound from ``SPACY_ELMO_CACHE_MB`` (default 4096 MiB), checked as ``disk_cache_mb`` is
-    (:func:`~.validation.disk_mb`: a ``ValueError`` naming the variable)."""
+    (:func:`~..configuration.validation.disk_mb`: a ``ValueError`` naming the variable)."""
     value = os.environ.get(CACHE_MB_ENV, "").strip()
     if not value:
         return DEFAULT_DISK_MB

@@ -30,8 +30,8 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class SentenceEmbedder(Protocol):
-    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.embedding.backend.ElmoBackend`): token
-    sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
+    """What :func:`embed_segments` needs of a backend (an :class:`~spacy_elmo.runtime.embedding.backend.ElmoBackend`):
+    token sentences in, layers out (not :class:`spacy_elmo.compat.elmoformanylangs.Embedder`, the drop-in class)."""
 
     @property
     def n_layers(self) -> int: ...
@@ -54,6 +54,11 @@ def window_bounds(n: int, max_length: Optional[int], overlap: int) -> list[tuple
     max_length, overlap = optional_windows(max_length, overlap)
     if max_length is None or n <= max_length:
         return [(0, n, 0, n)] if n else []
+    return _bounds(n, max_length, overlap)
+
+
+def _bounds(n: int, max_length: int, overlap: int) -> list[tuple[int, int, int, int]]:
+    """:func:`window_bounds` of a sequence longer than ``max_length``, the settings checked already."""
     step = max_length - overlap
     starts = [*range(0, n - max_length, step), n - max_length]
     bounds: list[tuple[int, int, int, int]] = []
@@ -134,7 +139,7 @@ def embed_segments(
     on_progress (callable | None): the backend's, called with the number of windows done.
     on_tokens (callable | None): called after each backend call with the number of the segments' tokens it
         embedded (each token counted once, overlaps and all): a progress bar's ``update`` over tokens moves
-        through a long segment's windows too (:mod:`.progress`).
+        through a long segment's windows too (:mod:`..features.progress`).
 
     ``layers`` is float32 ``(n_layers + 1, len(tokens), dim)`` and the caller's own; an empty
     segment gives ``(n_layers + 1, 0, dim)``. Consecutive windows share backend calls, so their
@@ -179,7 +184,7 @@ def fold_segments(
     size = 0
     for key, tokens in segments:
         n = len(tokens)
-        plan = [(0, n, 0, n)] if max_length is None or n <= max_length else window_bounds(n, max_length, overlap)
+        plan = [(0, n, 0, n)] if max_length is None or n <= max_length else _bounds(n, max_length, overlap)
         segment = _Open(key, new_sink((backend.n_layers + 1, n, backend.dim), len(plan)), len(plan))
         waiting.append(segment)
         for start, end, keep_start, keep_end in plan:
@@ -231,7 +236,7 @@ def length_batches(lengths: Sequence[int], max_rows: Optional[int], token_budget
     token_budget (int): rows x the batch's longest length stays within it, unless one item alone exceeds it.
 
     Every batch has at least one item. The backend (``ElmoBackend.embed``) and training
-    (``train.batching.bucket_batches``) both batch this way.
+    (``train.corpus.batching.bucket_batches``) both batch this way.
     """
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
     batches: list[list[int]] = []

@@ -122,8 +122,9 @@ class ComponentSettings(FrontSettings):
 
     def checked(self: Settings) -> Settings:
         """:meth:`FrontSettings.checked`, a batch size that is a number, and the device: a ``ValueError`` for one this
-        machine lacks (:func:`~spacy_elmo.runtime.configuration.validation.resolve_device`, every front end's check); ``None`` or
-        ``""``: None, the device of thinc's current ops when the model loads (``spacy/architectures.py``)."""
+        machine lacks (:func:`~spacy_elmo.runtime.configuration.validation.resolve_device`, every front end's check);
+        ``None`` or ``""``: None, the device of thinc's current ops when the model loads
+        (``spacy/architectures.py``)."""
         settings = super().checked()
         if settings.batch_size is None:
             raise ValueError("batch_size=None: expected a positive integer")

@@ -56,7 +56,7 @@ def check_layer_spec(layers: Any) -> LayerMix:
 
 def check_gamma(gamma: Any) -> float:
     """``gamma`` (the mix's scale) as a ``float`` when it is a finite number (booleans not); else ``ValueError``
-    (:func:`~.validation.finite_in`, the one check of a number)."""
+    (:func:`~..configuration.validation.finite_in`, the one check of a number)."""
     return finite_in(gamma, "gamma", -math.inf)
 
 

@@ -1,4 +1,5 @@
-"""Pool token vectors into one fixed-size vector; shared by the spaCy and scikit-learn front ends."""
+"""Pool token vectors into one fixed-size vector: the one pooling of the spaCy and scikit-learn front ends (and Dask's,
+the hub's)."""
 
 from __future__ import annotations
 
@@ -47,12 +48,14 @@ def normalized_rows(rows: np.ndarray, norm: Optional[str]) -> np.ndarray:
 
 
 def pool(vectors: np.ndarray, pooling: str = "mean") -> np.ndarray:
-    """Pool ``(n_tokens, dim)`` to float32 ``(pooled_dim,)``; zero tokens give a zero vector."""
+    """Pool ``(n_tokens, dim)`` to float32 ``(pooled_dim,)``; zero tokens give a zero vector. The mean is summed in
+    float64, as a long text's windows are: the one pooling of every front end (``ElmoVectorizer``'s and Dask's rows,
+    the hub's ``default``, spaCy's ``doc.vector`` and ``span.vector``)."""
     parts = pooling_parts(pooling)
     n_tokens, dim = vectors.shape
     if n_tokens == 0:
         return np.zeros(dim * len(parts), dtype=np.float32)
-    blocks = [vectors.mean(axis=0) if part == "mean" else vectors.max(axis=0) for part in parts]
+    blocks = [vectors.mean(axis=0, dtype=np.float64) if part == "mean" else vectors.max(axis=0) for part in parts]
     return np.concatenate(blocks).astype(np.float32, copy=False)
 
 

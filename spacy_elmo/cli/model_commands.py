@@ -1,0 +1,69 @@
+"""The commands about models: ``info`` (one model), ``models`` (every model a name gives) and ``download`` (models
+fetched into the cache ahead of use). Each checks a model string before torch is imported, then hands the work to
+sources/ and what it prints to :mod:`.model_info` and :mod:`.model_table`."""
+
+from __future__ import annotations
+
+import typer
+
+from .errors import errors_exit_2
+from .typer_app import command
+
+
+@command("info")
+def info(
+    model_dir: str = typer.Argument(
+        "default", help="A model directory, 'default' (the bundled model), a published name, archive or URL"
+    ),
+) -> None:
+    """Print a biLM's architecture, parameter count, training corpus and perplexities (a published model not yet
+    downloaded: what the published table says, without downloading it)."""
+    from ..sources.model_names import require_model
+
+    with errors_exit_2():  # a model string that names nothing, said before torch is imported
+        require_model(model_dir)
+    from .model_info import describe_model
+
+    with errors_exit_2():
+        text = describe_model(model_dir)
+    typer.echo(text)
+
+
+@command("download")
+def download(
+    models: list[str] = typer.Argument(
+        ..., help="Published model names (see `spacy-elmo models`), archive URLs or file URLs"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Drop what the cache holds of these models first, then fetch them again"
+    ),
+) -> None:
+    """Fetch models into the download cache now (e.g. while building a container image), verified, once per machine."""
+    from ..sources.model_names import require_model
+
+    with errors_exit_2():  # a model string that names nothing, said before torch is imported
+        for model in models:
+            require_model(model)
+    from ..sources.download import home
+    from ..sources.model_paths import download_model, forget_cached
+
+    with errors_exit_2():
+        for model in models:
+            if force:
+                for path in forget_cached(model):
+                    typer.echo(f"removed {path}")
+            typer.echo(f"{model}: {download_model(model)}")
+    typer.echo(f"cache: {home()}")
+
+
+@command("models")
+def models() -> None:
+    """List the models a name gives anywhere a model is named (the bundled `default` and the published ones), and
+    whether each is cached."""
+    from ..sources.download import home, is_cached
+    from .model_table import model_lines
+
+    for line in model_lines(is_cached):
+        typer.echo(line)
+    typer.echo(f"\nspacy-elmo info NAME: one model in full; cache: {home()} (SPACY_ELMO_HOME)")
+    typer.echo("SPACY_ELMO_OFFLINE=1 keeps everything off the network")

@@ -1,0 +1,1 @@
+"""Tests of spacy_elmo/groundwork/: file names and whole-file writes, excerpts, feature probes."""
