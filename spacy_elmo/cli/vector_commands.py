@@ -72,7 +72,6 @@ def embed(
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
     from ..output.checks import check_embed_arguments
-    from ..runtime.configuration.validation import precision_or_dtype
     from ..sources.model_names import require_model
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
@@ -80,9 +79,13 @@ def embed(
         require_inputs(input_file)
         if len(chosen) > 1:
             raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
-        precision = precision_or_dtype(precision, dtype, "spacy-elmo embed --dtype", default=DEFAULT_PRECISION)
-        check_embed_arguments(
-            output_file, dtype=precision, batch_size=batch_size, tokenizer=tokenizer, scheduler=scheduler
+        precision = check_embed_arguments(
+            output_file,
+            precision=precision,
+            dtype=dtype,
+            batch_size=batch_size,
+            tokenizer=tokenizer,
+            scheduler=scheduler,
         )
         require_model(model)  # after the options: a model name may only be checked where it is found
         cluster = _embed_chunks_on(scheduler)  # a missing [dask] extra is said before the model loads

@@ -51,16 +51,26 @@ def read_scheduler(scheduler: str) -> Union[int, str]:
 
 
 def check_embed_arguments(
-    output_path: Union[str, os.PathLike[str]], *, dtype: str, batch_size: int, tokenizer: str, scheduler: Optional[str]
-) -> None:
+    output_path: Union[str, os.PathLike[str]],
+    *,
+    precision: str,
+    dtype: Optional[str] = None,
+    batch_size: int,
+    tokenizer: str,
+    scheduler: Optional[str],
+) -> str:
     """``spacy-elmo embed``'s arguments, each checked importing nothing heavy (torch, spaCy, Dask): the output file,
-    the precision's name, the batch size, the tokenizer's name and what ``--scheduler`` names (None: no cluster)."""
-    from ..runtime.configuration.validation import check_precision, positive_int
+    the precision's name (``dtype``: the deprecated ``--dtype``, with a warning), the batch size, the tokenizer's
+    name and what ``--scheduler`` names (None: no cluster). Returns the precision to compute in."""
+    from ..runtime.configuration.defaults import DEFAULT_PRECISION
+    from ..runtime.configuration.validation import check_precision, positive_int, precision_or_dtype
     from ..runtime.features.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
 
     check_output_path(output_path)
-    check_precision(dtype)
+    precision = precision_or_dtype(precision, dtype, "spacy-elmo embed --dtype", default=DEFAULT_PRECISION)
+    check_precision(precision)
     positive_int(batch_size, "batch_size")
     check_tokenizer(tokenizer)
     if scheduler is not None:
         read_scheduler(scheduler)
+    return precision
