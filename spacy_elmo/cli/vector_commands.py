@@ -77,12 +77,11 @@ def embed(
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
     with errors_exit_2():  # the arguments, checked before torch is imported
         require_inputs(input_file)
-        if len(chosen) > 1:
-            raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + c for c in chosen)}")
         precision = check_embed_arguments(
             output_file,
-            precision=precision,
-            dtype=dtype,
+            precision,
+            dtype,
+            formats=chosen,
             batch_size=batch_size,
             tokenizer=tokenizer,
             scheduler=scheduler,
@@ -108,6 +107,11 @@ def embed(
             forget_sentences=forget_sentences,
             progress=progress,
         )
+    _say_written(summary, input_file, output_file)
+
+
+def _say_written(summary: dict, input_file: Path, output_file: Path) -> None:
+    """``embed``'s last lines: what it wrote, and a warning when the input held no line."""
     if not summary["sentences"]:  # the file is still written, with no line's dataset (docs/cli.md)
         empty = "<stdin>" if str(input_file) == "-" else input_file
         typer.secho(f"warning: {empty} is empty: {output_file} holds no sentence", fg=typer.colors.YELLOW, err=True)

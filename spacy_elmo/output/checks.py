@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -52,21 +53,25 @@ def read_scheduler(scheduler: str) -> Union[int, str]:
 
 def check_embed_arguments(
     output_path: Union[str, os.PathLike[str]],
-    *,
     precision: str,
     dtype: Optional[str] = None,
+    *,
+    formats: Sequence[str] = (),
     batch_size: int,
     tokenizer: str,
     scheduler: Optional[str],
 ) -> str:
     """``spacy-elmo embed``'s arguments, each checked importing nothing heavy (torch, spaCy, Dask): the output file,
-    the precision's name (``dtype``: the deprecated ``--dtype``, with a warning), the batch size, the tokenizer's
-    name and what ``--scheduler`` names (None: no cluster). Returns the precision to compute in."""
+    the precision's name (``dtype``: the deprecated ``--dtype``, with a warning), at most one of the output
+    ``formats`` asked for (--all, --top, --average), the batch size, the tokenizer's name and what ``--scheduler``
+    names (None: no cluster). Returns the precision to compute in."""
     from ..runtime.configuration.defaults import DEFAULT_PRECISION
     from ..runtime.configuration.validation import check_precision, positive_int, precision_or_dtype
     from ..runtime.features.tokenize import check_tokenizer  # (imported here: the other checks need no numpy)
 
     check_output_path(output_path)
+    if len(formats) > 1:
+        raise ValueError(f"choose one of --all, --top and --average, not {' and '.join('--' + f for f in formats)}")
     precision = precision_or_dtype(precision, dtype, "spacy-elmo embed --dtype", default=DEFAULT_PRECISION)
     check_precision(precision)
     positive_int(batch_size, "batch_size")
