@@ -194,7 +194,7 @@ def test_float16_products_where_torch_has_them():
 def test_float16_on_a_cpu_without_float16_products_is_refused_in_one_line(fixture_dir, monkeypatch):
     monkeypatch.setattr(cpu_support, "float16_products", lambda: False)
     with pytest.raises(
-        ValueError, match=r"dtype='float16': this torch \(.+\) has no float16 products on the CPU"
+        ValueError, match=r"precision='float16': this torch \(.+\) has no float16 products on the CPU"
     ) as err:
         load_bilm(fixture_dir, dtype="float16")
     assert "\n" not in str(err.value) and "'bfloat16'" in str(err.value)

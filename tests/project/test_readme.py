@@ -125,7 +125,8 @@ def test_the_component_config_table_has_every_setting():
 
 
 def test_the_sklearn_page_signature_is_elmo_vectorizers():
-    """docs/sklearn.md spells out ElmoVectorizer's signature: every parameter, in order, with its default."""
+    """docs/sklearn.md spells out ElmoVectorizer's signature: every parameter, in order, with its default, and which
+    are keyword-only."""
     import ast
     import inspect
 
@@ -133,9 +134,16 @@ def test_the_sklearn_page_signature_is_elmo_vectorizers():
 
     written = re.search(r"^`(ElmoVectorizer\(.*\))`$", _page("docs/sklearn.md"), re.M)
     assert written, "docs/sklearn.md has no `ElmoVectorizer(...)` signature line"
-    call = ast.parse(written.group(1), mode="eval").body
-    documented = [(k.arg, ast.literal_eval(k.value)) for k in call.keywords]
-    actual = [(name, p.default) for name, p in inspect.signature(ElmoVectorizer).parameters.items()]
+    arguments = ast.parse(f"def {written.group(1)}: pass").body[0].args
+    defaults = [*arguments.defaults, *arguments.kw_defaults]
+    documented = [
+        (a.arg, ast.literal_eval(d), a in arguments.kwonlyargs)
+        for a, d in zip([*arguments.args, *arguments.kwonlyargs], defaults)
+    ]
+    actual = [
+        (name, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY)
+        for name, p in inspect.signature(ElmoVectorizer).parameters.items()
+    ]
     assert documented == actual
 
 

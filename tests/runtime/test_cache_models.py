@@ -95,6 +95,7 @@ class DiskCacheMachine(RuleBasedStateMachine):
         self.stored: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}  # the first array put (ON CONFLICT keeps it)
         self.later: dict[tuple[str, tuple[str, ...]], list[np.ndarray]] = {}  # arrays put again under a stored key
         self.complete = True  # every array ever put (and not cleared) fits the bound together: nothing evicted
+        self.widths: dict[str, int] = {}  # a fingerprint names one model, so one width (a blob of another is damaged)
 
     def teardown(self) -> None:
         if hasattr(self, "cache"):
@@ -109,6 +110,7 @@ class DiskCacheMachine(RuleBasedStateMachine):
         seed=st.integers(0, 3),
     )
     def put_many(self, fingerprint: str, keys: list[tuple[str, ...]], width: int, seed: int) -> tuple[str, tuple]:
+        width = self.widths.setdefault(fingerprint, width)
         arrays = [array_for((3, len(key), width), seed + i) for i, key in enumerate(keys)]
         self.cache.put_many(fingerprint, zip(keys, arrays))
         for key, array in zip(keys, arrays):

@@ -409,10 +409,12 @@ def test_the_vectorizers_documented_defaults_are_the_declarations():
     """The numpydoc lines of ``ElmoVectorizer`` spell each setting's default (scikit-learn's convention): each is the
     declaration's (``front_settings.FrontSettings``), so that a default changed there cannot leave the docs behind."""
     from spacy_elmo import ElmoVectorizer
+    from spacy_elmo.runtime.configuration.validation import DEPRECATED
     from spacy_elmo.runtime.features.front_settings import VECTORIZER_SETTINGS, FrontSettings
 
     documented = documented_defaults(ElmoVectorizer.__doc__ or "")
     assert documented.pop("model") == '"default"'
+    assert documented.pop("dtype") == repr(DEPRECATED).replace("'", '"')  # precision's deprecated name
     assert set(documented) == set(VECTORIZER_SETTINGS), "a setting documented without its default, or one too many"
     declared = FrontSettings()
     wrong = {
