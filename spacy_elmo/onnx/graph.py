@@ -20,14 +20,15 @@ recurrent ones live in the ``Scan`` body itself. The input gates of all steps ar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
-    from ..bilm.encoder import CharCNNEncoder
+    from ..bilm.encoder import CharCNNEncoder, Highway
     from ..bilm.lstm import ElmoBiLSTM, ProjectedLSTMCell
     from ..bilm.model import BiLM
 
@@ -60,7 +61,7 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(np.array(value, order="C"), name))  # 0-d stays 0-d
         return name
 
-    def op(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attributes: object) -> list[str]:
+    def op(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attributes: Any) -> list[str]:
         """A node ``op_type(inputs)`` with ``attributes``; the names of its outputs."""
         from onnx import helper
 
@@ -68,7 +69,7 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self._name(op_type), **attributes))
         return outputs
 
-    def op1(self, op_type: str, inputs: list[str], **attributes: object) -> str:
+    def op1(self, op_type: str, inputs: list[str], **attributes: Any) -> str:
         """:meth:`op` with its one output."""
         return self.op(op_type, inputs, 1, **attributes)[0]
 
@@ -119,13 +120,14 @@ def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelP
     filter. ``activation`` is the CNN's (options' ``char_cnn.activation``); the highway layers use ReLU, as bilm-tf.
     """
     from onnx import TensorProto, helper
+    from torch import nn
 
     g = GraphBuilder()
     table = g.const("char_embed", _array(encoder.char_embed.weight))  # (n_characters, dim), row 0 zero
     chars = g.op1("Gather", [table, CHAR_IDS], axis=0)  # (n, chars, dim)
     chars = g.op1("Transpose", [chars], perm=[0, 2, 1])  # (n, dim, chars): Conv's layout
     pooled = []
-    for conv in encoder.convs:
+    for conv in cast(Sequence[nn.Conv1d], encoder.convs):  # (nn.ModuleList is typed as holding plain Modules)
         out = g.op1(
             "Conv",
             [chars, g.const("conv_w", _array(conv.weight)), g.const("conv_b", _array(conv.bias))],
@@ -133,7 +135,7 @@ def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelP
         )  # (n, filters, positions)
         pooled.append(_activation(g, activation, g.op1("ReduceMax", [out], axes=[2], keepdims=0)))
     x = g.op1("Concat", pooled, axis=1) if len(pooled) > 1 else pooled[0]  # (n, n_filters)
-    for highway in encoder.highways:
+    for highway in cast("Sequence[Highway]", encoder.highways):
         # one product for both: columns [carry | transform], each (in, out) as x @ W
         weight = np.concatenate([_array(highway.carry.weight).T, _array(highway.transform.weight).T], axis=1)
         carry_bias, transform_bias = _array(highway.carry.bias), _array(highway.transform.bias)
@@ -261,7 +263,11 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
 
     layers = [g.op1("Mul", [g.op1("Concat", [x, x], axis=2), valid_float])]  # layer 0: [x; x]
     forward_in, backward_in = x, reverse(x)  # the backward stack runs in reversed time throughout
-    for index, (fwd, bwd) in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
+    cells = (
+        cast("Sequence[ProjectedLSTMCell]", lstm.forward_layers),
+        cast("Sequence[ProjectedLSTMCell]", lstm.backward_layers),
+    )
+    for index, (fwd, bwd) in enumerate(zip(*cells)):
         gates = []
         for cell_module, data in ((fwd, forward_in), (bwd, backward_in)):
             bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
