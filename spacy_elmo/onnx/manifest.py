@@ -85,7 +85,10 @@ class OnnxManifest(Record):
     @field_validator("options")
     @classmethod
     def _valid_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        options_from_dict(options, "options")  # a ValueError naming the option at fault
+        try:
+            options_from_dict(options, "options")
+        except ValueError as err:  # its message names the option at fault, after "options: " (said by the field)
+            raise ValueError(str(err).removeprefix("options: ")) from None
         return options
 
 
