@@ -21,7 +21,7 @@ from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from ..groundwork.file_names import PathLike
 from ..runtime.configuration.defaults import DEFAULT_TOKEN_CACHE
 from .graph import CHAR_IDS, LAYERS, LENGTHS, TOKEN_VECTORS, TOKENS
-from .manifest import ADVICE, CONTEXTUALIZER, TOKEN_ENCODER, OnnxFolderError, read_manifest
+from .manifest import ADVICE, CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER, OnnxFolderError, read_manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -91,8 +91,8 @@ class OnnxBiLM:
     def __init__(self, folder: PathLike, threads: Optional[int] = None, token_cache_size: int = DEFAULT_TOKEN_CACHE):
         folder = Path(folder)
         manifest, options = read_manifest(folder)
-        self._setup(manifest, options, folder / TOKEN_ENCODER, folder / CONTEXTUALIZER, threads, token_cache_size)
         self.folder: Optional[Path] = folder
+        self._setup(manifest, options, folder / TOKEN_ENCODER, folder / CONTEXTUALIZER, threads, token_cache_size)
 
     @classmethod
     def from_graphs(
@@ -106,8 +106,8 @@ class OnnxBiLM:
     ) -> OnnxBiLM:
         """A runner of two graphs not (yet) in a folder, e.g. the export's check before it writes them."""
         runner = cls.__new__(cls)
-        runner._setup(manifest, options, token_encoder, contextualizer, threads, token_cache_size)
         runner.folder = None
+        runner._setup(manifest, options, token_encoder, contextualizer, threads, token_cache_size)
         return runner
 
     def _setup(
@@ -125,6 +125,13 @@ class OnnxBiLM:
         self._encoder = _session(token_encoder, threads, where, ({CHAR_IDS}, {TOKEN_VECTORS}))
         where = "the contextualizer" if isinstance(contextualizer, bytes) else str(contextualizer)
         self._contextualizer = _session(contextualizer, threads, where, ({TOKENS, LENGTHS}, {LAYERS}))
+        widths = (self._encoder.get_outputs()[0].shape[1], self._contextualizer.get_outputs()[0].shape)
+        if widths != (options.projection_dim, [options.n_layers + 1, "batch", "time", options.output_dim]):
+            said = self.folder / MANIFEST if self.folder is not None else "the manifest"
+            raise OnnxFolderError(
+                f"{said}: options (projection_dim {options.projection_dim}, n_layers {options.n_layers}) disagree with "
+                f"the graphs' outputs (token vectors {widths[0]} wide, layers {widths[1]}): {ADVICE}"
+            )
         if isinstance(token_cache_size, bool) or not isinstance(token_cache_size, int) or token_cache_size < 0:
             raise ValueError(f"token_cache_size must be a non-negative integer, not {token_cache_size!r}")
         self.token_cache_size = token_cache_size
