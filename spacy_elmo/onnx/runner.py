@@ -43,9 +43,9 @@ def import_onnxruntime() -> Any:
 
 
 def session_options(threads: Optional[int]) -> onnxruntime.SessionOptions:
-    """ONNX Runtime settings of a session: all graph optimizations, operators run one after the other (the graphs
-    are chains), ``threads`` threads inside an operator (None: ONNX Runtime's default). Per session: nothing of the
-    process changes."""
+    """ONNX Runtime settings of an ``InferenceSession``: all graph optimizations, operators run one after the
+    other (the graphs are chains), ``threads`` threads inside an operator (None: ONNX Runtime's default). Per graph:
+    nothing of the process changes."""
     ort = import_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -59,19 +59,20 @@ def session_options(threads: Optional[int]) -> onnxruntime.SessionOptions:
 
 
 def _session(graph: Union[Path, bytes], threads: Optional[int], what: str, names: tuple[set[str], set[str]]) -> Any:
-    """An ONNX Runtime CPU session of ``graph`` (a file or its bytes), whose input and output names are ``names``;
-    an :class:`OnnxFolderError` (one line) when ONNX Runtime cannot load it or it is another graph."""
+    """An ONNX Runtime ``InferenceSession`` of ``graph`` (a file or its bytes) on the CPU, whose input and output
+    names are ``names``; an :class:`OnnxFolderError` (one line) when ONNX Runtime cannot load it or it is another
+    graph."""
     ort = import_onnxruntime()
     source = graph if isinstance(graph, bytes) else str(graph)
     try:
-        session = ort.InferenceSession(source, session_options(threads), providers=["CPUExecutionProvider"])
+        loaded = ort.InferenceSession(source, session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime's own exception types (Fail, InvalidProtobuf, ...) share no base class
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise OnnxFolderError(f"{what}: ONNX Runtime cannot load it ({first[:300]}): {ADVICE}") from None
-    found = ({i.name for i in session.get_inputs()}, {o.name for o in session.get_outputs()})
+    found = ({i.name for i in loaded.get_inputs()}, {o.name for o in loaded.get_outputs()})
     if found != names:
         raise OnnxFolderError(f"{what}: inputs/outputs {found}, not the expected {names}: {ADVICE}")
-    return session
+    return loaded
 
 
 def content_columns(ids: np.ndarray) -> np.ndarray:
