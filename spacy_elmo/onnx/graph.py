@@ -168,7 +168,8 @@ def _clip(g: GraphBuilder, x: str, bound: Optional[float]) -> str:
 def _cell_step(
     body: GraphBuilder, cell: ProjectedLSTMCell, gates_x: str, h: str, c: str, valid: str
 ) -> tuple[str, str, str]:
-    """One direction's step in the ``Scan`` body: the new (masked) ``h``, ``c`` and the step's output.
+    """One direction's step in the ``Scan`` body: the new ``h`` and ``c`` (kept as they were where the row has ended,
+    ``valid`` false) and the step's output (the new ``h`` unmasked: zeroed at padding after the ``Scan``).
 
     :func:`~spacy_elmo.bilm.lstm.cell_step`'s arithmetic: gates in TF order (i, j, f, o), ``c' = i * tanh(j) + f *
     c`` clipped, ``h' = clip((o * tanh(c')) @ P)``; where the row has ended (``valid`` false) the state stays.
@@ -183,7 +184,7 @@ def _cell_step(
     new_h = _clip(body, body.op1("MatMul", [hidden, body.const("proj_w", _array(cell.projection))]), cell.proj_clip)
     kept_h = body.op1("Where", [valid, new_h, h])
     kept_c = body.op1("Where", [valid, new_c, c])
-    return kept_h, kept_c, kept_h
+    return kept_h, kept_c, new_h
 
 
 def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: int) -> onnx.GraphProto:
@@ -196,30 +197,24 @@ def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: i
     names = {k: f"l{layer}_{k}" for k in ("h_f", "c_f", "h_b", "c_b", "gx_f", "gx_b", "valid")}
     h_f, c_f, out_f = _cell_step(body, forward, names["gx_f"], names["h_f"], names["c_f"], names["valid"])
     h_b, c_b, out_b = _cell_step(body, backward, names["gx_b"], names["h_b"], names["c_b"], names["valid"])
-    outputs = {"h_f_out": h_f, "c_f_out": c_f, "h_b_out": h_b, "c_b_out": c_b, "y_f": out_f, "y_b": out_b}
-    for key, value in outputs.items():
-        body.rename(value, f"l{layer}_{key}")
 
-    def info(name: str, elem: int, width: Optional[int]) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(f"l{layer}_{name}", elem, ["batch", width])
+    def info(name: str, elem: int, width: int) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, elem, ["batch", width])
 
     floats = TensorProto.FLOAT
     inputs = [
-        info("h_f", floats, proj),
-        info("c_f", floats, cell),
-        info("h_b", floats, proj),
-        info("c_b", floats, cell),
-        info("gx_f", floats, 4 * cell),
-        info("gx_b", floats, 4 * cell),
-        info("valid", TensorProto.BOOL, 1),
+        info(names["h_f"], floats, proj),
+        info(names["c_f"], floats, cell),
+        info(names["h_b"], floats, proj),
+        info(names["c_b"], floats, cell),
+        info(names["gx_f"], floats, 4 * cell),
+        info(names["gx_b"], floats, 4 * cell),
+        info(names["valid"], TensorProto.BOOL, 1),
     ]
-    widths = {"h_f_out": proj, "c_f_out": cell, "h_b_out": proj, "c_b_out": cell, "y_f": proj, "y_b": proj}
+    # the nodes' own outputs (no Identity copies in the loop)
+    outputs = [(h_f, proj), (c_f, cell), (h_b, proj), (c_b, cell), (out_f, proj), (out_b, proj)]
     return helper.make_graph(
-        body.nodes,
-        f"lstm_layer_{layer}_step",
-        inputs,
-        [info(k, floats, w) for k, w in widths.items()],
-        body.initializers,
+        body.nodes, f"lstm_layer_{layer}_step", inputs, [info(v, floats, w) for v, w in outputs], body.initializers
     )
 
 
