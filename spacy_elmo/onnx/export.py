@@ -141,7 +141,10 @@ def export_onnx(
 
     options_path, weights_path = resolve_model_files(model, options, weights)
     bilm = load_model_files(options_path, weights_path).float().eval()
-    encoder_graph, contextualizer_graph = bilm_graphs(bilm)
+    try:
+        encoder_graph, contextualizer_graph = bilm_graphs(bilm)
+    except ValueError as err:  # a model the graphs cannot express (another token format), said in one line
+        raise OnnxExportError(str(err)) from None
     try:
         encoder_bytes, contextualizer_bytes = (
             encoder_graph.SerializeToString(),
@@ -187,7 +190,7 @@ def export_onnx(
         "onnxruntime": ort.__version__,
     }
     with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
+        tmp.mkdir(parents=True)
         for name, data in ((TOKEN_ENCODER, encoder_bytes), (CONTEXTUALIZER, contextualizer_bytes)):
             with reported_as(out_dir / name):
                 (tmp / name).write_bytes(data)

@@ -36,6 +36,7 @@ SENTENCES = [
         "Ça va ? Très bien , merci — und Ihnen ?",
         "a , b ; c : d ( e ) f [ g ] h ' i \" j",
         "repeat repeat repeat repeat repeat repeat repeat repeat",
+        "a token spelled <S> or </S> is the sentence marker , as on the torch path",
     )
 ]
 
@@ -143,6 +144,14 @@ def test_an_export_that_disagrees_with_torch_is_refused_and_leaves_nothing(fixtu
     with pytest.raises(OnnxExportError, match=r"differ from the torch float32 path by .* not exported"):
         export_onnx(fixture_dir, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
+
+
+def test_another_token_format_is_refused(tmp_path):
+    """ELMoForManyLangs' token encoder (its own char table, word vectors) is not what the graphs express."""
+    folder = REPO / "tests" / "fixtures" / "elmoformanylangs" / "char_only"
+    with pytest.raises(OnnxExportError, match="char CNN token encoder only"):
+        export_onnx(folder, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_existing_folder_is_refused_before_the_model_loads(tmp_path):
