@@ -20,6 +20,7 @@ import numpy as np
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from ..groundwork.file_names import PathLike
 from ..runtime.configuration.defaults import DEFAULT_TOKEN_CACHE
+from ..runtime.configuration.validation import validate_sentences
 from .graph import CHAR_IDS, LAYERS, LENGTHS, TOKEN_VECTORS, TOKENS
 from .manifest import ADVICE, CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER, OnnxFolderError, read_manifest
 
@@ -197,8 +198,9 @@ class OnnxBiLM:
     def layers(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Per sentence of ``batch`` (token lists), float32 layers ``(n_layers + 1, n_tokens, dim)``: layer 0 the token
         vectors twice, then each LSTM layer's forward and backward outputs. An empty sentence gives
-        ``(n_layers + 1, 0, dim)``."""
-        sentences = [list(tokens) for tokens in batch]
+        ``(n_layers + 1, 0, dim)``. A plain string where a batch or a token list belongs, or a token that is not a
+        ``str``, is a ``TypeError`` (the backend's check of token lists)."""
+        sentences = validate_sentences(batch, "batch")  # a TypeError, one line, as ElmoBackend.embed's
         results: list[Optional[np.ndarray]] = [None] * len(sentences)
         rows = [r for r, tokens in enumerate(sentences) if tokens]
         for r, tokens in enumerate(sentences):

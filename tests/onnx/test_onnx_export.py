@@ -93,6 +93,14 @@ def test_empty_sentences_and_the_token_cache(exports):
     )
 
 
+def test_token_lists_are_checked_as_the_backend_checks_them(exports):
+    runner = OnnxBiLM(exports["fixture"])
+    with pytest.raises(TypeError, match="batch must be an iterable of token sequences"):
+        runner.layers("a sentence")
+    with pytest.raises(TypeError, match="sentence 1"):
+        runner.layers([["fine"], "not a token list"])
+
+
 def test_the_fixture_reference_activations(exports, fixture_dir):
     """AllenNLP's reference top layer (bilm-tf), first batch (stateless), on the ONNX path too."""
     groups = json.loads((fixture_dir / "sentences.json").read_text())
