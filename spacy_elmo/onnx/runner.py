@@ -121,6 +121,8 @@ class OnnxBiLM:
         threads: Optional[int],
         token_cache_size: int,
     ) -> None:
+        if isinstance(token_cache_size, bool) or not isinstance(token_cache_size, int) or token_cache_size < 0:
+            raise ValueError(f"token_cache_size must be a non-negative integer, not {token_cache_size!r}")
         self.manifest = manifest
         self.options = options
         where = "the token encoder" if isinstance(token_encoder, bytes) else str(token_encoder)
@@ -134,8 +136,6 @@ class OnnxBiLM:
                 f"{said}: options (projection_dim {options.projection_dim}, n_layers {options.n_layers}) disagree with "
                 f"the graphs' outputs (token vectors {widths[0]} wide, layers {widths[1]}): {ADVICE}"
             )
-        if isinstance(token_cache_size, bool) or not isinstance(token_cache_size, int) or token_cache_size < 0:
-            raise ValueError(f"token_cache_size must be a non-negative integer, not {token_cache_size!r}")
         self.token_cache_size = token_cache_size
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()

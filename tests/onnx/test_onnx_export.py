@@ -219,6 +219,12 @@ def test_missing_files_and_damaged_graphs_are_one_line(exports, tmp_path):
         OnnxBiLM(folder)
 
 
+@pytest.mark.parametrize(("keyword", "value"), [("threads", 0), ("threads", "2"), ("token_cache_size", -1)])
+def test_bad_settings_are_refused(exports, keyword, value):
+    with pytest.raises(ValueError, match=keyword):
+        OnnxBiLM(exports["fixture"], **{keyword: value})
+
+
 def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch):
     from spacy_elmo.onnx import runner
 
