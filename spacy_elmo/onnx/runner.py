@@ -198,8 +198,10 @@ class OnnxBiLM:
     def layers(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Per sentence of ``batch`` (token lists), float32 layers ``(n_layers + 1, n_tokens, dim)``: layer 0 the token
         vectors twice, then each LSTM layer's forward and backward outputs. An empty sentence gives
-        ``(n_layers + 1, 0, dim)``. A plain string where a batch or a token list belongs, or a token that is not a
-        ``str``, is a ``TypeError`` (the backend's check of token lists)."""
+        ``(n_layers + 1, 0, dim)``. The batch runs as one padded batch (as one of ``ElmoBackend.embed``'s): a caller
+        with many sentences groups them by length first, which wastes less on padding. A plain string where a batch
+        or a token list belongs, or a token that is not a ``str``, is a ``TypeError`` (the backend's check of token
+        lists)."""
         sentences = validate_sentences(batch, "batch")  # a TypeError, one line, as ElmoBackend.embed's
         results: list[Optional[np.ndarray]] = [None] * len(sentences)
         rows = [r for r, tokens in enumerate(sentences) if tokens]

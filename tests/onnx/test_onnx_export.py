@@ -16,6 +16,8 @@ pytest.importorskip("onnx", reason="the ONNX export needs the onnx package (pip 
 pytest.importorskip("onnxruntime", reason="the ONNX runner needs onnxruntime (pip install onnxruntime)")
 
 import h5py
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spacy_elmo import load_bilm
 from spacy_elmo.onnx import OnnxBiLM, OnnxExportError, OnnxFolderError, export_onnx
@@ -68,6 +70,21 @@ def test_layers_match_the_torch_float32_path(exports, torch_backends, name):
     errors = layer_errors(ours, reference)
     print(f"{name}: per-layer max error / layer scale {[f'{e:.2g}' for e in errors]}")
     assert max(errors) <= TOLERANCE
+
+
+TOKENS = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)  # any str (no lone surrogates), long too
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(batch=st.lists(st.lists(TOKENS, min_size=0, max_size=12), min_size=1, max_size=6))
+def test_any_batch_matches_the_torch_path(exports, torch_backends, batch):
+    """Random token lists (any characters, empty tokens and sentences, words past 48 bytes) on the fixture model."""
+    ours = OnnxBiLM(exports["fixture"]).layers(batch)
+    reference = torch_backends["fixture"].embed(batch)
+    assert [a.shape for a in ours] == [a.shape for a in reference]
+    if any(len(s) for s in batch):
+        pairs = [(a, b) for a, b in zip(ours, reference) if a.shape[1]]
+        assert max(layer_errors(*map(list, zip(*pairs)))) <= TOLERANCE
 
 
 @pytest.mark.parametrize("name", ["default", "fixture"])
