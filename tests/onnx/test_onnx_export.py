@@ -55,7 +55,8 @@ def exports(tmp_path_factory, fixture_dir) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def torch_backends(fixture_dir):
-    return {"default": load_bilm("default", cache_mb=0), "fixture": load_bilm(fixture_dir, cache_mb=0)}
+    """The torch float32 backends, as the process shares them (their settings untouched: other tests rely on them)."""
+    return {"default": load_bilm("default"), "fixture": load_bilm(fixture_dir)}
 
 
 @pytest.mark.parametrize("name", ["default", "fixture"])
