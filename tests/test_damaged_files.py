@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from spacy_elmo.bilm.file_formats import SCHEMAS
 from spacy_elmo.groundwork import file_names
+from spacy_elmo.onnx.manifest import MANIFEST as ONNX_MANIFEST
 from spacy_elmo.runtime.embedding.backend import DEFAULT_MODEL_DIR
 from spacy_elmo.spacy.saved_model import COMPONENT_MODEL
 from tests.architecture.arch_scan import MODULES
@@ -270,6 +271,23 @@ def _read_options(path: Path) -> None:
         _reads_or_names(reader, path)
 
 
+def _make_onnx_manifest(folder: Path) -> Path:
+    """An ONNX export of the fixture biLM (its manifest.json; the graphs beside it)."""
+    pytest.importorskip("onnx", reason="the ONNX export needs the onnx package (pip install onnx)")
+    pytest.importorskip("onnxruntime", reason="the ONNX runner needs onnxruntime (pip install onnxruntime)")
+    from spacy_elmo.onnx import export_onnx
+
+    folder.rmdir()  # the export writes the folder whole
+    export_onnx(FIXTURE, folder)
+    return folder / ONNX_MANIFEST
+
+
+def _read_onnx_manifest(path: Path) -> None:
+    from spacy_elmo.onnx import OnnxBiLM
+
+    _reads_or_names(lambda: OnnxBiLM(path.parent), path)
+
+
 FORMATS = [
     Format(file_names.OPTIONS, _make_options, damaged, _read_options),
     Format(file_names.METRICS, _make_metrics, damaged, _read_metrics),
@@ -279,6 +297,7 @@ FORMATS = [
     Format(file_names.CORPUS_COUNTS, _make_counts, damaged_lines, _read_corpus),
     Format(file_names.SOURCE_INFO, _make_source_info, damaged, _read_source_info),
     Format(COMPONENT_MODEL, _make_component_model, damaged, _read_component_model),
+    Format(ONNX_MANIFEST, _make_onnx_manifest, damaged, _read_onnx_manifest),
 ]
 
 

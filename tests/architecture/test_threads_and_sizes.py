@@ -101,6 +101,8 @@ SIZE_THRESHOLDS: dict[str, frozenset[str]] = {
     "spacy_elmo.bilm.engine.*": ANY,  # each family's own, in its file (test_each_engine_family_keeps_its_...)
     # the char CNN's memory blocking (tokens per length bucket, window scores per block): no thread or kernel choice
     "spacy_elmo.bilm.encoder": frozenset({"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}),
+    # the ONNX runner's char CNN in length buckets, as the encoder's (torch-free, so it cannot import that one)
+    "spacy_elmo.onnx.runner": frozenset({"BUCKET_ROWS"}),
     # the training softmax's memory blocking (rows of logits per cache-sized block): no thread or kernel choice
     "spacy_elmo.train.network.target_log_prob": frozenset({"BLOCK_ELEMENTS"}),
 }

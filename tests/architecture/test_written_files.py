@@ -284,6 +284,7 @@ OWNED_FILE_NAMES = {
     "spacy_elmo.spacy.saved_model": {"model.json"},  # the spaCy component's saved model folder
     "spacy_elmo.spacy.adapt": {"adaptation.json", "train.txt", "dev.txt"},  # an adaptation's output folder
     "spacy_elmo.runtime.embedding.cache": {"embeddings.sqlite3"},  # the disk cache's folder
+    "spacy_elmo.onnx.manifest": {"manifest.json"},  # an ONNX export folder (its graphs: .onnx, not a file-name pattern)
 }
 
 

@@ -117,6 +117,11 @@ SHARED: dict[str, tuple[str, ...]] = {
     "train/run/init_from.py": ("test_train.py", "test_train_safety.py"),
     "train/run/outputs.py": ("test_train_safety.py", "test_train.py", "test_distributed.py"),
     "train/output_folder/storage.py": ("test_train_safety.py", "test_train.py"),
+    # onnx/: the export to ONNX and its torch-free runner, tested together (export, then run)
+    "onnx/__init__.py": ("test_onnx_export.py",),
+    "onnx/graph.py": ("test_onnx_export.py",),
+    "onnx/manifest.py": ("test_onnx_export.py", "test_damaged_files.py"),
+    "onnx/runner.py": ("test_onnx_export.py",),
 }
 
 

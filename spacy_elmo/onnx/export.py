@@ -1,0 +1,212 @@
+"""Export a biLM to an ONNX folder, checked against the torch float32 path before anything is written.
+
+:func:`export_onnx` loads the model's float32 weights (any model :func:`spacy_elmo.load_bilm` takes), builds the two
+graphs (:mod:`.graph`), runs them on ONNX Runtime over :data:`CHECK_SENTENCES` and compares each layer with what the
+torch path (``ElmoBackend._embed_batch``'s steps) gives. It writes the folder (the graphs and ``manifest.json``,
+:mod:`.manifest`) only when every layer agrees within ``tolerance`` of that layer's largest absolute value, and
+writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check or an error leaves nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from ..about import __version__
+from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomically
+from ..groundwork.file_names import PathLike
+from .graph import OPSET, bilm_graphs
+from .manifest import (
+    CONTEXTUALIZER,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    TOKEN_ENCODER,
+    character_settings,
+)
+from .runner import OnnxBiLM, import_onnxruntime
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..bilm.model import BiLM
+
+logger = logging.getLogger(__name__)
+
+TOLERANCE = 1e-5  # the largest error allowed, relative to each layer's largest absolute value
+
+# what the check runs, as one batch and each alone: varied lengths (one token to a long one), punctuation, digits,
+# non-ASCII letters, a word longer than the 48 bytes a token keeps, repeated words
+CHECK_SENTENCES: list[list[str]] = [
+    text.split(" ")
+    for text in (
+        "Hello world !",
+        "Yes",
+        "The quick brown fox jumps over the lazy dog , and then it sleeps .",
+        "In 1997 , Dr. Smith-Jones paid $ 3,400.50 for a 19th-century map ( signed ) ; really ?",
+        "Pneumonoultramicroscopicsilicovolcanoconiosis and antidisestablishmentarianismantidisestablishment .",
+        "Zoë visited Kraków , São Paulo and 東京 — naïve café déjà vu .",
+        "the the the the the of of of and and , , . .",
+        "It was the best of times , it was the worst of times , it was the age of wisdom , it was the age of "
+        "foolishness , it was the epoch of belief , it was the epoch of incredulity , it was the season of Light .",
+        "#hashtag @user https://example.com/a?b=c :-) ... --",
+        "a b",
+    )
+]
+
+
+class OnnxExportError(ValueError):
+    """An export that was refused: the folder exists, a package is missing, or the graphs disagree with torch."""
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What :func:`export_onnx` wrote and measured."""
+
+    folder: Path
+    max_relative_error: float  # the largest of ``layer_errors``
+    layer_errors: tuple[float, ...]  # per layer: max |onnx - torch| / max |torch| over the check sentences
+    fingerprint: str  # the source model's
+
+
+def torch_layers(model: BiLM, batch: list[list[str]]) -> list[np.ndarray]:
+    """The torch float32 path's layers of ``batch`` (non-empty sentences), by ``ElmoBackend._embed_batch``'s steps:
+    cached token vectors with the markers, ``contextualize_vectors(boundaries=False)``, the markers sliced off."""
+    import torch
+
+    from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
+
+    with torch.inference_mode():
+        tokens, lengths = batch_token_vectors(TokenVectorCache(model, 1 << 20), batch)
+        activations, _ = model.contextualize_vectors(tokens, lengths, boundaries=False)
+        layers = activations.float().cpu().numpy()
+    return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
+
+
+def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[float]:
+    """Per layer, the largest ``|ours - reference|`` over all sentences relative to the reference layer's largest
+    absolute value (the layer's scale; an all-zero layer counts its absolute error)."""
+    n_layers = reference[0].shape[0]
+    errors = []
+    for layer in range(n_layers):
+        diff = max(float(np.abs(a[layer] - b[layer]).max(initial=0.0)) for a, b in zip(ours, reference))
+        scale = max(float(np.abs(b[layer]).max(initial=0.0)) for b in reference)
+        errors.append(diff / scale if scale > 0 else diff)
+    return errors
+
+
+def _check_target(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise OnnxExportError(f"{out_dir} exists and is not an empty folder: remove it or export to another folder")
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise OnnxExportError(
+            "exporting to ONNX needs the onnx package, which is not installed: pip install onnx"
+        ) from None
+    return onnx
+
+
+def export_onnx(
+    model: Optional[PathLike],
+    out_dir: PathLike,
+    *,
+    options: Optional[PathLike] = None,
+    weights: Optional[PathLike] = None,
+    tolerance: float = TOLERANCE,
+    sentences: Optional[list[list[str]]] = None,
+) -> OnnxExport:
+    """Export ``model`` (what :func:`spacy_elmo.load_bilm` takes: ``"default"``, a folder, a published name, ...; or
+    ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``contextualizer.onnx``
+    and ``manifest.json``, for :class:`~spacy_elmo.onnx.OnnxBiLM`.
+
+    The graphs are checked first on ONNX Runtime against the torch float32 path over ``sentences`` (default
+    :data:`CHECK_SENTENCES`), as one batch and each sentence alone: when a layer differs by more than ``tolerance``
+    of its largest absolute value, an :class:`OnnxExportError` says by how much and nothing is written.
+    """
+    out_dir = Path(out_dir)
+    _check_target(out_dir)  # before the model loads: said at once
+    onnx = _import_onnx()
+    ort = import_onnxruntime()
+    import torch
+
+    from ..runtime.embedding.backend import load_model_files
+    from ..sources.model_paths import fingerprint, resolve_model_files
+
+    options_path, weights_path = resolve_model_files(model, options, weights)
+    bilm = load_model_files(options_path, weights_path).float().eval()
+    try:
+        encoder_graph, contextualizer_graph = bilm_graphs(bilm)
+    except ValueError as err:  # a model the graphs cannot express (another token format), said in one line
+        raise OnnxExportError(str(err)) from None
+    try:
+        encoder_bytes, contextualizer_bytes = (
+            encoder_graph.SerializeToString(),
+            contextualizer_graph.SerializeToString(),
+        )
+    except ValueError as err:  # protobuf's 2 GB limit on one message
+        raise OnnxExportError(f"the model is too large for one ONNX file ({err}): not exported") from None
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "options": bilm.options.to_json(),
+        "characters": character_settings(),
+        "fingerprint": fingerprint(options_path, weights_path),
+        "opset": OPSET,
+        "n_layers": bilm.options.n_layers,
+        "dim": bilm.options.output_dim,
+        "written_by": {"spacy_elmo": __version__, "onnx": onnx.__version__, "torch": torch.__version__},
+    }
+    check = sentences if sentences is not None else CHECK_SENTENCES
+    check = [list(s) for s in check if len(s)]
+    if not check:
+        raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
+    runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options)
+    reference = torch_layers(bilm, check)
+    errors = [
+        max(pair)
+        for pair in zip(
+            layer_errors(runner.layers(check), reference),
+            layer_errors([runner.layers([s])[0] for s in check], reference),
+        )
+    ]
+    worst = max(errors)
+    logger.info("ONNX export of %s: largest error %.3g of a layer's scale (per layer %s)", model, worst, errors)
+    if not worst <= tolerance:  # (NaN fails too)
+        layer = errors.index(worst) if worst == worst else 0
+        raise OnnxExportError(
+            f"the ONNX graphs differ from the torch float32 path by {worst:.3g} of layer {layer}'s scale, more than "
+            f"the {tolerance:g} allowed: not exported (a bug of the export; please report it with the model)"
+        )
+    manifest["verification"] = {
+        "max_relative_error": worst,
+        "sentences": len(check),
+        "onnxruntime": ort.__version__,
+    }
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        for name, data in ((TOKEN_ENCODER, encoder_bytes), (CONTEXTUALIZER, contextualizer_bytes)):
+            with reported_as(out_dir / name):
+                (tmp / name).write_bytes(data)
+        write_json_atomically(tmp / MANIFEST, manifest)
+        _check_target(out_dir)  # (another writer may have filled it meanwhile)
+        if out_dir.is_dir():
+            os.rmdir(out_dir)  # an empty folder: replaced by the new one
+    return OnnxExport(out_dir, worst, tuple(errors), manifest["fingerprint"])
+
+
+__all__ = [
+    "CHECK_SENTENCES",
+    "TOLERANCE",
+    "OnnxExport",
+    "OnnxExportError",
+    "export_onnx",
+    "layer_errors",
+    "torch_layers",
+]

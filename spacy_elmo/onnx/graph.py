@@ -1,0 +1,312 @@
+"""The biLM as two ONNX graphs, built node by node with ``onnx.helper`` from a loaded model's float32 weights.
+
+Not ``torch.onnx``: the graphs are the same whatever torch version read the weights, and torch is used only to read
+them. Two graphs, so that a runner can keep token vectors per word and run the char CNN only for words it has not
+seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torch path):
+
+- the token encoder (:func:`token_encoder_graph`): char ids ``(tokens, chars)`` int64 -> token vectors
+  ``(tokens, projection_dim)``: char embedding, one ``Conv`` per filter width with a max over positions and the
+  activation, the highway layers, the projection (:class:`~spacy_elmo.bilm.encoder.CharCNNEncoder`'s arithmetic).
+- the contextualizer (:func:`contextualizer_graph`): token vectors ``(batch, time, projection_dim)`` (the sentence
+  markers included) and lengths ``(batch,)`` int64 -> layers ``(n_layers + 1, batch, time, 2 * projection_dim)``:
+  layer 0 the token vectors twice, ``[x; x]``, then each LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) as
+  one ``Scan`` over time that steps both directions; the backward one reads each row reversed within its length
+  (``ReverseSequence``). A row's state keeps its value past the row's length (the update is masked), so each row
+  gives what it gives alone; outputs at padding are zero.
+
+Every weight is a constant initializer, the products' right-hand sides 2-D, so ONNX Runtime pre-packs them once; the
+recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the ``Scan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional, cast
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import onnx
+
+    from ..bilm.encoder import CharCNNEncoder, Highway
+    from ..bilm.lstm import ElmoBiLSTM, ProjectedLSTMCell
+    from ..bilm.model import BiLM
+
+OPSET = 17  # ReduceMax's axes an attribute, Split's equal parts without a sizes input; ONNX Runtime >= 1.13 runs it
+IR_VERSION = 8  # the IR of opset 17: older ONNX Runtime versions load the files too
+
+# the graphs' input and output names, which a runner passes and reads
+CHAR_IDS, TOKEN_VECTORS = "char_ids", "token_vectors"
+TOKENS, LENGTHS, LAYERS = "tokens", "lengths", "layers"
+
+
+class GraphBuilder:
+    """Nodes and initializers of one graph, each given a fresh name by :meth:`op` / :meth:`const`."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._count = 0
+
+    def _name(self, hint: str) -> str:
+        self._count += 1
+        return f"{self.prefix}{hint}_{self._count}"
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        """A constant initializer holding ``value`` (its dtype kept); its name."""
+        from onnx import numpy_helper
+
+        name = self._name(hint)
+        self.initializers.append(numpy_helper.from_array(np.array(value, order="C"), name))  # 0-d stays 0-d
+        return name
+
+    def op(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attributes: Any) -> list[str]:
+        """A node ``op_type(inputs)`` with ``attributes``; the names of its outputs."""
+        from onnx import helper
+
+        outputs = [self._name(op_type.lower()) for _ in range(n_outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self._name(op_type), **attributes))
+        return outputs
+
+    def op1(self, op_type: str, inputs: list[str], **attributes: Any) -> str:
+        """:meth:`op` with its one output."""
+        return self.op(op_type, inputs, 1, **attributes)[0]
+
+    def rename(self, value: str, name: str) -> None:
+        """Make ``value`` also available as ``name`` (a graph output)."""
+        self.nodes.append(self._identity(value, name))
+
+    def _identity(self, value: str, name: str) -> onnx.NodeProto:
+        from onnx import helper
+
+        return helper.make_node("Identity", [value], [name], name=self._name("Identity"))
+
+
+def _array(tensor: object) -> np.ndarray:
+    """A torch tensor's values as a float32 numpy array (a copy, detached)."""
+    return np.array(tensor.detach().cpu().float().numpy(), dtype=np.float32)  # type: ignore[attr-defined]
+
+
+def _activation(g: GraphBuilder, name: str, x: str) -> str:
+    if name == "relu":
+        return g.op1("Relu", [x])
+    if name == "tanh":
+        return g.op1("Tanh", [x])
+    raise ValueError(f"unknown char_cnn activation {name!r}: expected 'relu' or 'tanh'")
+
+
+def _model(g: GraphBuilder, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]):
+    """The checked ``ModelProto`` of ``g``'s graph at :data:`OPSET`."""
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="spacy-elmo",
+        ir_version=IR_VERSION,
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelProto:
+    """The token encoder: ``char_ids`` ``(tokens, chars)`` int64 -> ``token_vectors`` ``(tokens, projection_dim)``.
+
+    ``chars`` may be fewer than 50 columns (a runner cuts trailing padding, as
+    :func:`~spacy_elmo.bilm.encoder.trim_padding` does; the max over positions is unchanged) but at least the widest
+    filter. ``activation`` is the CNN's (options' ``char_cnn.activation``); the highway layers use ReLU, as bilm-tf.
+    """
+    from onnx import TensorProto, helper
+    from torch import nn
+
+    g = GraphBuilder()
+    table = g.const("char_embed", _array(encoder.char_embed.weight))  # (n_characters, dim), row 0 zero
+    chars = g.op1("Gather", [table, CHAR_IDS], axis=0)  # (n, chars, dim)
+    chars = g.op1("Transpose", [chars], perm=[0, 2, 1])  # (n, dim, chars): Conv's layout
+    pooled = []
+    for conv in cast(Sequence[nn.Conv1d], encoder.convs):  # (nn.ModuleList is typed as holding plain Modules)
+        out = g.op1(
+            "Conv",
+            [chars, g.const("conv_w", _array(conv.weight)), g.const("conv_b", _array(conv.bias))],
+            kernel_shape=[int(conv.kernel_size[0])],
+        )  # (n, filters, positions)
+        pooled.append(_activation(g, activation, g.op1("ReduceMax", [out], axes=[2], keepdims=0)))
+    x = g.op1("Concat", pooled, axis=1) if len(pooled) > 1 else pooled[0]  # (n, n_filters)
+    for highway in cast("Sequence[Highway]", encoder.highways):
+        # one product for both: columns [carry | transform], each (in, out) as x @ W
+        weight = np.concatenate([_array(highway.carry.weight).T, _array(highway.transform.weight).T], axis=1)
+        carry_bias, transform_bias = _array(highway.carry.bias), _array(highway.transform.bias)
+        both = g.op1("MatMul", [x, g.const("highway_w", weight)])
+        carry, transform = g.op("Split", [both], 2, axis=1)
+        gate = g.op1("Sigmoid", [g.op1("Add", [carry, g.const("carry_b", carry_bias)])])
+        active = g.op1("Relu", [g.op1("Add", [transform, g.const("transform_b", transform_bias)])])
+        one_minus = g.op1("Sub", [g.const("one", np.ones((), np.float32)), gate])
+        x = g.op1("Add", [g.op1("Mul", [gate, active]), g.op1("Mul", [one_minus, x])])
+    projection = encoder.projection
+    x = g.op1("MatMul", [x, g.const("proj_w", _array(projection.weight).T)])
+    g.rename(g.op1("Add", [x, g.const("proj_b", _array(projection.bias))]), TOKEN_VECTORS)
+    return _model(
+        g,
+        "elmo_token_encoder",
+        [helper.make_tensor_value_info(CHAR_IDS, TensorProto.INT64, ["tokens", "chars"])],
+        [helper.make_tensor_value_info(TOKEN_VECTORS, TensorProto.FLOAT, ["tokens", encoder.projection_dim])],
+    )
+
+
+def _clip(g: GraphBuilder, x: str, bound: Optional[float]) -> str:
+    """``x`` clamped to ``±bound``; unchanged for None or 0 (no clip, as the torch path)."""
+    if not bound:
+        return x
+    low = g.const("clip_low", np.array(-bound, np.float32))
+    high = g.const("clip_high", np.array(bound, np.float32))
+    return g.op1("Clip", [x, low, high])
+
+
+def _cell_step(
+    body: GraphBuilder, cell: ProjectedLSTMCell, gates_x: str, h: str, c: str, valid: str
+) -> tuple[str, str, str]:
+    """One direction's step in the ``Scan`` body: the new ``h`` and ``c`` (kept as they were where the row has ended,
+    ``valid`` false) and the step's output (the new ``h`` unmasked: zeroed at padding after the ``Scan``).
+
+    :func:`~spacy_elmo.bilm.lstm.cell_step`'s arithmetic: gates in TF order (i, j, f, o), ``c' = i * tanh(j) + f *
+    c`` clipped, ``h' = clip((o * tanh(c')) @ P)``; where the row has ended (``valid`` false) the state stays.
+    """
+    gates = body.op1("Add", [gates_x, body.op1("MatMul", [h, body.const("state_w", _array(cell.state_weight))])])
+    i, j, f, o = body.op("Split", [gates], 4, axis=1)
+    i, f, o = (body.op1("Sigmoid", [v]) for v in (i, f, o))
+    j = body.op1("Tanh", [j])
+    new_c = body.op1("Add", [body.op1("Mul", [i, j]), body.op1("Mul", [f, c])])
+    new_c = _clip(body, new_c, cell.cell_clip)
+    hidden = body.op1("Mul", [o, body.op1("Tanh", [new_c])])
+    new_h = _clip(body, body.op1("MatMul", [hidden, body.const("proj_w", _array(cell.projection))]), cell.proj_clip)
+    kept_h = body.op1("Where", [valid, new_h, h])
+    kept_c = body.op1("Where", [valid, new_c, c])
+    return kept_h, kept_c, new_h
+
+
+def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: int) -> onnx.GraphProto:
+    """The body of layer ``layer``'s ``Scan``: both directions' states and one step's input gates in, the new states
+    and both outputs out."""
+    from onnx import TensorProto, helper
+
+    body = GraphBuilder(prefix=f"l{layer}_")
+    proj, cell = forward.proj_dim, forward.cell_dim
+    names = {k: f"l{layer}_{k}" for k in ("h_f", "c_f", "h_b", "c_b", "gx_f", "gx_b", "valid")}
+    h_f, c_f, out_f = _cell_step(body, forward, names["gx_f"], names["h_f"], names["c_f"], names["valid"])
+    h_b, c_b, out_b = _cell_step(body, backward, names["gx_b"], names["h_b"], names["c_b"], names["valid"])
+
+    def info(name: str, elem: int, width: int) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, elem, ["batch", width])
+
+    floats = TensorProto.FLOAT
+    inputs = [
+        info(names["h_f"], floats, proj),
+        info(names["c_f"], floats, cell),
+        info(names["h_b"], floats, proj),
+        info(names["c_b"], floats, cell),
+        info(names["gx_f"], floats, 4 * cell),
+        info(names["gx_b"], floats, 4 * cell),
+        info(names["valid"], TensorProto.BOOL, 1),
+    ]
+    # the nodes' own outputs (no Identity copies in the loop)
+    outputs = [(h_f, proj), (c_f, cell), (h_b, proj), (c_b, cell), (out_f, proj), (out_b, proj)]
+    return helper.make_graph(
+        body.nodes, f"lstm_layer_{layer}_step", inputs, [info(v, floats, w) for v, w in outputs], body.initializers
+    )
+
+
+def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
+    """The contextualizer: ``tokens`` ``(batch, time, proj)`` float32 and ``lengths`` ``(batch,)`` int64 (each >= 1,
+    the markers counted) -> ``layers`` ``(n_layers + 1, batch, time, 2 * proj)``, zero at padding."""
+    from onnx import TensorProto, helper
+
+    g = GraphBuilder()
+    proj, cell = lstm.proj_dim, lstm.cell_dim
+    x = g.op1("Transpose", [TOKENS], perm=[1, 0, 2])  # (time, batch, proj): Scan's and ReverseSequence's layout
+    # valid (time, batch, 1): position < length
+    shape = g.op1("Shape", [x])
+    time = g.op1("Gather", [shape, g.const("zero", np.array(0, np.int64))], axis=0)
+    batch = g.op1("Gather", [shape, g.const("one", np.array(1, np.int64))], axis=0)
+    positions = g.op1("Range", [g.const("start", np.array(0, np.int64)), time, g.const("step", np.array(1, np.int64))])
+    valid = g.op1(
+        "Less",
+        [
+            g.op1("Unsqueeze", [positions, g.const("axes", np.array([1], np.int64))]),
+            g.op1("Unsqueeze", [LENGTHS, g.const("axes", np.array([0], np.int64))]),
+        ],
+    )
+    valid = g.op1("Unsqueeze", [valid, g.const("axes", np.array([2], np.int64))])  # bool (time, batch, 1)
+    valid_float = g.op1("Cast", [valid], to=TensorProto.FLOAT)
+
+    def zeros(width: int) -> str:
+        size = g.op1(
+            "Concat",
+            [
+                g.op1("Unsqueeze", [batch, g.const("axes", np.array([0], np.int64))]),
+                g.const("width", np.array([width], np.int64)),
+            ],
+            axis=0,
+        )
+        return g.op1("ConstantOfShape", [size], value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
+
+    def reverse(value: str) -> str:
+        """Each row reversed within its length (padding stays in place)."""
+        return g.op1("ReverseSequence", [value, LENGTHS], batch_axis=1, time_axis=0)
+
+    layers = [g.op1("Mul", [g.op1("Concat", [x, x], axis=2), valid_float])]  # layer 0: [x; x]
+    forward_in, backward_in = x, reverse(x)  # the backward stack runs in reversed time throughout
+    cells = (
+        cast("Sequence[ProjectedLSTMCell]", lstm.forward_layers),
+        cast("Sequence[ProjectedLSTMCell]", lstm.backward_layers),
+    )
+    for index, (fwd, bwd) in enumerate(zip(*cells)):
+        gates = []
+        for cell_module, data in ((fwd, forward_in), (bwd, backward_in)):
+            bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
+            product = g.op1("MatMul", [data, g.const("input_w", _array(cell_module.input_weight))])
+            gates.append(g.op1("Add", [product, g.const("bias", bias)]))
+        h0, c0 = zeros(proj), zeros(cell)
+        outputs = g.op(
+            "Scan",
+            [h0, c0, h0, c0, gates[0], gates[1], valid],
+            6,
+            body=_scan_body(fwd, bwd, index),
+            num_scan_inputs=3,
+        )
+        out_f, out_b = outputs[4], outputs[5]
+        if lstm.use_skip_connections and index > 0:
+            out_f = g.op1("Add", [out_f, forward_in])
+            out_b = g.op1("Add", [out_b, backward_in])
+        forward_in, backward_in = out_f, out_b
+        layers.append(g.op1("Mul", [g.op1("Concat", [out_f, reverse(out_b)], axis=2), valid_float]))
+    axes0 = g.const("axes", np.array([0], np.int64))
+    stacked = g.op1("Concat", [g.op1("Unsqueeze", [layer, axes0]) for layer in layers], axis=0)
+    g.rename(g.op1("Transpose", [stacked], perm=[0, 2, 1, 3]), LAYERS)
+    return _model(
+        g,
+        "elmo_contextualizer",
+        [
+            helper.make_tensor_value_info(TOKENS, TensorProto.FLOAT, ["batch", "time", proj]),
+            helper.make_tensor_value_info(LENGTHS, TensorProto.INT64, ["batch"]),
+        ],
+        [helper.make_tensor_value_info(LAYERS, TensorProto.FLOAT, [lstm.n_layers + 1, "batch", "time", 2 * proj])],
+    )
+
+
+def bilm_graphs(model: BiLM) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The token encoder and the contextualizer of ``model`` (ELMo's char CNN only: another token format, such as
+    ELMoForManyLangs', is refused)."""
+    from ..bilm.encoder import CharCNNEncoder
+
+    if type(model.token_encoder) is not CharCNNEncoder:
+        raise ValueError(
+            f"ONNX export supports ELMo's char CNN token encoder only, not {type(model.token_encoder).__name__}: "
+            "export a model in ELMo's format (options.json + weights.hdf5)"
+        )
+    return token_encoder_graph(model.token_encoder, model.options.activation), contextualizer_graph(model.lstm)
+
+
+__all__ = ["OPSET", "bilm_graphs", "contextualizer_graph", "token_encoder_graph"]

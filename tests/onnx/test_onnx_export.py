@@ -1,0 +1,299 @@
+"""The ONNX export and its torch-free runner: the same layers as the torch float32 path, whatever the batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX export needs the onnx package (pip install onnx)")
+pytest.importorskip("onnxruntime", reason="the ONNX runner needs onnxruntime (pip install onnxruntime)")
+
+import h5py
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spacy_elmo import load_bilm
+from spacy_elmo.onnx import OnnxBiLM, OnnxExportError, OnnxFolderError, export_onnx
+from spacy_elmo.onnx import graph as onnx_graph
+from spacy_elmo.onnx.export import layer_errors
+from spacy_elmo.onnx.manifest import CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER
+
+TOLERANCE = 1e-5  # of each layer's largest absolute value
+REPO = Path(__file__).resolve().parents[2]
+
+SENTENCES = [
+    text.split(" ")
+    for text in (
+        "The cat sat on the mat .",
+        "Hi",
+        "Colourless green ideas sleep furiously , said Chomsky in 1957 !",
+        "Supercalifragilisticexpialidocious-and-then-some-more-characters-than-fifty-bytes ok",
+        "Ça va ? Très bien , merci — und Ihnen ?",
+        "a , b ; c : d ( e ) f [ g ] h ' i \" j",
+        "repeat repeat repeat repeat repeat repeat repeat repeat",
+        "a token spelled <S> or </S> is the sentence marker , as on the torch path",
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory, fixture_dir) -> dict[str, Path]:
+    """Both test models exported once: the bundled default model and the AllenNLP fixture."""
+    root = tmp_path_factory.mktemp("onnx")
+    folders = {"default": root / "default", "fixture": root / "fixture"}
+    export_onnx("default", folders["default"])
+    export_onnx(fixture_dir, folders["fixture"])
+    return folders
+
+
+@pytest.fixture(scope="module")
+def torch_backends(fixture_dir):
+    """The torch float32 backends, as the process shares them (their settings untouched: other tests rely on them)."""
+    return {"default": load_bilm("default"), "fixture": load_bilm(fixture_dir)}
+
+
+@pytest.mark.parametrize("name", ["default", "fixture"])
+def test_layers_match_the_torch_float32_path(exports, torch_backends, name):
+    runner = OnnxBiLM(exports[name])
+    backend = torch_backends[name]
+    assert (runner.n_layers, runner.dim, runner.fingerprint) == (backend.n_layers, backend.dim, backend.fingerprint)
+    ours = runner.layers(SENTENCES)
+    reference = backend.embed(SENTENCES)
+    for array, expected in zip(ours, reference):
+        assert array.dtype == np.float32 and array.shape == expected.shape
+    errors = layer_errors(ours, reference)
+    print(f"{name}: per-layer max error / layer scale {[f'{e:.2g}' for e in errors]}")
+    assert max(errors) <= TOLERANCE
+
+
+TOKENS = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)  # any str (no lone surrogates), long too
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(batch=st.lists(st.lists(TOKENS, min_size=0, max_size=12), min_size=1, max_size=6))
+def test_any_batch_matches_the_torch_path(exports, torch_backends, batch):
+    """Random token lists (any characters, empty tokens and sentences, words past 48 bytes) on the fixture model."""
+    ours = OnnxBiLM(exports["fixture"]).layers(batch)
+    reference = torch_backends["fixture"].embed(batch)
+    assert [a.shape for a in ours] == [a.shape for a in reference]
+    if any(len(s) for s in batch):
+        pairs = [(a, b) for a, b in zip(ours, reference) if a.shape[1]]
+        assert max(layer_errors(*map(list, zip(*pairs)))) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["default", "fixture"])
+def test_a_sentence_gives_the_same_alone_as_in_a_mixed_batch(exports, name):
+    runner = OnnxBiLM(exports[name], token_cache_size=0)
+    batch = runner.layers(SENTENCES)
+    for sentence, in_batch in zip(SENTENCES, batch):
+        alone = runner.layers([sentence])[0]
+        np.testing.assert_allclose(in_batch, alone, atol=1e-6 * max(1.0, float(np.abs(alone).max())), rtol=0)
+
+
+def test_empty_sentences_and_the_token_cache(exports):
+    runner = OnnxBiLM(exports["default"], token_cache_size=5)
+    first = runner.layers([[], ["one", "two", "one"], []])
+    assert [a.shape for a in first] == [(3, 0, 256), (3, 3, 256), (3, 0, 256)]
+    assert runner.layers([]) == []
+    assert len(runner._cache) <= 5  # bounded: the markers and the words, the least recent dropped
+    again = runner.layers([["one", "two", "one"]])[0]
+    np.testing.assert_array_equal(again, first[1])
+    many = [f"w{i}" for i in range(12)]  # more new words than the cache holds
+    np.testing.assert_allclose(
+        runner.layers([many])[0], OnnxBiLM(exports["default"], token_cache_size=0).layers([many])[0], atol=1e-6
+    )
+
+
+def test_token_lists_are_checked_as_the_backend_checks_them(exports):
+    runner = OnnxBiLM(exports["fixture"])
+    with pytest.raises(TypeError, match="batch must be an iterable of token sequences"):
+        runner.layers("a sentence")
+    with pytest.raises(TypeError, match="sentence 1"):
+        runner.layers([["fine"], "not a token list"])
+
+
+def test_the_fixture_reference_activations(exports, fixture_dir):
+    """AllenNLP's reference top layer (bilm-tf), first batch (stateless), on the ONNX path too."""
+    groups = json.loads((fixture_dir / "sentences.json").read_text())
+    sentences = [groups[k][0].split() for k in range(3)]
+    runner = OnnxBiLM(exports["fixture"])
+    layers = runner.layers(sentences)
+    for k in range(len(sentences)):
+        with h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") as handle:
+            expected = np.concatenate(list(handle["0"][...]), axis=-1)
+        np.testing.assert_allclose(layers[k][2], expected, atol=1e-6, rtol=1e-5)
+    # and the reference token vectors (elmo_token_embeddings.hdf5) from the token encoder alone
+    words = (fixture_dir / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    reference = h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r")["embedding"][...]
+    np.testing.assert_allclose(runner.encode_tokens(words), reference[: len(words)], atol=1e-6, rtol=1e-5)
+
+
+def test_the_manifest_says_what_was_exported(exports, torch_backends):
+    manifest = json.loads((exports["default"] / MANIFEST).read_text())
+    assert manifest["format"] == "spacy-elmo-onnx" and manifest["format_version"] == 1
+    assert manifest["fingerprint"] == torch_backends["default"].fingerprint
+    assert manifest["opset"] == onnx_graph.OPSET
+    assert manifest["characters"]["max_chars_per_token"] == 50
+    assert 0 <= manifest["verification"]["max_relative_error"] <= TOLERANCE
+    assert {"spacy_elmo", "onnx", "torch"} <= set(manifest["written_by"])
+    assert sorted(p.name for p in exports["default"].iterdir()) == sorted([MANIFEST, TOKEN_ENCODER, CONTEXTUALIZER])
+
+
+def test_the_graphs_pass_the_onnx_checker(exports):
+    import onnx
+
+    for name in (TOKEN_ENCODER, CONTEXTUALIZER):
+        model = onnx.load(str(exports["fixture"] / name))
+        onnx.checker.check_model(model)
+        assert model.opset_import[0].version == onnx_graph.OPSET
+
+
+def test_an_export_that_disagrees_with_torch_is_refused_and_leaves_nothing(fixture_dir, tmp_path, monkeypatch):
+    real = onnx_graph._array
+    calls = []
+
+    def corrupted(tensor):
+        values = real(tensor)
+        calls.append(1)
+        if len(calls) == 3:  # one of the char CNN's weights, slightly off
+            values = values * np.float32(1.01)
+        return values
+
+    monkeypatch.setattr(onnx_graph, "_array", corrupted)
+    with pytest.raises(OnnxExportError, match=r"differ from the torch float32 path by .* not exported"):
+        export_onnx(fixture_dir, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
+
+
+def test_another_token_format_is_refused(tmp_path):
+    """ELMoForManyLangs' token encoder (its own char table, word vectors) is not what the graphs express."""
+    folder = REPO / "tests" / "fixtures" / "elmoformanylangs" / "char_only"
+    with pytest.raises(OnnxExportError, match="char CNN token encoder only"):
+        export_onnx(folder, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_folder_is_refused_before_the_model_loads(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("mine")
+    with pytest.raises(OnnxExportError, match="exists and is not an empty folder"):
+        export_onnx("no-such-model-name-at-all", tmp_path / "out")
+    assert (tmp_path / "out" / "x").read_text() == "mine"
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    to.mkdir()
+    for path in folder.iterdir():
+        (to / path.name).write_bytes(path.read_bytes())
+    return to
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda m: m.update(format="other-tool"), r"manifest.json: format: input should be 'spacy-elmo-onnx'"),
+        (lambda m: m.pop("fingerprint"), r"manifest.json: fingerprint: missing"),
+        (lambda m: m.update(dim="wide"), r"manifest.json: dim: input should be a valid integer"),
+        (lambda m: m["characters"].update(padding_char=7), r"characters: .*padding_char 7 \(here 261\)"),
+        (lambda m: m["options"]["lstm"].update(n_layers=-1), r"manifest.json: options: .*n_layers"),
+    ],
+)
+def test_a_bad_manifest_is_one_line(exports, tmp_path, damage, message):
+    folder = _copy(exports["fixture"], tmp_path / "copy")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    damage(manifest)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(OnnxFolderError, match=message) as info:
+        OnnxBiLM(folder)
+    assert "\n" not in str(info.value) and "export the model again" in str(info.value)
+
+
+def test_missing_files_and_damaged_graphs_are_one_line(exports, tmp_path):
+    with pytest.raises(OnnxFolderError, match="no such folder"):
+        OnnxBiLM(tmp_path / "nothing")
+    folder = _copy(exports["fixture"], tmp_path / "copy")
+    (folder / MANIFEST).write_text("{not json")
+    with pytest.raises(OnnxFolderError, match="not valid JSON"):
+        OnnxBiLM(folder)
+    folder = _copy(exports["fixture"], tmp_path / "copy2")
+    (folder / CONTEXTUALIZER).unlink()
+    with pytest.raises(OnnxFolderError, match=f"no {CONTEXTUALIZER}"):
+        OnnxBiLM(folder)
+    folder = _copy(exports["fixture"], tmp_path / "copy3")
+    (folder / TOKEN_ENCODER).write_bytes(b"garbage")
+    with pytest.raises(OnnxFolderError, match="ONNX Runtime cannot load it") as info:
+        OnnxBiLM(folder)
+    assert "\n" not in str(info.value)
+    folder = _copy(exports["fixture"], tmp_path / "copy4")  # the graphs swapped: other inputs
+    (folder / TOKEN_ENCODER).write_bytes((exports["fixture"] / CONTEXTUALIZER).read_bytes())
+    with pytest.raises(OnnxFolderError, match="not the expected"):
+        OnnxBiLM(folder)
+
+
+@pytest.mark.parametrize(("keyword", "value"), [("threads", 0), ("threads", "2"), ("token_cache_size", -1)])
+def test_bad_settings_are_refused(exports, keyword, value):
+    with pytest.raises(ValueError, match=keyword):
+        OnnxBiLM(exports["fixture"], **{keyword: value})
+
+
+def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch):
+    from spacy_elmo.onnx import runner
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
+    with pytest.raises(ImportError, match="pip install onnxruntime"):
+        runner.import_onnxruntime()
+
+
+BLOCK_TORCH = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
+    """In a process where ``import torch`` fails, the runner loads and gives the torch path's layers."""
+    sentences = SENTENCES[:4]
+    expected = torch_backends["default"].embed(sentences)
+    np.savez(tmp_path / "expected.npz", *expected)
+    (tmp_path / "sentences.json").write_text(json.dumps(sentences))
+    code = BLOCK_TORCH + textwrap.dedent(
+        f"""
+        import json
+        import numpy as np
+        try:
+            import torch
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("the block did not work")
+        from spacy_elmo.onnx import OnnxBiLM
+        from spacy_elmo.onnx.export import layer_errors
+
+        sentences = json.loads(open({str(tmp_path / "sentences.json")!r}, encoding="utf-8").read())
+        ours = OnnxBiLM({str(exports["default"])!r}, threads=1).layers(sentences)
+        stored = np.load({str(tmp_path / "expected.npz")!r})
+        expected = [stored[f"arr_{{i}}"] for i in range(len(sentences))]
+        assert [a.shape for a in ours] == [a.shape for a in expected]
+        print("max error", max(layer_errors(ours, expected)))
+        assert max(layer_errors(ours, expected)) <= {TOLERANCE}
+        assert not [m for m in sys.modules if m.split(".")[0] == "torch"]
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
