@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from spacy_elmo import load_bilm
-    from spacy_elmo.onnx import OnnxBiLM, export_onnx
-    from spacy_elmo.onnx.export import layer_errors
+    from spacy_elmo.onnx import OnnxBiLM
     from spacy_elmo.onnx.graph import OPSET
+    from spacy_elmo.output.onnx_export import export_onnx, layer_errors
 
     try:
         backend = load_bilm(args.model, cache_mb=0, cache_dir=False, token_cache_size=0)

@@ -275,7 +275,7 @@ def _make_onnx_manifest(folder: Path) -> Path:
     """An ONNX export of the fixture biLM (its manifest.json; the graphs beside it)."""
     pytest.importorskip("onnx", reason="the ONNX export needs the onnx package (pip install onnx)")
     pytest.importorskip("onnxruntime", reason="the ONNX runner needs onnxruntime (pip install onnxruntime)")
-    from spacy_elmo.onnx import export_onnx
+    from spacy_elmo.output.onnx_export import export_onnx
 
     folder.rmdir()  # the export writes the folder whole
     export_onnx(FIXTURE, folder)

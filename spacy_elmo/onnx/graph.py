@@ -165,14 +165,13 @@ def _clip(g: GraphBuilder, x: str, bound: Optional[float]) -> str:
     return g.op1("Clip", [x, low, high])
 
 
-def _cell_step(
-    body: GraphBuilder, cell: ProjectedLSTMCell, gates_x: str, h: str, c: str, valid: str
-) -> tuple[str, str, str]:
-    """One direction's step in the ``Scan`` body: the new ``h`` and ``c`` (kept as they were where the row has ended,
-    ``valid`` false) and the step's output (the new ``h`` unmasked: zeroed at padding after the ``Scan``).
+def _cell_step(body: GraphBuilder, cell: ProjectedLSTMCell, gates_x: str, h: str, c: str) -> tuple[str, str]:
+    """One direction's step in the ``Scan`` body: the new ``h`` (also the step's output) and ``c``.
 
     :func:`~spacy_elmo.bilm.lstm.cell_step`'s arithmetic: gates in TF order (i, j, f, o), ``c' = i * tanh(j) + f *
-    c`` clipped, ``h' = clip((o * tanh(c')) @ P)``; where the row has ended (``valid`` false) the state stays.
+    c`` clipped, ``h' = clip((o * tanh(c')) @ P)``. No mask: both directions read each row's tokens first (the
+    backward one reversed within the row's length), so a row's padding comes after its last token and only changes
+    states that no kept output reads (outputs at padding are zeroed after the ``Scan``).
     """
     gates = body.op1("Add", [gates_x, body.op1("MatMul", [h, body.const("state_w", _array(cell.state_weight))])])
     i, j, f, o = body.op("Split", [gates], 4, axis=1)
@@ -182,9 +181,7 @@ def _cell_step(
     new_c = _clip(body, new_c, cell.cell_clip)
     hidden = body.op1("Mul", [o, body.op1("Tanh", [new_c])])
     new_h = _clip(body, body.op1("MatMul", [hidden, body.const("proj_w", _array(cell.projection))]), cell.proj_clip)
-    kept_h = body.op1("Where", [valid, new_h, h])
-    kept_c = body.op1("Where", [valid, new_c, c])
-    return kept_h, kept_c, new_h
+    return new_h, new_c
 
 
 def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: int) -> onnx.GraphProto:
@@ -194,9 +191,11 @@ def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: i
 
     body = GraphBuilder(prefix=f"l{layer}_")
     proj, cell = forward.proj_dim, forward.cell_dim
-    names = {k: f"l{layer}_{k}" for k in ("h_f", "c_f", "h_b", "c_b", "gx_f", "gx_b", "valid")}
-    h_f, c_f, out_f = _cell_step(body, forward, names["gx_f"], names["h_f"], names["c_f"], names["valid"])
-    h_b, c_b, out_b = _cell_step(body, backward, names["gx_b"], names["h_b"], names["c_b"], names["valid"])
+    names = {k: f"l{layer}_{k}" for k in ("h_f", "c_f", "h_b", "c_b", "gx_f", "gx_b")}
+    h_f, c_f = _cell_step(body, forward, names["gx_f"], names["h_f"], names["c_f"])
+    h_b, c_b = _cell_step(body, backward, names["gx_b"], names["h_b"], names["c_b"])
+    out_f = body.op1("Identity", [h_f])  # a Scan output may not also be a state output
+    out_b = body.op1("Identity", [h_b])
 
     def info(name: str, elem: int, width: int) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, elem, ["batch", width])
@@ -209,9 +208,7 @@ def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: i
         info(names["c_b"], floats, cell),
         info(names["gx_f"], floats, 4 * cell),
         info(names["gx_b"], floats, 4 * cell),
-        info(names["valid"], TensorProto.BOOL, 1),
     ]
-    # the nodes' own outputs (no Identity copies in the loop)
     outputs = [(h_f, proj), (c_f, cell), (h_b, proj), (c_b, cell), (out_f, proj), (out_b, proj)]
     return helper.make_graph(
         body.nodes, f"lstm_layer_{layer}_step", inputs, [info(v, floats, w) for v, w in outputs], body.initializers
@@ -271,10 +268,10 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
         h0, c0 = zeros(proj), zeros(cell)
         outputs = g.op(
             "Scan",
-            [h0, c0, h0, c0, gates[0], gates[1], valid],
+            [h0, c0, h0, c0, gates[0], gates[1]],
             6,
             body=_scan_body(fwd, bwd, index),
-            num_scan_inputs=3,
+            num_scan_inputs=2,
         )
         out_f, out_b = outputs[4], outputs[5]
         if lstm.use_skip_connections and index > 0:
@@ -309,4 +306,26 @@ def bilm_graphs(model: BiLM) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     return token_encoder_graph(model.token_encoder, model.options.activation), contextualizer_graph(model.lstm)
 
 
-__all__ = ["OPSET", "bilm_graphs", "contextualizer_graph", "token_encoder_graph"]
+def import_onnx() -> Any:
+    """The ``onnx`` module, or an ImportError saying how to install it (exporting needs it; running does not)."""
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError(
+            "exporting to ONNX needs the onnx package, which is not installed: pip install onnx"
+        ) from None
+    return onnx
+
+
+def serialized_graphs(model: BiLM) -> tuple[bytes, bytes, str]:
+    """:func:`bilm_graphs` as bytes, with the version of ``onnx`` that built them. A ``ValueError`` (one line) for a
+    model the graphs cannot express or one too large for a single ONNX file (protobuf's 2 GB)."""
+    onnx = import_onnx()
+    encoder_graph, contextualizer_graph = bilm_graphs(model)
+    try:
+        return encoder_graph.SerializeToString(), contextualizer_graph.SerializeToString(), onnx.__version__
+    except ValueError as err:  # protobuf's 2 GB limit on one message
+        raise ValueError(f"the model is too large for one ONNX file ({err}): not exported") from None
+
+
+__all__ = ["OPSET", "bilm_graphs", "contextualizer_graph", "import_onnx", "serialized_graphs", "token_encoder_graph"]

@@ -28,7 +28,7 @@ CONTEXTUALIZER = "contextualizer.onnx"
 FORMAT = "spacy-elmo-onnx"
 FORMAT_VERSION = 1  # raised when a reader of an older version could not read the folder
 
-ADVICE = "export the model again (spacy_elmo.onnx.export_onnx)"
+ADVICE = "export the model again (spacy-elmo export MODEL FOLDER --format onnx)"
 
 Width = Annotated[int, Field(ge=1, le=1_000_000)]
 CharId = Annotated[int, Field(ge=0, le=1_000_000)]

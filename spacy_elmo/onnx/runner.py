@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
+from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
-from ..runtime.configuration.defaults import DEFAULT_TOKEN_CACHE
-from ..runtime.configuration.validation import validate_sentences
 from .graph import CHAR_IDS, LAYERS, LENGTHS, TOKEN_VECTORS, TOKENS
 from .manifest import ADVICE, CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER, OnnxFolderError, read_manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
 
+    from ..bilm.engine.precisions import Precision
     from ..bilm.options import BiLMOptions
 
 BUCKET_ROWS = 256  # new words per char-CNN run, grouped by length so that short words are not padded to long ones
@@ -76,6 +76,25 @@ def _session(graph: Union[Path, bytes], threads: Optional[int], what: str, names
     return loaded
 
 
+class WordVectorCache:
+    """Token vectors kept between batches, least recently used first out; ``max_tokens`` 0 keeps none. The
+    backend sizes and clears it (the runner protocol's ``token_cache``)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"token_cache_size must be a non-negative integer, not {max_tokens!r}")
+        self.max_tokens = max_tokens
+        self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.vectors.clear()
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+
 def content_columns(ids: np.ndarray) -> np.ndarray:
     """Per row of char ids, the columns before its trailing run of padding (one repeated id)."""
     varying = ids != ids[:, -1:]
@@ -83,14 +102,15 @@ def content_columns(ids: np.ndarray) -> np.ndarray:
 
 
 class OnnxBiLM:
-    """The biLM of an ONNX export folder (:func:`~spacy_elmo.onnx.export_onnx`), run on ONNX Runtime's CPU provider.
+    """The biLM of an ONNX export folder (``spacy-elmo export``), run on ONNX Runtime's CPU provider: the backend's
+    runner for such a folder (the protocol of :mod:`spacy_elmo.runtime.embedding.runner`).
 
     ``threads``: threads inside an operator (None: ONNX Runtime's default, the machine's cores). ``token_cache_size``:
     token vectors kept (0: none). :meth:`layers` may be called from several threads (the cache is locked; ONNX
     Runtime's ``run`` is thread-safe).
     """
 
-    def __init__(self, folder: PathLike, threads: Optional[int] = None, token_cache_size: int = DEFAULT_TOKEN_CACHE):
+    def __init__(self, folder: PathLike, threads: Optional[int] = None, token_cache_size: int = 0):
         folder = Path(folder)
         manifest, options = read_manifest(folder)
         self.folder: Optional[Path] = folder
@@ -104,7 +124,7 @@ class OnnxBiLM:
         manifest: dict[str, Any],
         options: BiLMOptions,
         threads: Optional[int] = None,
-        token_cache_size: int = DEFAULT_TOKEN_CACHE,
+        token_cache_size: int = 0,
     ) -> OnnxBiLM:
         """A runner of two graphs not (yet) in a folder, e.g. the export's check before it writes them."""
         runner = cls.__new__(cls)
@@ -121,8 +141,7 @@ class OnnxBiLM:
         threads: Optional[int],
         token_cache_size: int,
     ) -> None:
-        if isinstance(token_cache_size, bool) or not isinstance(token_cache_size, int) or token_cache_size < 0:
-            raise ValueError(f"token_cache_size must be a non-negative integer, not {token_cache_size!r}")
+        self.token_cache = WordVectorCache(token_cache_size)
         self.manifest = manifest
         self.options = options
         where = "the token encoder" if isinstance(token_encoder, bytes) else str(token_encoder)
@@ -136,9 +155,8 @@ class OnnxBiLM:
                 f"{said}: options (projection_dim {options.projection_dim}, n_layers {options.n_layers}) disagree with "
                 f"the graphs' outputs (token vectors {widths[0]} wide, layers {widths[1]}): {ADVICE}"
             )
-        self.token_cache_size = token_cache_size
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self.threads = threads
+        self.small_work_threads: Optional[int] = None  # (ONNX Runtime's pool is fixed per session)
         self._max_width = max(width for width, _ in options.filters)
 
     @property
@@ -177,41 +195,60 @@ class OnnxBiLM:
 
     def token_vectors(self, tokens: Sequence[str]) -> np.ndarray:
         """Vectors ``(len(tokens), projection_dim)`` of distinct ``tokens``, from the cache where possible."""
-        if len(tokens) > self.token_cache_size:  # the cache cannot hold them all
+        cache = self.token_cache
+        if len(tokens) > cache.max_tokens:  # the cache cannot hold them all
             return self.encode_tokens(tokens)
-        with self._lock:  # (new words are encoded under it, as the torch backend's cache does)
-            missing = [t for t in tokens if t not in self._cache]
+        with cache.lock:  # (new words are encoded under it, as the torch backend's cache does)
+            kept = cache.vectors
+            missing = [t for t in tokens if t not in kept]
             for token, vector in zip(missing, self.encode_tokens(missing)):
-                self._cache[token] = vector
+                kept[token] = vector
             for token in tokens:
-                self._cache.move_to_end(token)
-            vectors = np.stack([self._cache[t] for t in tokens]) if tokens else self.encode_tokens([])
-            while len(self._cache) > self.token_cache_size:  # the least recently used, none of ``tokens``
-                self._cache.popitem(last=False)
+                kept.move_to_end(token)
+            vectors = np.stack([kept[t] for t in tokens]) if tokens else self.encode_tokens([])
+            while len(kept) > cache.max_tokens:  # the least recently used, none of ``tokens``
+                kept.popitem(last=False)
         return vectors
 
     def clear_cache(self) -> None:
         """Forget every kept token vector."""
-        with self._lock:
-            self._cache.clear()
+        self.token_cache.clear()
+
+    # -- the backend's runner protocol (spacy_elmo/runtime/embedding/runner.py) --------------------------------------
+
+    @property
+    def device_name(self) -> str:
+        """ONNX Runtime's CPU provider: ``"cpu"``."""
+        return "cpu"
+
+    @property
+    def precision(self) -> Precision:
+        """float32's row: the graphs compute in float32."""
+        return precisions.precision("float32")
+
+    def after_fork(self) -> None:
+        """In a forked child: a new cache lock (a parent thread may have held it) and no kept vectors."""
+        self.token_cache.lock = threading.Lock()
+        self.token_cache.vectors.clear()
+
+    def is_out_of_memory(self, err: BaseException) -> bool:
+        """Whether ``err`` is numpy or ONNX Runtime failing to allocate memory."""
+        return isinstance(err, MemoryError) or "Failed to allocate memory" in str(err) or "bad_alloc" in str(err)
+
+    def free_memory(self) -> None:
+        """Nothing to hand back: ONNX Runtime's CPU arena keeps its memory for the next run."""
+
+    def describe(self) -> str:
+        """The load log's DEBUG line: the runtime, its version and its threads."""
+        threads = "ONNX Runtime's default" if self.threads is None else str(self.threads)
+        return f"kernels: ONNX Runtime {import_onnxruntime().__version__} on the CPU, {threads} threads per operator"
 
     def layers(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """Per sentence of ``batch`` (token lists), float32 layers ``(n_layers + 1, n_tokens, dim)``: layer 0 the token
-        vectors twice, then each LSTM layer's forward and backward outputs. An empty sentence gives
-        ``(n_layers + 1, 0, dim)``. The batch runs as one padded batch (as one of ``ElmoBackend.embed``'s): a caller
-        with many sentences groups them by length first, which wastes less on padding. A plain string where a batch
-        or a token list belongs, or a token that is not a ``str``, is a ``TypeError`` (the backend's check of token
-        lists)."""
-        sentences = validate_sentences(batch, "batch")  # a TypeError, one line, as ElmoBackend.embed's
-        results: list[Optional[np.ndarray]] = [None] * len(sentences)
-        rows = [r for r, tokens in enumerate(sentences) if tokens]
-        for r, tokens in enumerate(sentences):
-            if not tokens:
-                results[r] = np.zeros((self.n_layers + 1, 0, self.dim), np.float32)
-        if rows:
-            for r, array in zip(rows, self._run([sentences[r] for r in rows])):
-                results[r] = array
-        return [array for array in results if array is not None]
+        """Per sentence of ``batch`` (non-empty lists of token strings, as :meth:`spacy_elmo.ElmoBackend.embed` hands
+        them over once checked), float32 layers ``(n_layers + 1, n_tokens, dim)``: layer 0 the token vectors twice,
+        then each LSTM layer's forward and backward outputs. The batch runs as one padded batch: the backend groups
+        sentences by length first, which wastes less on padding."""
+        return self._run([list(tokens) for tokens in batch])
 
     def _run(self, batch: list[list[str]]) -> list[np.ndarray]:
         """:meth:`layers` of non-empty sentences: the markers added, one contextualizer run, the markers dropped."""

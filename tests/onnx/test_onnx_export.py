@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_elmo import load_bilm
-from spacy_elmo.onnx import OnnxBiLM, OnnxExportError, OnnxFolderError, export_onnx
+from spacy_elmo.onnx import OnnxBiLM, OnnxFolderError
 from spacy_elmo.onnx import graph as onnx_graph
-from spacy_elmo.onnx.export import layer_errors
 from spacy_elmo.onnx.manifest import CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER
+from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
 
 TOLERANCE = 1e-5  # of each layer's largest absolute value
 REPO = Path(__file__).resolve().parents[2]
@@ -280,7 +280,7 @@ def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
         else:
             raise SystemExit("the block did not work")
         from spacy_elmo.onnx import OnnxBiLM
-        from spacy_elmo.onnx.export import layer_errors
+        from spacy_elmo.output.onnx_export import layer_errors
 
         sentences = json.loads(open({str(tmp_path / "sentences.json")!r}, encoding="utf-8").read())
         ours = OnnxBiLM({str(exports["default"])!r}, threads=1).layers(sentences)

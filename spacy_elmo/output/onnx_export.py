@@ -1,10 +1,11 @@
 """Export a biLM to an ONNX folder, checked against the torch float32 path before anything is written.
 
 :func:`export_onnx` loads the model's float32 weights (any model :func:`spacy_elmo.load_bilm` takes), builds the two
-graphs (:mod:`.graph`), runs them on ONNX Runtime over :data:`CHECK_SENTENCES` and compares each layer with what the
-torch path (``ElmoBackend._embed_batch``'s steps) gives. It writes the folder (the graphs and ``manifest.json``,
-:mod:`.manifest`) only when every layer agrees within ``tolerance`` of that layer's largest absolute value, and
-writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check or an error leaves nothing.
+graphs (:mod:`spacy_elmo.onnx.graph`), runs them on ONNX Runtime over :data:`CHECK_SENTENCES` and compares each
+layer with what the torch path (``ElmoBackend._embed_batch``'s steps) gives. It writes the folder (the graphs and
+``manifest.json``, :mod:`spacy_elmo.onnx.manifest`) only when every layer agrees within ``tolerance`` of that layer's
+largest absolute value, and writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check
+or an error leaves nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import numpy as np
 from ..about import __version__
 from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomically
 from ..groundwork.file_names import PathLike
-from .graph import OPSET, bilm_graphs
-from .manifest import (
+from ..onnx.graph import OPSET, serialized_graphs
+from ..onnx.manifest import (
     CONTEXTUALIZER,
     FORMAT,
     FORMAT_VERSION,
@@ -29,7 +30,7 @@ from .manifest import (
     TOKEN_ENCODER,
     character_settings,
 )
-from .runner import OnnxBiLM, import_onnxruntime
+from ..onnx.runner import OnnxBiLM, import_onnxruntime
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..bilm.model import BiLM
@@ -103,16 +104,6 @@ def _check_target(out_dir: Path) -> None:
         raise OnnxExportError(f"{out_dir} exists and is not an empty folder: remove it or export to another folder")
 
 
-def _import_onnx() -> Any:
-    try:
-        import onnx
-    except ImportError:
-        raise OnnxExportError(
-            "exporting to ONNX needs the onnx package, which is not installed: pip install onnx"
-        ) from None
-    return onnx
-
-
 def export_onnx(
     model: Optional[PathLike],
     out_dir: PathLike,
@@ -132,8 +123,10 @@ def export_onnx(
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)  # before the model loads: said at once
-    onnx = _import_onnx()
-    ort = import_onnxruntime()
+    try:
+        ort = import_onnxruntime()
+    except ImportError as err:
+        raise OnnxExportError(str(err)) from None
     import torch
 
     from ..runtime.embedding.backend import load_model_files
@@ -142,16 +135,9 @@ def export_onnx(
     options_path, weights_path = resolve_model_files(model, options, weights)
     bilm = load_model_files(options_path, weights_path).float().eval()
     try:
-        encoder_graph, contextualizer_graph = bilm_graphs(bilm)
-    except ValueError as err:  # a model the graphs cannot express (another token format), said in one line
+        encoder_bytes, contextualizer_bytes, onnx_version = serialized_graphs(bilm)
+    except (ImportError, ValueError) as err:  # no onnx, or a model the graphs cannot express: one line
         raise OnnxExportError(str(err)) from None
-    try:
-        encoder_bytes, contextualizer_bytes = (
-            encoder_graph.SerializeToString(),
-            contextualizer_graph.SerializeToString(),
-        )
-    except ValueError as err:  # protobuf's 2 GB limit on one message
-        raise OnnxExportError(f"the model is too large for one ONNX file ({err}): not exported") from None
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -161,7 +147,7 @@ def export_onnx(
         "opset": OPSET,
         "n_layers": bilm.options.n_layers,
         "dim": bilm.options.output_dim,
-        "written_by": {"spacy_elmo": __version__, "onnx": onnx.__version__, "torch": torch.__version__},
+        "written_by": {"spacy_elmo": __version__, "onnx": onnx_version, "torch": torch.__version__},
     }
     check = sentences if sentences is not None else CHECK_SENTENCES
     check = [list(s) for s in check if len(s)]
