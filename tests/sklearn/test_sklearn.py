@@ -916,6 +916,10 @@ def test_vectorizers_pickled_by_0_2_0_load_and_give_their_rows():
     """Vectorizers spacy-elmo 0.2.0 fitted and pickled (``dtype`` and ``dtype_`` in their state, no ``precision``;
     tests/fixtures/sklearn_pickles, made by that version) load with their ``dtype`` as ``precision`` and give the
     rows they gave then, with no warning."""
+    import importlib.util
+
+    if importlib.util.find_spec("numpy._core") is None:  # numpy's own limit: numpy 1 reads no numpy 2 pickle
+        pytest.skip("these pickles were written under numpy 2 (numpy._core), which numpy 1 cannot read")
     pickled = pickle.loads((PICKLES / "vectorizers-0.2.0.pkl").read_bytes())
     rows = np.load(PICKLES / "vectorizers-0.2.0-rows.npz")
     with warnings.catch_warnings():
