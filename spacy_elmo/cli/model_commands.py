@@ -1,8 +1,11 @@
-"""The commands about models: ``info`` (one model), ``models`` (every model a name gives) and ``download`` (models
-fetched into the cache ahead of use). Each checks a model string before torch is imported, then hands the work to
-sources/ and what it prints to :mod:`.model_info` and :mod:`.model_table`."""
+"""The commands about models: ``info`` (one model), ``models`` (every model a name gives), ``download`` (models
+fetched into the cache ahead of use) and ``export`` (a model as ONNX graphs, to serve without torch). Each checks a
+model string before torch is imported, then hands the work to sources/ and output/, and what it prints to
+:mod:`.model_info` and :mod:`.model_table`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -67,3 +70,34 @@ def models() -> None:
         typer.echo(line)
     typer.echo(f"\nspacy-elmo info NAME: one model in full; cache: {home()} (SPACY_ELMO_HOME)")
     typer.echo("SPACY_ELMO_OFFLINE=1 keeps everything off the network")
+
+
+EXPORT_FORMATS = ("onnx",)
+
+
+@command("export")
+def export(
+    model: str = typer.Argument(
+        ..., help="What to export: a model directory, 'default', a published name, archive or URL"
+    ),
+    output_dir: Path = typer.Argument(..., help="The folder to write (new or empty; it appears only when complete)"),
+    export_format: str = typer.Option(
+        "onnx", "--format", help="onnx: ONNX graphs for ONNX Runtime (torch-free serving)"
+    ),
+) -> None:
+    """Export a biLM to ONNX, checked against the torch float32 path first: load_bilm, ElmoVectorizer and the spaCy
+    component then run the folder on ONNX Runtime, without torch (docs/serving.md)."""
+    from ..sources.model_names import require_model
+
+    with errors_exit_2():  # the arguments, said before torch is imported
+        if export_format not in EXPORT_FORMATS:
+            raise ValueError(f"--format {export_format!r}: expected one of {list(EXPORT_FORMATS)}")
+        require_model(model)
+    from ..output.onnx_export import export_onnx
+
+    with errors_exit_2():
+        done = export_onnx(model, output_dir)
+    typer.echo(
+        f"wrote {done.folder}: checked against the torch float32 path, largest difference "
+        f"{done.max_relative_error:.2g} of a layer's scale"
+    )
