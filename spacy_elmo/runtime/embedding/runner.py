@@ -34,8 +34,13 @@ class Runner(Protocol):
     A runner holds no lock of its own for :meth:`layers`: the backend calls it under its lock, one batch at a time.
     """
 
-    token_cache: TokenCache  # sized and cleared by the backend (configure_cache, clear_cache, after running out)
     small_work_threads: Optional[int]  # threads for small batches (None: the runtime's own setting)
+
+    @property
+    def token_cache(self) -> TokenCache:
+        """Its token vectors kept between batches: sized and cleared by the backend (configure_cache, clear_cache,
+        after running out of memory)."""
+        ...
 
     @property
     def n_layers(self) -> int:
