@@ -174,3 +174,78 @@ def test_the_backend_and_front_end_entry_points_import_no_torch():
     found = {name: lines for name in NO_TORCH_IMPORT if (lines := torch_imports(MODULES[name].read_text("utf-8")))}
     assert not found, f"module-level torch imports (line numbers): {found}"
     assert torch_imports(MODULES["spacy_elmo.runtime.embedding.torch_runner"].read_text("utf-8"))  # sees the runner's
+
+
+# in a process that refuses torch: the backend around a numpy runner (the Protocol's shape, vectors from the tokens'
+# lengths) embeds through windows.embed_segments: caches, repeated sentences, an empty one, the retry in halves
+NUMPY_RUNNER = """
+import importlib.abc, sys
+from pathlib import Path
+
+class RefuseTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"No module named {name!r} (refused by the test)")
+
+sys.meta_path.insert(0, RefuseTorch())
+import numpy as np
+from spacy_elmo.bilm.engine.precisions import precision
+from spacy_elmo.runtime.embedding.backend import ElmoBackend
+from spacy_elmo.runtime.embedding.windows import embed_segments
+
+class Tokens(dict):
+    max_tokens = 100
+    def clear(self):
+        super().clear()
+
+class NumpyRunner:
+    n_layers, dim, device_name, precision = 2, 4, "cpu", precision("float32")
+    small_work_threads = 1
+    def __init__(self):
+        self.token_cache, self.batches = Tokens(), []
+    def layers(self, batch):
+        self.batches.append(len(batch))
+        if len(batch) > 2:
+            raise MemoryError("out of memory (a test)")
+        return [np.full((3, len(t), 4), len(t[0]), dtype=np.float32) for t in batch]
+    def after_fork(self):
+        self.token_cache.clear()
+    def is_out_of_memory(self, err):
+        return isinstance(err, MemoryError)
+    def free_memory(self):
+        pass
+    def describe(self):
+        return "kernels: numpy"
+
+model = Path(sys.argv[1])
+runner = NumpyRunner()
+backend = ElmoBackend.on_runner(runner, model / "options.json", model / "lm_weights.hdf5")
+sentences = [["a", "bank"], ["river"], ["a", "bank"], [], ["long", "words", "here"], ["xy"]]
+import warnings
+with warnings.catch_warnings(record=True):
+    warnings.simplefilter("always")
+    out = dict(embed_segments(backend, enumerate(sentences)))
+assert [out[i].shape for i in range(6)] == [(3, 2, 4), (3, 1, 4), (3, 2, 4), (3, 0, 4), (3, 3, 4), (3, 1, 4)], out
+assert out[4][0, 0, 0] == 4 and out[0] is not out[2]
+assert runner.batches[0] == 4 and max(runner.batches[1:]) <= 2, runner.batches  # 4 unique sentences, then halves
+again = backend.embed([["river"]])  # from the memory cache
+assert runner.batches[-1] <= 2 and again[0][0, 0, 0] == 5
+assert backend.n_layers == 2 and backend.dim == 4 and backend.fingerprint and "cpu" in repr(backend)
+assert "torch" not in sys.modules
+print("ok")
+"""
+
+
+def test_the_backend_embeds_on_a_runner_without_torch(fixture_dir):
+    """The backend's own work (caches, repeated sentences, length batches, halving on out of memory, windows) needs
+    nothing of torch: a runner of numpy arrays serves it in a process that refuses torch."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-c", NUMPY_RUNNER, str(fixture_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
