@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
-import torch
 
 from .about import install_extra
 from .groundwork.lazy_exports import lazy_exports
@@ -164,6 +163,8 @@ def _checked_width(model: PathLike, settings: FrontSettings) -> int:
 def _on_cpu(device: Optional[str]) -> bool:
     """Whether ``device`` is the CPU (None too). Any other device is resolved by the worker that loads the model (a
     client without a GPU may send work to GPU workers); only its spelling is checked here."""
+    import torch
+
     try:
         return torch.device("cpu" if device is None else device).type == "cpu"
     except (RuntimeError, TypeError):

@@ -45,6 +45,15 @@ from .manylangs import (
     ManyLangsHighway,
     ManyLangsTokenEncoder,
 )
+from .manylangs_files import (  # noqa: F401 (the file names and is_model_dir re-exported)
+    CHAR_DIC,
+    CONFIG,
+    ENCODER,
+    STATE_FILES,
+    TOKEN_EMBEDDER,
+    WORD_DIC,
+    is_model_dir,
+)
 from .weights import (
     _ACTIVATION,
     _CLIP,
@@ -65,12 +74,6 @@ from .weights import (
     parameter_count,
 )
 
-CONFIG = "config.json"
-CHAR_DIC = "char.dic"
-WORD_DIC = "word.dic"
-TOKEN_EMBEDDER = "token_embedder.pkl"
-ENCODER = "encoder.pkl"
-STATE_FILES = (TOKEN_EMBEDDER, ENCODER)
 # The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
 # each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
 MAX_CHARACTERS_PER_TOKEN = 256
@@ -92,12 +95,6 @@ SAMPLE_CONFIGS: dict[str, dict[str, Any]] = {
     "cnn_50_100_512_4096_sample.json": _SAMPLE,
     "cnn_0_100_512_4096_sample.json": _SAMPLE,
 }
-
-
-def is_model_dir(directory: PathLike) -> bool:
-    """Whether ``directory`` holds an ELMoForManyLangs model: ``config.json`` and both torch-saved state files."""
-    path = Path(directory)
-    return all((path / name).is_file() for name in (CONFIG, *STATE_FILES))
 
 
 # -- the architecture ------------------------------------------------------------------------

@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
-import threading
-import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 
 from ..groundwork.excerpt import excerpt
+from ..groundwork.fork_safety import (  # noqa: F401 (ForkSafeLock, renew_after_fork re-exported)
+    ForkSafeLock,
+    at_fork_in_child,
+    in_forked_child,
+    renew_after_fork,
+)
 from ..groundwork.number_checks import whole_number
 
 # -- when work is split or limited -------------------------------------------------------------
@@ -45,64 +48,6 @@ SMALL_WORK_MACS = 524_288
 DIRECTION_THREADS_MIN_MACS = 2_000_000  # per step and direction, from which the two directions get a thread each
 SPLIT_TOKENS = 64  # new tokens per batch from which the char CNN runs as two halves on two threads
 MAX_THREADS = 4096  # the most a command's --threads may ask torch for (OpenMP would try to start every one)
-
-_callbacks: list[Callable[[], None]] = []
-_renewed: weakref.WeakSet[Any] = weakref.WeakSet()
-_forked = False
-
-
-def at_fork_in_child(callback: Callable[[], None]) -> Callable[[], None]:
-    """Run ``callback`` in a forked child before anything else (renew locks, forget pools); usable as a decorator."""
-    _callbacks.append(callback)
-    return callback
-
-
-def renew_after_fork(holder: Any) -> None:
-    """Call ``holder._after_fork()`` in a forked child: objects with locks or caches another thread may have held."""
-    _renewed.add(holder)
-
-
-class ForkSafeLock:
-    """A lock (``threading.Lock`` by default, or another factory's, e.g. ``threading.RLock``) that a forked child
-    gets anew and unlocked.
-
-    ``fork`` copies a lock that another thread of the parent held at that moment; that thread does not exist
-    in the child, so nothing there would ever release it, and the first ``with lock:`` would hang forever.
-    Use it as the lock itself: ``with lock:``, ``acquire()``, ``release()``.
-    """
-
-    def __init__(self, factory: Callable[[], Any] = threading.Lock) -> None:
-        self._factory = factory
-        self._lock = factory()
-        renew_after_fork(self)
-
-    def __enter__(self) -> bool:
-        return self._lock.__enter__()
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._lock.__exit__(*exc_info)
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def _after_fork(self) -> None:
-        self._lock = self._factory()
-
-
-def _after_fork_in_child() -> None:
-    global _forked
-    _forked = True
-    for callback in _callbacks:
-        callback()
-    for holder in list(_renewed):
-        holder._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Native:
@@ -187,7 +132,7 @@ def batch_thread_limit(step_macs: int, device: torch.device, small_work_threads:
     time slice instead of microseconds, so the threshold sits well above the smallest work that a team speeds up on
     a quiet machine, not at it.
     """
-    if _forked:
+    if in_forked_child():
         return 1
     small = device.type == "cpu" and small_work_threads is not None and step_macs < SMALL_WORK_MACS
     return small_work_threads if small else None

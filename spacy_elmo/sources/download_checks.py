@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from ..bilm import manylangs_reader
+from ..bilm import manylangs_files
 from ..bilm.weights import first_line
 from ..groundwork.file_names import OPTIONS
 from .fetch import ARCHIVE_SUFFIXES
@@ -117,8 +117,8 @@ def layout_problem(names: list[str]) -> Optional[str]:
     """What is wrong with an ELMo archive's file members: exactly one options.json, an .hdf5 file beside it
     (or an ELMoForManyLangs model folder: config.json with its torch-saved state files beside it)."""
     paths = [PurePosixPath(name.replace("\\", "/")) for name in names]
-    for config in (p for p in paths if p.name == manylangs_reader.CONFIG):
-        if all(config.parent / state in paths for state in manylangs_reader.STATE_FILES):
+    for config in (p for p in paths if p.name == manylangs_files.CONFIG):
+        if all(config.parent / state in paths for state in manylangs_files.STATE_FILES):
             return None
     options = [p for p in paths if p.name == OPTIONS]
     if len(options) != 1:

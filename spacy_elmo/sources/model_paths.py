@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from ..bilm import manylangs_reader
+from ..bilm import manylangs_files
 from ..bilm.weights import WeightFileError, read_options
 from ..groundwork.excerpt import excerpt
 from ..groundwork.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
@@ -178,22 +178,24 @@ def check_model_folder(model: Optional[PathLike]) -> None:
 
 def is_model_dir(directory: Path) -> bool:
     """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
-    return (directory / OPTIONS).is_file() or manylangs_reader.is_model_dir(directory)
+    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory)
 
 
 def is_manylangs(options_path: Path, weights_path: Path) -> bool:
     """Whether a resolved pair is an ELMoForManyLangs model's ``(config.json, encoder.pkl)``."""
     return (
-        options_path.name == manylangs_reader.CONFIG
-        and weights_path.name == manylangs_reader.ENCODER
+        options_path.name == manylangs_files.CONFIG
+        and weights_path.name == manylangs_files.ENCODER
         and options_path.parent == weights_path.parent
-        and manylangs_reader.is_model_dir(weights_path.parent)
+        and manylangs_files.is_model_dir(weights_path.parent)
     )
 
 
 def model_file_map(options_path: Path, weights_path: Path) -> dict[str, Path]:
     """Every file of the model a resolved pair names, by the name it must have in a copy of the model's folder."""
     if is_manylangs(options_path, weights_path):
+        from ..bilm import manylangs_reader  # torch: only for an ELMoForManyLangs model
+
         return manylangs_reader.model_files(weights_path.parent)
     return {OPTIONS: options_path, WEIGHTS: weights_path}
 
@@ -205,6 +207,8 @@ def model_shape(options_path: Path, weights_path: Path) -> tuple[int, int]:
     the backend returns ``n_layers + 1`` layers. For a client that only needs the shape (Dask).
     """
     if is_manylangs(options_path, weights_path):
+        from ..bilm import manylangs_reader  # torch: only for an ELMoForManyLangs model
+
         config = manylangs_reader.read_config(weights_path.parent)
         return config.n_layers, 2 * config.projection_dim
     options = read_options(options_path)
@@ -216,7 +220,7 @@ def model_dir_in(directory: Path, name: str) -> Path:
     must)."""
     found = sorted(p.parent for p in directory.rglob(OPTIONS) if p.is_file())
     found += sorted(
-        p.parent for p in directory.rglob(manylangs_reader.ENCODER) if manylangs_reader.is_model_dir(p.parent)
+        p.parent for p in directory.rglob(manylangs_files.ENCODER) if manylangs_files.is_model_dir(p.parent)
     )
     if len(found) == 1:
         return found[0]
@@ -240,13 +244,13 @@ def _bundled(directory: Path, what: str) -> tuple[Path, Path]:
 
 
 def _in_directory(directory: Path) -> tuple[Path, Path]:
-    if not (directory / OPTIONS).is_file() and manylangs_reader.is_model_dir(directory):
-        return (directory / manylangs_reader.CONFIG).resolve(), (directory / manylangs_reader.ENCODER).resolve()
+    if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
+        return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(
             f"ELMo model directory {directory} has no {OPTIONS}: a model folder holds {OPTIONS} and a weights .hdf5 "
-            f"file (ELMo's format) or {manylangs_reader.CONFIG}, {' and '.join(manylangs_reader.STATE_FILES)} "
+            f"file (ELMo's format) or {manylangs_files.CONFIG}, {' and '.join(manylangs_files.STATE_FILES)} "
             "(ELMoForManyLangs'); name that folder, a published model or 'default'"
         )
     return options_path.resolve(), find_weights(directory).resolve()

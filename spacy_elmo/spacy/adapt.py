@@ -26,11 +26,9 @@ from ..runtime.features.tokenize import is_whitespace
 from ..sources.download import is_url
 from ..sources.model_paths import VOCAB, check_model_name, is_model_dir, resolve_model_files
 from ..sources.published import published_by_url, published_model
-from ..train import TrainConfig, Trainer, evaluate, make_sources
-from ..train.distributed import training_device
+from ..train import TrainConfig
 from ..train.output_folder.folder_lock import holds_output_folder
 from ..train.output_folder.recorded_paths import absolute_path, recorded_argument, recorded_path
-from ..train.run.outputs import refuse_another_model
 
 # a domain adaptation's output folder, besides the training run's files
 ADAPTATION = "adaptation.json"  # what was adapted on, perplexity before / after
@@ -112,6 +110,10 @@ def adapt(
     device: where the fine-tuning and both perplexities run: "cpu" (the default), "cuda", "cuda:N" or "auto"
         (CUDA when available); a GPU that is not there is refused before anything is written.
     """
+    from ..train import Trainer, evaluate, make_sources  # torch: imported when an adaptation runs
+    from ..train.distributed import training_device
+    from ..train.run.outputs import refuse_another_model
+
     training_device(device)
     require_adaptable(init_from)
     options = options or AdaptOptions()

@@ -12,9 +12,8 @@ them in a process that has not imported spacy_elmo.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
-import torch
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import CupyOps, Model, get_current_ops
@@ -31,8 +30,10 @@ from ..sources.model_paths import (
     is_remote,
     resolve_model_files,
 )
-from .fine_tune import build_fine_tune
 from .mix_layer import LEARNED, LayerChoice, build_scalar_mix
+
+if TYPE_CHECKING:
+    import torch  # torch is imported where a fine-tuning layer is built (fine_tune.py), never at import
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class ElmoModelRef:
         """The resolved ``(options.json, weights)`` paths; ``WeightFileError`` names what is missing."""
         return resolve_model_files(self.path)
 
-    def load(self, device: Union[str, torch.device, None] = None, precision: Optional[str] = None) -> ElmoBackend:
+    def load(self, device: Union[str, "torch.device", None] = None, precision: Optional[str] = None) -> ElmoBackend:
         """The shared :class:`ElmoBackend` for this model on ``device`` in ``precision`` (loaded once per process);
         ``device=None``: thinc's current ops' device (:func:`component_device`)."""
         return load_bilm(self.path, device=component_device(device), precision=precision)
@@ -96,7 +97,7 @@ def as_model_ref(model: Union[str, ElmoModelRef, None]) -> ElmoModelRef:
     raise TypeError(f"model={model!r}: expected a directory path, 'default' or spacy_elmo.ElmoBiLM.v1")
 
 
-def component_device(device: Union[str, torch.device, None]) -> Union[str, torch.device, None]:
+def component_device(device: Union[str, "torch.device", None]) -> Union[str, "torch.device", None]:
     """The torch device an ``elmo`` component loads its biLM on: ``device`` when set; for ``None``, the device of
     thinc's current ops, so ``spacy.require_gpu()`` / ``spacy train --gpu-id N`` put the biLM on that GPU.
 
@@ -195,6 +196,8 @@ def elmo_fine_tune_v1(
     The biLM comes from the ``elmo`` component's model files (precision "float32"); the shared backend other
     pipelines use is never changed. The trained arrays are saved with the pipeline.
     """
+    from .fine_tune import build_fine_tune  # torch and thinc's torch bridge: only for a fine-tuning layer
+
     mix = build_scalar_mix(
         layers=layers,
         gamma=gamma,

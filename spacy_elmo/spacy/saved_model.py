@@ -24,9 +24,9 @@ import srsly
 
 from ..about import __version__
 from ..bilm.file_formats import ComponentModel
-from ..bilm.threads import ForkSafeLock
 from ..bilm.weights import WeightFileError
 from ..groundwork.atomic_write import atomic_path, atomic_paths, reported_as
+from ..groundwork.fork_safety import ForkSafeLock
 from ..groundwork.schema_check import check_value, read_json_file
 from ..runtime.embedding.backend import ElmoBackend
 from ..sources.bundled_versions import bundled_version

@@ -268,13 +268,16 @@ FILE_NAME = re.compile(
 # names a foreign format gives its files, spelled by the one module that reads that format
 FOREIGN_FILE_NAMES = {
     # ELMoForManyLangs' model folder (its config.json names its architecture file; the .pkl files are its torch-saved
-    # state dicts, read only with torch.load(weights_only=True))
-    "spacy_elmo.bilm.manylangs_reader": {
+    # state dicts, read only with torch.load(weights_only=True)): the folder's names in manylangs_files (torch-free,
+    # for path resolution), the sample architectures in the reader
+    "spacy_elmo.bilm.manylangs_files": {
         "config.json",
         "char.dic",
         "word.dic",
         "token_embedder.pkl",
         "encoder.pkl",
+    },
+    "spacy_elmo.bilm.manylangs_reader": {
         "cnn_50_100_512_4096_sample.json",
         "cnn_0_100_512_4096_sample.json",
     },

@@ -73,6 +73,12 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/lstm.py": ("test_inference_path.py",),
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_reader.py": ("test_manylangs.py",),
+    "bilm/manylangs_files.py": ("test_manylangs.py", "test_torch_free_imports.py"),  # the names resolution needs
+    # ForkSafeLock and the renewals in a forked child (bilm/threads.py re-exports them)
+    "groundwork/fork_safety.py": ("test_threads.py", "test_torch_free_imports.py"),
+    # the runner Protocol and torch's runner, behind the backend
+    "runtime/embedding/runner.py": ("test_torch_free_imports.py", "test_backend.py"),
+    "runtime/embedding/torch_runner.py": ("test_backend.py", "test_reliability.py", "test_precision.py"),
     "groundwork/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),

@@ -14,6 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import spacy_elmo.runtime.embedding.backend
+import spacy_elmo.runtime.embedding.torch_runner
 from spacy_elmo import load_bilm
 from spacy_elmo.runtime.embedding.cache import CACHE_DIR_ENV, DB_NAME, DiskCache
 from tests.numerics import assert_recomputed_close
@@ -148,7 +149,7 @@ def test_eight_threads_on_one_backend_give_the_serial_results(fresh_model, fixtu
 def test_numpy_memory_error_in_a_batch_is_retried_in_halves(fresh_model, fixture_sentences, monkeypatch):
     backend = load_bilm(fresh_model, cache_mb=0)
     expected = backend.embed(fixture_sentences[:8], batch_size=8)
-    real = spacy_elmo.runtime.embedding.backend.batch_token_vectors
+    real = spacy_elmo.runtime.embedding.torch_runner.batch_token_vectors  # the torch runner's char-CNN step
     sizes = []
 
     def tight(cache, batch):
@@ -157,7 +158,7 @@ def test_numpy_memory_error_in_a_batch_is_retried_in_halves(fresh_model, fixture
             np.empty(1 << 62, dtype=np.uint8)  # numpy's own MemoryError, as from the char-id step
         return real(cache, batch)
 
-    monkeypatch.setattr(spacy_elmo.runtime.embedding.backend, "batch_token_vectors", tight)
+    monkeypatch.setattr(spacy_elmo.runtime.embedding.torch_runner, "batch_token_vectors", tight)
     monkeypatch.setattr(backend, "_warned_oom", False)
     with pytest.warns(ResourceWarning, match="retrying in halves"):
         got = backend.embed(fixture_sentences[:8], batch_size=8)

@@ -8,26 +8,21 @@ import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
-import torch
 
-from ...bilm import engine, manylangs_reader
-from ...bilm.engine.precisions import Precision, PrecisionLike, of_dtype, resolve
-from ...bilm.model import BiLM
-from ...bilm.threads import ForkSafeLock, batch_thread_limit, renew_after_fork, thread_limit
-from ...bilm.vocab_cache import TokenVectorCache, batch_token_vectors
-from ...bilm.weights import WeightFileError, load_model
+from ...bilm.engine.precisions import Precision, PrecisionLike, resolve
+from ...bilm.weights import WeightFileError
 from ...groundwork.file_names import PathLike
+from ...groundwork.fork_safety import ForkSafeLock, renew_after_fork
 from ...sources.download import cache_advice
-from ...sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, is_manylangs, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
+from ...sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
 from ..configuration.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MEMORY_MB,
     DEFAULT_PRECISION,
     DEFAULT_TOKEN_BUDGET,
-    DEFAULT_TOKEN_CACHE,
 )
 from ..configuration.validation import (
     disk_mb,
@@ -39,7 +34,13 @@ from ..configuration.validation import (
     validate_sentences,
 )
 from .cache import DiskCache, MemoryCache, env_cache_dir, env_disk_mb, open_disk_cache
+from .runner import Runner, TokenCache, device_type
 from .windows import length_batches
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...bilm.model import BiLM
 
 logger = logging.getLogger("spacy_elmo")  # the package's logger (its modules log to children of it)
 
@@ -58,33 +59,83 @@ class ElmoBackend:
         options_path: Path,
         weights_path: Path,
         device: torch.device,
-        dtype: Union[torch.dtype, Precision] = torch.float32,
+        dtype: Union[torch.dtype, Precision, None] = None,
     ) -> None:
-        # its precision's row (bilm/engine/precisions.py) and torch dtype ("int8": float32 activations, int8 weights)
-        self.precision = dtype if isinstance(dtype, Precision) else of_dtype(dtype)
-        self.dtype: torch.dtype = self.precision.dtype()
-        # cast, or (int8: CPU only) packed with the float32 matrices released, and its engines chosen (bilm/engine)
-        self.model = engine.prepare(model, device, self.dtype)
-        engine.warn_if_slow(
-            self.precision, device, stacklevel=4
-        )  # correct but emulated: say so once, with what to pick
+        """A backend on ``model``, a torch biLM read from ``options_path`` and ``weights_path``, prepared here for
+        ``device`` in ``dtype`` (a torch dtype or a precision's row; ``None``: float32). :func:`load_bilm` shares one
+        per model, device and precision, through :func:`open_runner` and :meth:`on_runner`."""
+        import torch
+
+        from .torch_runner import TorchRunner
+
+        precision = torch.float32 if dtype is None else dtype
+        # the emulated-precision warning points at this constructor's caller: TorchRunner <- here <- the caller
+        runner = TorchRunner(model, device, precision, name=_model_name(options_path), stacklevel=4)
+        self._start(runner, options_path, weights_path)
+
+    @classmethod
+    def on_runner(cls, runner: Runner, options_path: Path, weights_path: Path) -> ElmoBackend:
+        """A backend around ``runner`` (:func:`open_runner`'s), the model in ``options_path`` and ``weights_path``."""
+        backend = cls.__new__(cls)
+        backend._start(runner, options_path, weights_path)
+        return backend
+
+    def _start(self, runner: Runner, options_path: Path, weights_path: Path) -> None:
+        self.runner = runner
         self.options_path = options_path
         self.weights_path = weights_path
-        self.device = device
         self.files_fingerprint = fingerprint(options_path, weights_path)  # the model's identity, whatever the precision
         # the vectors' identity (cache keys, Doc data): other precisions give other vectors, never shared entries
-        self.fingerprint = self.precision.fingerprint(self.files_fingerprint, device.type)
+        self.fingerprint = self.precision.fingerprint(self.files_fingerprint, device_type(runner))
         self.token_budget = DEFAULT_TOKEN_BUDGET
         self.memory_cache = MemoryCache(DEFAULT_MEMORY_MB)
-        self.token_cache = TokenVectorCache(self.model, DEFAULT_TOKEN_CACHE)
         self.disk_cache: Optional[DiskCache] = None
         directory = env_cache_dir()
         if directory:
             self.disk_cache = open_disk_cache(directory, env_disk_mb())
-        self.small_work_threads: Optional[int] = 1
         self._warned_oom = False
         self._lock = threading.RLock()
         renew_after_fork(self)
+
+    @property
+    def precision(self) -> Precision:
+        """Its row of the precision table (bilm/engine/precisions.py); :attr:`dtype` is its torch dtype."""
+        return self.runner.precision
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype that stands for :attr:`precision` (``torch.int8``: int8 weights, float32 activations;
+        imports torch)."""
+        return self.precision.dtype()
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device it computes on (imports torch)."""
+        import torch
+
+        return torch.device(self.runner.device_name)
+
+    @property
+    def model(self) -> BiLM:
+        """The torch biLM it computes with, prepared for its precision (a torch runner's)."""
+        model = getattr(self.runner, "model", None)
+        if model is None:
+            raise AttributeError(f"a {type(self.runner).__name__} computes with no torch biLM (ElmoBackend.model)")
+        return model  # type: ignore[no-any-return]
+
+    @property
+    def token_cache(self) -> TokenCache:
+        """The runner's char-CNN token vectors kept between batches (``max_tokens``: its size, 0 off)."""
+        return self.runner.token_cache
+
+    @property
+    def small_work_threads(self) -> Optional[int]:
+        """Threads of the calling thread for a small CPU batch (1; ``None``: the runtime's own setting)."""
+        return self.runner.small_work_threads
+
+    @small_work_threads.setter
+    def small_work_threads(self, value: Optional[int]) -> None:
+        self.runner.small_work_threads = value
 
     def configure_cache(
         self,
@@ -124,7 +175,7 @@ class ElmoBackend:
         return self
 
     def _name(self) -> str:
-        return f"ELMo model {self.options_path.parent}"
+        return _model_name(self.options_path)
 
     def clear_cache(self, disk: bool = False) -> None:
         """Empty the in-memory caches (and this model's disk cache entries when ``disk=True``)."""
@@ -137,22 +188,22 @@ class ElmoBackend:
     @property
     def n_layers(self) -> int:
         """Number of biLSTM layers; ``embed`` returns ``n_layers + 1`` layers (0 = token layer)."""
-        return self.model.n_layers
+        return self.runner.n_layers
 
     @property
     def dim(self) -> int:
         """Width of every output layer, ``2 * projection_dim``."""
-        return self.model.output_dim
+        return self.runner.dim
 
     def __repr__(self) -> str:
         return (
-            f"ElmoBackend({str(self.weights_path)!r}, device={str(self.device)!r}, "
+            f"ElmoBackend({str(self.weights_path)!r}, device={self.runner.device_name!r}, "
             f"dtype={self.precision.name!r}, n_layers={self.n_layers}, dim={self.dim})"
         )
 
     def __reduce__(self):  # pickles as a reference: the unpickled backend comes from the shared cache
         dtype = self.precision.name
-        return (_load_from_paths, (str(self.options_path), str(self.weights_path), str(self.device), dtype))
+        return (_load_from_paths, (str(self.options_path), str(self.weights_path), self.runner.device_name, dtype))
 
     def embed(
         self,
@@ -215,21 +266,21 @@ class ElmoBackend:
         """:meth:`_embed_batch`, retried in halves when the device runs out of memory (down to one sentence)."""
         try:
             return self._embed_batch(batch)
-        except (RuntimeError, MemoryError) as err:  # torch's and numpy's ways of running out
-            if not is_out_of_memory(err):
+        except Exception as err:  # torch's and numpy's ways of running out: the runner says which they are
+            if not self.runner.is_out_of_memory(err):
                 raise
             self.token_cache.clear()  # it may have been half-updated
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            self.runner.free_memory()
+            device = self.runner.device_name
             if len(batch) == 1:
                 raise MemoryError(
-                    f"out of {self.device} memory embedding one sentence of {len(batch[0])} tokens; "
+                    f"out of {device} memory embedding one sentence of {len(batch[0])} tokens; "
                     "split long texts (the spaCy component's max_length windows do) or use another device"
                 ) from err
             if not self._warned_oom:
                 self._warned_oom = True
                 warnings.warn(
-                    f"spacy_elmo: out of {self.device} memory on a batch of {len(batch)} sentences "
+                    f"spacy_elmo: out of {device} memory on a batch of {len(batch)} sentences "
                     f"(longest {max(len(s) for s in batch)} tokens); retrying in halves. Lower batch_size "
                     f"or backend.token_budget (now {self.token_budget}) to avoid the retries",
                     ResourceWarning,
@@ -239,50 +290,19 @@ class ElmoBackend:
         return self._embed_splitting_on_oom(batch[:half]) + self._embed_splitting_on_oom(batch[half:])
 
     def _embed_batch(self, batch: list[Sequence[str]]) -> list[np.ndarray]:
-        """Activations of one batch of non-empty sentences, through the token-vector cache and the inference path."""
-        with self._lock, torch.inference_mode(), thread_limit(self._threads_for(len(batch))):
-            tokens, lengths = batch_token_vectors(self.token_cache, batch)
-            activations, _ = self.model.contextualize_vectors(
-                tokens, lengths, boundaries=False
-            )  # <S>, </S> dropped below
-            layers = activations.float().cpu().numpy()
-        if self.precision.overflow_guard and not np.isfinite(layers).all():
-            self._refuse_overflow(len(batch))
-        return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
-
-    def _refuse_overflow(self, rows: int) -> None:
-        """Low precision ran out of range (float16's largest value is 65504): never hand out inf / nan vectors."""
-        clip = self.model.options.cell_clip
-        why = "this model has no cell clip, so its LSTM cells can grow past that" if clip is None else ""
-        raise FloatingPointError(
-            f"{self._name()}: precision={self.precision.name!r} overflowed (inf or nan in the vectors of a batch of "
-            f"{rows} sentences; float16's largest value is 65504{', and ' + why if why else ''}): use "
-            "precision='float32', or 'bfloat16' (float32's range)"
-        )
-
-    def _threads_for(self, rows: int) -> Optional[int]:
-        """Small CPU batches run on ``small_work_threads`` threads of the calling thread (``None``: torch's setting).
-
-        Each step of a small batch is a few microseconds of work, less than what waking a thread
-        team costs (and far less on a busy machine), so more threads only make it slower; where
-        "small" ends is :func:`.bilm.threads.batch_thread_limit`'s to say.
-        """
-        options = self.model.options
-        step_macs = rows * options.projection_dim * 4 * options.cell_dim  # the recurrent product of one step
-        return batch_thread_limit(step_macs, self.device, self.small_work_threads)
+        """Activations of one batch of non-empty sentences: the runner's, one batch at a time."""
+        with self._lock:
+            return self.runner.layers(batch)
 
     def _after_fork(self) -> None:
         """In a forked child: a new lock (a parent thread may have held this one) and empty in-memory caches."""
         self._lock = threading.RLock()
-        self.token_cache.clear()
+        self.runner.after_fork()
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is torch or numpy running out of device (or host) memory for an allocation."""
-    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return True
-    message = str(err)
-    return "out of memory" in message or "can't allocate memory" in message
+def _model_name(options_path: Path) -> str:
+    """How errors and the log name a model: by its folder."""
+    return f"ELMo model {options_path.parent}"
 
 
 # -- the process-wide cache ---------------------------------------------------------------
@@ -355,13 +375,13 @@ def load_bilm(
         backend = _CACHE.get(key)
         if backend is None:
             try:
-                model_ = load_model_files(options_path, weights_path)
+                runner = open_runner(options_path, weights_path, torch_device, row)
             except WeightFileError as err:
                 advice = cache_advice(weights_path)  # a damaged cached file: say which folder to delete, and how
                 if not advice:
                     raise
                 raise WeightFileError(f"{err}{advice}") from err
-            backend = ElmoBackend(model_, options_path, weights_path, torch_device, row)
+            backend = ElmoBackend.on_runner(runner, options_path, weights_path)
             _CACHE[key] = backend
             _log_loaded(model, backend, stats[0][0])
     return backend.configure_cache(
@@ -382,11 +402,16 @@ def check_cache_sizes(
     )
 
 
-def load_model_files(options_path: Path, weights_path: Path) -> BiLM:
-    """The biLM in a resolved pair of files, by their format: ELMo's options.json + HDF5, or ELMoForManyLangs'."""
-    if is_manylangs(options_path, weights_path):
-        return manylangs_reader.load_model(weights_path.parent)
-    return load_model(options_path, weights_path)
+def open_runner(options_path: Path, weights_path: Path, device: torch.device, precision: Precision) -> Runner:
+    """The runner that computes the model in a resolved pair of files on ``device`` in ``precision``: the one place a
+    runner is chosen (today torch's, :mod:`.torch_runner`, imported here and nowhere else in this module)."""
+    from .torch_runner import open_torch_runner
+
+    # the emulated-precision warning points at load_bilm's caller:
+    # warn_if_slow <- TorchRunner <- open_torch_runner <- open_runner <- load_bilm <- the caller
+    return open_torch_runner(
+        options_path, weights_path, device, precision, name=_model_name(options_path), stacklevel=6
+    )
 
 
 def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: int) -> None:
@@ -397,14 +422,27 @@ def _log_loaded(model: Optional[PathLike], backend: ElmoBackend, weights_bytes: 
         backend.options_path.parent,
         backend.weights_path.name,
         weights_bytes / 1e6,
-        backend.device,
+        backend.runner.device_name,
         backend.precision.description,
         backend.fingerprint,
     )
     if logger.isEnabledFor(logging.DEBUG):
-        lstm = engine.engine_of(backend.model.lstm)
-        logger.debug("kernels: %s engine, %s", lstm.name, lstm.describe())
+        logger.debug("%s", backend.runner.describe())
 
 
 def _load_from_paths(options: str, weights: str, device: str, precision: str = DEFAULT_PRECISION) -> ElmoBackend:
     return load_bilm(options=options, weights=weights, device=device, precision=precision)
+
+
+# names of the torch runner that this module exported before the runner was split off: imported (with torch) on use
+_TORCH_RUNNER_NAMES = ("load_model_files", "is_out_of_memory", "batch_token_vectors", "TokenVectorCache")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_RUNNER_NAMES:
+        from . import torch_runner
+
+        value = getattr(torch_runner, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

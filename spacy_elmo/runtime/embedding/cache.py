@@ -26,8 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-from ...bilm.threads import ForkSafeLock, renew_after_fork
 from ...groundwork.file_names import PathLike
+from ...groundwork.fork_safety import ForkSafeLock, renew_after_fork
 from ..configuration.defaults import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
 from ..configuration.validation import disk_mb, memory_mb
 

@@ -33,9 +33,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 from filelock import FileLock, Timeout
 
-from ...bilm.threads import ForkSafeLock
 from ...groundwork.atomic_write import process_exists
 from ...groundwork.file_names import PathLike
+from ...groundwork.fork_safety import ForkSafeLock
 
 LOCK_NAME = ".lock"  # in the claimed folder; hidden, never a model file
 # atomic_path's temporary of a file NAME: ".NAME.PID.HEX.tmp" (groundwork/atomic_write.py writes them)
