@@ -30,6 +30,7 @@ from ..bilm import manylangs_files
 from ..bilm.weights import WeightFileError, read_options
 from ..groundwork.excerpt import excerpt
 from ..groundwork.file_names import METRICS, OPTIONS, VOCAB, WEIGHT_NAMES, WEIGHTS, PathLike  # noqa: F401 (METRICS, VOCAB re-exported)
+from ..onnx import manifest as onnx_files
 from .bundled_versions import DEFAULT_DIR, bundled_version, is_version_name, version_in
 from .download import DownloadError, cached_path, forget, is_archive, is_url, unpacked_archive
 from .model_names import check_model_name, is_default, local_path, not_found  # noqa: F401 (check_model_name re-exported)
@@ -177,8 +178,28 @@ def check_model_folder(model: Optional[PathLike]) -> None:
 
 
 def is_model_dir(directory: Path) -> bool:
-    """Whether ``directory`` holds a model of either format (ELMo's options.json, or ELMoForManyLangs' files)."""
-    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory)
+    """Whether ``directory`` holds a model of a format the package reads: ELMo's options.json, ELMoForManyLangs'
+    files, or an ONNX export's (``spacy-elmo export``)."""
+    return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory) or is_onnx_dir(directory)
+
+
+ONNX_FILES = (onnx_files.MANIFEST, onnx_files.TOKEN_ENCODER, onnx_files.CONTEXTUALIZER)  # an export folder's
+
+
+def is_onnx_dir(directory: Path) -> bool:
+    """Whether ``directory`` holds an ONNX export's files (its manifest and both graphs; their contents are checked
+    where it loads)."""
+    return all((directory / name).is_file() for name in ONNX_FILES)
+
+
+def is_onnx_export(options_path: Path, weights_path: Path) -> bool:
+    """Whether a resolved pair is an ONNX export folder's ``(manifest.json, contextualizer.onnx)``: a model that runs
+    on ONNX Runtime, without torch."""
+    return (
+        options_path.name == onnx_files.MANIFEST
+        and weights_path.name == onnx_files.CONTEXTUALIZER
+        and options_path.parent == weights_path.parent
+    )
 
 
 def is_manylangs(options_path: Path, weights_path: Path) -> bool:
@@ -197,6 +218,8 @@ def model_file_map(options_path: Path, weights_path: Path) -> dict[str, Path]:
         from ..bilm import manylangs_reader  # torch: only for an ELMoForManyLangs model
 
         return manylangs_reader.model_files(weights_path.parent)
+    if is_onnx_export(options_path, weights_path):
+        return {name: weights_path.parent / name for name in ONNX_FILES}
     return {OPTIONS: options_path, WEIGHTS: weights_path}
 
 
@@ -211,6 +234,9 @@ def model_shape(options_path: Path, weights_path: Path) -> tuple[int, int]:
 
         config = manylangs_reader.read_config(weights_path.parent)
         return config.n_layers, 2 * config.projection_dim
+    if is_onnx_export(options_path, weights_path):
+        options = onnx_files.read_manifest(weights_path.parent)[1]
+        return options.n_layers, options.output_dim
     options = read_options(options_path)
     return options.n_layers, options.output_dim
 
@@ -246,6 +272,8 @@ def _bundled(directory: Path, what: str) -> tuple[Path, Path]:
 def _in_directory(directory: Path) -> tuple[Path, Path]:
     if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
         return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
+    if not (directory / OPTIONS).is_file() and is_onnx_dir(directory):
+        return (directory / onnx_files.MANIFEST).resolve(), (directory / onnx_files.CONTEXTUALIZER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(
@@ -310,7 +338,7 @@ def fingerprint(options_path: Path, weights_path: Path) -> str:
 def _hashed(options_path: Path, weights_path: Path) -> str:
     """:func:`fingerprint`, read from the files."""
     digest = hashlib.sha256()
-    if is_manylangs(options_path, weights_path):
+    if is_manylangs(options_path, weights_path) or is_onnx_export(options_path, weights_path):
         for name, path in sorted(model_file_map(options_path, weights_path).items()):
             digest.update(name.encode("utf-8") + b"\0")
             digest.update(path.read_bytes())

@@ -17,12 +17,21 @@ from ...bilm.weights import WeightFileError
 from ...groundwork.file_names import PathLike
 from ...groundwork.fork_safety import ForkSafeLock, renew_after_fork
 from ...sources.download import cache_advice
-from ...sources.model_paths import DEFAULT_MODEL_DIR, fingerprint, model_file_map, resolve_model_files  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
+from ...sources.model_names import is_default
+from ...sources.model_paths import (  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
+    DEFAULT_MODEL_DIR,
+    fingerprint,
+    is_onnx_dir,
+    is_onnx_export,
+    model_file_map,
+    resolve_model_files,
+)
 from ..configuration.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MEMORY_MB,
     DEFAULT_PRECISION,
     DEFAULT_TOKEN_BUDGET,
+    DEFAULT_TOKEN_CACHE,
 )
 from ..configuration.validation import (
     disk_mb,
@@ -365,17 +374,23 @@ def load_bilm(
     A precision without native kernels on this CPU warns once (:class:`SlowPrecisionWarning`).
     """
     check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)  # before the model loads: said at once
-    torch_device = resolve_device(device)  # before the files: a device this machine lacks is said before a download
-    options_path, weights_path = resolve_model_files(model, options, weights)
-    row = resolve_precision(precision_or_dtype(precision, dtype, "load_bilm"), torch_device)
+    asked = precision_or_dtype(precision, dtype, "load_bilm")
+    if onnx_export_folder(model, options, weights) is not None:  # ONNX Runtime's CPU provider, float32: no torch
+        options_path, weights_path = resolve_model_files(model, options, weights)
+        where: object = onnx_device(device)
+        row = onnx_precision(asked)
+    else:
+        where = resolve_device(device)  # before the files: a device this machine lacks is said before a download
+        options_path, weights_path = resolve_model_files(model, options, weights)
+        row = resolve_precision(asked, where)
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
-    key = (str(options_path), str(weights_path), *stats, str(torch_device), row.name)
+    key = (str(options_path), str(weights_path), *stats, str(where), row.name)
     with _CACHE_LOCK:
         backend = _CACHE.get(key)
         if backend is None:
             try:
-                runner = open_runner(options_path, weights_path, torch_device, row)
+                runner = open_runner(options_path, weights_path, where, row)
             except WeightFileError as err:
                 advice = cache_advice(weights_path)  # a damaged cached file: say which folder to delete, and how
                 if not advice:
@@ -402,9 +417,48 @@ def check_cache_sizes(
     )
 
 
-def open_runner(options_path: Path, weights_path: Path, device: torch.device, precision: Precision) -> Runner:
+def onnx_export_folder(
+    model: Optional[PathLike], options: Optional[PathLike], weights: Optional[PathLike]
+) -> Optional[Path]:
+    """The ONNX export folder (``spacy-elmo export``) that ``model`` names here, else None (only a local folder is
+    looked into: nothing is downloaded to tell)."""
+    if options is not None or weights is not None or model is None or is_default(model):
+        return None
+    path = Path(os.fspath(model))
+    return path if path.is_dir() and is_onnx_dir(path) else None
+
+
+def onnx_device(device: object) -> str:
+    """An ONNX export runs on ONNX Runtime's CPU provider: ``device`` None or the CPU, else a ``ValueError``."""
+    if device is None or str(device) == "cpu":
+        return "cpu"
+    raise ValueError(
+        f"device={str(device)!r}: an ONNX export folder runs on ONNX Runtime's CPU provider; give device=None (or "
+        "'cpu'), or load the model it was exported from for a GPU"
+    )
+
+
+def onnx_precision(value: PrecisionLike) -> Precision:
+    """An ONNX export computes in float32: ``value`` None, "float32" or "auto" (float32's row), else a
+    ``ValueError`` naming what to use instead."""
+    row = resolve(value, "cpu")
+    if row.name != "float32":
+        raise ValueError(
+            f"precision={row.name!r}: an ONNX export folder computes in float32 on ONNX Runtime; give "
+            "precision=None (or 'float32'), or load the model it was exported from for other precisions"
+        )
+    return row
+
+
+def open_runner(options_path: Path, weights_path: Path, device: object, precision: Precision) -> Runner:
     """The runner that computes the model in a resolved pair of files on ``device`` in ``precision``: the one place a
-    runner is chosen (today torch's, :mod:`.torch_runner`, imported here and nowhere else in this module)."""
+    runner is chosen. An ONNX export folder (``spacy-elmo export``) runs on ONNX Runtime (:mod:`spacy_elmo.onnx`,
+    numpy and onnxruntime only); every other model on torch (:mod:`.torch_runner`, imported here and nowhere else
+    in this module)."""
+    if is_onnx_export(options_path, weights_path):
+        from ...onnx.runner import OnnxBiLM
+
+        return OnnxBiLM(weights_path.parent, token_cache_size=DEFAULT_TOKEN_CACHE)
     from .torch_runner import open_torch_runner
 
     # the emulated-precision warning points at load_bilm's caller:
