@@ -235,3 +235,37 @@ def test_one_chooser_between_the_reference_and_the_inference_path():
     for name in [*BELOW_THE_CHOOSER, *ENGINE_MODULES]:
         asked = used_names(MODULES[name]) & AUTOGRAD_QUESTIONS
         assert not asked, f"{name} asks {sorted(asked)}: bilm/model.py is the one chooser"
+
+
+# -- the runtimes: ONNX known in one room ------------------------------------------------------------------------
+
+ONNX_LIBRARIES = {"onnx", "onnxruntime"}
+
+
+def onnx_imports(source: str) -> list[int]:
+    """Lines of ``source`` that import ONNX's libraries (``onnx``, ``onnxruntime``, any submodule), lazy ones too."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(name.split(".")[0] in ONNX_LIBRARIES for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_onnx_room_knows_onnx():
+    """ONNX is one runtime among the backend's runners: only spacy_elmo/onnx/ (the graphs, the manifest, the runner)
+    imports ``onnx`` or ``onnxruntime``; the export (output/), the backend's runner choice and the front ends ask
+    it, so another runtime is another room and one branch of ``backend.open_runner``."""
+    assert onnx_imports("def f():\n    import onnxruntime as ort\n    from onnx import helper\n") == [2, 3]
+    assert onnx_imports(MODULES["spacy_elmo.onnx.runner"].read_text(encoding="utf-8"))  # it sees the room's
+    outside = {
+        name: found
+        for name, path in MODULES.items()
+        if not name.startswith("spacy_elmo.onnx") and (found := onnx_imports(path.read_text(encoding="utf-8")))
+    }
+    assert not outside, f"modules outside spacy_elmo/onnx/ that import ONNX's libraries (module: lines): {outside}"

@@ -80,7 +80,7 @@ TOKENS = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)  # any 
 @given(batch=st.lists(st.lists(TOKENS, min_size=0, max_size=12), min_size=1, max_size=6))
 def test_any_batch_matches_the_torch_path(exports, torch_backends, batch):
     """Random token lists (any characters, empty tokens and sentences, words past 48 bytes) on the fixture model."""
-    ours = OnnxBiLM(exports["fixture"]).layers(batch)
+    ours = load_bilm(exports["fixture"]).embed(batch)  # the export's backend: the ONNX runner
     reference = torch_backends["fixture"].embed(batch)
     assert [a.shape for a in ours] == [a.shape for a in reference]
     if any(len(s) for s in batch):
@@ -98,25 +98,29 @@ def test_a_sentence_gives_the_same_alone_as_in_a_mixed_batch(exports, name):
 
 
 def test_empty_sentences_and_the_token_cache(exports):
-    runner = OnnxBiLM(exports["default"], token_cache_size=5)
-    first = runner.layers([[], ["one", "two", "one"], []])
+    backend = load_bilm(exports["default"], cache_mb=0, token_cache_size=5)
+    assert isinstance(backend.runner, OnnxBiLM)
+    first = backend.embed([[], ["one", "two", "one"], []])
     assert [a.shape for a in first] == [(3, 0, 256), (3, 3, 256), (3, 0, 256)]
-    assert runner.layers([]) == []
-    assert len(runner._cache) <= 5  # bounded: the markers and the words, the least recent dropped
-    again = runner.layers([["one", "two", "one"]])[0]
+    assert backend.embed([]) == []
+    assert len(backend.runner.token_cache) <= 5  # bounded: the markers and the words, the least recent dropped
+    again = backend.embed([["one", "two", "one"]])[0]
     np.testing.assert_array_equal(again, first[1])
     many = [f"w{i}" for i in range(12)]  # more new words than the cache holds
     np.testing.assert_allclose(
-        runner.layers([many])[0], OnnxBiLM(exports["default"], token_cache_size=0).layers([many])[0], atol=1e-6
+        backend.embed([many])[0], OnnxBiLM(exports["default"], token_cache_size=0).layers([many])[0], atol=1e-6
     )
+    from spacy_elmo.runtime.configuration.defaults import DEFAULT_MEMORY_MB, DEFAULT_TOKEN_CACHE
+
+    backend.configure_cache(cache_mb=DEFAULT_MEMORY_MB, token_cache_size=DEFAULT_TOKEN_CACHE)  # the defaults back
 
 
 def test_token_lists_are_checked_as_the_backend_checks_them(exports):
-    runner = OnnxBiLM(exports["fixture"])
-    with pytest.raises(TypeError, match="batch must be an iterable of token sequences"):
-        runner.layers("a sentence")
+    backend = load_bilm(exports["fixture"])
+    with pytest.raises(TypeError, match="sentences must be an iterable of token sequences"):
+        backend.embed("a sentence")
     with pytest.raises(TypeError, match="sentence 1"):
-        runner.layers([["fine"], "not a token list"])
+        backend.embed([["fine"], "not a token list"])
 
 
 def test_the_fixture_reference_activations(exports, fixture_dir):
