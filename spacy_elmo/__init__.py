@@ -6,6 +6,7 @@ has checked its arguments) does not import torch, spaCy or scikit-learn.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .about import __version__
@@ -17,6 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .runtime.features.mix import layer_weights, mix_layers
     from .runtime.features.pooling import pool
     from .sklearn import ElmoVectorizer
+
+# what a torch-free service of ONNX exports installs (docs/serving.md), as a path pip's -r takes
+SERVING_REQUIREMENTS = str(Path(__file__).with_name("serving_requirements.txt"))
 
 # each public name -> the module that defines it, imported when the name is first used
 _HOMES = {
@@ -30,6 +34,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "SERVING_REQUIREMENTS",
     "ElmoBackend",
     "ElmoVectorizer",
     "WeightFileError",

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "info": ("Describe a model: architecture, size, corpus, perplexity.", ("spacy-elmo info default",)),
     "models": ("List the bundled and published models, and which are cached.", ("spacy-elmo models",)),
     "download": ("Fetch models into the download cache ahead of use.", ("spacy-elmo download original",)),
+    "export": (
+        "Export a model to ONNX, to serve it without torch.",
+        ("spacy-elmo export default elmo-onnx --format onnx",),
+    ),
     "similarity": (
         "Compare one word's vectors in two sentences, layer by layer.",
         ('spacy-elmo similarity "They sat on the bank ." "The bank approved the loan ." --word bank',),

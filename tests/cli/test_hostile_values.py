@@ -40,6 +40,7 @@ BASE: dict[str, dict[str, Union[str, list[str]]]] = {
     "info": {"model_dir": str(FIXTURE)},
     "models": {},
     "download": {"models": ["x"]},  # (offline: refused, as a name that names nothing)
+    "export": {"model": str(FIXTURE), "output_dir": "out", "export_format": "onnx"},
     "similarity": {"sentence_a": "a b", "sentence_b": "b a", "word": "a", "model": str(FIXTURE)},
     "train": {
         "output_dir": "out",

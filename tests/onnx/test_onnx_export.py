@@ -301,3 +301,21 @@ def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+def test_the_export_command(tmp_path, fixture_dir):
+    """``spacy-elmo export MODEL FOLDER --format onnx`` writes a folder that load_bilm runs; another format, or a
+    folder that holds something, is one error line (exit 2) and writes nothing."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    runner = CliRunner()
+    done = runner.invoke(app, ["export", str(fixture_dir), str(tmp_path / "out"), "--format", "onnx"])
+    assert done.exit_code == 0 and "checked against the torch float32 path" in done.output, done.output
+    assert isinstance(load_bilm(tmp_path / "out").runner, OnnxBiLM)
+    again = runner.invoke(app, ["export", str(fixture_dir), str(tmp_path / "out")])
+    assert again.exit_code == 2 and "is not an empty folder" in again.output, again.output
+    other = runner.invoke(app, ["export", str(fixture_dir), str(tmp_path / "other"), "--format", "tflite"])
+    assert other.exit_code == 2 and "--format 'tflite': expected one of ['onnx']" in other.output, other.output
+    assert not (tmp_path / "other").exists()

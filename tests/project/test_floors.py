@@ -98,3 +98,20 @@ def test_ruff_and_the_classifiers_name_the_pythons_that_are_checked():
     )
     assert listed == sorted(covered), f"list the Pythons {sorted(covered)} in the classifiers, no others"
     assert listed == [(3, minor) for minor in range(floor[1], listed[-1][1] + 1)], "a Python between is unchecked"
+
+
+def test_the_serving_requirements_are_the_dependencies_but_torch():
+    """spacy_elmo/serving_requirements.txt (a torch-free service of ONNX exports, docs/serving.md) is [project]'s
+    dependencies, each spelled as there, less torch and safetensors (the torch path and training only), plus the
+    onnx extra's onnxruntime: a dependency added or re-bounded cannot leave the serving install behind."""
+    from spacy_elmo import SERVING_REQUIREMENTS
+
+    lines = Path(SERVING_REQUIREMENTS).read_text(encoding="utf-8").splitlines()
+    listed = [line for line in lines if line.strip() and not line.startswith("#")]
+    onnxruntime = [r for r in PYPROJECT["project"]["optional-dependencies"]["onnx"] if r.startswith("onnxruntime")]
+    expected = [
+        r.split("#")[0].strip()
+        for r in PYPROJECT["project"]["dependencies"]
+        if not re.match(r"(torch|safetensors)\b", r)
+    ]
+    assert listed == expected + onnxruntime
