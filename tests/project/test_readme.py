@@ -319,6 +319,7 @@ NOT_RUN = {  # a command's start -> why no test runs it as written
     "python -m build ": "pip's build isolation downloads setuptools "
     "(tests/project/test_packaging.py builds without it)",
     "pip install ": "installs packages",
+    ".venv/bin/pip install ": "installs packages into the Quick start's environment",
     "python benchmarks/gpu_check.py ": "needs a CUDA device "
     "(tests/benchmarks/test_gpu_check.py runs its CPU smoke run)",
 }
@@ -328,6 +329,7 @@ RUN_STARTS = (  # commands run as written, in page order, in one fresh folder pe
     "spacy-elmo embed sentences.txt vectors.hdf5",
     "spacy-elmo similarity ",
     "spacy-elmo info",
+    "spacy-elmo export default elmo-onnx",
     "python -m spacy assemble examples/config.cfg ",
     'python -c "import spacy; ',
     "mkdir -p packages",
