@@ -4,8 +4,8 @@ __version__ = "0.2.0"
 
 
 def install_extra(extra: str) -> str:
-    """How to install the ``extra`` of pyproject.toml (``"dask"``, ``"plot"``, ``"onnx"``): from a checkout, or its packages by
-    name (which works wherever spacy-elmo came from)."""
+    """How to install the ``extra`` of pyproject.toml (``"dask"``, ``"plot"``, ``"onnx"``): from a checkout, or its
+    packages by name (which works wherever spacy-elmo came from)."""
     packages = {
         "dask": "'dask[array,bag,dataframe,diagnostics]' distributed dask-ml",
         "plot": "matplotlib",
