@@ -377,7 +377,7 @@ def load_bilm(
     asked = precision_or_dtype(precision, dtype, "load_bilm")
     if onnx_export_folder(model, options, weights) is not None:  # ONNX Runtime's CPU provider, float32: no torch
         options_path, weights_path = resolve_model_files(model, options, weights)
-        where: object = onnx_device(device)
+        where: Union[str, torch.device] = onnx_device(device)
         row = onnx_precision(asked)
     else:
         where = resolve_device(device)  # before the files: a device this machine lacks is said before a download
@@ -450,7 +450,9 @@ def onnx_precision(value: PrecisionLike) -> Precision:
     return row
 
 
-def open_runner(options_path: Path, weights_path: Path, device: object, precision: Precision) -> Runner:
+def open_runner(
+    options_path: Path, weights_path: Path, device: Union[str, torch.device], precision: Precision
+) -> Runner:
     """The runner that computes the model in a resolved pair of files on ``device`` in ``precision``: the one place a
     runner is chosen. An ONNX export folder (``spacy-elmo export``) runs on ONNX Runtime (:mod:`spacy_elmo.onnx`,
     numpy and onnxruntime only); every other model on torch (:mod:`.torch_runner`, imported here and nowhere else
@@ -461,6 +463,7 @@ def open_runner(options_path: Path, weights_path: Path, device: object, precisio
         return OnnxBiLM(weights_path.parent, token_cache_size=DEFAULT_TOKEN_CACHE)
     from .torch_runner import open_torch_runner
 
+    assert not isinstance(device, str), "a torch model's device is resolved (resolve_device) before its runner opens"
     # the emulated-precision warning points at load_bilm's caller:
     # warn_if_slow <- TorchRunner <- open_torch_runner <- open_runner <- load_bilm <- the caller
     return open_torch_runner(
