@@ -47,7 +47,10 @@ GROUP_LAYERS = ("groundwork", "bilm", "onnx", "sources", "runtime", "output")
 
 
 def group_of(name: str) -> str:
-    """``spacy_elmo.<group>.x`` -> ``<group>``; a module directly in spacy_elmo/ -> its own name (a front end)."""
+    """``spacy_elmo.<group>.x`` -> ``<group>``; a module directly in spacy_elmo/ -> its own name (a front end), but
+    ``about`` (the version, importing nothing): the ground floor, which every group may read."""
+    if name == "spacy_elmo.about":
+        return "groundwork"
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else "spacy_elmo"
 

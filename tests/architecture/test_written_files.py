@@ -288,6 +288,7 @@ OWNED_FILE_NAMES = {
     "spacy_elmo.spacy.adapt": {"adaptation.json", "train.txt", "dev.txt"},  # an adaptation's output folder
     "spacy_elmo.runtime.embedding.cache": {"embeddings.sqlite3"},  # the disk cache's folder
     "spacy_elmo.onnx.manifest": {"manifest.json"},  # an ONNX export folder (its graphs: .onnx, not a file-name pattern)
+    "spacy_elmo": {"serving_requirements.txt"},  # the installed package's own folder (SERVING_REQUIREMENTS)
 }
 
 
