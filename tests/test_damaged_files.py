@@ -285,7 +285,7 @@ def _make_onnx_manifest(folder: Path) -> Path:
 def _read_onnx_manifest(path: Path) -> None:
     from spacy_elmo.onnx import OnnxBiLM
 
-    _reads_or_names(lambda: OnnxBiLM(path.parent), path)
+    _reads_or_names(lambda: OnnxBiLM(path.parent, token_cache_size=0), path)
 
 
 FORMATS = [

@@ -110,7 +110,7 @@ class OnnxBiLM:
     Runtime's ``run`` is thread-safe).
     """
 
-    def __init__(self, folder: PathLike, threads: Optional[int] = None, token_cache_size: int = 0):
+    def __init__(self, folder: PathLike, *, token_cache_size: int, threads: Optional[int] = None):
         folder = Path(folder)
         manifest, options = read_manifest(folder)
         self.folder: Optional[Path] = folder
@@ -123,8 +123,9 @@ class OnnxBiLM:
         contextualizer: Union[Path, bytes],
         manifest: dict[str, Any],
         options: BiLMOptions,
+        *,
+        token_cache_size: int,
         threads: Optional[int] = None,
-        token_cache_size: int = 0,
     ) -> OnnxBiLM:
         """A runner of two graphs not (yet) in a folder, e.g. the export's check before it writes them."""
         runner = cls.__new__(cls)
@@ -156,7 +157,7 @@ class OnnxBiLM:
                 f"the graphs' outputs (token vectors {widths[0]} wide, layers {widths[1]}): {ADVICE}"
             )
         self.threads = threads
-        self.small_work_threads: Optional[int] = None  # (ONNX Runtime's pool is fixed per session)
+        self.small_work_threads: Optional[int] = None  # (ONNX Runtime's pool is fixed when a graph loads)
         self._max_width = max(width for width, _ in options.filters)
 
     @property

@@ -153,7 +153,7 @@ def export_onnx(
     check = [list(s) for s in check if len(s)]
     if not check:
         raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
-    runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options)
+    runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options, token_cache_size=0)
     reference = torch_layers(bilm, check)
     errors = [
         max(pair)

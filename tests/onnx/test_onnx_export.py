@@ -61,7 +61,7 @@ def torch_backends(fixture_dir):
 
 @pytest.mark.parametrize("name", ["default", "fixture"])
 def test_layers_match_the_torch_float32_path(exports, torch_backends, name):
-    runner = OnnxBiLM(exports[name])
+    runner = OnnxBiLM(exports[name], token_cache_size=0)
     backend = torch_backends[name]
     assert (runner.n_layers, runner.dim, runner.fingerprint) == (backend.n_layers, backend.dim, backend.fingerprint)
     ours = runner.layers(SENTENCES)
@@ -127,7 +127,7 @@ def test_the_fixture_reference_activations(exports, fixture_dir):
     """AllenNLP's reference top layer (bilm-tf), first batch (stateless), on the ONNX path too."""
     groups = json.loads((fixture_dir / "sentences.json").read_text())
     sentences = [groups[k][0].split() for k in range(3)]
-    runner = OnnxBiLM(exports["fixture"])
+    runner = OnnxBiLM(exports["fixture"], token_cache_size=0)
     layers = runner.layers(sentences)
     for k in range(len(sentences)):
         with h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") as handle:
@@ -215,36 +215,36 @@ def test_a_bad_manifest_is_one_line(exports, tmp_path, damage, message):
     damage(manifest)
     (folder / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(OnnxFolderError, match=message) as info:
-        OnnxBiLM(folder)
+        OnnxBiLM(folder, token_cache_size=0)
     assert "\n" not in str(info.value) and "export the model again" in str(info.value)
 
 
 def test_missing_files_and_damaged_graphs_are_one_line(exports, tmp_path):
     with pytest.raises(OnnxFolderError, match="no such folder"):
-        OnnxBiLM(tmp_path / "nothing")
+        OnnxBiLM(tmp_path / "nothing", token_cache_size=0)
     folder = _copy(exports["fixture"], tmp_path / "copy")
     (folder / MANIFEST).write_text("{not json")
     with pytest.raises(OnnxFolderError, match="not valid JSON"):
-        OnnxBiLM(folder)
+        OnnxBiLM(folder, token_cache_size=0)
     folder = _copy(exports["fixture"], tmp_path / "copy2")
     (folder / CONTEXTUALIZER).unlink()
     with pytest.raises(OnnxFolderError, match=f"no {CONTEXTUALIZER}"):
-        OnnxBiLM(folder)
+        OnnxBiLM(folder, token_cache_size=0)
     folder = _copy(exports["fixture"], tmp_path / "copy3")
     (folder / TOKEN_ENCODER).write_bytes(b"garbage")
     with pytest.raises(OnnxFolderError, match="ONNX Runtime cannot load it") as info:
-        OnnxBiLM(folder)
+        OnnxBiLM(folder, token_cache_size=0)
     assert "\n" not in str(info.value)
     folder = _copy(exports["fixture"], tmp_path / "copy4")  # the graphs swapped: other inputs
     (folder / TOKEN_ENCODER).write_bytes((exports["fixture"] / CONTEXTUALIZER).read_bytes())
     with pytest.raises(OnnxFolderError, match="not the expected"):
-        OnnxBiLM(folder)
+        OnnxBiLM(folder, token_cache_size=0)
 
 
 @pytest.mark.parametrize(("keyword", "value"), [("threads", 0), ("threads", "2"), ("token_cache_size", -1)])
 def test_bad_settings_are_refused(exports, keyword, value):
     with pytest.raises(ValueError, match=keyword):
-        OnnxBiLM(exports["fixture"], **{keyword: value})
+        OnnxBiLM(exports["fixture"], **{"token_cache_size": 0, keyword: value})
 
 
 def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch):
@@ -287,7 +287,7 @@ def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
         from spacy_elmo.output.onnx_export import layer_errors
 
         sentences = json.loads(open({str(tmp_path / "sentences.json")!r}, encoding="utf-8").read())
-        ours = OnnxBiLM({str(exports["default"])!r}, threads=1).layers(sentences)
+        ours = OnnxBiLM({str(exports["default"])!r}, threads=1, token_cache_size=0).layers(sentences)
         stored = np.load({str(tmp_path / "expected.npz")!r})
         expected = [stored[f"arr_{{i}}"] for i in range(len(sentences))]
         assert [a.shape for a in ours] == [a.shape for a in expected]

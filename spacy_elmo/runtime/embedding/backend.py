@@ -425,7 +425,10 @@ def onnx_export_folder(
     if options is not None or weights is not None or model is None or is_default(model):
         return None
     path = Path(os.fspath(model))
-    return path if path.is_dir() and is_onnx_dir(path) else None
+    try:
+        return path if path.is_dir() and is_onnx_dir(path) else None
+    except OSError:  # a name no path can have (too long...): resolve_model_files says what it is not
+        return None
 
 
 def onnx_device(device: object) -> str:
