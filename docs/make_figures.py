@@ -181,7 +181,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         1.4,
         "#fff5c8",
         "model files (sources/)",
-        'the bundled default (no download),\n"original" and published names,\na folder: options.json + weights',
+        'the bundled default (no download),\n"original" and published names, a folder:\noptions.json + weights, or an ONNX export',
     ),
     "backend": (
         3.75,
@@ -190,7 +190,7 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         3.65,
         "#f3f3f3",
         "shared backend (runtime/)",
-        "load_bilm(model)\n-> ElmoBackend: one per\nmodel, device and dtype\nin a process\n\n"
+        "load_bilm(model)\n-> ElmoBackend: one per\nmodel, device and precision\nin a process\n\n"
         f"windows of <= {DEFAULT_MAX_LENGTH} tokens,\nmemory + disk caches,\nlength batches",
     ),
     "bilm": (
@@ -199,8 +199,8 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         2.5,
         1.4,
         "#fbe3e3",
-        "the biLM (bilm/)",
-        "char CNN -> biLSTM;\none engine per\ndevice and dtype",
+        "the biLM (bilm/, onnx/)",
+        "char CNN -> biLSTM; on torch,\none engine per device and\nprecision; or ONNX Runtime",
     ),
     "cli": (
         6.9,
