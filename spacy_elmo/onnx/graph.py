@@ -12,8 +12,8 @@ seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torc
   layer 0 the token vectors twice, ``[x; x]``, then each LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) as
   two ``Scan`` over time, one per direction (a direction's recurrent weights then stay in one core's cache from step
   to step, where both directions' of a layer did not: 1.6x faster for one sentence); the backward one reads each
-  row reversed within its length (``ReverseSequence``). A row's state keeps its value past the row's length (the update is masked), so each row
-  gives what it gives alone; outputs at padding are zero.
+  row reversed within its length (``ReverseSequence``). A row's state keeps its value past the row's length (the
+  update is masked), so each row gives what it gives alone; outputs at padding are zero.
 
 Every weight is a constant initializer, the products' right-hand sides 2-D, so ONNX Runtime pre-packs them once; the
 recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the ``Scan``.
@@ -223,6 +223,10 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
     x = g.op1("Transpose", [TOKENS], perm=[1, 0, 2])  # (time, batch, proj): Scan's and ReverseSequence's layout
     # valid (time, batch, 1): position < length
     shape = g.op1("Shape", [x])
+    first_two = g.op1(
+        "Slice", [shape, g.const("start", np.array([0], np.int64)), g.const("end", np.array([2], np.int64))]
+    )
+    gates_shape = g.op1("Concat", [first_two, g.const("width", np.array([4 * cell], np.int64))], axis=0)
     time = g.op1("Gather", [shape, g.const("zero", np.array(0, np.int64))], axis=0)
     batch = g.op1("Gather", [shape, g.const("one", np.array(1, np.int64))], axis=0)
     positions = g.op1("Range", [g.const("start", np.array(0, np.int64)), time, g.const("step", np.array(1, np.int64))])
@@ -262,8 +266,11 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
         outputs = []
         for direction, cell_module, data in (("forward", fwd, forward_in), ("backward", bwd, backward_in)):
             bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
-            product = g.op1("MatMul", [data, g.const("input_w", _gate_columns(_array(cell_module.input_weight)))])
-            gates = g.op1("Add", [product, g.const("bias", _gate_columns(bias))])  # all steps' input gates at once
+            # all steps' input gates at once: one Gemm over the (time * batch) rows, the bias added within it
+            rows = g.op1("Reshape", [data, g.const("rows", np.array([-1, proj], np.int64))])
+            weight = g.const("input_w", _gate_columns(_array(cell_module.input_weight)))
+            gates = g.op1("Gemm", [rows, weight, g.const("bias", _gate_columns(bias))])
+            gates = g.op1("Reshape", [gates, gates_shape])  # (time, batch, 4 * cell)
             _, _, out = g.op(
                 "Scan",
                 [zeros(proj), zeros(cell), gates],
