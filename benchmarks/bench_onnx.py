@@ -1,18 +1,28 @@
-"""The ONNX export on ONNX Runtime against the torch float32 path: tokens/s of the same real sentences, batches of 1
-and 32, alternating passes.
+"""The ONNX export on ONNX Runtime against the torch float32 path: tokens/s of the same real sentences through the
+product path (``load_bilm(...).embed``), batches of 1 and 32, alternating batch by batch.
 
-    python benchmarks/bench_onnx.py [--model default] [--sentences 64] [--passes 5] [--batch-sizes 1,32]
-                                    [--threads default,1] [--quick]
+    python benchmarks/bench_onnx.py [--model default] [--random-weights ARCH] [--sentences 128] [--single 32]
+                                    [--passes 5] [--batch-sizes 1,32] [--threads default,1] [--quick]
 
 ``--model``: what ``load_bilm`` takes (default: the bundled model; ``original`` is used only when already in the
-download cache: the script runs offline and says so otherwise). The model is exported to a temporary folder
-(``spacy_elmo.onnx.export_onnx``, which checks it against torch first). The sentences are WikiText-2's first test
-sentences (3-60 tokens, ``bench.py``'s reader; ``../shared/data/wikitext-2/test.txt``). Both sides run with no cache
-(no sentence cache, no token-vector cache: each call computes the char CNN and the biLSTM), over the same consecutive
-batches of the corpus, at each of ``--threads``: ``default`` (each library's own: torch's count with the package's
-small-work limit, ONNX Runtime's default pool) or a number (torch's count and ONNX Runtime's ``threads``). Each pass
-times both (the order reversed every other pass); figures are the median over passes. Prints the CPU (``lscpu``'s
-model name), the versions, the load average and a table. Exits 2 (saying why) when WikiText-2 or the model is missing.
+download cache: the script runs offline and says so otherwise). ``--random-weights original`` (or ``small``) instead
+times a model of that published architecture with random weights (``bench.write_weight_sets``, written to a temporary
+folder: ~30 s and ~2.5 GB of memory for ``original``). The model is exported to a temporary folder
+(``spacy_elmo.output.onnx_export.export_onnx``, which checks it against torch first). The sentences are WikiText-2's
+first test sentences (3-60 tokens, ``bench.py``'s reader; ``../shared/data/wikitext-2/test.txt``).
+
+Both sides are backends as ``load_bilm`` gives them, the sentence cache off (``configure_cache(cache_mb=0)``) and the
+token-vector caches on, as in production (a first pass fills them: the figures are the steady state, where the
+contextualizer dominates). Batch size 1 embeds ``--single`` sentences one call each; a larger size embeds the
+sentences sorted by length (as ``embed`` sorts them), one call per batch. Each batch is run by every path in turn, the
+order rotated from batch to batch, so that a busy moment of the machine falls on all of them alike; a pass's figure is
+its tokens over the time each path spent, and the table shows the median over passes and the median of the per-pass
+ratios. ``--threads``: ``default`` (each library's own: torch's count with the package's small-work limit, ONNX
+Runtime's default pool, what ``load_bilm`` opens) or a number (torch's count and the ONNX runner's ``threads``).
+Run as a script, it sets ``OMP_WAIT_POLICY=PASSIVE`` unless set (see the end of the file: torch's spinning OpenMP
+threads would otherwise slow the ONNX path that runs after them in the same process). Prints the CPU (``lscpu``'s
+model name), the versions, the load average and a table. Exits 2 (saying why) when
+WikiText-2 or the model is missing.
 """
 
 from __future__ import annotations
@@ -58,31 +68,59 @@ def tokens_per_second(run: Callable[[list[list[str]]], object], parts: list[list
     return sum(len(s) for part in parts for s in part) / (time.perf_counter() - start)
 
 
+def alternating_pass(
+    paths: dict[str, Callable[[list[list[str]]], object]], parts: list[list[list[str]]], shift: int
+) -> dict[str, float]:
+    """One pass over ``parts``, each batch run by every path in turn (the order rotated by one from batch to batch,
+    starting at ``shift``): tokens per second of each path's own time."""
+    names = list(paths)
+    spent = dict.fromkeys(names, 0.0)
+    for index, part in enumerate(parts):
+        turn = (shift + index) % len(names)
+        for name in names[turn:] + names[:turn]:
+            start = time.perf_counter()
+            paths[name](part)
+            spent[name] += time.perf_counter() - start
+    tokens = sum(len(s) for part in parts for s in part)
+    return {name: tokens / spent[name] for name in names}
+
+
 def table(results: dict[tuple[str, int], dict[str, list[float]]]) -> str:
-    """Markdown: a row per (threads, batch size); torch's and ONNX Runtime's tokens/s (median and range), their
-    ratio."""
+    """Markdown: a row per (threads, batch size); torch's and ONNX Runtime's tokens/s (median and range over passes),
+    the median of the per-pass ratios."""
     lines = [
         "| threads | batch | torch float32: tokens/s | ONNX Runtime: tokens/s | ONNX / torch |",
         "|---|---:|---:|---:|---:|",
     ]
     for (threads, size), by_path in results.items():
         cells = [f"{median(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})" for v in by_path.values()]
-        ratio = median(by_path["onnx"]) / median(by_path["torch"])
+        ratio = median(o / t for o, t in zip(by_path["onnx"], by_path["torch"]))
         lines.append(f"| {threads} | {size} | {cells[0]} | {cells[1]} | {ratio:.2f}x |")
     return "\n".join(lines)
+
+
+def parts_of(work: list[list[str]], size: int, single: int) -> list[list[list[str]]]:
+    """What one call embeds, per call: ``single`` sentences alone for size 1, else the sentences sorted by length (as
+    ``embed`` sorts them) in batches of ``size``."""
+    if size == 1:
+        return batches(work[:single], 1)
+    return batches(sorted(work, key=len), size)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default")
-    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--random-weights", metavar="ARCH", help="a published architecture with random weights")
+    parser.add_argument("--sentences", type=int, default=128)
+    parser.add_argument("--single", type=int, default=32, help="sentences embedded one call each at batch size 1")
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--batch-sizes", default="1,32")
-    parser.add_argument("--threads", default="default,1", help="thread settings: 'default' or a count, by commas")
+    parser.add_argument("--threads", default="default", help="thread settings: 'default' or a count, by commas")
     parser.add_argument("--text", type=Path, default=TEST_LINES, help="WikiText-2's test.txt")
     parser.add_argument("--quick", action="store_true", help="8 sentences, 1 pass (a smoke test)")
     args = parser.parse_args(argv)
     count, passes = (8, 1) if args.quick else (args.sentences, args.passes)
+    single = min(args.single, count)
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     settings = [t.strip() for t in args.threads.split(",")]
     if not args.text.is_file():
@@ -100,47 +138,65 @@ def main(argv: list[str] | None = None) -> int:
     from spacy_elmo.onnx import OnnxBiLM
     from spacy_elmo.onnx.graph import OPSET
     from spacy_elmo.output.onnx_export import export_onnx, layer_errors
+    from spacy_elmo.runtime.embedding.backend import ElmoBackend
+    from spacy_elmo.sources.model_paths import resolve_model_files
 
-    try:
-        backend = load_bilm(args.model, cache_mb=0, cache_dir=False, token_cache_size=0)
-    except (OSError, ValueError) as err:
-        print(f"model {args.model!r} is not available here, skipped: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    default_threads = torch.get_num_threads()
     results: dict[tuple[str, int], dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        exported = export_onnx(args.model, Path(tmp) / "onnx")
-        runners = {
-            t: OnnxBiLM(exported.folder, threads=None if t == "default" else int(t), token_cache_size=0)
+        model = args.model
+        if args.random_weights:
+            model = str(
+                bench.write_weight_sets(Path(tmp) / "weights", archs=(args.random_weights,))[args.random_weights]
+            )
+        try:
+            backend = load_bilm(model)
+        except (OSError, ValueError) as err:
+            print(f"model {model!r} is not available here, skipped: {str(err).splitlines()[0]}", file=sys.stderr)
+            return 2
+        backend.configure_cache(cache_mb=0)
+        default_threads = torch.get_num_threads()
+        exported = export_onnx(model, Path(tmp) / "onnx")
+        onnx_backend = load_bilm(exported.folder)
+        onnx_backend.configure_cache(cache_mb=0)
+        files = resolve_model_files(exported.folder, None, None)
+        onnx_backends = {
+            t: onnx_backend
+            if t == "default"
+            else ElmoBackend.on_runner(
+                OnnxBiLM(exported.folder, threads=int(t), token_cache_size=onnx_backend.runner.token_cache.max_tokens),
+                *files,
+            )
             for t in settings
         }
-        error = max(layer_errors(runners[settings[0]].layers(work), backend.embed(work)))
-        for setting, runner in runners.items():
+        for other in onnx_backends.values():
+            other.configure_cache(cache_mb=0)
+        error = max(layer_errors(onnx_backend.embed(work), backend.embed(work)))
+        for setting, runner_backend in onnx_backends.items():
             torch.set_num_threads(default_threads if setting == "default" else int(setting))
             paths: dict[str, Callable[[list[list[str]]], object]] = {
                 "torch": lambda part: backend.embed(part, batch_size=len(part)),
-                "onnx": runner.layers,
+                "onnx": lambda part, b=runner_backend: b.embed(part, batch_size=len(part)),
             }
-            for run in paths.values():  # warm up: packed weights, thread pools
-                tokens_per_second(run, batches(work[:4], 2))
-            for size in sizes:
+            for size in sizes:  # warm up: packed weights, thread pools, the token-vector caches
+                for run in paths.values():
+                    tokens_per_second(run, parts_of(work, size, single))
                 results[setting, size] = {name: [] for name in paths}
             for index in range(passes):
-                order = list(paths) if index % 2 == 0 else list(paths)[::-1]
                 for size in sizes:
-                    for name in order:
-                        results[setting, size][name].append(tokens_per_second(paths[name], batches(work, size)))
+                    for name, speed in alternating_pass(paths, parts_of(work, size, single), index).items():
+                        results[setting, size][name].append(speed)
         torch.set_num_threads(default_threads)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"CPU: {cpu_name()}")
     print(
-        f"model {args.model} ({backend.n_layers} layers, dim {backend.dim}); torch {torch.__version__} "
+        f"model {args.random_weights + ' (random weights)' if args.random_weights else args.model} "
+        f"({backend.n_layers} layers, dim {backend.dim}); torch {torch.__version__} "
         f"(default {default_threads} threads), onnxruntime {onnxruntime.__version__}, "
-        f"onnx {onnx.__version__}, opset {OPSET}"
+        f"onnx {onnx.__version__}, opset {OPSET}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
     print(
-        f"{len(work)} WikiText-2 test sentences ({sum(map(len, work)):,} tokens), no caches, {passes} passes, "
-        f"load average after {load}; "
+        f"{len(work)} WikiText-2 test sentences ({sum(map(len, work)):,} tokens; batch 1: the first {single}, one call "
+        f"each), sentence cache off, token caches on (warm), {passes} passes, load average after {load}; "
         f"largest ONNX error on them {error:.2g} of a layer's scale (export check: {exported.max_relative_error:.2g})"
     )
     print()
@@ -150,4 +206,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("SPACY_ELMO_OFFLINE", "1")  # a model not yet downloaded is skipped, not fetched
+    # torch's OpenMP threads otherwise spin on a core for a while after each torch call, and ONNX Runtime's threads,
+    # run right after in this same process, wait on that core: measured on 2 cores, the "original" architecture's
+    # ONNX path ran at half its own speed (369 against 769 tokens/s at batch 32, torch unchanged). A process serving
+    # one of the paths never sees that. Set before torch is imported (OpenMP reads it once).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     sys.exit(main())

@@ -10,9 +10,10 @@ seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torc
 - the contextualizer (:func:`contextualizer_graph`): token vectors ``(batch, time, projection_dim)`` (the sentence
   markers included) and lengths ``(batch,)`` int64 -> layers ``(n_layers + 1, batch, time, 2 * projection_dim)``:
   layer 0 the token vectors twice, ``[x; x]``, then each LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) as
-  one ``Scan`` over time that steps both directions; the backward one reads each row reversed within its length
-  (``ReverseSequence``). A row's state keeps its value past the row's length (the update is masked), so each row
-  gives what it gives alone; outputs at padding are zero.
+  two ``Scan`` over time, one per direction (a direction's recurrent weights then stay in one core's cache from step
+  to step, where both directions' of a layer did not: 1.6x faster for one sentence); the backward one reads each
+  row reversed within its length (``ReverseSequence``). A row's state keeps its value past the row's length (the
+  update is masked), so each row gives what it gives alone; outputs at padding are zero.
 
 Every weight is a constant initializer, the products' right-hand sides 2-D, so ONNX Runtime pre-packs them once; the
 recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the ``Scan``.
@@ -165,54 +166,51 @@ def _clip(g: GraphBuilder, x: str, bound: Optional[float]) -> str:
     return g.op1("Clip", [x, low, high])
 
 
-def _cell_step(body: GraphBuilder, cell: ProjectedLSTMCell, gates_x: str, h: str, c: str) -> tuple[str, str]:
-    """One direction's step in the ``Scan`` body: the new ``h`` (also the step's output) and ``c``.
+GATE_ORDER = [0, 2, 3, 1]  # TF's gate blocks (i, j, f, o) as (i, f, o, j): the three sigmoid gates side by side
 
-    :func:`~spacy_elmo.bilm.lstm.cell_step`'s arithmetic: gates in TF order (i, j, f, o), ``c' = i * tanh(j) + f *
-    c`` clipped, ``h' = clip((o * tanh(c')) @ P)``. No mask: both directions read each row's tokens first (the
-    backward one reversed within the row's length), so a row's padding comes after its last token and only changes
-    states that no kept output reads (outputs at padding are zeroed after the ``Scan``).
+
+def _gate_columns(weight: np.ndarray) -> np.ndarray:
+    """``weight``'s last axis (4 gate blocks in TF order) in :data:`GATE_ORDER`."""
+    blocks = np.split(weight, 4, axis=-1)
+    return np.ascontiguousarray(np.concatenate([blocks[k] for k in GATE_ORDER], axis=-1))
+
+
+def _scan_body(cell_module: ProjectedLSTMCell, name: str) -> onnx.GraphProto:
+    """The body of one direction's ``Scan`` over one layer (``name`` prefixes its values): one step.
+
+    :func:`~spacy_elmo.bilm.lstm.cell_step`'s arithmetic: ``c' = i * tanh(j) + f * c`` clipped, ``h' = clip((o *
+    tanh(c')) @ P)``. The gate columns are in :data:`GATE_ORDER`, so one ``Sigmoid`` covers (i, f, o). The step's
+    output is the projection before the clip (the graph clips all steps at once after the ``Scan``); the state the
+    clipped one. One direction per ``Scan``: its weights (the recurrent and the projection) stay in a core's cache
+    from step to step, where both directions' would not.
+
+    No mask: both directions read each row's tokens first (the backward one reversed within the row's length), so a
+    row's padding comes after its last token and only changes states that no kept output reads (outputs at padding
+    are zeroed after the ``Scan``).
     """
-    gates = body.op1("Add", [gates_x, body.op1("MatMul", [h, body.const("state_w", _array(cell.state_weight))])])
-    i, j, f, o = body.op("Split", [gates], 4, axis=1)
-    i, f, o = (body.op1("Sigmoid", [v]) for v in (i, f, o))
-    j = body.op1("Tanh", [j])
-    new_c = body.op1("Add", [body.op1("Mul", [i, j]), body.op1("Mul", [f, c])])
-    new_c = _clip(body, new_c, cell.cell_clip)
-    hidden = body.op1("Mul", [o, body.op1("Tanh", [new_c])])
-    new_h = _clip(body, body.op1("MatMul", [hidden, body.const("proj_w", _array(cell.projection))]), cell.proj_clip)
-    return new_h, new_c
-
-
-def _scan_body(forward: ProjectedLSTMCell, backward: ProjectedLSTMCell, layer: int) -> onnx.GraphProto:
-    """The body of layer ``layer``'s ``Scan``: both directions' states and one step's input gates in, the new states
-    and both outputs out."""
     from onnx import TensorProto, helper
 
-    body = GraphBuilder(prefix=f"l{layer}_")
-    proj, cell = forward.proj_dim, forward.cell_dim
-    names = {k: f"l{layer}_{k}" for k in ("h_f", "c_f", "h_b", "c_b", "gx_f", "gx_b")}
-    h_f, c_f = _cell_step(body, forward, names["gx_f"], names["h_f"], names["c_f"])
-    h_b, c_b = _cell_step(body, backward, names["gx_b"], names["h_b"], names["c_b"])
-    out_f = body.op1("Identity", [h_f])  # a Scan output may not also be a state output
-    out_b = body.op1("Identity", [h_b])
+    body = GraphBuilder(prefix=f"{name}_")
+    proj, cell = cell_module.proj_dim, cell_module.cell_dim
+    h, c, gates_x = f"{name}_h", f"{name}_c", f"{name}_gates_x"
+    state_w = body.const("state_w", _gate_columns(_array(cell_module.state_weight)))
+    gates = body.op1("Add", [body.op1("MatMul", [h, state_w]), gates_x])  # (batch, 4 * cell)
+    sigmoid_part, j = body.op("Split", [gates, body.const("sizes", np.array([3 * cell, cell], np.int64))], 2, axis=1)
+    i, f, o = body.op("Split", [body.op1("Sigmoid", [sigmoid_part])], 3, axis=1)
+    new_c = body.op1("Add", [body.op1("Mul", [i, body.op1("Tanh", [j])]), body.op1("Mul", [f, c])])
+    new_c = _clip(body, new_c, cell_module.cell_clip)
+    hidden = body.op1("Mul", [o, body.op1("Tanh", [new_c])])
+    out = body.op1("MatMul", [hidden, body.const("proj_w", _array(cell_module.projection))])  # not yet clipped
+    new_h = _clip(body, out, cell_module.proj_clip)
+    if new_h == out:  # no clip: a Scan output may not also be a state output
+        out = body.op1("Identity", [out])
 
-    def info(name: str, elem: int, width: int) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, elem, ["batch", width])
+    def info(value: str, width: int) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(value, TensorProto.FLOAT, ["batch", width])
 
-    floats = TensorProto.FLOAT
-    inputs = [
-        info(names["h_f"], floats, proj),
-        info(names["c_f"], floats, cell),
-        info(names["h_b"], floats, proj),
-        info(names["c_b"], floats, cell),
-        info(names["gx_f"], floats, 4 * cell),
-        info(names["gx_b"], floats, 4 * cell),
-    ]
-    outputs = [(h_f, proj), (c_f, cell), (h_b, proj), (c_b, cell), (out_f, proj), (out_b, proj)]
-    return helper.make_graph(
-        body.nodes, f"lstm_layer_{layer}_step", inputs, [info(v, floats, w) for v, w in outputs], body.initializers
-    )
+    inputs = [info(h, proj), info(c, cell), info(gates_x, 4 * cell)]
+    outputs = [info(new_h, proj), info(new_c, cell), info(out, proj)]
+    return helper.make_graph(body.nodes, f"{name}_step", inputs, outputs, body.initializers)
 
 
 def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
@@ -225,6 +223,10 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
     x = g.op1("Transpose", [TOKENS], perm=[1, 0, 2])  # (time, batch, proj): Scan's and ReverseSequence's layout
     # valid (time, batch, 1): position < length
     shape = g.op1("Shape", [x])
+    first_two = g.op1(
+        "Slice", [shape, g.const("start", np.array([0], np.int64)), g.const("end", np.array([2], np.int64))]
+    )
+    gates_shape = g.op1("Concat", [first_two, g.const("width", np.array([4 * cell], np.int64))], axis=0)
     time = g.op1("Gather", [shape, g.const("zero", np.array(0, np.int64))], axis=0)
     batch = g.op1("Gather", [shape, g.const("one", np.array(1, np.int64))], axis=0)
     positions = g.op1("Range", [g.const("start", np.array(0, np.int64)), time, g.const("step", np.array(1, np.int64))])
@@ -238,12 +240,13 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
     valid = g.op1("Unsqueeze", [valid, g.const("axes", np.array([2], np.int64))])  # bool (time, batch, 1)
     valid_float = g.op1("Cast", [valid], to=TensorProto.FLOAT)
 
-    def zeros(width: int) -> str:
+    def zeros(*widths: int) -> str:
+        """Zeros ``(batch, *widths)``."""
         size = g.op1(
             "Concat",
             [
                 g.op1("Unsqueeze", [batch, g.const("axes", np.array([0], np.int64))]),
-                g.const("width", np.array([width], np.int64)),
+                g.const("widths", np.array(widths, np.int64)),
             ],
             axis=0,
         )
@@ -260,20 +263,23 @@ def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
         cast("Sequence[ProjectedLSTMCell]", lstm.backward_layers),
     )
     for index, (fwd, bwd) in enumerate(zip(*cells)):
-        gates = []
-        for cell_module, data in ((fwd, forward_in), (bwd, backward_in)):
+        outputs = []
+        for direction, cell_module, data in (("forward", fwd, forward_in), ("backward", bwd, backward_in)):
             bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
-            product = g.op1("MatMul", [data, g.const("input_w", _array(cell_module.input_weight))])
-            gates.append(g.op1("Add", [product, g.const("bias", bias)]))
-        h0, c0 = zeros(proj), zeros(cell)
-        outputs = g.op(
-            "Scan",
-            [h0, c0, h0, c0, gates[0], gates[1]],
-            6,
-            body=_scan_body(fwd, bwd, index),
-            num_scan_inputs=2,
-        )
-        out_f, out_b = outputs[4], outputs[5]
+            # all steps' input gates at once: one Gemm over the (time * batch) rows, the bias added within it
+            rows = g.op1("Reshape", [data, g.const("rows", np.array([-1, proj], np.int64))])
+            weight = g.const("input_w", _gate_columns(_array(cell_module.input_weight)))
+            gates = g.op1("Gemm", [rows, weight, g.const("bias", _gate_columns(bias))])
+            gates = g.op1("Reshape", [gates, gates_shape])  # (time, batch, 4 * cell)
+            _, _, out = g.op(
+                "Scan",
+                [zeros(proj), zeros(cell), gates],
+                3,
+                body=_scan_body(cell_module, f"l{index}_{direction}"),
+                num_scan_inputs=1,
+            )
+            outputs.append(_clip(g, out, cell_module.proj_clip))
+        out_f, out_b = outputs
         if lstm.use_skip_connections and index > 0:
             out_f = g.op1("Add", [out_f, forward_in])
             out_b = g.op1("Add", [out_b, backward_in])
