@@ -11,9 +11,9 @@ seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torc
   markers included) and lengths ``(batch,)`` int64 -> layers ``(n_layers + 1, batch, time, 2 * projection_dim)``:
   layer 0 the token vectors twice, ``[x; x]``, then each LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) as
   two ``Scan`` over time, one per direction (a direction's recurrent weights then stay in one core's cache from step
-  to step, where both directions' of a layer did not: 1.6x faster for one sentence); the backward one reads each
-  row reversed within its length (``ReverseSequence``). A row's state keeps its value past the row's length (the
-  update is masked), so each row gives what it gives alone; outputs at padding are zero.
+  to step, where both directions' of a layer did not: benchmarks/RESULTS.md); the backward one reads each row
+  reversed within its length (``ReverseSequence``). Both read a row's tokens before its padding, so padding only
+  changes states no kept output reads: each row gives what it gives alone; outputs at padding are zero.
 
 Every weight is a constant initializer, the products' right-hand sides 2-D, so ONNX Runtime pre-packs them once; the
 recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the ``Scan``.
