@@ -181,7 +181,8 @@ _BOXES: dict[str, tuple[float, float, float, float, str, str, str]] = {
         1.4,
         "#fff5c8",
         "model files (sources/)",
-        'the bundled default (no download),\n"original" and published names, a folder:\noptions.json + weights, or an ONNX export',
+        'the bundled default (no download),\n"original" and published names, a folder:\n'
+        "options.json + weights, or an ONNX export",
     ),
     "backend": (
         3.75,
