@@ -264,7 +264,7 @@ def evaluate(
     device: str = typer.Option("cpu", "--device", help=_DEVICE_HELP),
 ) -> None:
     """Forward, backward and mean perplexity of a trained biLM on text (per word and sentence end)."""
-    from ..output.checks import check_output_path
+    from ..output.argument_checks import check_output_path
     from ..sources.model_names import require_model
     from ..train.corpus.sentences import make_sources
 

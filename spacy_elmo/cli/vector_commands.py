@@ -71,7 +71,7 @@ def embed(
     ),
 ) -> None:
     """Embed every line of a text file into HDF5 (the layout of AllenNLP's `allennlp elmo` command)."""
-    from ..output.checks import check_embed_arguments
+    from ..output.argument_checks import check_embed_arguments
     from ..sources.model_names import require_model
 
     chosen = [name for name, flag in (("all", all_layers), ("top", top), ("average", average)) if flag]
@@ -164,7 +164,7 @@ def _require_plotting() -> None:
 def _figure_file(path: Path) -> Path:
     """The file a figure argument gives (``bank`` -> ``bank.png``, as matplotlib names it), checked before a model or
     pipeline loads: matplotlib installed, a format it writes, a folder that takes the file (one line and exit 2)."""
-    from ..output.checks import check_output_path
+    from ..output.argument_checks import check_output_path
     from ..plots import figure_file
 
     _require_plotting()

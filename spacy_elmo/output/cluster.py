@@ -27,7 +27,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ..runtime.embedding.backend import load_bilm
 from ..runtime.embedding.windows import embed_segments
-from .checks import read_scheduler
+from .argument_checks import read_scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
     from .embed_file import EmbedChunks

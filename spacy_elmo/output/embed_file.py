@@ -45,7 +45,7 @@ from ..runtime.configuration.defaults import DEFAULT_BATCH_SIZE
 from ..runtime.configuration.validation import positive_int
 from ..runtime.embedding.windows import embed_segments
 from ..runtime.features.tokenize import resolve_tokenizer
-from .checks import check_output_path
+from .argument_checks import check_output_path
 from .hdf5_layout import LineDatasets, check_output_format
 from .write_guard import GuardedFile, GuardedHDF5
 

@@ -18,7 +18,7 @@ PRECISION_BLIND = (
     "spacy_elmo.bilm.encoder",
     "spacy_elmo.bilm.vocab_cache",
     "spacy_elmo.bilm.engine.step_loop",
-    "spacy_elmo.bilm.engine.base",
+    "spacy_elmo.bilm.engine.contract",
 )
 TORCH_DTYPES = {"float32", "float64", "bfloat16", "float16", "half", "int8", "qint8", "quint8"}
 
@@ -161,7 +161,7 @@ def test_one_step_loop_runs_every_engine():
 
 
 def test_the_engines_keep_one_attribute_on_a_module():
-    """Engine, int8 mark and released packs live in one ``ModuleState`` (``engine/base.py``): no other module of
+    """Engine, int8 mark and released packs live in one ``ModuleState`` (``engine/contract.py``): no other module of
     the package reads or writes a module's ``__dict__``."""
     touching = {
         name
@@ -171,7 +171,7 @@ def test_the_engines_keep_one_attribute_on_a_module():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         )
     }
-    assert touching == {"spacy_elmo.bilm.engine.base"}, touching
+    assert touching == {"spacy_elmo.bilm.engine.contract"}, touching
 
 
 # the functions that compute an LSTM cell's gates and cell, each with why it is its own copy (written beside it):

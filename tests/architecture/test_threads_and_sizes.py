@@ -167,7 +167,7 @@ FAMILY_THRESHOLDS = {
         "_PACK_FOR_ROWS",
     },
     "spacy_elmo.bilm.engine.int8": {"gate_chunk_elements"},
-    "spacy_elmo.bilm.engine.base": {"gate_chunk_elements"},  # the default every engine inherits
+    "spacy_elmo.bilm.engine.contract": {"gate_chunk_elements"},  # the default every engine inherits
 }
 # sizes that choose no kernel: the char CNN's memory blocking, the same under every engine
 BLOCKING_SIZES = {"spacy_elmo.bilm.encoder": {"BUCKET_ROWS", "MATMUL_CONV_ELEMENTS"}}

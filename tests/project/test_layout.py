@@ -45,7 +45,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "output/write_guard.py": ("test_embed_file.py", "test_train_safety.py"),
     "output/hdf5_layout.py": ("test_embed_file.py", "test_compat_allennlp.py"),
     "output/cluster.py": ("test_dask.py",),
-    "output/checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
+    "output/argument_checks.py": ("test_cli_help.py", "test_embed_file.py", "test_dask.py"),
     "train/run/command_config.py": ("test_cli_help.py", "test_train.py"),
     "runtime/features/text_rows.py": ("test_sklearn.py", "test_dask.py"),
     "runtime/features/front_settings.py": ("test_settings.py", "test_sklearn.py", "test_dask.py"),
@@ -82,7 +82,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "groundwork/file_names.py": ("test_written_files.py", "test_model_names.py"),  # the names spelled in one place
     # bilm/engine/: one conformance test over every engine
     "bilm/engine/__init__.py": ("test_engines.py",),
-    "bilm/engine/base.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
+    "bilm/engine/contract.py": ("test_engines.py", "test_inference_path.py", "test_mkl_prepacked.py"),
     "bilm/engine/registry.py": ("test_engines.py", "test_precision.py"),
     "bilm/engine/plain.py": ("test_engines.py", "test_inference_path.py"),
     "bilm/engine/mkl.py": ("test_engines.py", "test_mkl_prepacked.py"),

@@ -300,7 +300,7 @@ def test_sizes_and_processes_are_bounded_by_the_machine(monkeypatch):
 
 
 def test_local_scheduler_workers_are_bounded_by_the_cores(monkeypatch):
-    from spacy_elmo.output.checks import read_scheduler
+    from spacy_elmo.output.argument_checks import read_scheduler
 
     monkeypatch.setattr(validation, "usable_cores", lambda: 2)
     assert read_scheduler("local:2") == 2 and read_scheduler("local:02") == 2

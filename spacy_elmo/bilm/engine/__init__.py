@@ -16,7 +16,7 @@ that serves a module's target (device, dtype, int8). Adding a precision is its e
 
 Shared by all: ``step_loop.py``, the one LSTM time loop (:class:`LayerSteps`; compiled by TorchScript for the
 low-precision engines), and ``base.py``: the interface, the one attribute the engines keep on a module, and the
-packs an engine holds (:class:`~.base.WeightPacks`, remade when a weight changes). ``tests/bilm/test_engines.py``
+packs an engine holds (:class:`~.contract.WeightPacks`, remade when a weight changes). ``tests/bilm/test_engines.py``
 checks every engine available here against float32 by the same conformance test, on every device present.
 
 The names are imported on first use (PEP 562), so that the precision table (:mod:`.precisions`) is read without
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ...groundwork.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .base import Engine, ModuleState, Target
+    from .contract import Engine, ModuleState, Target
     from .int8 import Int8Engine
     from .mkl import MklEngine
     from .onednn import Bf16Engine, Float32Engine
@@ -44,18 +44,18 @@ _HOMES = {
     "ENGINES": ".registry",
     "PRECISIONS": ".precisions",
     "Bf16Engine": ".onednn",
-    "Engine": ".base",
+    "Engine": ".contract",
     "Float32Engine": ".onednn",
     "Int8Engine": ".int8",
     "LayerSpec": ".step_loop",
     "LayerSteps": ".step_loop",
     "MklEngine": ".mkl",
-    "ModuleState": ".base",
+    "ModuleState": ".contract",
     "PlainEngine": ".plain",
     "Precision": ".precisions",
     "StepProduct": ".step_loop",
     "StepWeight": ".step_loop",
-    "Target": ".base",
+    "Target": ".contract",
     "engine_of": ".registry",
     "precision_support": ".registry",
     "prepare": ".registry",

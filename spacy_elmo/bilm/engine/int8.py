@@ -59,7 +59,7 @@ from torch import nn
 from .. import cpu_support
 from ..lstm import ProjectedLSTMCell
 from ..threads import ForkSafeLock
-from .base import M, Target, WeightPacks, state_of
+from .contract import M, Target, WeightPacks, state_of
 from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 

@@ -24,7 +24,7 @@ Each pack is checked against plain sgemm on probes of 3 and 64 rows before use (
 1e-5); on a mismatch, or a torch without MKL, the plain path runs. Only the inference path uses them
 (:class:`~..model.BiLM` sends work there only when no gradient is needed), so the packs never see autograd.
 Cost: one packed copy (larger than the matrix) per matrix used, made on first use by the engine that holds it
-(one per version of the weight, :class:`.base.WeightPacks`) and freed with the module.
+(one per version of the weight, :class:`.contract.WeightPacks`) and freed with the module.
 ``SPACY_ELMO_PACKED_WEIGHTS=0`` (or ``ENABLED = False``) turns it off.
 """
 
@@ -39,7 +39,7 @@ from torch import nn
 
 from ...groundwork.probe import has_feature
 from ..lstm import ProjectedLSTMCell
-from .base import Target, WeightPacks
+from .contract import Target, WeightPacks
 from .plain import PlainEngine
 from .step_loop import StepWeight
 

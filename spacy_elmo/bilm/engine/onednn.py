@@ -40,7 +40,7 @@ from torch import nn
 from .. import cpu_support
 from ..exact import exact_float32
 from . import mkl
-from .base import Target, WeightPacks
+from .contract import Target, WeightPacks
 from .plain import PlainEngine
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight, loop_kind
 

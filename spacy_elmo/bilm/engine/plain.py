@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..lstm import ProjectedLSTMCell
-from .base import Engine, Target, WeightPacks
+from .contract import Engine, Target, WeightPacks
 from .step_loop import LayerSpec, LayerSteps, StepProduct, StepWeight
 
 STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tensor cost little
@@ -28,8 +28,8 @@ STACK_MAX_ELEMENTS = 1 << 18  # per weight: both directions' copies in one tenso
 
 class Stacks:
     """Both directions' copies of a small weight in one ``(D, ...)`` tensor, made once per version of the weights
-    (:meth:`.base.WeightPacks.joint`: remade when any copy changes, as the engines' packs are); it lives and dies with
-    the engine."""
+    (:meth:`.contract.WeightPacks.joint`: remade when any copy changes, as the engines' packs are); it lives and dies
+    with the engine."""
 
     def __init__(self) -> None:
         self._packs: WeightPacks[torch.Tensor] = WeightPacks(torch.Tensor.clone)  # (only joint(): no one-weight pack)
@@ -46,7 +46,7 @@ class Stacks:
 class PlainEngine(Engine):
     """torch's products; the one engine that serves every target (last in :data:`.registry.ENGINES`).
 
-    Its precision is its target's dtype (see :attr:`~.base.Engine.precision`); ``load_dtype`` and ``tolerance``
+    Its precision is its target's dtype (see :attr:`~.contract.Engine.precision`); ``load_dtype`` and ``tolerance``
     are those of float32, which the conformance test loads it in.
     """
 

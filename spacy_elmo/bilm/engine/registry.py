@@ -5,11 +5,11 @@ without native kernels here says (:func:`warn_if_slow`); what this process runs 
 table's order, then the plain engine, which serves every target (CUDA, the emulated precisions). Engines of
 different precisions never serve the same target, so only the order within a row matters (oneDNN's float32 before
 MKL's). :func:`engine_of` is the one place an engine is chosen: the first of :data:`ENGINES` that serves the module's
-:class:`~.base.Target` (the plain engine, last, serves every one). The engine is held by the module it serves
-(the token encoder, the biLSTM: :class:`~.base.ModuleState`), so it lives and dies with the model: no registry
+:class:`~.contract.Target` (the plain engine, last, serves every one). The engine is held by the module it serves
+(the token encoder, the biLSTM: :class:`~.contract.ModuleState`), so it lives and dies with the model: no registry
 keyed by module. It is chosen again only when the module's target changes (``model.to(...)``,
 :func:`.int8.quantize`) or the engine stops serving it (MKL packing turned off); its packs follow weight changes
-by themselves (:class:`.base.WeightPacks`). :func:`prepare` is the load-time step (``load_bilm``): the model
+by themselves (:class:`.contract.WeightPacks`). :func:`prepare` is the load-time step (``load_bilm``): the model
 made ready for a dtype by the engine family that loads it (a cast, or int8's quantization), and its engines
 chosen there and then.
 """
@@ -25,7 +25,7 @@ from torch import nn
 
 from .. import cpu_support
 from ..threads import ForkSafeLock
-from .base import Engine, Target, state_of
+from .contract import Engine, Target, state_of
 from .plain import PlainEngine
 from .precisions import PRECISIONS, Precision, auto_precision, of_dtype
 
@@ -33,7 +33,7 @@ logger = logging.getLogger("spacy_elmo")  # the package's logger: the emulated-p
 
 
 def _engines_of(row: Precision) -> tuple[type[Engine], ...]:
-    """The engine classes ``row`` names, each checked to be an :class:`~.base.Engine`."""
+    """The engine classes ``row`` names, each checked to be an :class:`~.contract.Engine`."""
     for cls, path in zip(row.engine_classes(), row.engines):
         if not issubclass(cls, Engine):
             raise TypeError(f"the precision table names {path}, which is no Engine of bilm/engine")
@@ -68,7 +68,7 @@ def engine_of(module: nn.Module) -> Engine:
 def prepare(model: M, device: torch.device, dtype: torch.dtype, keep_float32: bool = False) -> M:
     """``model`` ready for inference in ``dtype`` on ``device`` (eval mode), its engines chosen.
 
-    The first engine of :data:`ENGINES` that loads ``dtype`` makes it ready (:meth:`~.base.Engine.load`: int8
+    The first engine of :data:`ENGINES` that loads ``dtype`` makes it ready (:meth:`~.contract.Engine.load`: int8
     quantizes a float32 model, its float32 matrices released unless ``keep_float32``; packs are then made on
     first use and follow weight changes); any other dtype: the model cast to it.
     """
