@@ -43,7 +43,7 @@ def connect(scheduler: str) -> tuple[Any, Callable[[], None]]:
 
     ``local:N`` starts a LocalCluster of N worker processes with one thread each (the dashboard on
     a free port); anything else is a scheduler address such as ``tcp://10.0.0.5:8786``
-    (:func:`~.checks.read_scheduler` reads which).
+    (:func:`~.argument_checks.read_scheduler` reads which).
     """
     from distributed import Client
 

@@ -19,7 +19,7 @@ import torch
 from spacy_elmo.bilm import BiLM, batch_to_char_ids, load_model
 from spacy_elmo.bilm import threads as threads_module
 from spacy_elmo.bilm.encoder import Highway
-from spacy_elmo.bilm.engine import base, engine_of, mkl, onednn
+from spacy_elmo.bilm.engine import contract, engine_of, mkl, onednn
 from tests.bilm.test_inference_path import _options, _random_batch, _random_state
 from tests.numerics import TWO_FORMULAS_SCALE_ATOL, assert_recomputed_close
 
@@ -193,7 +193,7 @@ def test_a_fork_while_packing_does_not_deadlock_the_child(count_packed):
 
     model = BiLM(_options(cell_dim=64, projection_dim=16)).eval()
     ids = torch.as_tensor(batch_to_char_ids(_random_batch(seed=4, n=6)))
-    with base._lock:  # as if another thread were packing at the moment of the fork
+    with contract._lock:  # as if another thread were packing at the moment of the fork
         pid = os.fork()
         if pid == 0:  # the child: make new packs, which needs the lock
             code = 1
