@@ -42,7 +42,7 @@ ENGINE_FILE = '''"""A dummy precision's engine family (tests/bilm/test_new_preci
 
 import torch
 
-from .base import Target
+from .contract import Target
 from .plain import PlainEngine
 
 
