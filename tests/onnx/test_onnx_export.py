@@ -319,3 +319,18 @@ def test_the_export_command(tmp_path, fixture_dir):
     other = runner.invoke(app, ["export", str(fixture_dir), str(tmp_path / "other"), "--format", "tflite"])
     assert other.exit_code == 2 and "--format 'tflite': expected one of ['onnx']" in other.output, other.output
     assert not (tmp_path / "other").exists()
+
+
+def test_an_export_reached_by_any_spelling_takes_only_the_cpu_and_float32(exports, monkeypatch):
+    """However the folder is named (its files given as options/weights, or "~/..."), the ONNX runner serves only what
+    it computes: another precision or device is one ValueError, never vectors of another precision than asked."""
+    folder = exports["fixture"]
+    files = {"options": folder / "manifest.json", "weights": folder / "contextualizer.onnx"}
+    with pytest.raises(ValueError, match="computes in float32 on ONNX Runtime"):
+        load_bilm(**files, precision="bfloat16")
+    assert isinstance(load_bilm(**files).runner, OnnxBiLM)
+    monkeypatch.setenv("HOME", str(folder.parent))
+    with pytest.raises(ValueError, match="computes in float32 on ONNX Runtime"):
+        load_bilm(f"~/{folder.name}", precision="int8")
+    with pytest.raises(ValueError, match="runs on ONNX Runtime's CPU provider"):
+        load_bilm(folder, device="meta")

@@ -17,7 +17,7 @@ from ...bilm.weights import WeightFileError
 from ...groundwork.file_names import PathLike
 from ...groundwork.fork_safety import ForkSafeLock, renew_after_fork
 from ...sources.download import cache_advice
-from ...sources.model_names import is_default
+from ...sources.model_names import is_default, local_path
 from ...sources.model_paths import (  # noqa: F401 (DEFAULT_MODEL_DIR re-exported)
     DEFAULT_MODEL_DIR,
     fingerprint,
@@ -375,10 +375,10 @@ def load_bilm(
     """
     check_cache_sizes(cache_mb, disk_cache_mb, token_cache_size)  # before the model loads: said at once
     asked = precision_or_dtype(precision, dtype, "load_bilm")
-    if onnx_export_folder(model, options, weights) is not None:  # ONNX Runtime's CPU provider, float32: no torch
+    if onnx_export_folder(model, options, weights) is not None:  # no torch: device and precision checked by its runner
         options_path, weights_path = resolve_model_files(model, options, weights)
-        where: Union[str, torch.device] = onnx_device(device)
-        row = onnx_precision(asked)
+        where: Union[str, torch.device] = "cpu" if device is None else str(device)
+        row = resolve(asked, "cpu")
     else:
         where = resolve_device(device)  # before the files: a device this machine lacks is said before a download
         options_path, weights_path = resolve_model_files(model, options, weights)
@@ -424,11 +424,11 @@ def onnx_export_folder(
     looked into: nothing is downloaded to tell)."""
     if options is not None or weights is not None or model is None or is_default(model):
         return None
-    path = Path(os.fspath(model))
     try:
-        return path if path.is_dir() and is_onnx_dir(path) else None
-    except OSError:  # a name no path can have (too long...): resolve_model_files says what it is not
+        path = local_path(os.fspath(model))  # as resolve_model_files reads a local name ("~" expanded)
+    except WeightFileError:  # a name no path can have: resolve_model_files says what it is not
         return None
+    return path if path.is_dir() and is_onnx_dir(path) else None
 
 
 def onnx_device(device: object) -> str:
@@ -460,7 +460,9 @@ def open_runner(
     runner is chosen. An ONNX export folder (``spacy-elmo export``) runs on ONNX Runtime (:mod:`spacy_elmo.onnx`,
     numpy and onnxruntime only); every other model on torch (:mod:`.torch_runner`, imported here and nowhere else
     in this module)."""
-    if is_onnx_export(options_path, weights_path):
+    if is_onnx_export(options_path, weights_path):  # whatever route led here: it serves the CPU in float32 only
+        onnx_device(device)
+        onnx_precision(precision)
         from ...onnx.runner import OnnxBiLM
 
         return OnnxBiLM(weights_path.parent, token_cache_size=DEFAULT_TOKEN_CACHE)
