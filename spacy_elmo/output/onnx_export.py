@@ -2,7 +2,7 @@
 
 :func:`export_onnx` loads the model's float32 weights (any model :func:`spacy_elmo.load_bilm` takes), builds the two
 graphs (:mod:`spacy_elmo.onnx.graph`), runs them on ONNX Runtime over :data:`CHECK_SENTENCES` and compares each
-layer with what the torch path (``ElmoBackend._embed_batch``'s steps) gives. It writes the folder (the graphs and
+layer with what the torch path (the torch runner the backend computes with) gives. It writes the folder (the graphs and
 ``manifest.json``, :mod:`spacy_elmo.onnx.manifest`) only when every layer agrees within ``tolerance`` of that layer's
 largest absolute value, and writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check
 or an error leaves nothing.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -33,7 +34,7 @@ from ..onnx.manifest import (
 from ..onnx.runner import OnnxBiLM, import_onnxruntime
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..bilm.model import BiLM
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -71,20 +72,6 @@ class OnnxExport:
     max_relative_error: float  # the largest of ``layer_errors``
     layer_errors: tuple[float, ...]  # per layer: max |onnx - torch| / max |torch| over the check sentences
     fingerprint: str  # the source model's
-
-
-def torch_layers(model: BiLM, batch: list[list[str]]) -> list[np.ndarray]:
-    """The torch float32 path's layers of ``batch`` (non-empty sentences), by ``ElmoBackend._embed_batch``'s steps:
-    cached token vectors with the markers, ``contextualize_vectors(boundaries=False)``, the markers sliced off."""
-    import torch
-
-    from ..bilm.vocab_cache import TokenVectorCache, batch_token_vectors
-
-    with torch.inference_mode():
-        tokens, lengths = batch_token_vectors(TokenVectorCache(model, 1 << 20), batch)
-        activations, _ = model.contextualize_vectors(tokens, lengths, boundaries=False)
-        layers = activations.float().cpu().numpy()
-    return [np.ascontiguousarray(layers[:, row, 1 : len(t) + 1]) for row, t in enumerate(batch)]
 
 
 def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[float]:
@@ -129,7 +116,7 @@ def export_onnx(
         raise OnnxExportError(str(err)) from None
     import torch
 
-    from ..runtime.embedding.backend import load_model_files
+    from ..runtime.embedding.torch_runner import TorchRunner, load_model_files
     from ..sources.model_paths import fingerprint, resolve_model_files
 
     options_path, weights_path = resolve_model_files(model, options, weights)
@@ -149,12 +136,11 @@ def export_onnx(
         "dim": bilm.options.output_dim,
         "written_by": {"spacy_elmo": __version__, "onnx": onnx_version, "torch": torch.__version__},
     }
-    check = sentences if sentences is not None else CHECK_SENTENCES
-    check = [list(s) for s in check if len(s)]
+    check: list[Sequence[str]] = [list(s) for s in (sentences if sentences is not None else CHECK_SENTENCES) if len(s)]
     if not check:
         raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
     runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options, token_cache_size=0)
-    reference = torch_layers(bilm, check)
+    reference = TorchRunner(bilm, torch.device("cpu"), token_cache_size=0).layers(check)  # the backend's torch path
     errors = [
         max(pair)
         for pair in zip(
@@ -194,5 +180,4 @@ __all__ = [
     "OnnxExportError",
     "export_onnx",
     "layer_errors",
-    "torch_layers",
 ]
