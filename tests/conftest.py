@@ -23,6 +23,18 @@ CORPORA_HELP = (
 # The user cache directory the suite sees (platformdirs' XDG_CACHE_HOME) is a folder of its own, made before any test
 # runs: a code path that loses SPACY_ELMO_HOME lands there, where only the suite writes, and the user's real cache,
 # which other processes (a guide tried while the tests run) may write at any time, is neither touched nor watched.
+# the first lines of a child script that runs as if torch were not installed: a finder first on the meta path refuses
+# torch and its submodules with the ImportError a missing package gives
+REFUSE_TORCH = """
+import importlib.abc, sys
+
+class RefuseTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"No module named {name!r} (refused by the test)")
+
+sys.meta_path.insert(0, RefuseTorch())
+"""
 SUITE_USER_CACHE = Path(tempfile.mkdtemp(prefix="spacy-elmo-suite-cache-"))
 os.environ["XDG_CACHE_HOME"] = str(SUITE_USER_CACHE)
 os.environ.pop(HOME_ENV, None)

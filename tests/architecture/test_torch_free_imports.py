@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.architecture.arch_scan import MODULES, PACKAGE
+from tests.conftest import REFUSE_TORCH
 
 REPOSITORY = PACKAGE.parent
 
@@ -63,15 +64,10 @@ NO_TORCH_IMPORT = (
 
 # run in a fresh interpreter: a finder first on the meta path refuses torch (as if it were not installed), then each
 # module is imported; prints {module: error} for those that fail
-REFUSING_TORCH = """
-import importlib, importlib.abc, json, sys, traceback
-
-class RefuseTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError(f"No module named {name!r} (refused by the test)")
-
-sys.meta_path.insert(0, RefuseTorch())
+REFUSING_TORCH = (
+    REFUSE_TORCH
+    + """
+import importlib, json, traceback
 failed = {}
 for name in sys.argv[1:]:
     try:
@@ -82,6 +78,7 @@ for name in sys.argv[1:]:
         failed[name] = f"{type(err).__name__}: {err} ({chain})"
 print(json.dumps({"failed": failed, "torch": "torch" in sys.modules}))
 """
+)
 
 
 def imports_without_torch(names: tuple[str, ...], root: Path = REPOSITORY) -> dict[str, object]:
@@ -178,16 +175,10 @@ def test_the_backend_and_front_end_entry_points_import_no_torch():
 
 # in a process that refuses torch: the backend around a numpy runner (the Protocol's shape, vectors from the tokens'
 # lengths) embeds through windows.embed_segments: caches, repeated sentences, an empty one, the retry in halves
-NUMPY_RUNNER = """
-import importlib.abc, sys
+NUMPY_RUNNER = (
+    REFUSE_TORCH
+    + """
 from pathlib import Path
-
-class RefuseTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError(f"No module named {name!r} (refused by the test)")
-
-sys.meta_path.insert(0, RefuseTorch())
 import numpy as np
 from spacy_elmo.bilm.engine.precisions import precision
 from spacy_elmo.runtime.embedding.backend import ElmoBackend
@@ -234,6 +225,7 @@ assert backend.n_layers == 2 and backend.dim == 4 and backend.fingerprint and "c
 assert "torch" not in sys.modules
 print("ok")
 """
+)
 
 
 def test_the_backend_embeds_on_a_runner_without_torch(fixture_dir):

@@ -24,6 +24,7 @@ from spacy_elmo.onnx import OnnxBiLM, OnnxFolderError
 from spacy_elmo.onnx import graph as onnx_graph
 from spacy_elmo.onnx.manifest import CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER
 from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
+from tests.conftest import REFUSE_TORCH
 
 TOLERANCE = 1e-5  # of each layer's largest absolute value
 REPO = Path(__file__).resolve().parents[2]
@@ -255,25 +256,13 @@ def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch):
         runner.import_onnxruntime()
 
 
-BLOCK_TORCH = """
-import sys
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked in this test")
-
-sys.meta_path.insert(0, NoTorch())
-"""
-
-
 def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
     """In a process where ``import torch`` fails, the runner loads and gives the torch path's layers."""
     sentences = SENTENCES[:4]
     expected = torch_backends["default"].embed(sentences)
     np.savez(tmp_path / "expected.npz", *expected)
     (tmp_path / "sentences.json").write_text(json.dumps(sentences))
-    code = BLOCK_TORCH + textwrap.dedent(
+    code = REFUSE_TORCH + textwrap.dedent(
         f"""
         import json
         import numpy as np

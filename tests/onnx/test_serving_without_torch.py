@@ -15,19 +15,15 @@ pytest.importorskip("onnxruntime", reason="the ONNX runner needs onnxruntime (pi
 pytest.importorskip("spacy")
 pytest.importorskip("sklearn")
 
+from tests.conftest import REFUSE_TORCH
+
 CHECK = Path(__file__).resolve().parents[2] / ".ci" / "serving_check.py"
 
 # the child: torch refused before anything else is imported, then the check's run step
-CHILD = textwrap.dedent(
+CHILD = REFUSE_TORCH + textwrap.dedent(
     """
-    import importlib.abc, importlib.util, sys
+    import importlib.util
 
-    class NoTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is not installed here")
-
-    sys.meta_path.insert(0, NoTorch())
     spec = importlib.util.spec_from_file_location("serving_check", sys.argv[1])
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
