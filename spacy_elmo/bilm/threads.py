@@ -31,6 +31,7 @@ import torch
 from ..groundwork.excerpt import excerpt
 from ..groundwork.fork_safety import (  # noqa: F401 (ForkSafeLock, renew_after_fork re-exported)
     ForkSafeLock,
+    ForkSafePool,
     at_fork_in_child,
     in_forked_child,
     renew_after_fork,
@@ -159,9 +160,6 @@ def split_tokens(n_tokens: int, device: torch.device) -> bool:
 
 # -- the two-thread pool for independent halves of the work (LSTM directions, char-CNN halves) --
 
-_pool: Optional[ThreadPoolExecutor] = None
-_pool_lock = ForkSafeLock()
-
 
 def _single_threaded_worker() -> None:
     """Each pool thread runs its share on one core (this thread's setting only)."""
@@ -173,15 +171,12 @@ def _single_threaded_worker() -> None:
         native.mkl_set_local(1)
 
 
+_pool = ForkSafePool(2, "spacy-elmo-direction", initializer=_single_threaded_worker)
+
+
 def two_thread_pool() -> ThreadPoolExecutor:
     """Two single-threaded worker threads, started on first use (and anew in a forked child)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="spacy-elmo-direction", initializer=_single_threaded_worker
-            )
-        return _pool
+    return _pool.get()
 
 
 def run_halves(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -194,10 +189,3 @@ def run_halves(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Ten
 def _call_without_autograd(function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         return function(rows)
-
-
-@at_fork_in_child
-def _forget_pool() -> None:
-    """The parent's pool threads do not exist in a forked child: its first use there starts a new pool."""
-    global _pool
-    _pool = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional
 
 _callbacks: list[Callable[[], None]] = []
 _renewed: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -65,6 +66,28 @@ class ForkSafeLock:
 
     def _after_fork(self) -> None:
         self._lock = self._factory()
+
+
+class ForkSafePool:
+    """A thread pool of ``workers`` threads named ``name``, started on first use (:meth:`get`) and anew in a forked
+    child: the parent's threads do not exist there, and work handed to its pool would wait forever. ``initializer``
+    runs in each thread when it starts (e.g. a thread-local limit)."""
+
+    def __init__(self, workers: int, name: str, initializer: Optional[Callable[[], None]] = None) -> None:
+        self._workers, self._name, self._initializer = workers, name, initializer
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._lock = ForkSafeLock()
+        renew_after_fork(self)
+
+    def get(self) -> ThreadPoolExecutor:
+        """The pool, started now if it is not yet."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, self._name, self._initializer)
+            return self._pool
+
+    def _after_fork(self) -> None:
+        self._pool = None
 
 
 def _after_fork_in_child() -> None:

@@ -1,27 +1,28 @@
-"""The biLM as two ONNX graphs, built node by node with ``onnx.helper`` from a loaded model's float32 weights.
+"""The biLM as three ONNX graphs, built node by node with ``onnx.helper`` from a loaded model's float32 weights.
 
 Not ``torch.onnx``: the graphs are the same whatever torch version read the weights, and torch is used only to read
-them. Two graphs, so that a runner can keep token vectors per word and run the char CNN only for words it has not
-seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torch path):
+them. The token encoder is a graph of its own, so that a runner can keep token vectors per word and run the char CNN
+only for words it has not seen (as :class:`~spacy_elmo.bilm.vocab_cache.TokenVectorCache` does on the torch path);
+each direction's LSTM stack is one too, so that a runner can run the two at the same time on two threads, as the
+torch path does:
 
 - the token encoder (:func:`token_encoder_graph`): char ids ``(tokens, chars)`` int64 -> token vectors
   ``(tokens, projection_dim)``: char embedding, one ``Conv`` per filter width with a max over positions and the
   activation, the highway layers, the projection (:class:`~spacy_elmo.bilm.encoder.CharCNNEncoder`'s arithmetic).
-- the contextualizer (:func:`contextualizer_graph`): token vectors ``(batch, time, projection_dim)`` (the sentence
-  markers included) and lengths ``(batch,)`` int64 -> layers ``(n_layers + 1, batch, time, 2 * projection_dim)``:
-  layer 0 the token vectors twice, ``[x; x]``, then each LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) as
-  two ``Scan`` over time, one per direction (a direction's recurrent weights then stay in one core's cache from step
-  to step, where both directions' of a layer did not: benchmarks/RESULTS.md); the backward one reads each row
-  reversed within its length (``ReverseSequence``). Both read a row's tokens before its padding, so padding only
-  changes states no kept output reads: each row gives what it gives alone; outputs at padding are zero.
+- the forward and the backward LSTM stacks (:func:`contextualizer_graph`): token vectors ``(batch, time,
+  projection_dim)`` (the sentence markers included) and lengths ``(batch,)`` int64 -> that direction's output of each
+  LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) ``(n_layers, batch, time, projection_dim)``, zero at
+  padding. The backward one reads each row reversed within its length (``ReverseSequence``). Each row's steps run
+  only as long as the row (torch's packed sequences): a row gives what it gives alone.
 
 Every weight is a constant initializer, the products' right-hand sides 2-D, so ONNX Runtime pre-packs them once; the
-recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the ``Scan``.
+recurrent ones live in the ``Scan`` body itself. The input gates of all steps are one product before the steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
@@ -39,6 +40,9 @@ IR_VERSION = 8  # the IR of opset 17: older ONNX Runtime versions load the files
 # the graphs' input and output names, which a runner passes and reads
 CHAR_IDS, TOKEN_VECTORS = "char_ids", "token_vectors"
 TOKENS, LENGTHS, LAYERS = "tokens", "lengths", "layers"
+# the graphs' roles: the token encoder and one LSTM stack per direction
+TOKEN_ENCODER_ROLE = "token_encoder"
+DIRECTIONS = ("forward", "backward")
 
 
 class GraphBuilder:
@@ -184,9 +188,7 @@ def _scan_body(cell_module: ProjectedLSTMCell, name: str) -> onnx.GraphProto:
     clipped one. One direction per ``Scan``: its weights (the recurrent and the projection) stay in a core's cache
     from step to step, where both directions' would not.
 
-    No mask: both directions read each row's tokens first (the backward one reversed within the row's length), so a
-    row's padding comes after its last token and only changes states that no kept output reads (outputs at padding
-    are zeroed after the ``Scan``).
+    No mask: a ``Scan`` runs one segment of steps over the rows still running through all of it (:func:`_segment_body`).
     """
     from onnx import TensorProto, helper
 
@@ -213,95 +215,205 @@ def _scan_body(cell_module: ProjectedLSTMCell, name: str) -> onnx.GraphProto:
     return helper.make_graph(body.nodes, f"{name}_step", inputs, outputs, body.initializers)
 
 
-def contextualizer_graph(lstm: ElmoBiLSTM) -> onnx.ModelProto:
-    """The contextualizer: ``tokens`` ``(batch, time, proj)`` float32 and ``lengths`` ``(batch,)`` int64 (each >= 1,
-    the markers counted) -> ``layers`` ``(n_layers + 1, batch, time, 2 * proj)``, zero at padding."""
+def _segment_body(cell_module: ProjectedLSTMCell, name: str, segments: _Segments) -> onnx.GraphProto:
+    """The body of one direction's ``Loop`` over one layer (``name`` prefixes its values): segment ``k``, a run of
+    steps over which the same rows are running (rows are sorted longest first, so a prefix of them), as one ``Scan``
+    (:func:`_scan_body`) over those rows; the states carried shrink to them, and the segment's outputs, padded with
+    zero rows to the batch, are appended to the outputs so far (``(steps so far, batch, proj)``).
+
+    As torch's packed sequences: a batch of mixed lengths pays for its tokens, not for its padding, and within a
+    segment the steps run as fast as in one ``Scan``.
+    """
     from onnx import TensorProto, helper
 
+    body = GraphBuilder(prefix=f"{name}_")
+    proj, cell = cell_module.proj_dim, cell_module.cell_dim
+    k, cond, h, c, done = f"{name}_k", f"{name}_cond", f"{name}_h", f"{name}_c", f"{name}_done"
+    zero = body.const("zero", np.array([0], np.int64))
+    axis0 = body.const("axis0", np.array([0], np.int64))
+
+    def of_segment(table: str) -> str:
+        return body.op1("Gather", [table, k], axis=0)  # segment k's row of a (segments, width) table: (width,)
+
+    running = of_segment(segments.running)
+    gates = body.op1("Slice", [segments.packed_gates, of_segment(segments.starts), of_segment(segments.ends), axis0])
+    gates = body.op1("Reshape", [gates, of_segment(segments.shapes)])  # (steps, running, 4 * cell)
+    h_now = body.op1("Slice", [h, zero, running, axis0])  # the rows still running: a prefix
+    c_now = body.op1("Slice", [c, zero, running, axis0])
+    new_h, new_c, out = body.op(
+        "Scan", [h_now, c_now, gates], 3, body=_scan_body(cell_module, f"{name}_step"), num_scan_inputs=1
+    )
+    padded = body.op1("Pad", [out, of_segment(segments.pads)])  # (steps, batch, proj): zero rows for stopped ones
+    grown = body.op1("Concat", [done, padded], axis=0)
+    cond_out = body.op1("Identity", [cond])
+
+    def info(value: str, elem: int, shape: list[Any]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(value, elem, shape)
+
+    inputs = [
+        info(k, TensorProto.INT64, []),
+        info(cond, TensorProto.BOOL, []),
+        info(h, TensorProto.FLOAT, ["rows", proj]),
+        info(c, TensorProto.FLOAT, ["rows", cell]),
+        info(done, TensorProto.FLOAT, ["steps", "batch", proj]),
+    ]
+    outputs = [
+        info(cond_out, TensorProto.BOOL, []),
+        info(new_h, TensorProto.FLOAT, ["running", proj]),
+        info(new_c, TensorProto.FLOAT, ["running", cell]),
+        info(grown, TensorProto.FLOAT, ["more_steps", "batch", proj]),
+    ]
+    return helper.make_graph(body.nodes, f"{name}_segment", inputs, outputs, body.initializers)
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """Values of the outer graph that a segment's body reads, as int64 tables ``(segments, width)`` of which it reads
+    a row: the rows running (``running``), where the segment's input gates start and end among the packed rows
+    (``starts``, ``ends``), their shape as ``(steps, running, 4 * cell)`` (``shapes``), ``Pad``'s pads that add the
+    stopped rows back (``pads``); and the layer's input gates of every running row of every step, packed time-major
+    (``packed_gates``)."""
+
+    running: str
+    starts: str
+    ends: str
+    shapes: str
+    pads: str
+    packed_gates: str
+
+
+def contextualizer_graph(lstm: ElmoBiLSTM, direction: str) -> onnx.ModelProto:
+    """One direction's LSTM stack: ``tokens`` ``(batch, time, proj)`` float32 and ``lengths`` ``(batch,)`` int64 (each
+    >= 1, the markers counted; rows in any order) -> ``layers`` ``(n_layers, batch, time, proj)``: that direction's
+    output of each LSTM layer, in the sentence's order (the backward stack reads each row reversed within its length
+    and its outputs are put back), zero at padding.
+
+    The two directions of a biLM share nothing but their input, so each is a graph of its own that a runner can run
+    on its own thread, as the torch path runs them (benchmarks/RESULTS.md); the token layer is the input itself.
+    Inside, the rows are sorted longest first and each layer runs as a ``Loop`` over segments, the runs of steps over
+    which the same rows are within their length, each segment one ``Scan`` over those rows only
+    (:func:`_segment_body`), as torch's packed sequences do: a batch of mixed lengths pays for its tokens, not for its
+    padding, and a batch of one sentence is one ``Scan``. The input gates of all steps are one ``Gemm`` over the
+    running rows, packed time-major.
+    """
+    from onnx import TensorProto, helper
+
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
     g = GraphBuilder()
     proj, cell = lstm.proj_dim, lstm.cell_dim
-    x = g.op1("Transpose", [TOKENS], perm=[1, 0, 2])  # (time, batch, proj): Scan's and ReverseSequence's layout
-    # valid (time, batch, 1): position < length
-    shape = g.op1("Shape", [x])
-    first_two = g.op1(
-        "Slice", [shape, g.const("start", np.array([0], np.int64)), g.const("end", np.array([2], np.int64))]
-    )
-    gates_shape = g.op1("Concat", [first_two, g.const("width", np.array([4 * cell], np.int64))], axis=0)
-    time = g.op1("Gather", [shape, g.const("zero", np.array(0, np.int64))], axis=0)
-    batch = g.op1("Gather", [shape, g.const("one", np.array(1, np.int64))], axis=0)
-    positions = g.op1("Range", [g.const("start", np.array(0, np.int64)), time, g.const("step", np.array(1, np.int64))])
-    valid = g.op1(
-        "Less",
+
+    def ints(hint: str, *values: int) -> str:
+        return g.const(hint, np.array(values, np.int64))
+
+    batch = g.op1("Shape", [LENGTHS])  # (1,)
+    # rows longest first (``order``), and back (``restore``: the position of each row in ``order``)
+    lengths, order = g.op("TopK", [LENGTHS, batch], 2, axis=0, largest=1, sorted=1)
+    _, restore = g.op("TopK", [order, batch], 2, axis=0, largest=0, sorted=1)
+    x = g.op1("Transpose", [g.op1("Gather", [TOKENS, order], axis=0)], perm=[1, 0, 2])  # (time, batch, proj)
+    time = g.op1("Slice", [g.op1("Shape", [x]), ints("start", 0), ints("end", 1)])  # (1,)
+    positions = g.op1(
+        "Range",
         [
-            g.op1("Unsqueeze", [positions, g.const("axes", np.array([1], np.int64))]),
-            g.op1("Unsqueeze", [LENGTHS, g.const("axes", np.array([0], np.int64))]),
+            g.const("start", np.array(0, np.int64)),
+            g.op1("Squeeze", [time, ints("axes", 0)]),
+            g.const("step", np.array(1, np.int64)),
         ],
     )
-    valid = g.op1("Unsqueeze", [valid, g.const("axes", np.array([2], np.int64))])  # bool (time, batch, 1)
-    valid_float = g.op1("Cast", [valid], to=TensorProto.FLOAT)
-
-    def zeros(*widths: int) -> str:
-        """Zeros ``(batch, *widths)``."""
-        size = g.op1(
-            "Concat",
-            [
-                g.op1("Unsqueeze", [batch, g.const("axes", np.array([0], np.int64))]),
-                g.const("widths", np.array(widths, np.int64)),
-            ],
-            axis=0,
-        )
-        return g.op1("ConstantOfShape", [size], value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
+    valid = g.op1(  # (time, batch): position < length, a prefix of the sorted rows at each step
+        "Less", [g.op1("Unsqueeze", [positions, ints("axes", 1)]), g.op1("Unsqueeze", [lengths, ints("axes", 0)])]
+    )
+    packed_valid = g.op1("Reshape", [valid, ints("flat", -1)])  # (time * batch,), time-major
+    valid_float = g.op1("Cast", [g.op1("Unsqueeze", [valid, ints("axes", 0, 3)])], to=TensorProto.FLOAT)
+    # segments: the runs of steps between two lengths of the batch, over which the same rows run
+    ends_at = g.op1("Unique", [lengths], sorted=1)  # (segments,): ascending, the last the longest length
+    starts_at = g.op1("Concat", [ints("zero", 0), g.op1("Slice", [ends_at, ints("start", 0), ints("end", -1)])], axis=0)
+    column = ints("axes", 1)
+    steps = g.op1("Unsqueeze", [g.op1("Sub", [ends_at, starts_at]), column])  # (segments, 1)
+    running = g.op1(  # (segments, 1): the rows whose length reaches the segment's end
+        "ReduceSum",
+        [
+            g.op1(
+                "Cast",
+                [
+                    g.op1(
+                        "GreaterOrEqual",
+                        [g.op1("Unsqueeze", [lengths, ints("axes", 0)]), g.op1("Unsqueeze", [ends_at, column])],
+                    )
+                ],
+                to=TensorProto.INT64,
+            ),
+            column,
+        ],
+        keepdims=1,
+    )
+    packed_rows = g.op1("Mul", [steps, running])
+    packed_ends = g.op1("CumSum", [packed_rows, g.const("axis", np.array(0, np.int64))])
+    packed_starts = g.op1("Sub", [packed_ends, packed_rows])
+    no_pad = g.op1("Mul", [running, g.const("zero", np.array(0, np.int64))])  # zeros (segments, 1)
+    shapes = g.op1(
+        "Concat", [steps, running, g.op1("Add", [no_pad, g.const("width", np.array(4 * cell, np.int64))])], axis=1
+    )
+    stopped = g.op1("Sub", [batch, running])
+    pads = g.op1("Concat", [no_pad, no_pad, no_pad, no_pad, stopped, no_pad], axis=1)  # before/after of 3 axes
+    n_segments = g.op1("Squeeze", [g.op1("Shape", [ends_at]), ints("axes", 0)])
 
     def reverse(value: str) -> str:
         """Each row reversed within its length (padding stays in place)."""
-        return g.op1("ReverseSequence", [value, LENGTHS], batch_axis=1, time_axis=0)
+        return g.op1("ReverseSequence", [value, lengths], batch_axis=1, time_axis=0)
 
-    layers = [g.op1("Mul", [g.op1("Concat", [x, x], axis=2), valid_float])]  # layer 0: [x; x]
-    forward_in, backward_in = x, reverse(x)  # the backward stack runs in reversed time throughout
-    cells = (
-        cast("Sequence[ProjectedLSTMCell]", lstm.forward_layers),
-        cast("Sequence[ProjectedLSTMCell]", lstm.backward_layers),
+    def zeros(width: int) -> str:
+        """The initial state: zeros ``(batch, width)``."""
+        size = g.op1("Concat", [batch, ints("width", width)], axis=0)
+        return g.op1("ConstantOfShape", [size], value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
+
+    no_steps = g.op1(  # the outputs before the first segment: (0, batch, proj)
+        "ConstantOfShape",
+        [g.op1("Concat", [ints("none", 0), batch, ints("width", proj)], axis=0)],
+        value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]),
     )
-    for index, (fwd, bwd) in enumerate(zip(*cells)):
-        outputs = []
-        for direction, cell_module, data in (("forward", fwd, forward_in), ("backward", bwd, backward_in)):
-            bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
-            # all steps' input gates at once: one Gemm over the (time * batch) rows, the bias added within it
-            rows = g.op1("Reshape", [data, g.const("rows", np.array([-1, proj], np.int64))])
-            weight = g.const("input_w", _gate_columns(_array(cell_module.input_weight)))
-            gates = g.op1("Gemm", [rows, weight, g.const("bias", _gate_columns(bias))])
-            gates = g.op1("Reshape", [gates, gates_shape])  # (time, batch, 4 * cell)
-            _, _, out = g.op(
-                "Scan",
-                [zeros(proj), zeros(cell), gates],
-                3,
-                body=_scan_body(cell_module, f"l{index}_{direction}"),
-                num_scan_inputs=1,
-            )
-            outputs.append(_clip(g, out, cell_module.proj_clip))
-        out_f, out_b = outputs
+
+    backward = direction == "backward"
+    data = reverse(x) if backward else x  # the backward stack runs in reversed time throughout
+    cells = cast("Sequence[ProjectedLSTMCell]", lstm.backward_layers if backward else lstm.forward_layers)
+    axes0 = ints("axes", 0)
+    layers = []
+    for index, cell_module in enumerate(cells):
+        bias = _array(cell_module.bias) + _array(cell_module.forget_offset)  # as the torch path adds them
+        # the input gates of every running row of every step: one Gemm, the bias added within it
+        rows = g.op1("Compress", [g.op1("Reshape", [data, ints("rows", -1, proj)]), packed_valid], axis=0)
+        weight = g.const("input_w", _gate_columns(_array(cell_module.input_weight)))
+        packed_gates = g.op1("Gemm", [rows, weight, g.const("bias", _gate_columns(bias))])
+        segments = _Segments(running, packed_starts, packed_ends, shapes, pads, packed_gates)
+        _, _, out = g.op(
+            "Loop",
+            [n_segments, "", zeros(proj), zeros(cell), no_steps],
+            3,
+            body=_segment_body(cell_module, f"l{index}_{direction}", segments),
+        )  # (time, batch, proj), zero rows where a row has stopped
+        out = _clip(g, out, cell_module.proj_clip)
         if lstm.use_skip_connections and index > 0:
-            out_f = g.op1("Add", [out_f, forward_in])
-            out_b = g.op1("Add", [out_b, backward_in])
-        forward_in, backward_in = out_f, out_b
-        layers.append(g.op1("Mul", [g.op1("Concat", [out_f, reverse(out_b)], axis=2), valid_float]))
-    axes0 = g.const("axes", np.array([0], np.int64))
-    stacked = g.op1("Concat", [g.op1("Unsqueeze", [layer, axes0]) for layer in layers], axis=0)
-    g.rename(g.op1("Transpose", [stacked], perm=[0, 2, 1, 3]), LAYERS)
+            out = g.op1("Add", [out, data])
+        data = out
+        layers.append(g.op1("Unsqueeze", [reverse(out) if backward else out, axes0]))
+    stacked = g.op1("Concat", layers, axis=0) if len(layers) > 1 else layers[0]  # (n_layers, time, batch, proj)
+    masked = g.op1("Mul", [stacked, valid_float])
+    in_order = g.op1("Gather", [masked, restore], axis=2)  # the rows as given
+    g.rename(g.op1("Transpose", [in_order], perm=[0, 2, 1, 3]), LAYERS)
     return _model(
         g,
-        "elmo_contextualizer",
+        f"elmo_{direction}_lstm",
         [
             helper.make_tensor_value_info(TOKENS, TensorProto.FLOAT, ["batch", "time", proj]),
             helper.make_tensor_value_info(LENGTHS, TensorProto.INT64, ["batch"]),
         ],
-        [helper.make_tensor_value_info(LAYERS, TensorProto.FLOAT, [lstm.n_layers + 1, "batch", "time", 2 * proj])],
+        [helper.make_tensor_value_info(LAYERS, TensorProto.FLOAT, [lstm.n_layers, "batch", "time", proj])],
     )
 
 
-def bilm_graphs(model: BiLM) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """The token encoder and the contextualizer of ``model`` (ELMo's char CNN only: another token format, such as
-    ELMoForManyLangs', is refused)."""
+def bilm_graphs(model: BiLM) -> dict[str, onnx.ModelProto]:
+    """The graphs of ``model`` by role: ``"token_encoder"`` and one contextualizer per direction of
+    :data:`DIRECTIONS` (ELMo's char CNN only: another token format, such as ELMoForManyLangs', is refused)."""
     from ..bilm.encoder import CharCNNEncoder
 
     if type(model.token_encoder) is not CharCNNEncoder:
@@ -309,7 +421,9 @@ def bilm_graphs(model: BiLM) -> tuple[onnx.ModelProto, onnx.ModelProto]:
             f"ONNX export supports ELMo's char CNN token encoder only, not {type(model.token_encoder).__name__}: "
             "export a model in ELMo's format (options.json + weights.hdf5)"
         )
-    return token_encoder_graph(model.token_encoder, model.options.activation), contextualizer_graph(model.lstm)
+    graphs = {TOKEN_ENCODER_ROLE: token_encoder_graph(model.token_encoder, model.options.activation)}
+    graphs.update((direction, contextualizer_graph(model.lstm, direction)) for direction in DIRECTIONS)
+    return graphs
 
 
 def import_onnx() -> Any:
@@ -323,15 +437,24 @@ def import_onnx() -> Any:
     return onnx
 
 
-def serialized_graphs(model: BiLM) -> tuple[bytes, bytes, str]:
-    """:func:`bilm_graphs` as bytes, with the version of ``onnx`` that built them. A ``ValueError`` (one line) for a
-    model the graphs cannot express or one too large for a single ONNX file (protobuf's 2 GB)."""
+def serialized_graphs(model: BiLM) -> tuple[dict[str, bytes], str]:
+    """:func:`bilm_graphs` as bytes by role, with the version of ``onnx`` that built them. A ``ValueError`` (one line)
+    for a model the graphs cannot express or one too large for a single ONNX file (protobuf's 2 GB)."""
     onnx = import_onnx()
-    encoder_graph, contextualizer_graph = bilm_graphs(model)
+    graphs = bilm_graphs(model)
     try:
-        return encoder_graph.SerializeToString(), contextualizer_graph.SerializeToString(), onnx.__version__
+        return {role: graph.SerializeToString() for role, graph in graphs.items()}, onnx.__version__
     except ValueError as err:  # protobuf's 2 GB limit on one message
         raise ValueError(f"the model is too large for one ONNX file ({err}): not exported") from None
 
 
-__all__ = ["OPSET", "bilm_graphs", "contextualizer_graph", "import_onnx", "serialized_graphs", "token_encoder_graph"]
+__all__ = [
+    "DIRECTIONS",
+    "OPSET",
+    "TOKEN_ENCODER_ROLE",
+    "bilm_graphs",
+    "contextualizer_graph",
+    "import_onnx",
+    "serialized_graphs",
+    "token_encoder_graph",
+]

@@ -1,6 +1,7 @@
 """An ONNX export folder's names and its ``manifest.json``: what was exported, from which model, how to spell tokens.
 
-The folder holds :data:`TOKEN_ENCODER` and :data:`CONTEXTUALIZER` (:mod:`.graph`) and :data:`MANIFEST`, which
+The folder holds the graphs of :data:`GRAPH_FILES` (:mod:`.graph`: the token encoder and one LSTM stack per direction)
+and :data:`MANIFEST`, which
 :func:`read_manifest` reads through the package's one schema check
 (:func:`~spacy_elmo.groundwork.schema_check.read_json_file`): a missing, damaged or foreign manifest is one line naming
 the file, the field and what to do. Torch-free (pydantic and numpy only), so that the runner can read it without torch.
@@ -19,11 +20,12 @@ from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
 from ..groundwork.file_names import PathLike
 from ..groundwork.schema_check import FileSchemaError, read_json_file
+from .graph import DIRECTIONS, TOKEN_ENCODER_ROLE
 
-# an export folder's files
+# an export folder's files: the manifest and a graph per role (:mod:`.graph`'s roles)
 MANIFEST = "manifest.json"
 TOKEN_ENCODER = "token_encoder.onnx"
-CONTEXTUALIZER = "contextualizer.onnx"
+GRAPH_FILES = {TOKEN_ENCODER_ROLE: TOKEN_ENCODER, **{direction: f"{direction}_lstm.onnx" for direction in DIRECTIONS}}
 
 FORMAT = "spacy-elmo-onnx"
 FORMAT_VERSION = 1  # raised when a reader of an older version could not read the folder
@@ -116,7 +118,7 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
     folder = Path(folder)
     if not folder.is_dir():
         raise OnnxFolderError(f"{folder}: no such folder (an ONNX export folder): {ADVICE}, or give its path")
-    for name in (MANIFEST, TOKEN_ENCODER, CONTEXTUALIZER):
+    for name in (MANIFEST, *GRAPH_FILES.values()):
         if not (folder / name).is_file():
             raise OnnxFolderError(f"{folder}: no {name}, so not a whole ONNX export folder: {ADVICE}")
     manifest = read_json_file(folder / MANIFEST, OnnxManifest, ADVICE, OnnxFolderError)
@@ -138,10 +140,10 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
 
 
 __all__ = [
-    "CONTEXTUALIZER",
     "FILE_SCHEMAS",
     "FORMAT",
     "FORMAT_VERSION",
+    "GRAPH_FILES",
     "MANIFEST",
     "TOKEN_ENCODER",
     "OnnxFolderError",

@@ -4,11 +4,13 @@
 float32 ``(n_layers + 1, n_tokens, dim)``. As the torch path (``ElmoBackend._embed_batch``), it puts ``<S>`` and
 ``</S>`` around each sentence, runs the biLM over the padded batch and keeps the positions between the two
 markers. Token vectors are kept per word (a bounded LRU), so a word seen before skips the char CNN; the char ids
-are :mod:`spacy_elmo.bilm.chars`'s, which imports no torch.
+are :mod:`spacy_elmo.bilm.chars`'s, which imports no torch. The forward and backward LSTM stacks are two graphs,
+run at the same time on two threads (the calling one and a pool thread), as the torch path runs them.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,8 +22,9 @@ import numpy as np
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
-from .graph import CHAR_IDS, LAYERS, LENGTHS, TOKEN_VECTORS, TOKENS
-from .manifest import ADVICE, CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER, OnnxFolderError, read_manifest
+from ..groundwork.fork_safety import ForkSafePool, in_forked_child
+from .graph import CHAR_IDS, DIRECTIONS, LAYERS, LENGTHS, TOKEN_ENCODER_ROLE, TOKEN_VECTORS, TOKENS
+from .manifest import ADVICE, GRAPH_FILES, MANIFEST, OnnxFolderError, read_manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -30,6 +33,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..bilm.options import BiLMOptions
 
 BUCKET_ROWS = 256  # new words per char-CNN run, grouped by length so that short words are not padded to long ones
+
+_second_direction = ForkSafePool(1, "spacy-elmo-onnx-direction")  # runs the backward stack beside the forward one
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity where the OS says, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def import_onnxruntime() -> Any:
@@ -43,23 +56,29 @@ def import_onnxruntime() -> Any:
     return onnxruntime
 
 
-def session_options(threads: Optional[int]) -> onnxruntime.SessionOptions:
+def check_threads(threads: Optional[int]) -> int:
+    """``threads`` checked, None read as :func:`available_cores`."""
+    if threads is None:
+        return available_cores()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None (the cores available), not {threads!r}")
+    return threads
+
+
+def session_options(threads: int) -> onnxruntime.SessionOptions:
     """ONNX Runtime settings of an ``InferenceSession``: all graph optimizations, operators run one after the
-    other (the graphs are chains), ``threads`` threads inside an operator (None: ONNX Runtime's default). Per graph:
-    nothing of the process changes."""
+    other (the graphs are chains), ``threads`` threads inside an operator. Per graph: nothing of the process
+    changes."""
     ort = import_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive integer or None (ONNX Runtime's default), not {threads!r}")
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return options
 
 
-def _session(graph: Union[Path, bytes], threads: Optional[int], what: str, names: tuple[set[str], set[str]]) -> Any:
+def _session(graph: Union[Path, bytes], threads: int, what: str, names: tuple[set[str], set[str]]) -> Any:
     """An ONNX Runtime ``InferenceSession`` of ``graph`` (a file or its bytes) on the CPU, whose input and output
     names are ``names``; an :class:`OnnxFolderError` (one line) when ONNX Runtime cannot load it or it is another
     graph."""
@@ -105,58 +124,68 @@ class OnnxBiLM:
     """The biLM of an ONNX export folder (``spacy-elmo export``), run on ONNX Runtime's CPU provider: the backend's
     runner for such a folder (the protocol of :mod:`spacy_elmo.runtime.embedding.runner`).
 
-    ``threads``: threads inside an operator (None: ONNX Runtime's default, the machine's cores). ``token_cache_size``:
-    token vectors kept (0: none). :meth:`layers` may be called from several threads (the cache is locked; ONNX
-    Runtime's ``run`` is thread-safe).
+    ``threads``: threads in all (None: the cores this process may use). With two or more, the forward and backward
+    LSTM stacks run at the same time, each on its own thread with half of them inside its operators, as the torch
+    path runs them; with one (and in a forked child), one after the other. ``token_cache_size``: token vectors kept
+    (0: none). :meth:`layers` may be called from several threads (the cache is locked; ONNX Runtime's ``run`` is
+    thread-safe).
     """
 
     def __init__(self, folder: PathLike, *, token_cache_size: int, threads: Optional[int] = None):
         folder = Path(folder)
         manifest, options = read_manifest(folder)
         self.folder: Optional[Path] = folder
-        self._setup(manifest, options, folder / TOKEN_ENCODER, folder / CONTEXTUALIZER, threads, token_cache_size)
+        graphs: dict[str, Union[Path, bytes]] = {role: folder / name for role, name in GRAPH_FILES.items()}
+        self._setup(manifest, options, graphs, threads, token_cache_size)
 
     @classmethod
     def from_graphs(
         cls,
-        token_encoder: Union[Path, bytes],
-        contextualizer: Union[Path, bytes],
+        graphs: dict[str, bytes],
         manifest: dict[str, Any],
         options: BiLMOptions,
         *,
         token_cache_size: int,
         threads: Optional[int] = None,
     ) -> OnnxBiLM:
-        """A runner of two graphs not (yet) in a folder, e.g. the export's check before it writes them."""
+        """A runner of graphs (bytes by role, as :func:`~spacy_elmo.onnx.graph.serialized_graphs` gives them) not
+        (yet) in a folder, e.g. the export's check before it writes them."""
         runner = cls.__new__(cls)
         runner.folder = None
-        runner._setup(manifest, options, token_encoder, contextualizer, threads, token_cache_size)
+        runner._setup(manifest, options, dict(graphs), threads, token_cache_size)
         return runner
 
     def _setup(
         self,
         manifest: dict[str, Any],
         options: BiLMOptions,
-        token_encoder: Union[Path, bytes],
-        contextualizer: Union[Path, bytes],
+        graphs: dict[str, Union[Path, bytes]],
         threads: Optional[int],
         token_cache_size: int,
     ) -> None:
         self.token_cache = WordVectorCache(token_cache_size)
         self.manifest = manifest
         self.options = options
-        where = "the token encoder" if isinstance(token_encoder, bytes) else str(token_encoder)
-        self._encoder = _session(token_encoder, threads, where, ({CHAR_IDS}, {TOKEN_VECTORS}))
-        where = "the contextualizer" if isinstance(contextualizer, bytes) else str(contextualizer)
-        self._contextualizer = _session(contextualizer, threads, where, ({TOKENS, LENGTHS}, {LAYERS}))
-        widths = (self._encoder.get_outputs()[0].shape[1], self._contextualizer.get_outputs()[0].shape)
-        if widths != (options.projection_dim, [options.n_layers + 1, "batch", "time", options.output_dim]):
+        self.threads = check_threads(threads)
+        direction_threads = max(1, self.threads // len(DIRECTIONS))
+
+        def where(role: str) -> str:
+            graph = graphs[role]
+            return f"the {role} graph" if isinstance(graph, bytes) else str(graph)
+
+        role = TOKEN_ENCODER_ROLE
+        self._encoder = _session(graphs[role], self.threads, where(role), ({CHAR_IDS}, {TOKEN_VECTORS}))
+        self._directions = [
+            _session(graphs[role], direction_threads, where(role), ({TOKENS, LENGTHS}, {LAYERS})) for role in DIRECTIONS
+        ]
+        expected = [options.n_layers, "batch", "time", options.projection_dim]
+        widths = (self._encoder.get_outputs()[0].shape[1], *(d.get_outputs()[0].shape for d in self._directions))
+        if widths != (options.projection_dim, *(expected for _ in DIRECTIONS)):
             said = self.folder / MANIFEST if self.folder is not None else "the manifest"
             raise OnnxFolderError(
                 f"{said}: options (projection_dim {options.projection_dim}, n_layers {options.n_layers}) disagree with "
-                f"the graphs' outputs (token vectors {widths[0]} wide, layers {widths[1]}): {ADVICE}"
+                f"the graphs' outputs (token vectors {widths[0]} wide, layers {list(widths[1:])}): {ADVICE}"
             )
-        self.threads = threads
         self.small_work_threads: Optional[int] = None  # (ONNX Runtime's pool is fixed when a graph loads)
         self._max_width = max(width for width, _ in options.filters)
 
@@ -241,8 +270,11 @@ class OnnxBiLM:
 
     def describe(self) -> str:
         """The load log's DEBUG line: the runtime, its version and its threads."""
-        threads = "ONNX Runtime's default" if self.threads is None else str(self.threads)
-        return f"kernels: ONNX Runtime {import_onnxruntime().__version__} on the CPU, {threads} threads per operator"
+        directions = "at the same time" if self.threads > 1 else "one after the other"
+        return (
+            f"kernels: ONNX Runtime {import_onnxruntime().__version__} on the CPU, {self.threads} threads, the two "
+            f"directions {directions}"
+        )
 
     def layers(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Per sentence of ``batch`` (non-empty lists of token strings, as :meth:`spacy_elmo.ElmoBackend.embed` hands
@@ -260,8 +292,26 @@ class OnnxBiLM:
         tokens = np.zeros((len(batch), int(lengths.max()), table.shape[1]), np.float32)
         for r, row in enumerate(positions):
             tokens[r, : len(row)] = table[row]
-        (layers,) = self._contextualizer.run(None, {TOKENS: tokens, LENGTHS: lengths})
-        return [np.ascontiguousarray(layers[:, r, 1 : len(t) + 1]) for r, t in enumerate(batch)]
+        forward, backward = self._contextualize({TOKENS: tokens, LENGTHS: lengths})
+        width = table.shape[1]
+        out = []
+        for r, sentence in enumerate(batch):
+            layers = np.empty((forward.shape[0] + 1, len(sentence), 2 * width), np.float32)
+            layers[0, :, :width] = layers[0, :, width:] = tokens[r, 1 : len(sentence) + 1]  # the token layer: [x; x]
+            layers[1:, :, :width] = forward[:, r, 1 : len(sentence) + 1]
+            layers[1:, :, width:] = backward[:, r, 1 : len(sentence) + 1]
+            out.append(layers)
+        return out
+
+    def _contextualize(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Each direction's LSTM layers ``(n_layers, batch, time, proj)``: the backward stack on the worker thread
+        while this one runs the forward stack, or one after the other with one thread (and in a forked child)."""
+        forward, backward = self._directions
+        if self.threads == 1 or in_forked_child():
+            return [forward.run(None, feeds)[0], backward.run(None, feeds)[0]]
+        later = _second_direction.get().submit(backward.run, None, feeds)
+        first = forward.run(None, feeds)[0]
+        return [first, later.result()[0]]
 
 
 __all__ = ["OnnxBiLM", "content_columns", "import_onnxruntime", "session_options"]

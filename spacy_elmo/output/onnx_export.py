@@ -23,14 +23,7 @@ from ..about import __version__
 from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomically
 from ..groundwork.file_names import PathLike
 from ..onnx.graph import OPSET, serialized_graphs
-from ..onnx.manifest import (
-    CONTEXTUALIZER,
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST,
-    TOKEN_ENCODER,
-    character_settings,
-)
+from ..onnx.manifest import FORMAT, FORMAT_VERSION, GRAPH_FILES, MANIFEST, character_settings
 from ..onnx.runner import OnnxBiLM, import_onnxruntime
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,8 +94,8 @@ def export_onnx(
     sentences: Optional[list[list[str]]] = None,
 ) -> OnnxExport:
     """Export ``model`` (what :func:`spacy_elmo.load_bilm` takes: ``"default"``, a folder, a published name, ...; or
-    ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``contextualizer.onnx``
-    and ``manifest.json``, for :class:`~spacy_elmo.onnx.OnnxBiLM`.
+    ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``forward_lstm.onnx``,
+    ``backward_lstm.onnx`` and ``manifest.json``, for :class:`~spacy_elmo.onnx.OnnxBiLM`.
 
     The graphs are checked first on ONNX Runtime against the torch float32 path over ``sentences`` (default
     :data:`CHECK_SENTENCES`), as one batch and each sentence alone: when a layer differs by more than ``tolerance``
@@ -122,7 +115,7 @@ def export_onnx(
     options_path, weights_path = resolve_model_files(model, options, weights)
     bilm = load_model_files(options_path, weights_path).float().eval()
     try:
-        encoder_bytes, contextualizer_bytes, onnx_version = serialized_graphs(bilm)
+        graphs, onnx_version = serialized_graphs(bilm)
     except (ImportError, ValueError) as err:  # no onnx, or a model the graphs cannot express: one line
         raise OnnxExportError(str(err)) from None
     manifest: dict[str, Any] = {
@@ -139,7 +132,7 @@ def export_onnx(
     check: list[Sequence[str]] = [list(s) for s in (sentences if sentences is not None else CHECK_SENTENCES) if len(s)]
     if not check:
         raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
-    runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options, token_cache_size=0)
+    runner = OnnxBiLM.from_graphs(graphs, manifest, bilm.options, token_cache_size=0)
     reference = TorchRunner(bilm, torch.device("cpu"), token_cache_size=0).layers(check)  # the backend's torch path
     errors = [
         max(pair)
@@ -163,9 +156,9 @@ def export_onnx(
     }
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        for name, data in ((TOKEN_ENCODER, encoder_bytes), (CONTEXTUALIZER, contextualizer_bytes)):
+        for role, name in GRAPH_FILES.items():
             with reported_as(out_dir / name):
-                (tmp / name).write_bytes(data)
+                (tmp / name).write_bytes(graphs[role])
         write_json_atomically(tmp / MANIFEST, manifest)
         _check_target(out_dir)  # (another writer may have filled it meanwhile)
         if out_dir.is_dir():

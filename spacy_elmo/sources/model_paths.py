@@ -183,7 +183,7 @@ def is_model_dir(directory: Path) -> bool:
     return (directory / OPTIONS).is_file() or manylangs_files.is_model_dir(directory) or is_onnx_dir(directory)
 
 
-ONNX_FILES = (onnx_files.MANIFEST, onnx_files.TOKEN_ENCODER, onnx_files.CONTEXTUALIZER)  # an export folder's
+ONNX_FILES = (onnx_files.MANIFEST, *onnx_files.GRAPH_FILES.values())  # an export folder's
 
 
 def is_onnx_dir(directory: Path) -> bool:
@@ -193,11 +193,11 @@ def is_onnx_dir(directory: Path) -> bool:
 
 
 def is_onnx_export(options_path: Path, weights_path: Path) -> bool:
-    """Whether a resolved pair is an ONNX export folder's ``(manifest.json, contextualizer.onnx)``: a model that runs
+    """Whether a resolved pair is an ONNX export folder's ``(manifest.json, token_encoder.onnx)``: a model that runs
     on ONNX Runtime, without torch."""
     return (
         options_path.name == onnx_files.MANIFEST
-        and weights_path.name == onnx_files.CONTEXTUALIZER
+        and weights_path.name == onnx_files.TOKEN_ENCODER
         and options_path.parent == weights_path.parent
     )
 
@@ -273,7 +273,7 @@ def _in_directory(directory: Path) -> tuple[Path, Path]:
     if not (directory / OPTIONS).is_file() and manylangs_files.is_model_dir(directory):
         return (directory / manylangs_files.CONFIG).resolve(), (directory / manylangs_files.ENCODER).resolve()
     if not (directory / OPTIONS).is_file() and is_onnx_dir(directory):
-        return (directory / onnx_files.MANIFEST).resolve(), (directory / onnx_files.CONTEXTUALIZER).resolve()
+        return (directory / onnx_files.MANIFEST).resolve(), (directory / onnx_files.TOKEN_ENCODER).resolve()
     options_path = directory / OPTIONS
     if not options_path.is_file():
         raise WeightFileError(

@@ -26,6 +26,9 @@ THREAD_NAMES = {
 # module pattern (fnmatch) -> the thread names it may use, and why
 THREADS_ALLOWED = {
     "spacy_elmo.bilm.threads": THREAD_NAMES,
+    # the one pool class (started on first use, anew in a forked child), torch-free so that the ONNX runner's second
+    # direction thread starts from it too; bilm/threads.py decides torch's pools and counts
+    "spacy_elmo.groundwork.fork_safety": {"ThreadPoolExecutor"},
     # the commands' own processes set the count through threads.set_process_threads, never torch's call itself:
     "spacy_elmo.cli.vector_commands": {"set_process_threads"},  # `embed --threads N`: the user asked for it
     "spacy_elmo.cli.train_commands": {"set_process_threads"},  # `adapt --threads N`: the user asked for it

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from spacy_elmo import load_bilm
 from spacy_elmo.onnx import OnnxBiLM, OnnxFolderError
 from spacy_elmo.onnx import graph as onnx_graph
-from spacy_elmo.onnx.manifest import CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER
+from spacy_elmo.onnx.manifest import GRAPH_FILES, MANIFEST, TOKEN_ENCODER
 from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
 from tests.conftest import REFUSE_TORCH
 
@@ -148,13 +148,13 @@ def test_the_manifest_says_what_was_exported(exports, torch_backends):
     assert manifest["characters"]["max_chars_per_token"] == 50
     assert 0 <= manifest["verification"]["max_relative_error"] <= TOLERANCE
     assert {"spacy_elmo", "onnx", "torch"} <= set(manifest["written_by"])
-    assert sorted(p.name for p in exports["default"].iterdir()) == sorted([MANIFEST, TOKEN_ENCODER, CONTEXTUALIZER])
+    assert sorted(p.name for p in exports["default"].iterdir()) == sorted([MANIFEST, *GRAPH_FILES.values()])
 
 
 def test_the_graphs_pass_the_onnx_checker(exports):
     import onnx
 
-    for name in (TOKEN_ENCODER, CONTEXTUALIZER):
+    for name in GRAPH_FILES.values():
         model = onnx.load(str(exports["fixture"] / name))
         onnx.checker.check_model(model)
         assert model.opset_import[0].version == onnx_graph.OPSET
@@ -228,8 +228,8 @@ def test_missing_files_and_damaged_graphs_are_one_line(exports, tmp_path):
     with pytest.raises(OnnxFolderError, match="not valid JSON"):
         OnnxBiLM(folder, token_cache_size=0)
     folder = _copy(exports["fixture"], tmp_path / "copy2")
-    (folder / CONTEXTUALIZER).unlink()
-    with pytest.raises(OnnxFolderError, match=f"no {CONTEXTUALIZER}"):
+    (folder / GRAPH_FILES["backward"]).unlink()
+    with pytest.raises(OnnxFolderError, match=f"no {GRAPH_FILES['backward']}"):
         OnnxBiLM(folder, token_cache_size=0)
     folder = _copy(exports["fixture"], tmp_path / "copy3")
     (folder / TOKEN_ENCODER).write_bytes(b"garbage")
@@ -237,7 +237,7 @@ def test_missing_files_and_damaged_graphs_are_one_line(exports, tmp_path):
         OnnxBiLM(folder, token_cache_size=0)
     assert "\n" not in str(info.value)
     folder = _copy(exports["fixture"], tmp_path / "copy4")  # the graphs swapped: other inputs
-    (folder / TOKEN_ENCODER).write_bytes((exports["fixture"] / CONTEXTUALIZER).read_bytes())
+    (folder / TOKEN_ENCODER).write_bytes((exports["fixture"] / GRAPH_FILES["forward"]).read_bytes())
     with pytest.raises(OnnxFolderError, match="not the expected"):
         OnnxBiLM(folder, token_cache_size=0)
 
@@ -314,7 +314,7 @@ def test_an_export_reached_by_any_spelling_takes_only_the_cpu_and_float32(export
     """However the folder is named (its files given as options/weights, or "~/..."), the ONNX runner serves only what
     it computes: another precision or device is one ValueError, never vectors of another precision than asked."""
     folder = exports["fixture"]
-    files = {"options": folder / "manifest.json", "weights": folder / "contextualizer.onnx"}
+    files = {"options": folder / "manifest.json", "weights": folder / TOKEN_ENCODER}
     with pytest.raises(ValueError, match="computes in float32 on ONNX Runtime"):
         load_bilm(**files, precision="bfloat16")
     assert isinstance(load_bilm(**files).runner, OnnxBiLM)
