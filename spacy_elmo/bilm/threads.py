@@ -171,7 +171,12 @@ def _single_threaded_worker() -> None:
         native.mkl_set_local(1)
 
 
-_pool = ForkSafePool(2, "spacy-elmo-direction", initializer=_single_threaded_worker)
+def _new_pool() -> ForkSafePool:
+    """The two-thread pool, not started yet (its threads start on first use)."""
+    return ForkSafePool(2, "spacy-elmo-direction", initializer=_single_threaded_worker)
+
+
+_pool = _new_pool()
 
 
 def two_thread_pool() -> ThreadPoolExecutor:

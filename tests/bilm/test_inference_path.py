@@ -73,7 +73,7 @@ def test_inference_path_equals_reference_path(kw, stateful, direction_threads, m
         monkeypatch.setattr(threads_module, "DIRECTION_THREADS_MIN_MACS", 0)
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
-        monkeypatch.setattr(threads_module, "_pool", None)
+        monkeypatch.setattr(threads_module, "_pool", threads_module._new_pool())  # new threads, after the count below
     torch.manual_seed(1)
     model = BiLM(_options(**kw)).eval()
     for p in model.parameters():  # realistic spread, so the clips are hit

@@ -460,7 +460,7 @@ def test_compiled_step_loop_matches_the_python_loop(dtype, direction_threads, co
     assert step_loop.compiled() is not None  # x86 torch has TorchScript: a broken compile must not pass silently
     if direction_threads:  # one direction per pool thread, as "original" runs at batch 1
         monkeypatch.setattr(threads, "DIRECTION_THREADS_MIN_MACS", 0)
-        monkeypatch.setattr(threads, "_pool", None)
+        monkeypatch.setattr(threads, "_pool", threads._new_pool())  # new threads, after the count below
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(2)
     monkeypatch.setattr(engine.Engine, "gate_chunk_elements", 4 * 64 * 7)
