@@ -44,7 +44,7 @@ from .manylangs_files import (  # noqa: F401 (the file names and is_model_dir re
     WORD_DIC,
     is_model_dir,
 )
-from .manylangs_tokens import CHAR_ENTRIES, WORD_ENTRIES, read_lexicon  # noqa: F401 (read_lexicon re-exported)
+from .manylangs_tokens import CHAR_ENTRIES, WORD_ENTRIES, read_lexicon
 from .weights import (
     _ACTIVATION,
     _CLIP,

@@ -1,4 +1,4 @@
-"""How an ELMoForManyLangs model spells tokens as id rows, without torch: its dictionaries and :class:`ManyLangsVocabulary`.
+"""How an ELMoForManyLangs model spells tokens as id rows, without torch: its dictionaries and vocabulary.
 
 The one home of the id rows (:meth:`ManyLangsVocabulary.token_ids`): the torch token encoder
 (:class:`~.manylangs.ManyLangsTokenEncoder`) and the ONNX runner (:mod:`spacy_elmo.onnx`, which imports no torch)
