@@ -44,7 +44,7 @@ from .manylangs_files import (  # noqa: F401 (the file names and is_model_dir re
     WORD_DIC,
     is_model_dir,
 )
-from .manylangs_tokens import CHAR_ENTRIES, WORD_ENTRIES, read_lexicon
+from .manylangs_tokens import CHAR_ENTRIES, MAX_CHARACTERS_PER_TOKEN, WORD_ENTRIES, read_lexicon
 from .weights import (
     _ACTIVATION,
     _CLIP,
@@ -64,10 +64,6 @@ from .weights import (
     _Rule,
     parameter_count,
 )
-
-# The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
-# each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
-MAX_CHARACTERS_PER_TOKEN = 256
 
 _SAMPLE = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},

@@ -24,6 +24,9 @@ OOV = "<oov>"
 PAD = "<pad>"
 BOW = "<bow>"
 EOW = "<eow>"
+# The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
+# each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
+MAX_CHARACTERS_PER_TOKEN = 256
 CHAR_ENTRIES = (BOS, EOS, OOV, PAD, BOW, EOW)  # what a char dictionary must hold
 WORD_ENTRIES = (OOV, PAD)  # what a word dictionary must hold
 
@@ -140,6 +143,7 @@ __all__ = [
     "CHAR_ENTRIES",
     "EOS",
     "EOW",
+    "MAX_CHARACTERS_PER_TOKEN",
     "OOV",
     "PAD",
     "WORD_ENTRIES",
