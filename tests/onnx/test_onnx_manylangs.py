@@ -175,3 +175,19 @@ def test_an_elmo_export_is_not_read_as_manylangs(exports, fixture_dir, tmp_path)
     (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
     with pytest.raises(OnnxFolderError, match=r"dictionary not found: .*char\.dic"):
         OnnxBiLM(folder, token_cache_size=0)
+
+
+def test_an_architecture_the_manifest_cannot_hold_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A filter wider than ELMo's 50 characters (ELMoForManyLangs allows up to its max_characters_per_token) cannot be
+    written in the manifest's options: the export says so in one line and writes nothing."""
+    from spacy_elmo.bilm.manylangs import ManyLangsBiLM, ManyLangsConfig
+    from spacy_elmo.output.onnx_export import OnnxExportError
+    from spacy_elmo.runtime.embedding import torch_runner
+
+    chars = manylangs_reader.read_lexicon(FIXTURES / "char_only" / CHAR_DIC, ())
+    config = ManyLangsConfig(((60, 4),), 4, 0, 1, "relu", 64, 8, 16, 1, None, None)
+    monkeypatch.setattr(torch_runner, "load_model_files", lambda *paths: ManyLangsBiLM(config, None, chars).eval())
+    with pytest.raises(OnnxExportError, match=r"char_cnn\.filters must be .*: not exported") as info:
+        export_onnx(FIXTURES / "char_only", tmp_path / "out")
+    assert "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
