@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..bilm import chars
 from ..bilm.file_formats import Record, Text
+from ..bilm.manylangs_files import CHAR_DIC, WORD_DIC
 from ..bilm.manylangs_tokens import MAX_CHARACTERS_PER_TOKEN
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MANIFEST = "manifest.json"
 TOKEN_ENCODER = "token_encoder.onnx"
 CONTEXTUALIZER = "contextualizer.onnx"
+DICTIONARIES = (CHAR_DIC, WORD_DIC)  # an ELMoForManyLangs export's (tokens "manylangs"; word.dic not when char-only)
 
 FORMAT = "spacy-elmo-onnx"
 FORMAT_VERSION = 1  # raised when a reader of an older version could not read the folder
@@ -190,6 +192,7 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
 
 __all__ = [
     "CONTEXTUALIZER",
+    "DICTIONARIES",
     "FILE_SCHEMAS",
     "FORMAT",
     "FORMAT_VERSION",

@@ -191,3 +191,32 @@ def test_an_architecture_the_manifest_cannot_hold_is_refused_in_one_line(tmp_pat
         export_onnx(FIXTURES / "char_only", tmp_path / "out")
     assert "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_dictionaries_are_files_of_the_model(exports, tmp_path):
+    """What copies a model (a saved spaCy pipeline, the hub) copies model_file_map's files, and the fingerprint reads
+    them: a manylangs export's dictionaries are among them, so a copy runs and a changed dictionary is another model."""
+    from spacy_elmo.sources.model_paths import fingerprint, model_file_map
+
+    folder = exports["word_char"].folder
+    files = model_file_map(folder / MANIFEST, folder / CONTEXTUALIZER)
+    assert {CHAR_DIC, WORD_DIC} <= set(files)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name, path in files.items():
+        shutil.copyfile(path, copy / name)
+    np.testing.assert_array_equal(
+        OnnxBiLM(copy, token_cache_size=0).layers(sentences())[1],
+        OnnxBiLM(folder, token_cache_size=0).layers(sentences())[1],
+    )
+    before = fingerprint(copy / MANIFEST, copy / CONTEXTUALIZER)
+    (copy / WORD_DIC).write_text((copy / WORD_DIC).read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert fingerprint(copy / MANIFEST, copy / CONTEXTUALIZER) != before
+    assert set(
+        model_file_map(exports["char_only"].folder / MANIFEST, exports["char_only"].folder / CONTEXTUALIZER)
+    ) == {
+        MANIFEST,
+        TOKEN_ENCODER,
+        CONTEXTUALIZER,
+        CHAR_DIC,
+    }
