@@ -35,15 +35,9 @@ import torch
 from torch import nn
 
 from .encoder import CharCNNEncoder, Highway
+from .manylangs_tokens import ManyLangsVocabulary
 from .model import BiLM
 from .options import BiLMOptions
-
-BOS = "<bos>"  # the sentence markers, as words and as char-dictionary entries
-EOS = "<eos>"
-OOV = "<oov>"
-PAD = "<pad>"
-BOW = "<bow>"
-EOW = "<eow>"
 
 
 @dataclass(frozen=True)
@@ -99,12 +93,13 @@ class ManyLangsHighway(Highway):
 class ManyLangsTokenEncoder(CharCNNEncoder):
     """Tokens -> vectors the ELMoForManyLangs way (see the module docstring); the char CNN is ELMo's.
 
-    Id rows (:meth:`token_ids`) hold the word id (word models only) then ``max_chars`` char ids,
-    each shifted by +1 so that a row of zeros means "no token here", as in ELMo's char ids.
+    Id rows (:meth:`token_ids`, :class:`~.manylangs_tokens.ManyLangsVocabulary`'s) hold the word id (word models
+    only) then ``max_chars`` char ids, each shifted by +1 so that a row of zeros means "no token here", as in ELMo's
+    char ids.
     """
 
-    bos_token = BOS
-    eos_token = EOS
+    bos_token = ManyLangsVocabulary.bos_token
+    eos_token = ManyLangsVocabulary.eos_token
 
     def __init__(self, config: ManyLangsConfig, words: Optional[dict[str, int]], chars: dict[str, int]) -> None:
         super().__init__(
@@ -113,27 +108,13 @@ class ManyLangsTokenEncoder(CharCNNEncoder):
         self.highways = nn.ModuleList(ManyLangsHighway(config.n_filters, "relu") for _ in range(config.n_highway))
         self.projection = nn.Linear(config.word_dim + config.n_filters, config.projection_dim)
         self.word_embed = nn.Embedding(len(words), config.word_dim) if words is not None else None
-        self.words, self.chars = words, chars
-        self.word_columns = 0 if words is None else 1
-        self.special = {name: chars[name] for name in (BOS, EOS, OOV, PAD, BOW, EOW)}
-        self.word_oov = None if words is None else words[OOV]
+        self.vocabulary = ManyLangsVocabulary(chars, words, config.max_chars)
+        self.word_columns = self.vocabulary.word_columns
+        self.special = self.vocabulary.special
 
     def token_ids(self, tokens: Sequence[str]) -> np.ndarray:
         """``(len(tokens), [1 +] max_chars)``: [word id,] char ids, each +1 (0 = no token)."""
-        special, max_chars, columns = self.special, self.max_chars, self.word_columns
-        begin, end, oov = special[EOW], special[BOW], special[OOV]  # its batching code swaps <bow> and <eow>
-        ids = np.full((len(tokens), columns + max_chars), special[PAD], dtype=np.int64)
-        words, word_oov = self.words, self.word_oov
-        for row, token in enumerate(tokens):
-            if len(token) + 2 > max_chars:
-                token = token[: max_chars - 2]
-            if words is not None and word_oov is not None:
-                ids[row, 0] = words.get(token, word_oov)
-            chars = [special[token]] if token in (BOS, EOS) else [self.chars.get(c, oov) for c in token]
-            ids[row, columns] = begin
-            ids[row, columns + 1 : columns + 1 + len(chars)] = chars
-            ids[row, columns + 1 + len(chars)] = end
-        return ids + 1
+        return self.vocabulary.token_ids(tokens)
 
     def char_columns(self, ids: torch.Tensor) -> torch.Tensor:
         return (ids[:, self.word_columns :] - 1).clamp_min(0)  # a padding row (zeros) reads as char 0

@@ -4,7 +4,8 @@ The directory, as its trainer writes it::
 
     config.json          the training options; "config_path" names the architecture file
     <architecture>.json  "encoder" (LSTM) and "token_embedder" (char CNN, word embedding) sections
-    char.dic, word.dic   "token<TAB>id" per line (a line with an id alone is the ideographic space)
+    char.dic, word.dic   "token<TAB>id" per line (a line with an id alone is the ideographic space; read by
+                         .manylangs_tokens, torch-free)
     token_embedder.pkl   torch.save of the token embedder's state dict
     encoder.pkl          torch.save of the biLSTM's state dict
 
@@ -33,18 +34,7 @@ from torch import nn
 
 from ..groundwork.file_names import PathLike
 from .lstm import ProjectedLSTMCell
-from .manylangs import (
-    BOS,
-    BOW,
-    EOS,
-    EOW,
-    OOV,
-    PAD,
-    ManyLangsBiLM,
-    ManyLangsConfig,
-    ManyLangsHighway,
-    ManyLangsTokenEncoder,
-)
+from .manylangs import ManyLangsBiLM, ManyLangsConfig, ManyLangsHighway, ManyLangsTokenEncoder
 from .manylangs_files import (  # noqa: F401 (the file names and is_model_dir re-exported)
     CHAR_DIC,
     CONFIG,
@@ -54,6 +44,7 @@ from .manylangs_files import (  # noqa: F401 (the file names and is_model_dir re
     WORD_DIC,
     is_model_dir,
 )
+from .manylangs_tokens import CHAR_ENTRIES, MAX_CHARACTERS_PER_TOKEN, WORD_ENTRIES, read_lexicon
 from .weights import (
     _ACTIVATION,
     _CLIP,
@@ -73,10 +64,6 @@ from .weights import (
     _Rule,
     parameter_count,
 )
-
-# The longest token row (characters and markers) an architecture may ask for: every token is padded to it at
-# each call, so 10**9 would try to allocate gigabytes per token; the published models use 50.
-MAX_CHARACTERS_PER_TOKEN = 256
 
 _SAMPLE = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
@@ -217,40 +204,6 @@ def _read_json(path: Path) -> Any:
         raise WeightFileError(f"{path} is not valid JSON: {err}") from err
 
 
-# -- the dictionaries ------------------------------------------------------------------------
-
-
-def read_lexicon(path: Path, required: tuple[str, ...]) -> dict[str, int]:
-    """A ``.dic`` file read as ELMoForManyLangs reads it: each line stripped, split at tabs; a lone id is ``"\\u3000"``.
-
-    Later lines win over earlier ones with the same token. Every id must be a row of the
-    embedding (``0 <= id < number of entries``) and the ``required`` entries must be there.
-    """
-    if not path.is_file():
-        raise WeightFileError(f"dictionary not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise WeightFileError(f"dictionary {path} is not UTF-8 text: {err}") from err
-    lexicon: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):  # the line breaks Python's text readers split at
-        fields = line.strip().split("\t")
-        if len(fields) == 1:
-            fields.insert(0, "\u3000")  # its writer's "\u3000<TAB>id", stripped of the ideographic space
-        if len(fields) != 2 or not fields[1].isdecimal():  # isdigit() takes "²", which int() refuses
-            raise WeightFileError(f"dictionary {path}, line {number}: expected 'token<TAB>id', not {line!r}")
-        lexicon[fields[0]] = int(fields[1])
-    for name in required:
-        if name not in lexicon:
-            raise WeightFileError(
-                f"dictionary {path} has no {name!r} entry (ELMoForManyLangs needs {', '.join(required)})"
-            )
-    bad = [(token, i) for token, i in lexicon.items() if i >= len(lexicon)]
-    if bad:
-        raise WeightFileError(f"dictionary {path}: {bad[0][0]!r} has id {bad[0][1]}, beyond its {len(lexicon)} entries")
-    return lexicon
-
-
 # -- the state files -------------------------------------------------------------------------
 
 Expected = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, what the shape comes from)
@@ -374,8 +327,8 @@ def check_model_files(directory: PathLike) -> CheckedFiles:
     """Read and check the architecture, the dictionaries and both state files (nothing built); what loading checks."""
     directory = Path(directory)
     config = read_config(directory)
-    chars = read_lexicon(directory / CHAR_DIC, (BOS, EOS, OOV, PAD, BOW, EOW))
-    words = read_lexicon(directory / WORD_DIC, (OOV, PAD)) if config.word_dim else None
+    chars = read_lexicon(directory / CHAR_DIC, CHAR_ENTRIES)
+    words = read_lexicon(directory / WORD_DIC, WORD_ENTRIES) if config.word_dim else None
     embedder = read_state(directory / TOKEN_EMBEDDER)
     check_state(embedder, token_embedder_layout(config, len(words or ()), len(chars)), directory / TOKEN_EMBEDDER)
     encoder = read_state(directory / ENCODER)

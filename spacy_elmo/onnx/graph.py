@@ -9,6 +9,7 @@ torch path does:
 - the token encoder (:func:`token_encoder_graph`): char ids ``(tokens, chars)`` int64 -> token vectors
   ``(tokens, projection_dim)``: char embedding, one ``Conv`` per filter width with a max over positions and the
   activation, the highway layers, the projection (:class:`~spacy_elmo.bilm.encoder.CharCNNEncoder`'s arithmetic).
+  An ELMoForManyLangs model's (:func:`manylangs_token_encoder_graph`) is built from the same pieces.
 - the forward and the backward LSTM stacks (:func:`contextualizer_graph`): token vectors ``(batch, time,
   projection_dim)`` (the sentence markers included) and lengths ``(batch,)`` int64 -> that direction's output of each
   LSTM layer (:class:`~spacy_elmo.bilm.lstm.ElmoBiLSTM`) ``(n_layers, batch, time, projection_dim)``, zero at
@@ -29,9 +30,11 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
+    from torch import nn
 
     from ..bilm.encoder import CharCNNEncoder, Highway
     from ..bilm.lstm import ElmoBiLSTM, ProjectedLSTMCell
+    from ..bilm.manylangs import ManyLangsTokenEncoder
     from ..bilm.model import BiLM
 
 OPSET = 17  # ReduceMax's axes an attribute, Split's equal parts without a sizes input; ONNX Runtime >= 1.13 runs it
@@ -39,6 +42,7 @@ IR_VERSION = 8  # the IR of opset 17: older ONNX Runtime versions load the files
 
 # the graphs' input and output names, which a runner passes and reads
 CHAR_IDS, TOKEN_VECTORS = "char_ids", "token_vectors"
+TOKEN_IDS = "token_ids"  # ELMoForManyLangs' token encoder's input: its id rows
 TOKENS, LENGTHS, LAYERS = "tokens", "lengths", "layers"
 # the graphs' roles: the token encoder and one LSTM stack per direction
 TOKEN_ENCODER_ROLE = "token_encoder"
@@ -117,19 +121,13 @@ def _model(g: GraphBuilder, name: str, inputs: list[onnx.ValueInfoProto], output
     return model
 
 
-def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelProto:
-    """The token encoder: ``char_ids`` ``(tokens, chars)`` int64 -> ``token_vectors`` ``(tokens, projection_dim)``.
-
-    ``chars`` may be fewer than 50 columns (a runner cuts trailing padding, as
-    :func:`~spacy_elmo.bilm.encoder.trim_padding` does; the max over positions is unchanged) but at least the widest
-    filter. ``activation`` is the CNN's (options' ``char_cnn.activation``); the highway layers use ReLU, as bilm-tf.
-    """
-    from onnx import TensorProto, helper
+def _char_cnn(g: GraphBuilder, encoder: CharCNNEncoder, char_ids: str, table: np.ndarray, activation: str) -> str:
+    """The char CNN's pooled features ``(tokens, n_filters)`` of ``char_ids`` ``(tokens, chars)``: ``table``'s rows
+    (the char embedding, as the token format indexes it), one ``Conv`` per filter width, the max over positions, the
+    activation (options' ``char_cnn.activation``)."""
     from torch import nn
 
-    g = GraphBuilder()
-    table = g.const("char_embed", _array(encoder.char_embed.weight))  # (n_characters, dim), row 0 zero
-    chars = g.op1("Gather", [table, CHAR_IDS], axis=0)  # (n, chars, dim)
+    chars = g.op1("Gather", [g.const("char_embed", table), char_ids], axis=0)  # (n, chars, dim)
     chars = g.op1("Transpose", [chars], perm=[0, 2, 1])  # (n, dim, chars): Conv's layout
     pooled = []
     for conv in cast(Sequence[nn.Conv1d], encoder.convs):  # (nn.ModuleList is typed as holding plain Modules)
@@ -139,8 +137,13 @@ def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelP
             kernel_shape=[int(conv.kernel_size[0])],
         )  # (n, filters, positions)
         pooled.append(_activation(g, activation, g.op1("ReduceMax", [out], axes=[2], keepdims=0)))
-    x = g.op1("Concat", pooled, axis=1) if len(pooled) > 1 else pooled[0]  # (n, n_filters)
-    for highway in cast("Sequence[Highway]", encoder.highways):
+    return g.op1("Concat", pooled, axis=1) if len(pooled) > 1 else pooled[0]
+
+
+def _highway_layers(g: GraphBuilder, highways: Sequence[Highway], x: str, *, gate_keeps_input: bool = False) -> str:
+    """``x`` through the highway layers, ``gate = sigmoid(carry(x))``, ``h = relu(transform(x))``: bilm-tf's
+    ``gate * h + (1 - gate) * x``, or with ``gate_keeps_input`` ELMoForManyLangs' ``gate * x + (1 - gate) * h``."""
+    for highway in highways:
         # one product for both: columns [carry | transform], each (in, out) as x @ W
         weight = np.concatenate([_array(highway.carry.weight).T, _array(highway.transform.weight).T], axis=1)
         carry_bias, transform_bias = _array(highway.carry.bias), _array(highway.transform.bias)
@@ -149,14 +152,74 @@ def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelP
         gate = g.op1("Sigmoid", [g.op1("Add", [carry, g.const("carry_b", carry_bias)])])
         active = g.op1("Relu", [g.op1("Add", [transform, g.const("transform_b", transform_bias)])])
         one_minus = g.op1("Sub", [g.const("one", np.ones((), np.float32)), gate])
-        x = g.op1("Add", [g.op1("Mul", [gate, active]), g.op1("Mul", [one_minus, x])])
-    projection = encoder.projection
-    x = g.op1("MatMul", [x, g.const("proj_w", _array(projection.weight).T)])
-    g.rename(g.op1("Add", [x, g.const("proj_b", _array(projection.bias))]), TOKEN_VECTORS)
+        gated, rest = (x, active) if gate_keeps_input else (active, x)
+        x = g.op1("Add", [g.op1("Mul", [gate, gated]), g.op1("Mul", [one_minus, rest])])
+    return x
+
+
+def _projection(g: GraphBuilder, linear: nn.Linear, x: str) -> None:
+    """``linear(x)``, the token vectors, as the graph's output :data:`TOKEN_VECTORS`."""
+    x = g.op1("MatMul", [x, g.const("proj_w", _array(linear.weight).T)])
+    g.rename(g.op1("Add", [x, g.const("proj_b", _array(linear.bias))]), TOKEN_VECTORS)
+
+
+def token_encoder_graph(encoder: CharCNNEncoder, activation: str) -> onnx.ModelProto:
+    """The token encoder: ``char_ids`` ``(tokens, chars)`` int64 -> ``token_vectors`` ``(tokens, projection_dim)``.
+
+    ``chars`` may be fewer than 50 columns (a runner cuts trailing padding, as
+    :func:`~spacy_elmo.bilm.encoder.trim_padding` does; the max over positions is unchanged) but at least the widest
+    filter. ``activation`` is the CNN's (options' ``char_cnn.activation``); the highway layers use ReLU, as bilm-tf.
+    """
+    from onnx import TensorProto, helper
+
+    g = GraphBuilder()
+    x = _char_cnn(g, encoder, CHAR_IDS, _array(encoder.char_embed.weight), activation)  # row 0 (no token) zero
+    x = _highway_layers(g, cast("Sequence[Highway]", encoder.highways), x)
+    _projection(g, encoder.projection, x)
     return _model(
         g,
         "elmo_token_encoder",
         [helper.make_tensor_value_info(CHAR_IDS, TensorProto.INT64, ["tokens", "chars"])],
+        [helper.make_tensor_value_info(TOKEN_VECTORS, TensorProto.FLOAT, ["tokens", encoder.projection_dim])],
+    )
+
+
+def _shifted(table: np.ndarray) -> np.ndarray:
+    """``table`` indexed by the +1 ids of an id row: id ``k`` reads row ``k - 1``, id 0 (no token) row 0, as the
+    torch encoder's ``(ids - 1).clamp_min(0)`` does."""
+    return np.concatenate([table[:1], table])
+
+
+def manylangs_token_encoder_graph(encoder: ManyLangsTokenEncoder, activation: str) -> onnx.ModelProto:
+    """The token encoder: ``token_ids`` ``(tokens, columns)`` int64 -> ``token_vectors`` ``(tokens, projection_dim)``,
+    ``columns`` the vocabulary's (the word column, if any, and ``max_chars``). ``activation`` is the CNN's.
+
+    Its input is the id rows of :class:`~spacy_elmo.bilm.manylangs_tokens.ManyLangsVocabulary` (the torch encoder's
+    ``token_ids``), every id +1, the word id first in models with word vectors. Where it differs from
+    :func:`token_encoder_graph`, as the torch encoder computes: the char CNN runs over all ``max_chars`` positions
+    (the padding char has a trained embedding: a runner sends whole rows), the highway keeps its input where the gate
+    is open, and the projection reads ``[word vector; highway]``.
+    """
+    from onnx import TensorProto, helper
+
+    g = GraphBuilder()
+    words = encoder.word_embed
+    char_ids = TOKEN_IDS
+    if words is not None:  # the char ids after the word column
+        start, end = np.array([1], np.int64), np.array([encoder.vocabulary.columns], np.int64)
+        axes = g.const("axes", np.array([1], np.int64))
+        char_ids = g.op1("Slice", [TOKEN_IDS, g.const("start", start), g.const("end", end), axes])
+    x = _char_cnn(g, encoder, char_ids, _shifted(_array(encoder.char_embed.weight)), activation)
+    x = _highway_layers(g, cast("Sequence[Highway]", encoder.highways), x, gate_keeps_input=True)
+    if words is not None:
+        word_ids = g.op1("Gather", [TOKEN_IDS, g.const("zero", np.array(0, np.int64))], axis=1)  # (tokens,)
+        vectors = g.op1("Gather", [g.const("word_embed", _shifted(_array(words.weight))), word_ids], axis=0)
+        x = g.op1("Concat", [vectors, x], axis=1)
+    _projection(g, encoder.projection, x)
+    return _model(
+        g,
+        "manylangs_token_encoder",
+        [helper.make_tensor_value_info(TOKEN_IDS, TensorProto.INT64, ["tokens", encoder.vocabulary.columns])],
         [helper.make_tensor_value_info(TOKEN_VECTORS, TensorProto.FLOAT, ["tokens", encoder.projection_dim])],
     )
 
@@ -412,16 +475,23 @@ def contextualizer_graph(lstm: ElmoBiLSTM, direction: str) -> onnx.ModelProto:
 
 
 def bilm_graphs(model: BiLM) -> dict[str, onnx.ModelProto]:
-    """The graphs of ``model`` by role: ``"token_encoder"`` and one contextualizer per direction of
-    :data:`DIRECTIONS` (ELMo's char CNN only: another token format, such as ELMoForManyLangs', is refused)."""
+    """The graphs of ``model`` by role: ``"token_encoder"``, ELMo's char CNN (:func:`token_encoder_graph`) or
+    ELMoForManyLangs' (:func:`manylangs_token_encoder_graph`; another token encoder is refused), and one LSTM stack
+    per direction of :data:`DIRECTIONS`."""
     from ..bilm.encoder import CharCNNEncoder
+    from ..bilm.manylangs import ManyLangsTokenEncoder
 
-    if type(model.token_encoder) is not CharCNNEncoder:
+    encoder, activation = model.token_encoder, model.options.activation
+    if type(encoder) is CharCNNEncoder:
+        tokens = token_encoder_graph(encoder, activation)
+    elif type(encoder) is ManyLangsTokenEncoder:
+        tokens = manylangs_token_encoder_graph(encoder, activation)
+    else:
         raise ValueError(
-            f"ONNX export supports ELMo's char CNN token encoder only, not {type(model.token_encoder).__name__}: "
-            "export a model in ELMo's format (options.json + weights.hdf5)"
+            f"ONNX export supports ELMo's and ELMoForManyLangs' token encoders, not {type(encoder).__name__}: "
+            "export a model in one of those formats"
         )
-    graphs = {TOKEN_ENCODER_ROLE: token_encoder_graph(model.token_encoder, model.options.activation)}
+    graphs = {TOKEN_ENCODER_ROLE: tokens}
     graphs.update((direction, contextualizer_graph(model.lstm, direction)) for direction in DIRECTIONS)
     return graphs
 
@@ -452,9 +522,11 @@ __all__ = [
     "DIRECTIONS",
     "OPSET",
     "TOKEN_ENCODER_ROLE",
+    "TOKEN_IDS",
     "bilm_graphs",
     "contextualizer_graph",
     "import_onnx",
+    "manylangs_token_encoder_graph",
     "serialized_graphs",
     "token_encoder_graph",
 ]

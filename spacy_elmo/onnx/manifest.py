@@ -1,7 +1,8 @@
 """An ONNX export folder's names and its ``manifest.json``: what was exported, from which model, how to spell tokens.
 
 The folder holds the graphs of :data:`GRAPH_FILES` (:mod:`.graph`: the token encoder and one LSTM stack per direction)
-and :data:`MANIFEST`, which
+and :data:`MANIFEST` (and, when its ``tokens`` are ``"manylangs"``, the ELMoForManyLangs model's dictionaries:
+:mod:`.token_spelling`), which
 :func:`read_manifest` reads through the package's one schema check
 (:func:`~spacy_elmo.groundwork.schema_check.read_json_file`): a missing, damaged or foreign manifest is one line naming
 the file, the field and what to do. Torch-free (pydantic and numpy only), so that the runner can read it without torch.
@@ -9,23 +10,30 @@ the file, the field and what to do. Torch-free (pydantic and numpy only), so tha
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..bilm import chars
 from ..bilm.file_formats import Record, Text
+from ..bilm.manylangs_files import CHAR_DIC, WORD_DIC
+from ..bilm.manylangs_tokens import MAX_CHARACTERS_PER_TOKEN
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import options_from_dict
 from ..groundwork.file_names import PathLike
 from ..groundwork.schema_check import FileSchemaError, read_json_file
 from .graph import DIRECTIONS, TOKEN_ENCODER_ROLE
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..bilm.manylangs_tokens import ManyLangsVocabulary
+
 # an export folder's files: the manifest and a graph per role (:mod:`.graph`'s roles)
 MANIFEST = "manifest.json"
 TOKEN_ENCODER = "token_encoder.onnx"
 GRAPH_FILES = {TOKEN_ENCODER_ROLE: TOKEN_ENCODER, **{direction: f"{direction}_lstm.onnx" for direction in DIRECTIONS}}
+DICTIONARIES = (CHAR_DIC, WORD_DIC)  # an ELMoForManyLangs export's (tokens "manylangs"; word.dic not when char-only)
 
 FORMAT = "spacy-elmo-onnx"
 FORMAT_VERSION = 1  # raised when a reader of an older version could not read the folder
@@ -53,6 +61,17 @@ class CharacterSettings(Record):
     eos_token: Text
 
 
+class ManyLangsTokens(Record):
+    """How an ELMoForManyLangs export spells tokens (:class:`~spacy_elmo.bilm.manylangs_tokens.ManyLangsVocabulary`):
+    the folder's ``char.dic`` (``n_characters`` entries) and, when ``n_words`` > 0, ``word.dic``; tokens of
+    ``max_chars`` characters with their markers. These stand for options' ``char_cnn.n_characters`` and
+    ``max_characters_per_token`` (left out of ``options``, whose bounds are ELMo's char ids')."""
+
+    max_chars: Annotated[int, Field(ge=3, le=MAX_CHARACTERS_PER_TOKEN)]
+    n_characters: Width
+    n_words: Annotated[int, Field(ge=0, le=1_000_000_000)]  # 0: a char-only model, no word.dic
+
+
 class WrittenBy(Record):
     """The versions that wrote the folder (for a reader's bug report; not checked)."""
 
@@ -76,7 +95,9 @@ class OnnxManifest(Record):
     format: Literal["spacy-elmo-onnx"]
     format_version: Literal[1]
     options: dict[str, Any]
-    characters: CharacterSettings
+    tokens: Literal["elmo-chars", "manylangs"] = "elmo-chars"  # how tokens are spelled: the section below that says
+    characters: Optional[CharacterSettings] = None  # "elmo-chars"
+    manylangs: Optional[ManyLangsTokens] = None  # "manylangs"
     fingerprint: Text
     opset: Annotated[int, Field(ge=1, le=1000)]
     n_layers: Width
@@ -92,6 +113,13 @@ class OnnxManifest(Record):
         except ValueError as err:  # its message names the option at fault, after "options: " (said by the field)
             raise ValueError(str(err).removeprefix("options: ")) from None
         return options
+
+    @model_validator(mode="after")
+    def _token_settings(self) -> OnnxManifest:
+        section = "characters" if self.tokens == "elmo-chars" else "manylangs"
+        if getattr(self, section) is None:
+            raise ValueError(f"{section}: missing (a required key, how tokens {self.tokens!r} are spelled)")
+        return self
 
 
 FILE_SCHEMAS = {MANIFEST: OnnxManifest}  # the schema of each JSON file this module names
@@ -111,6 +139,31 @@ def character_settings() -> dict[str, Any]:
     }
 
 
+# options' entries that an ELMoForManyLangs export's ``manylangs`` section holds instead
+MANYLANGS_OPTIONS = {"n_characters": "n_characters", "max_characters_per_token": "max_chars"}
+
+
+def token_settings(options: BiLMOptions, vocabulary: Optional[ManyLangsVocabulary]) -> dict[str, Any]:
+    """The manifest's ``options`` and the fields that say how the folder spells tokens: ELMo's char ids
+    (``vocabulary`` None), or an ELMoForManyLangs vocabulary's (its char table and token length in ``manylangs``)."""
+    raw = options.to_json()
+    if vocabulary is None:
+        return {"options": raw, "tokens": "elmo-chars", "characters": character_settings()}
+    for key in MANYLANGS_OPTIONS:
+        raw["char_cnn"].pop(key, None)
+    sizes = {"n_characters": len(vocabulary.chars), "n_words": len(vocabulary.words or ())}
+    return {"options": raw, "tokens": "manylangs", "manylangs": {"max_chars": vocabulary.max_chars, **sizes}}
+
+
+def manifest_options(manifest: dict[str, Any], source: str) -> BiLMOptions:
+    """The biLM options of a checked manifest (:func:`token_settings`' inverse); a ``WeightFileError`` naming
+    ``source`` for options this package cannot run."""
+    options = options_from_dict(manifest["options"], source)
+    if manifest.get("tokens") != "manylangs":
+        return options
+    return dataclasses.replace(options, **{field: manifest["manylangs"][field] for field in MANYLANGS_OPTIONS.values()})
+
+
 def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
     """The checked manifest of export folder ``folder`` and its biLM options; an :class:`OnnxFolderError` (one line)
     when the folder, a graph or the manifest is missing, the manifest damaged or foreign, or it spells characters
@@ -122,10 +175,10 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
         if not (folder / name).is_file():
             raise OnnxFolderError(f"{folder}: no {name}, so not a whole ONNX export folder: {ADVICE}")
     manifest = read_json_file(folder / MANIFEST, OnnxManifest, ADVICE, OnnxFolderError)
-    options = options_from_dict(manifest["options"], str(folder / MANIFEST))
+    options = manifest_options(manifest, str(folder / MANIFEST))
     ours = character_settings()
-    theirs = {key: manifest["characters"][key] for key in ours}  # (later versions may add keys)
-    if theirs != ours:
+    theirs = ours if manifest.get("tokens") == "manylangs" else {key: manifest["characters"][key] for key in ours}
+    if theirs != ours:  # (a later version may add keys)
         differ = ", ".join(f"{key} {theirs[key]!r} (here {ours[key]!r})" for key in ours if theirs[key] != ours[key])
         raise OnnxFolderError(
             f"{folder / MANIFEST}: characters: the folder spells tokens as char ids otherwise than this spacy_elmo "
@@ -140,6 +193,7 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
 
 
 __all__ = [
+    "DICTIONARIES",
     "FILE_SCHEMAS",
     "FORMAT",
     "FORMAT_VERSION",
@@ -149,5 +203,7 @@ __all__ = [
     "OnnxFolderError",
     "OnnxManifest",
     "character_settings",
+    "manifest_options",
     "read_manifest",
+    "token_settings",
 ]

@@ -1,11 +1,13 @@
 """ELMo layers from an ONNX export folder on ONNX Runtime: numpy and ``onnxruntime`` only, no torch.
 
 :class:`OnnxBiLM` gives what :meth:`spacy_elmo.ElmoBackend.embed` gives for a batch of token lists: per sentence,
-float32 ``(n_layers + 1, n_tokens, dim)``. As the torch path (``ElmoBackend._embed_batch``), it puts ``<S>`` and
-``</S>`` around each sentence, runs the biLM over the padded batch and keeps the positions between the two
-markers. Token vectors are kept per word (a bounded LRU), so a word seen before skips the char CNN; the char ids
-are :mod:`spacy_elmo.bilm.chars`'s, which imports no torch. The forward and backward LSTM stacks are two graphs,
-run at the same time on two threads (the calling one and a pool thread), as the torch path runs them.
+float32 ``(n_layers + 1, n_tokens, dim)``. As the torch path (``ElmoBackend._embed_batch``), it puts the sentence
+markers (``<S>`` and ``</S>``, or an ELMoForManyLangs model's ``<bos>`` and ``<eos>``) around each sentence, runs the
+biLM over the padded batch and keeps the positions between the two markers. Token vectors are kept per word (a
+bounded LRU), so a word seen before skips the char CNN; the id rows are :mod:`.token_spelling`'s, which imports no
+torch.
+The forward and backward LSTM stacks are two graphs, run at the same time on two threads (the calling one and a
+pool thread), as the torch path runs them.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
 from ..groundwork.fork_safety import ForkSafePool, in_forked_child
-from .graph import CHAR_IDS, DIRECTIONS, LAYERS, LENGTHS, TOKEN_ENCODER_ROLE, TOKEN_VECTORS, TOKENS
+from .graph import DIRECTIONS, LAYERS, LENGTHS, TOKEN_ENCODER_ROLE, TOKEN_VECTORS, TOKENS
 from .manifest import ADVICE, GRAPH_FILES, MANIFEST, OnnxFolderError, read_manifest
+from .token_spelling import ELMO_CHARS, TokenSpelling, folder_spelling
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -135,6 +137,7 @@ class OnnxBiLM:
         folder = Path(folder)
         manifest, options = read_manifest(folder)
         self.folder: Optional[Path] = folder
+        self._spelling = folder_spelling(manifest, folder)
         graphs: dict[str, Union[Path, bytes]] = {role: folder / name for role, name in GRAPH_FILES.items()}
         self._setup(manifest, options, graphs, threads, token_cache_size)
 
@@ -147,11 +150,14 @@ class OnnxBiLM:
         *,
         token_cache_size: int,
         threads: Optional[int] = None,
+        spelling: TokenSpelling = ELMO_CHARS,
     ) -> OnnxBiLM:
         """A runner of graphs (bytes by role, as :func:`~spacy_elmo.onnx.graph.serialized_graphs` gives them) not
-        (yet) in a folder, e.g. the export's check before it writes them."""
+        (yet) in a folder, e.g. the export's check before it writes them; ``spelling`` what the folder's files would
+        give (:func:`~.token_spelling.folder_spelling`)."""
         runner = cls.__new__(cls)
         runner.folder = None
+        runner._spelling = spelling
         runner._setup(manifest, options, dict(graphs), threads, token_cache_size)
         return runner
 
@@ -174,7 +180,14 @@ class OnnxBiLM:
             return f"the {role} graph" if isinstance(graph, bytes) else str(graph)
 
         role = TOKEN_ENCODER_ROLE
-        self._encoder = _session(graphs[role], self.threads, where(role), ({CHAR_IDS}, {TOKEN_VECTORS}))
+        self._encoder = _session(
+            graphs[role], self.threads, where(role), ({self._spelling.input_name}, {TOKEN_VECTORS})
+        )
+        columns = self._encoder.get_inputs()[0].shape[1]
+        if self._spelling.columns is not None and columns != self._spelling.columns:
+            raise OnnxFolderError(
+                f"{where(role)}: takes id rows {columns} wide, not {self._spelling.columns}: {ADVICE}"
+            )
         self._directions = [
             _session(graphs[role], direction_threads, where(role), ({TOKENS, LENGTHS}, {LAYERS})) for role in DIRECTIONS
         ]
@@ -207,19 +220,22 @@ class OnnxBiLM:
     def encode_tokens(self, tokens: Sequence[str]) -> np.ndarray:
         """Token vectors ``(len(tokens), projection_dim)`` by the char CNN, with no cache.
 
-        Rows go in buckets of similar length, each cut to its own longest word plus the widest filter (the max over
-        positions is unchanged: :func:`spacy_elmo.bilm.encoder.trim_padding`), so short words do not pay for long ones.
+        Rows go in buckets of :data:`BUCKET_ROWS`. ELMo's char ids go by similar length, each bucket cut to its own
+        longest word plus the widest filter (the max over positions is unchanged:
+        :func:`spacy_elmo.bilm.encoder.trim_padding`), so short words do not pay for long ones; other spellings go
+        whole.
         """
-        ids = tokens_to_char_ids(tokens)
+        spelling = self._spelling
+        ids = spelling.token_ids(tokens)
         out = np.empty((len(tokens), self.options.projection_dim), np.float32)
         if not len(tokens):
             return out
-        columns = content_columns(ids)
+        columns = content_columns(ids) if spelling.trims_padding else np.full(len(tokens), ids.shape[1])
         order = np.argsort(columns, kind="stable")
         for start in range(0, len(order), BUCKET_ROWS):
             rows = order[start : start + BUCKET_ROWS]
             keep = min(ids.shape[1], int(columns[rows].max()) + self._max_width)
-            (vectors,) = self._encoder.run(None, {CHAR_IDS: np.ascontiguousarray(ids[rows, :keep])})
+            (vectors,) = self._encoder.run(None, {spelling.input_name: np.ascontiguousarray(ids[rows, :keep])})
             out[rows] = vectors
         return out
 
@@ -285,7 +301,8 @@ class OnnxBiLM:
 
     def _run(self, batch: list[list[str]]) -> list[np.ndarray]:
         """:meth:`layers` of non-empty sentences: the markers added, one contextualizer run, the markers dropped."""
-        index: dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+        bos, eos = self._spelling.markers
+        index: dict[str, int] = {bos: 0, eos: 1}
         positions = [[0] + [index.setdefault(t, len(index)) for t in tokens] + [1] for tokens in batch]
         table = self.token_vectors(list(index))
         lengths = np.array([len(p) for p in positions], np.int64)

@@ -2,10 +2,10 @@
 
 :func:`export_onnx` loads the model's float32 weights (any model :func:`spacy_elmo.load_bilm` takes), builds the two
 graphs (:mod:`spacy_elmo.onnx.graph`), runs them on ONNX Runtime over :data:`CHECK_SENTENCES` and compares each
-layer with what the torch path (the torch runner the backend computes with) gives. It writes the folder (the graphs and
-``manifest.json``, :mod:`spacy_elmo.onnx.manifest`) only when every layer agrees within ``tolerance`` of that layer's
-largest absolute value, and writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check
-or an error leaves nothing.
+layer with what the torch path (the torch runner the backend computes with) gives. It writes the folder (the graphs,
+``manifest.json``, :mod:`spacy_elmo.onnx.manifest`, and an ELMoForManyLangs model's dictionaries) only when every
+layer agrees within ``tolerance`` of that layer's largest absolute value, and writes it whole
+(:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check or an error leaves nothing.
 """
 
 from __future__ import annotations
@@ -20,14 +20,25 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from ..about import __version__
+from ..bilm.manylangs_files import CHAR_DIC, WORD_DIC
+from ..bilm.manylangs_tokens import ManyLangsVocabulary, lexicon_text, parse_lexicon
+from ..bilm.weights import WeightFileError
 from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomically
 from ..groundwork.file_names import PathLike
 from ..onnx.graph import OPSET, serialized_graphs
-from ..onnx.manifest import FORMAT, FORMAT_VERSION, GRAPH_FILES, MANIFEST, character_settings
+from ..onnx.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    GRAPH_FILES,
+    MANIFEST,
+    manifest_options,
+    token_settings,
+)
 from ..onnx.runner import OnnxBiLM, import_onnxruntime
+from ..onnx.token_spelling import ELMO_CHARS, manylangs_spelling
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    from ..bilm.model import BiLM
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +90,29 @@ def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[fl
     return errors
 
 
+def _dictionaries(bilm: BiLM) -> tuple[Optional[ManyLangsVocabulary], dict[str, bytes]]:
+    """What the folder needs besides the graphs to spell tokens: for an ELMoForManyLangs model its dictionaries'
+    files and the vocabulary read back from them (what a runner of the folder will read, so that the check covers
+    them); for ELMo's char ids nothing."""
+    from ..bilm.manylangs import ManyLangsTokenEncoder
+
+    encoder = bilm.token_encoder
+    if not isinstance(encoder, ManyLangsTokenEncoder):
+        return None, {}
+    vocabulary = encoder.vocabulary
+    lexicons = {CHAR_DIC: vocabulary.chars, WORD_DIC: vocabulary.words}
+    texts = {name: lexicon_text(lexicon) for name, lexicon in lexicons.items() if lexicon is not None}
+    read = {name: parse_lexicon(text, name, ()) for name, text in texts.items()}
+    for name in read:
+        if read[name] != lexicons[name]:
+            raise OnnxExportError(
+                f"{name}: the model's dictionary holds a token that a .dic file cannot (a line break, a tab or "
+                "spaces around it): not exported"
+            )
+    files = {name: text.encode("utf-8") for name, text in texts.items()}
+    return ManyLangsVocabulary(read[CHAR_DIC], read.get(WORD_DIC), vocabulary.max_chars), files
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise OnnxExportError(f"{out_dir} exists and is not an empty folder: remove it or export to another folder")
@@ -95,7 +129,8 @@ def export_onnx(
 ) -> OnnxExport:
     """Export ``model`` (what :func:`spacy_elmo.load_bilm` takes: ``"default"``, a folder, a published name, ...; or
     ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``forward_lstm.onnx``,
-    ``backward_lstm.onnx`` and ``manifest.json``, for :class:`~spacy_elmo.onnx.OnnxBiLM`.
+    ``backward_lstm.onnx`` and ``manifest.json`` (and an ELMoForManyLangs model's ``char.dic`` and ``word.dic``), for
+    :class:`~spacy_elmo.onnx.OnnxBiLM`.
 
     The graphs are checked first on ONNX Runtime against the torch float32 path over ``sentences`` (default
     :data:`CHECK_SENTENCES`), as one batch and each sentence alone: when a layer differs by more than ``tolerance``
@@ -118,11 +153,11 @@ def export_onnx(
         graphs, onnx_version = serialized_graphs(bilm)
     except (ImportError, ValueError) as err:  # no onnx, or a model the graphs cannot express: one line
         raise OnnxExportError(str(err)) from None
+    vocabulary, dictionaries = _dictionaries(bilm)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "options": bilm.options.to_json(),
-        "characters": character_settings(),
+        **token_settings(bilm.options, vocabulary),
         "fingerprint": fingerprint(options_path, weights_path),
         "opset": OPSET,
         "n_layers": bilm.options.n_layers,
@@ -132,7 +167,12 @@ def export_onnx(
     check: list[Sequence[str]] = [list(s) for s in (sentences if sentences is not None else CHECK_SENTENCES) if len(s)]
     if not check:
         raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
-    runner = OnnxBiLM.from_graphs(graphs, manifest, bilm.options, token_cache_size=0)
+    try:
+        folder_options = manifest_options(manifest, "the manifest")  # what a runner of the folder will read
+    except WeightFileError as err:  # an architecture the manifest's options cannot hold (a filter past 50 chars)
+        raise OnnxExportError(f"{err}: not exported") from None
+    spelling = ELMO_CHARS if vocabulary is None else manylangs_spelling(vocabulary)
+    runner = OnnxBiLM.from_graphs(graphs, manifest, folder_options, token_cache_size=0, spelling=spelling)
     reference = TorchRunner(bilm, torch.device("cpu"), token_cache_size=0).layers(check)  # the backend's torch path
     errors = [
         max(pair)
@@ -156,9 +196,12 @@ def export_onnx(
     }
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        for role, name in GRAPH_FILES.items():
+        for name, data in (
+            *((name, graphs[role]) for role, name in GRAPH_FILES.items()),
+            *dictionaries.items(),
+        ):
             with reported_as(out_dir / name):
-                (tmp / name).write_bytes(graphs[role])
+                (tmp / name).write_bytes(data)
         write_json_atomically(tmp / MANIFEST, manifest)
         _check_target(out_dir)  # (another writer may have filled it meanwhile)
         if out_dir.is_dir():

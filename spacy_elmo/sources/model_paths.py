@@ -219,7 +219,9 @@ def model_file_map(options_path: Path, weights_path: Path) -> dict[str, Path]:
 
         return manylangs_reader.model_files(weights_path.parent)
     if is_onnx_export(options_path, weights_path):
-        return {name: weights_path.parent / name for name in ONNX_FILES}
+        folder = weights_path.parent
+        dictionaries = [name for name in onnx_files.DICTIONARIES if (folder / name).is_file()]  # ELMoForManyLangs'
+        return {name: folder / name for name in (*ONNX_FILES, *dictionaries)}
     return {OPTIONS: options_path, WEIGHTS: weights_path}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -177,12 +178,20 @@ def test_an_export_that_disagrees_with_torch_is_refused_and_leaves_nothing(fixtu
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
 
 
-def test_another_token_format_is_refused(tmp_path):
-    """ELMoForManyLangs' token encoder (its own char table, word vectors) is not what the graphs express."""
-    folder = REPO / "tests" / "fixtures" / "elmoformanylangs" / "char_only"
-    with pytest.raises(OnnxExportError, match="char CNN token encoder only"):
-        export_onnx(folder, tmp_path / "out")
-    assert list(tmp_path.iterdir()) == []
+def test_another_token_encoder_is_refused_in_one_line(fixture_dir):
+    """ELMo's and ELMoForManyLangs' token encoders export (tests/onnx/test_onnx_manylangs.py); another kind of token
+    encoder, whose arithmetic the graphs do not know, is one line."""
+    from spacy_elmo.bilm.encoder import CharCNNEncoder
+
+    class OtherEncoder(CharCNNEncoder):
+        pass
+
+    model = load_bilm(fixture_dir).model
+    other = copy.deepcopy(model)
+    other.token_encoder.__class__ = OtherEncoder
+    with pytest.raises(ValueError, match="ELMo's and ELMoForManyLangs' token encoders, not OtherEncoder") as info:
+        onnx_graph.bilm_graphs(other)
+    assert "\n" not in str(info.value)
 
 
 def test_an_existing_folder_is_refused_before_the_model_loads(tmp_path):

@@ -74,6 +74,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "bilm/inference.py": ("test_inference_path.py", "test_char_cnn_trim.py", "test_precision.py"),
     "bilm/manylangs_reader.py": ("test_manylangs.py",),
     "bilm/manylangs_files.py": ("test_manylangs.py", "test_torch_free_imports.py"),  # the names resolution needs
+    "bilm/manylangs_tokens.py": ("test_manylangs.py", "test_onnx_manylangs.py"),  # the id rows, torch and ONNX alike
     # ForkSafeLock and the renewals in a forked child (bilm/threads.py re-exports them)
     "groundwork/fork_safety.py": ("test_threads.py", "test_torch_free_imports.py"),
     # the runner Protocol and torch's runner, behind the backend
@@ -125,9 +126,10 @@ SHARED: dict[str, tuple[str, ...]] = {
     "train/output_folder/storage.py": ("test_train_safety.py", "test_train.py"),
     # onnx/: the export to ONNX and its torch-free runner, tested together (export, then run)
     "onnx/__init__.py": ("test_onnx_export.py",),
-    "onnx/graph.py": ("test_onnx_export.py",),
-    "onnx/manifest.py": ("test_onnx_export.py", "test_damaged_files.py"),
-    "onnx/runner.py": ("test_onnx_export.py",),
+    "onnx/graph.py": ("test_onnx_export.py", "test_onnx_manylangs.py"),
+    "onnx/manifest.py": ("test_onnx_export.py", "test_damaged_files.py", "test_onnx_manylangs.py"),
+    "onnx/runner.py": ("test_onnx_export.py", "test_onnx_manylangs.py"),
+    "onnx/token_spelling.py": ("test_onnx_manylangs.py", "test_onnx_export.py"),
 }
 
 
