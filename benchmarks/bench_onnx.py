@@ -17,8 +17,8 @@ contextualizer dominates). Batch size 1 embeds ``--single`` sentences one call e
 sentences sorted by length (as ``embed`` sorts them), one call per batch. Each batch is run by every path in turn, the
 order rotated from batch to batch, so that a busy moment of the machine falls on all of them alike; a pass's figure is
 its tokens over the time each path spent, and the table shows the median over passes and the median of the per-pass
-ratios. ``--threads``: ``default`` (each library's own: torch's count with the package's small-work limit, ONNX
-Runtime's default pool, what ``load_bilm`` opens) or a number (torch's count and the ONNX runner's ``threads``).
+ratios. ``--threads``: ``default`` (what ``load_bilm`` opens: torch's count with the package's small-work limit; the
+ONNX runner's threads the cores available, the two directions at the same time) or a number (torch's count and the ONNX runner's ``threads``).
 Run as a script, it sets ``OMP_WAIT_POLICY=PASSIVE`` unless set (see the end of the file: torch's spinning OpenMP
 threads would otherwise slow the ONNX path that runs after them in the same process). Prints the CPU (``lscpu``'s
 model name), the versions, the load average and a table. Exits 2 (saying why) when
