@@ -21,7 +21,15 @@ from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_char_ids
 from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
 from .graph import CHAR_IDS, LAYERS, LENGTHS, TOKEN_VECTORS, TOKENS
-from .manifest import ADVICE, CONTEXTUALIZER, MANIFEST, TOKEN_ENCODER, OnnxFolderError, read_manifest
+from .manifest import (
+    ADVICE,
+    CONTEXTUALIZER,
+    MANIFEST,
+    TOKEN_ENCODER,
+    OnnxFolderError,
+    exported_precision,
+    read_manifest,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -224,8 +232,9 @@ class OnnxBiLM:
 
     @property
     def precision(self) -> Precision:
-        """float32's row: the graphs compute in float32."""
-        return precisions.precision("float32")
+        """The row of the precision the graphs compute in, as the manifest says: float32, or int8 (an export with
+        ``--precision int8``: int8 weights in its products)."""
+        return precisions.precision(exported_precision(self.manifest))
 
     def after_fork(self) -> None:
         """In a forked child: a new cache lock (a parent thread may have held it) and no kept vectors."""

@@ -5,7 +5,8 @@ graphs (:mod:`spacy_elmo.onnx.graph`), runs them on ONNX Runtime over :data:`CHE
 layer with what the torch path (the torch runner the backend computes with) gives. It writes the folder (the graphs and
 ``manifest.json``, :mod:`spacy_elmo.onnx.manifest`) only when every layer agrees within ``tolerance`` of that layer's
 largest absolute value, and writes it whole (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check
-or an error leaves nothing.
+or an error leaves nothing. ``precision="int8"`` (``--precision int8``) quantizes the graphs
+(:mod:`spacy_elmo.onnx.quantize`) before that check, which then holds them to int8's wider bound.
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from ..about import __version__
+from ..bilm.engine.precisions import PrecisionLike, check
 from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomically
 from ..groundwork.file_names import PathLike
 from ..onnx.graph import OPSET, serialized_graphs
 from ..onnx.manifest import (
     CONTEXTUALIZER,
+    EXPORT_PRECISIONS,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     TOKEN_ENCODER,
     character_settings,
 )
+from ..onnx.quantize import INT8_TOLERANCE, quantized_graphs
 from ..onnx.runner import OnnxBiLM, import_onnxruntime
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +76,7 @@ class OnnxExport:
     max_relative_error: float  # the largest of ``layer_errors``
     layer_errors: tuple[float, ...]  # per layer: max |onnx - torch| / max |torch| over the check sentences
     fingerprint: str  # the source model's
+    precision: str  # what the graphs compute in: a name of EXPORT_PRECISIONS
 
 
 def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[float]:
@@ -86,6 +91,21 @@ def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[fl
     return errors
 
 
+def export_precision(value: PrecisionLike) -> str:
+    """The precision an export is asked for: a name of :data:`~spacy_elmo.onnx.manifest.EXPORT_PRECISIONS` (None:
+    float32; an alias such as "qint8" too), else an :class:`OnnxExportError` naming them."""
+    try:
+        name = check(value)
+    except ValueError:
+        name = ""
+    if name not in EXPORT_PRECISIONS:
+        raise OnnxExportError(
+            f"precision={value!r}: an ONNX export computes in one of {list(EXPORT_PRECISIONS)}: give one of them "
+            "(load the model itself for other precisions)"
+        )
+    return name
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise OnnxExportError(f"{out_dir} exists and is not an empty folder: remove it or export to another folder")
@@ -97,19 +117,26 @@ def export_onnx(
     *,
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
-    tolerance: float = TOLERANCE,
+    tolerance: Optional[float] = None,
     sentences: Optional[list[list[str]]] = None,
+    precision: PrecisionLike = None,
 ) -> OnnxExport:
     """Export ``model`` (what :func:`spacy_elmo.load_bilm` takes: ``"default"``, a folder, a published name, ...; or
     ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``contextualizer.onnx``
     and ``manifest.json``, for :class:`~spacy_elmo.onnx.OnnxBiLM`.
 
+    ``precision``: "float32" (None: the default, exact) or "int8" (the products' weights in int8, activations
+    quantized on the fly: :mod:`spacy_elmo.onnx.quantize`; faster, approximate), recorded in the manifest.
+
     The graphs are checked first on ONNX Runtime against the torch float32 path over ``sentences`` (default
     :data:`CHECK_SENTENCES`), as one batch and each sentence alone: when a layer differs by more than ``tolerance``
-    of its largest absolute value, an :class:`OnnxExportError` says by how much and nothing is written.
+    of its largest absolute value (None: :data:`TOLERANCE` for float32, :data:`~spacy_elmo.onnx.quantize.INT8_TOLERANCE`
+    for int8), an :class:`OnnxExportError` says by how much and nothing is written.
     """
     out_dir = Path(out_dir)
+    exported = export_precision(precision)
     _check_target(out_dir)  # before the model loads: said at once
+    bound = tolerance if tolerance is not None else (INT8_TOLERANCE if exported == "int8" else TOLERANCE)
     try:
         ort = import_onnxruntime()
     except ImportError as err:
@@ -123,6 +150,9 @@ def export_onnx(
     bilm = load_model_files(options_path, weights_path).float().eval()
     try:
         encoder_bytes, contextualizer_bytes, onnx_version = serialized_graphs(bilm)
+        graphs = {TOKEN_ENCODER: encoder_bytes, CONTEXTUALIZER: contextualizer_bytes}
+        if exported == "int8":
+            graphs = quantized_graphs(graphs)
     except (ImportError, ValueError) as err:  # no onnx, or a model the graphs cannot express: one line
         raise OnnxExportError(str(err)) from None
     manifest: dict[str, Any] = {
@@ -135,11 +165,14 @@ def export_onnx(
         "n_layers": bilm.options.n_layers,
         "dim": bilm.options.output_dim,
         "written_by": {"spacy_elmo": __version__, "onnx": onnx_version, "torch": torch.__version__},
+        "precision": exported,
     }
     check: list[Sequence[str]] = [list(s) for s in (sentences if sentences is not None else CHECK_SENTENCES) if len(s)]
     if not check:
         raise OnnxExportError("sentences: give at least one non-empty sentence to check the export on")
-    runner = OnnxBiLM.from_graphs(encoder_bytes, contextualizer_bytes, manifest, bilm.options, token_cache_size=0)
+    runner = OnnxBiLM.from_graphs(
+        graphs[TOKEN_ENCODER], graphs[CONTEXTUALIZER], manifest, bilm.options, token_cache_size=0
+    )
     reference = TorchRunner(bilm, torch.device("cpu"), token_cache_size=0).layers(check)  # the backend's torch path
     errors = [
         max(pair)
@@ -149,28 +182,31 @@ def export_onnx(
         )
     ]
     worst = max(errors)
-    logger.info("ONNX export of %s: largest error %.3g of a layer's scale (per layer %s)", model, worst, errors)
-    if not worst <= tolerance:  # (NaN fails too)
+    logger.info(
+        "ONNX export (%s) of %s: largest error %.3g of a layer's scale (per layer %s)", exported, model, worst, errors
+    )
+    if not worst <= bound:  # (NaN fails too)
         layer = errors.index(worst) if worst == worst else 0
         raise OnnxExportError(
-            f"the ONNX graphs differ from the torch float32 path by {worst:.3g} of layer {layer}'s scale, more than "
-            f"the {tolerance:g} allowed: not exported (a bug of the export; please report it with the model)"
+            f"the {exported} ONNX graphs differ from the torch float32 path by {worst:.3g} of layer {layer}'s scale, "
+            f"more than the {bound:g} allowed: not exported (a bug of the export; please report it with the model)"
         )
     manifest["verification"] = {
         "max_relative_error": worst,
         "sentences": len(check),
         "onnxruntime": ort.__version__,
+        "tolerance": bound,
     }
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        for name, data in ((TOKEN_ENCODER, encoder_bytes), (CONTEXTUALIZER, contextualizer_bytes)):
+        for name, data in graphs.items():
             with reported_as(out_dir / name):
                 (tmp / name).write_bytes(data)
         write_json_atomically(tmp / MANIFEST, manifest)
         _check_target(out_dir)  # (another writer may have filled it meanwhile)
         if out_dir.is_dir():
             os.rmdir(out_dir)  # an empty folder: replaced by the new one
-    return OnnxExport(out_dir, worst, tuple(errors), manifest["fingerprint"])
+    return OnnxExport(out_dir, worst, tuple(errors), manifest["fingerprint"], exported)
 
 
 __all__ = [
@@ -179,5 +215,6 @@ __all__ = [
     "OnnxExport",
     "OnnxExportError",
     "export_onnx",
+    "export_precision",
     "layer_errors",
 ]
