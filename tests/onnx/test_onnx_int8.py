@@ -221,3 +221,18 @@ def test_quantizing_and_serving_int8_need_no_torch(int8_exports, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+def test_dask_leaves_auto_to_the_workers_for_an_export_folder(int8_exports):
+    """A Dask client resolves "auto" on the CPU once for its workers (float32), but an export folder's "auto" is its
+    own precision: sent as "auto", each worker loads the int8 folder as int8 instead of refusing float32."""
+    pytest.importorskip("dask")
+    from spacy_elmo.dask import _client_settings
+    from spacy_elmo.runtime.features.front_settings import FrontSettings
+
+    _, settings = _client_settings(str(int8_exports["fixture"]), FrontSettings(precision="auto"))
+    assert (
+        settings.precision == "auto" and load_bilm(int8_exports["fixture"], precision="auto").precision.name == "int8"
+    )
+    _, settings = _client_settings("default", FrontSettings(precision="auto"))
+    assert settings.precision == "float32"
