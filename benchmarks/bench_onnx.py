@@ -3,6 +3,7 @@ product path (``load_bilm(...).embed``), batches of 1 and 32, alternating batch 
 
     python benchmarks/bench_onnx.py [--model default] [--random-weights ARCH] [--sentences 128] [--single 32]
                                     [--passes 5] [--batch-sizes 1,32] [--threads default,1] [--quick]
+                                    [--precision float32|int8]
 
 ``--model``: what ``load_bilm`` takes (default: the bundled model; ``original`` is used only when already in the
 download cache: the script runs offline and says so otherwise). ``--random-weights original`` (or ``small``) instead
@@ -18,9 +19,12 @@ sentences sorted by length (as ``embed`` sorts them), one call per batch. Each b
 order rotated from batch to batch, so that a busy moment of the machine falls on all of them alike; a pass's figure is
 its tokens over the time each path spent, and the table shows the median over passes and the median of the per-pass
 ratios. ``--threads``: ``default`` (what ``load_bilm`` opens: torch's count with the package's small-work limit; the
-ONNX runner's threads the cores available, the two directions at the same time) or a number (torch's count and the ONNX runner's ``threads``).
-Run as a script, it sets ``OMP_WAIT_POLICY=PASSIVE`` unless set (see the end of the file: torch's spinning OpenMP
-threads would otherwise slow the ONNX path that runs after them in the same process). Prints the CPU (``lscpu``'s
+ONNX runner's threads the cores available, the two directions at the same time) or a number (torch's count and the
+ONNX runner's ``threads``). ``--precision int8``: the model exported with ``--precision int8`` against the torch int8
+path (``load_bilm(model, precision="int8")``), and a second table: both int8 paths' error against torch float32 on
+the same sentences (per layer, per sentence, and the cosine of the mixed vectors). Run as a script, it sets
+``OMP_WAIT_POLICY=PASSIVE`` unless set (see the end of the file: torch's spinning OpenMP threads would otherwise slow
+the ONNX path that runs after them in the same process). Prints the CPU (``lscpu``'s
 model name), the versions, the load average and a table. Exits 2 (saying why) when
 WikiText-2 or the model is missing.
 """
@@ -36,6 +40,8 @@ import time
 from pathlib import Path
 from statistics import median
 from typing import Callable
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,11 +91,11 @@ def alternating_pass(
     return {name: tokens / spent[name] for name in names}
 
 
-def table(results: dict[tuple[str, int], dict[str, list[float]]]) -> str:
+def table(results: dict[tuple[str, int], dict[str, list[float]]], precision: str = "float32") -> str:
     """Markdown: a row per (threads, batch size); torch's and ONNX Runtime's tokens/s (median and range over passes),
-    the median of the per-pass ratios."""
+    the median of the per-pass ratios; both in ``precision``."""
     lines = [
-        "| threads | batch | torch float32: tokens/s | ONNX Runtime: tokens/s | ONNX / torch |",
+        f"| threads | batch | torch {precision}: tokens/s | ONNX Runtime {precision}: tokens/s | ONNX / torch |",
         "|---|---:|---:|---:|---:|",
     ]
     for (threads, size), by_path in results.items():
@@ -97,6 +103,42 @@ def table(results: dict[tuple[str, int], dict[str, list[float]]]) -> str:
         ratio = median(o / t for o, t in zip(by_path["onnx"], by_path["torch"]))
         lines.append(f"| {threads} | {size} | {cells[0]} | {cells[1]} | {ratio:.2f}x |")
     return "\n".join(lines)
+
+
+def error_lines(paths: dict[str, list[np.ndarray]], reference: list[np.ndarray]) -> list[str]:
+    """Markdown rows, one per path of ``paths`` (its layers of the sentences) against ``reference`` (float32's):
+    per layer the largest ``|path - reference|`` over the layer's largest ``|reference|`` (all sentences), and the
+    mean ``|path - reference|`` over the mean ``|reference|``; each sentence's worst layer over that layer's scale in
+    the sentence (median / max, as bench_precision.py's ``trained``); the cosine of the mixed vectors (the layers'
+    mean, per token) to float32's (mean / min)."""
+    lines = [
+        "| path | max error per layer | mean error per layer | worst layer per sentence: median / max "
+        "| cosine of mixed vectors: mean / min |",
+        "|---|---|---|---|---|",
+    ]
+    n_layers = reference[0].shape[0]
+    for name, ours in paths.items():
+        diffs = [np.abs(o - r) for o, r in zip(ours, reference)]
+        largest = [
+            max(float(d[k].max()) for d in diffs) / max(float(np.abs(r[k]).max()) for r in reference)
+            for k in range(n_layers)
+        ]
+        mean = [
+            sum(float(d[k].sum()) for d in diffs) / sum(float(np.abs(r[k]).sum()) for r in reference)
+            for k in range(n_layers)
+        ]
+        worst = [max(float(d[k].max() / np.abs(r[k]).max()) for k in range(n_layers)) for d, r in zip(diffs, reference)]
+        cosines = np.concatenate(
+            [
+                (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+                for a, b in ((o.mean(0), r.mean(0)) for o, r in zip(ours, reference))
+            ]
+        )
+        lines.append(
+            f"| {name} | {' / '.join(f'{x:.3g}' for x in largest)} | {' / '.join(f'{x:.3g}' for x in mean)} "
+            f"| {median(worst):.3g} / {max(worst):.3g} | {cosines.mean():.5f} / {cosines.min():.5f} |"
+        )
+    return lines
 
 
 def parts_of(work: list[list[str]], size: int, single: int) -> list[list[list[str]]]:
@@ -118,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="default", help="thread settings: 'default' or a count, by commas")
     parser.add_argument("--text", type=Path, default=TEST_LINES, help="WikiText-2's test.txt")
     parser.add_argument("--quick", action="store_true", help="8 sentences, 1 pass (a smoke test)")
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "int8"),
+        default="float32",
+        help="int8: an int8 export against the torch int8 path, and both int8 paths' error against torch float32",
+    )
     args = parser.parse_args(argv)
     count, passes = (8, 1) if args.quick else (args.sentences, args.passes)
     single = min(args.single, count)
@@ -149,13 +197,13 @@ def main(argv: list[str] | None = None) -> int:
                 bench.write_weight_sets(Path(tmp) / "weights", archs=(args.random_weights,))[args.random_weights]
             )
         try:
-            backend = load_bilm(model)
+            backend = load_bilm(model, precision=args.precision)
         except (OSError, ValueError) as err:
             print(f"model {model!r} is not available here, skipped: {str(err).splitlines()[0]}", file=sys.stderr)
             return 2
         backend.configure_cache(cache_mb=0)
         default_threads = torch.get_num_threads()
-        exported = export_onnx(model, Path(tmp) / "onnx")
+        exported = export_onnx(model, Path(tmp) / "onnx", precision=args.precision)
         onnx_backend = load_bilm(exported.folder)
         onnx_backend.configure_cache(cache_mb=0)
         files = resolve_model_files(exported.folder, None, None)
@@ -171,6 +219,15 @@ def main(argv: list[str] | None = None) -> int:
         for other in onnx_backends.values():
             other.configure_cache(cache_mb=0)
         error = max(layer_errors(onnx_backend.embed(work), backend.embed(work)))
+        errors: list[str] = []
+        if args.precision != "float32":  # both low-precision paths against torch float32, on the same sentences
+            exact = load_bilm(model)
+            exact.configure_cache(cache_mb=0)
+            layers = {
+                f"ONNX Runtime {args.precision}": onnx_backend.embed(work),
+                f"torch {args.precision}": backend.embed(work),
+            }
+            errors = error_lines(layers, exact.embed(work))
         for setting, runner_backend in onnx_backends.items():
             torch.set_num_threads(default_threads if setting == "default" else int(setting))
             paths: dict[str, Callable[[list[list[str]]], object]] = {
@@ -197,10 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(work)} WikiText-2 test sentences ({sum(map(len, work)):,} tokens; batch 1: the first {single}, one call "
         f"each), sentence cache off, token caches on (warm), {passes} passes, load average after {load}; "
-        f"largest ONNX error on them {error:.2g} of a layer's scale (export check: {exported.max_relative_error:.2g})"
+        f"largest ONNX error on them {error:.2g} of a layer's scale against torch {args.precision} (export check "
+        f"against torch float32: {exported.max_relative_error:.2g})"
     )
     print()
-    print(table(results))
+    print(table(results, args.precision))
+    if errors:
+        print(f"\nagainst torch float32 on the same {len(work)} sentences (layers 0 / 1 / ...):\n")
+        print("\n".join(errors))
     return 0
 
 

@@ -33,7 +33,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from .bilm.engine.precisions import AUTO
 from .groundwork.file_names import PathLike
 from .runtime.configuration.validation import resolve_device
-from .runtime.embedding.backend import ElmoBackend, load_bilm, resolve_precision
+from .runtime.embedding.backend import ElmoBackend, load_bilm, onnx_export_folder, resolve_precision
 from .runtime.features.front_settings import DASK_SETTINGS, DASK_TOKEN_SETTINGS, FrontSettings, given_settings
 from .runtime.features.text_rows import pooled_matrix, sample_column, token_records
 from .sources.model_paths import model_shape, resolve_model_files
@@ -143,7 +143,8 @@ def _client_settings(model: PathLike, settings: FrontSettings) -> tuple[PathLike
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model={model!r}: expected 'default' or a path to an ELMo directory")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    if settings.precision == AUTO and _on_cpu(settings.device):
+    # (an ONNX export folder's "auto" is its own precision, the same on every worker: left to them)
+    if settings.precision == AUTO and _on_cpu(settings.device) and onnx_export_folder(model, None, None) is None:
         settings = dataclasses.replace(settings, precision=resolve_precision(settings.precision, settings.device).name)
     # no bar of the vectorizer's per partition: Dask says its own progress (its dashboard, dask.diagnostics)
     return model, dataclasses.replace(settings, verbose=0)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from ..runtime.configuration.defaults import DEFAULT_PRECISION
 from .errors import errors_exit_2
 from .typer_app import command
 
@@ -84,6 +85,11 @@ def export(
     export_format: str = typer.Option(
         "onnx", "--format", help="onnx: ONNX graphs for ONNX Runtime (torch-free serving)"
     ),
+    precision: str = typer.Option(
+        DEFAULT_PRECISION,
+        "--precision",
+        help="float32 (exact) or int8 (the products' weights in int8: faster on CPU, approximate; docs/serving.md)",
+    ),
 ) -> None:
     """Export a biLM to ONNX, checked against the torch float32 path first: load_bilm, ElmoVectorizer and the spaCy
     component then run the folder on ONNX Runtime, without torch (docs/serving.md)."""
@@ -96,8 +102,8 @@ def export(
     from ..output.onnx_export import export_onnx
 
     with errors_exit_2():
-        done = export_onnx(model, output_dir)
+        done = export_onnx(model, output_dir, precision=precision)
     typer.echo(
-        f"wrote {done.folder}: checked against the torch float32 path, largest difference "
+        f"wrote {done.folder} ({done.precision}): checked against the torch float32 path, largest difference "
         f"{done.max_relative_error:.2g} of a layer's scale"
     )

@@ -1,6 +1,7 @@
 """The biLM as ONNX graphs, run on ONNX Runtime without torch: the one room of the package that knows ONNX.
 
 :mod:`.graph` builds the two graphs from a loaded biLM's float32 weights (``onnx``; torch only to read the weights),
+:mod:`.quantize` makes int8 graphs of them (``--precision int8``; ``onnx`` and ``onnxruntime``),
 :mod:`.manifest` reads and checks an export folder's ``manifest.json``, and :mod:`.runner` computes the layers from
 such a folder (numpy and ``onnxruntime`` only): the backend's runner for an exported model. Writing a folder is
 ``spacy-elmo export`` (:mod:`spacy_elmo.output.onnx_export`). The public names are imported on first use (PEP 562),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -39,6 +39,11 @@ FORMAT = "spacy-elmo-onnx"
 FORMAT_VERSION = 1  # raised when a reader of an older version could not read the folder
 
 ADVICE = "export the model again (spacy-elmo export MODEL FOLDER --format onnx)"
+
+# the precisions an export computes in (names of bilm/engine/precisions.py's rows): float32, or int8 weights in its
+# products (``--precision int8``, :mod:`.quantize`); the first is a manifest's without the field (written before int8)
+ExportPrecision = Literal["float32", "int8"]
+EXPORT_PRECISIONS: tuple[str, ...] = get_args(ExportPrecision)
 
 Width = Annotated[int, Field(ge=1, le=1_000_000)]
 CharId = Annotated[int, Field(ge=0, le=1_000_000)]
@@ -82,11 +87,13 @@ class WrittenBy(Record):
 
 class Verification(Record):
     """What the export measured: the largest error of ONNX Runtime's layers against the torch float32 path, each
-    layer's error relative to that layer's largest absolute value, over ``sentences`` test sentences."""
+    layer's error relative to that layer's largest absolute value, over ``sentences`` test sentences, and the bound
+    it was held to (``tolerance``: float32's or int8's; absent in folders written before int8)."""
 
     max_relative_error: Annotated[float, Field(ge=0, le=1)]
     sentences: Annotated[int, Field(ge=1, le=1_000_000)]
     onnxruntime: Text
+    tolerance: Optional[Annotated[float, Field(ge=0, le=1)]] = None
 
 
 class OnnxManifest(Record):
@@ -104,6 +111,7 @@ class OnnxManifest(Record):
     dim: Width
     written_by: WrittenBy
     verification: Verification
+    precision: Optional[ExportPrecision] = None  # absent (or null) in folders written before int8: float32
 
     @field_validator("options")
     @classmethod
@@ -192,8 +200,15 @@ def read_manifest(folder: PathLike) -> tuple[dict[str, Any], BiLMOptions]:
     return manifest, options
 
 
+def exported_precision(manifest: dict[str, Any]) -> str:
+    """The precision a checked manifest (:func:`read_manifest`'s) says its graphs compute in: a name of
+    :data:`EXPORT_PRECISIONS` (float32 where the manifest predates the field)."""
+    return str(manifest.get("precision") or EXPORT_PRECISIONS[0])
+
+
 __all__ = [
     "DICTIONARIES",
+    "EXPORT_PRECISIONS",
     "FILE_SCHEMAS",
     "FORMAT",
     "FORMAT_VERSION",
@@ -203,6 +218,7 @@ __all__ = [
     "OnnxFolderError",
     "OnnxManifest",
     "character_settings",
+    "exported_precision",
     "manifest_options",
     "read_manifest",
     "token_settings",

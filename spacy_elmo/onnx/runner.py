@@ -25,7 +25,7 @@ from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
 from ..groundwork.fork_safety import ForkSafePool, in_forked_child
 from .graph import DIRECTIONS, LAYERS, LENGTHS, TOKEN_ENCODER_ROLE, TOKEN_VECTORS, TOKENS
-from .manifest import ADVICE, GRAPH_FILES, MANIFEST, OnnxFolderError, read_manifest
+from .manifest import ADVICE, GRAPH_FILES, MANIFEST, OnnxFolderError, exported_precision, read_manifest
 from .token_spelling import ELMO_CHARS, TokenSpelling, folder_spelling
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -269,8 +269,9 @@ class OnnxBiLM:
 
     @property
     def precision(self) -> Precision:
-        """float32's row: the graphs compute in float32."""
-        return precisions.precision("float32")
+        """The row of the precision the graphs compute in, as the manifest says: float32, or int8 (an export with
+        ``--precision int8``: int8 weights in its products)."""
+        return precisions.precision(exported_precision(self.manifest))
 
     def after_fork(self) -> None:
         """In a forked child: a new cache lock (a parent thread may have held it) and no kept vectors."""

@@ -6,6 +6,8 @@ layer with what the torch path (the torch runner the backend computes with) give
 ``manifest.json``, :mod:`spacy_elmo.onnx.manifest`, and an ELMoForManyLangs model's dictionaries) only when every
 layer agrees within ``tolerance`` of that layer's largest absolute value, and writes it whole
 (:func:`~spacy_elmo.groundwork.atomic_write.atomic_path`): a failed check or an error leaves nothing.
+``precision="int8"`` (``--precision int8``) quantizes the graphs (:mod:`spacy_elmo.onnx.quantize`) before that
+check, which then holds them to int8's wider bound.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from ..about import __version__
+from ..bilm.engine.precisions import PrecisionLike, check
 from ..bilm.manylangs_files import CHAR_DIC, WORD_DIC
 from ..bilm.manylangs_tokens import ManyLangsVocabulary, lexicon_text, parse_lexicon
 from ..bilm.weights import WeightFileError
@@ -27,6 +30,7 @@ from ..groundwork.atomic_write import atomic_path, reported_as, write_json_atomi
 from ..groundwork.file_names import PathLike
 from ..onnx.graph import OPSET, serialized_graphs
 from ..onnx.manifest import (
+    EXPORT_PRECISIONS,
     FORMAT,
     FORMAT_VERSION,
     GRAPH_FILES,
@@ -34,6 +38,7 @@ from ..onnx.manifest import (
     manifest_options,
     token_settings,
 )
+from ..onnx.quantize import INT8_TOLERANCE, quantized_graphs
 from ..onnx.runner import OnnxBiLM, import_onnxruntime
 from ..onnx.token_spelling import ELMO_CHARS, manylangs_spelling
 
@@ -76,6 +81,7 @@ class OnnxExport:
     max_relative_error: float  # the largest of ``layer_errors``
     layer_errors: tuple[float, ...]  # per layer: max |onnx - torch| / max |torch| over the check sentences
     fingerprint: str  # the source model's
+    precision: str  # what the graphs compute in: a name of EXPORT_PRECISIONS
 
 
 def layer_errors(ours: list[np.ndarray], reference: list[np.ndarray]) -> list[float]:
@@ -113,6 +119,21 @@ def _dictionaries(bilm: BiLM) -> tuple[Optional[ManyLangsVocabulary], dict[str, 
     return ManyLangsVocabulary(read[CHAR_DIC], read.get(WORD_DIC), vocabulary.max_chars), files
 
 
+def export_precision(value: PrecisionLike) -> str:
+    """The precision an export is asked for: a name of :data:`~spacy_elmo.onnx.manifest.EXPORT_PRECISIONS` (None:
+    float32; an alias such as "qint8" too), else an :class:`OnnxExportError` naming them."""
+    try:
+        name = check(value)
+    except ValueError:
+        name = ""
+    if name not in EXPORT_PRECISIONS:
+        raise OnnxExportError(
+            f"precision={value!r}: an ONNX export computes in one of {list(EXPORT_PRECISIONS)}: give one of them "
+            "(load the model itself for other precisions)"
+        )
+    return name
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise OnnxExportError(f"{out_dir} exists and is not an empty folder: remove it or export to another folder")
@@ -124,20 +145,27 @@ def export_onnx(
     *,
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
-    tolerance: float = TOLERANCE,
+    tolerance: Optional[float] = None,
     sentences: Optional[list[list[str]]] = None,
+    precision: PrecisionLike = None,
 ) -> OnnxExport:
     """Export ``model`` (what :func:`spacy_elmo.load_bilm` takes: ``"default"``, a folder, a published name, ...; or
     ``options`` and ``weights`` files) to the new folder ``out_dir``: ``token_encoder.onnx``, ``forward_lstm.onnx``,
     ``backward_lstm.onnx`` and ``manifest.json`` (and an ELMoForManyLangs model's ``char.dic`` and ``word.dic``), for
     :class:`~spacy_elmo.onnx.OnnxBiLM`.
 
+    ``precision``: "float32" (None: the default, exact) or "int8" (the products' weights in int8, activations
+    quantized on the fly: :mod:`spacy_elmo.onnx.quantize`; faster, approximate), recorded in the manifest.
+
     The graphs are checked first on ONNX Runtime against the torch float32 path over ``sentences`` (default
     :data:`CHECK_SENTENCES`), as one batch and each sentence alone: when a layer differs by more than ``tolerance``
-    of its largest absolute value, an :class:`OnnxExportError` says by how much and nothing is written.
+    of its largest absolute value (None: :data:`TOLERANCE` for float32, :data:`~spacy_elmo.onnx.quantize.INT8_TOLERANCE`
+    for int8), an :class:`OnnxExportError` says by how much and nothing is written.
     """
     out_dir = Path(out_dir)
+    exported = export_precision(precision)
     _check_target(out_dir)  # before the model loads: said at once
+    bound = tolerance if tolerance is not None else (INT8_TOLERANCE if exported == "int8" else TOLERANCE)
     try:
         ort = import_onnxruntime()
     except ImportError as err:
@@ -151,6 +179,8 @@ def export_onnx(
     bilm = load_model_files(options_path, weights_path).float().eval()
     try:
         graphs, onnx_version = serialized_graphs(bilm)
+        if exported == "int8":
+            graphs = quantized_graphs(graphs)
     except (ImportError, ValueError) as err:  # no onnx, or a model the graphs cannot express: one line
         raise OnnxExportError(str(err)) from None
     vocabulary, dictionaries = _dictionaries(bilm)
@@ -163,6 +193,7 @@ def export_onnx(
         "n_layers": bilm.options.n_layers,
         "dim": bilm.options.output_dim,
         "written_by": {"spacy_elmo": __version__, "onnx": onnx_version, "torch": torch.__version__},
+        "precision": exported,
     }
     check: list[Sequence[str]] = [list(s) for s in (sentences if sentences is not None else CHECK_SENTENCES) if len(s)]
     if not check:
@@ -182,17 +213,20 @@ def export_onnx(
         )
     ]
     worst = max(errors)
-    logger.info("ONNX export of %s: largest error %.3g of a layer's scale (per layer %s)", model, worst, errors)
-    if not worst <= tolerance:  # (NaN fails too)
+    logger.info(
+        "ONNX export (%s) of %s: largest error %.3g of a layer's scale (per layer %s)", exported, model, worst, errors
+    )
+    if not worst <= bound:  # (NaN fails too)
         layer = errors.index(worst) if worst == worst else 0
         raise OnnxExportError(
-            f"the ONNX graphs differ from the torch float32 path by {worst:.3g} of layer {layer}'s scale, more than "
-            f"the {tolerance:g} allowed: not exported (a bug of the export; please report it with the model)"
+            f"the {exported} ONNX graphs differ from the torch float32 path by {worst:.3g} of layer {layer}'s scale, "
+            f"more than the {bound:g} allowed: not exported (a bug of the export; please report it with the model)"
         )
     manifest["verification"] = {
         "max_relative_error": worst,
         "sentences": len(check),
         "onnxruntime": ort.__version__,
+        "tolerance": bound,
     }
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
@@ -206,7 +240,7 @@ def export_onnx(
         _check_target(out_dir)  # (another writer may have filled it meanwhile)
         if out_dir.is_dir():
             os.rmdir(out_dir)  # an empty folder: replaced by the new one
-    return OnnxExport(out_dir, worst, tuple(errors), manifest["fingerprint"])
+    return OnnxExport(out_dir, worst, tuple(errors), manifest["fingerprint"], exported)
 
 
 __all__ = [
@@ -215,5 +249,6 @@ __all__ = [
     "OnnxExport",
     "OnnxExportError",
     "export_onnx",
+    "export_precision",
     "layer_errors",
 ]

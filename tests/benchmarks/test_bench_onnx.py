@@ -47,3 +47,21 @@ def test_the_smoke_run_prints_the_table():
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CPU: " in done.stdout and "| 1 | 32 |" in done.stdout
+
+
+def test_the_error_table_has_a_row_per_path(bench):
+    """``--precision int8``'s second table: per layer, per sentence and the mixed vectors' cosine against float32."""
+    import numpy as np
+
+    reference = [np.ones((3, 2, 4), np.float32), np.full((3, 1, 4), 2.0, np.float32)]
+    ours = [a.copy() for a in reference]
+    ours[0][1] += 0.1  # layer 1 of the first sentence 10% off
+    lines = bench.error_lines({"int8": ours, "exact": reference}, reference)
+    assert len(lines) == 4  # (layer 1's scale over both sentences is 2; the cosine ignores a shift along a vector)
+    assert lines[2] == "| int8 | 0 / 0.05 / 0 | 0 / 0.05 / 0 | 0.05 / 0.1 | 1.00000 / 1.00000 |"
+    assert lines[3] == "| exact | 0 / 0 / 0 | 0 / 0 / 0 | 0 / 0 | 1.00000 / 1.00000 |"
+
+
+def test_the_table_names_the_precision(bench):
+    results = {("default", 32): {"torch": [100.0], "onnx": [150.0]}}
+    assert "| torch int8: tokens/s | ONNX Runtime int8: tokens/s |" in bench.table(results, "int8")

@@ -128,6 +128,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "onnx/__init__.py": ("test_onnx_export.py",),
     "onnx/graph.py": ("test_onnx_export.py", "test_onnx_manylangs.py"),
     "onnx/manifest.py": ("test_onnx_export.py", "test_damaged_files.py", "test_onnx_manylangs.py"),
+    "onnx/quantize.py": ("test_onnx_int8.py",),
     "onnx/runner.py": ("test_onnx_export.py", "test_onnx_manylangs.py"),
     "onnx/token_spelling.py": ("test_onnx_manylangs.py", "test_onnx_export.py"),
 }

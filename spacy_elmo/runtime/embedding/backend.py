@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from ...bilm.engine.precisions import Precision, PrecisionLike, resolve
+from ...bilm.engine.precisions import AUTO, Precision, PrecisionLike, check, resolve
 from ...bilm.weights import WeightFileError
 from ...groundwork.file_names import PathLike
 from ...groundwork.fork_safety import ForkSafeLock, renew_after_fork
@@ -378,10 +378,12 @@ def load_bilm(
     if onnx_export_folder(model, options, weights) is not None:  # no torch: device and precision checked by its runner
         options_path, weights_path = resolve_model_files(model, options, weights)
         where: Union[str, torch.device] = "cpu" if device is None else str(device)
-        row = resolve(asked, "cpu")
     else:
         where = resolve_device(device)  # before the files: a device this machine lacks is said before a download
         options_path, weights_path = resolve_model_files(model, options, weights)
+    if is_onnx_export(options_path, weights_path):  # by any spelling: None and "auto" are the folder's precision
+        row = onnx_precision(asked, exported_row(weights_path.parent), weights_path.parent)
+    else:
         row = resolve_precision(asked, where)
     files = [weights_path, *(p for p in model_file_map(options_path, weights_path).values() if p != weights_path)]
     stats = [(p.stat().st_size, p.stat().st_mtime_ns) for p in files]  # the weights first, then the other files
@@ -441,16 +443,32 @@ def onnx_device(device: object) -> str:
     )
 
 
-def onnx_precision(value: PrecisionLike) -> Precision:
-    """An ONNX export computes in float32: ``value`` None, "float32" or "auto" (float32's row), else a
-    ``ValueError`` naming what to use instead."""
-    row = resolve(value, "cpu")
-    if row.name != "float32":
-        raise ValueError(
-            f"precision={row.name!r}: an ONNX export folder computes in float32 on ONNX Runtime; give "
-            "precision=None (or 'float32'), or load the model it was exported from for other precisions"
-        )
-    return row
+def onnx_precision(value: PrecisionLike, exported: Precision, folder: Path) -> Precision:
+    """An ONNX export folder ``folder`` computes in the precision it was exported in (``exported``, its manifest's:
+    float32 or int8): ``value`` None, "auto" or that precision gives its row, another a ``ValueError`` (one line)
+    saying what to do."""
+    from ...onnx.manifest import EXPORT_PRECISIONS
+
+    name = check(value)
+    if value is None or name in (AUTO, exported.name):
+        return exported
+    if name in EXPORT_PRECISIONS:
+        flag = " --precision int8" if name == "int8" else ""
+        instead = f"export the model again in {name} (spacy-elmo export MODEL FOLDER --format onnx{flag})"
+    else:
+        instead = f"load the model it was exported from for {name}"
+    raise ValueError(
+        f"precision={name!r}: the ONNX export folder {folder} computes in {exported.name} on ONNX Runtime; give "
+        f"precision=None (or {exported.name!r}), or {instead}"
+    )
+
+
+def exported_row(folder: Path) -> Precision:
+    """The row of the precision ONNX export folder ``folder`` computes in, as its checked manifest says (an
+    ``OnnxFolderError`` when it cannot be read)."""
+    from ...onnx.manifest import exported_precision, read_manifest
+
+    return resolve(exported_precision(read_manifest(folder)[0]), "cpu")
 
 
 def open_runner(
@@ -458,14 +476,16 @@ def open_runner(
 ) -> Runner:
     """The runner that computes the model in a resolved pair of files on ``device`` in ``precision``: the one place a
     runner is chosen. An ONNX export folder (``spacy-elmo export``) runs on ONNX Runtime (:mod:`spacy_elmo.onnx`,
-    numpy and onnxruntime only); every other model on torch (:mod:`.torch_runner`, imported here and nowhere else
-    in this module)."""
-    if is_onnx_export(options_path, weights_path):  # whatever route led here: it serves the CPU in float32 only
+    numpy and onnxruntime only), on the CPU, in the precision it was exported in (``precision`` that row, which
+    :func:`load_bilm` makes of None and "auto": :func:`onnx_precision`; another is refused); every other model on
+    torch (:mod:`.torch_runner`, imported here and nowhere else in this module)."""
+    if is_onnx_export(options_path, weights_path):  # whatever route led here: the CPU, in the folder's precision
         onnx_device(device)
-        onnx_precision(precision)
         from ...onnx.runner import OnnxBiLM
 
-        return OnnxBiLM(weights_path.parent, token_cache_size=DEFAULT_TOKEN_CACHE)
+        runner = OnnxBiLM(weights_path.parent, token_cache_size=DEFAULT_TOKEN_CACHE)
+        onnx_precision(precision, runner.precision, weights_path.parent)
+        return runner
     from .torch_runner import open_torch_runner
 
     assert not isinstance(device, str), "a torch model's device is resolved (resolve_device) before its runner opens"
