@@ -187,9 +187,14 @@ ONNX_FILES = (onnx_files.MANIFEST, *onnx_files.GRAPH_FILES.values())  # an expor
 
 
 def is_onnx_dir(directory: Path) -> bool:
-    """Whether ``directory`` holds an ONNX export's files (its manifest and both graphs; their contents are checked
-    where it loads)."""
-    return all((directory / name).is_file() for name in ONNX_FILES)
+    """Whether ``directory`` is an ONNX export folder: its manifest, and no model of another format beside it. Its
+    graphs and the manifest's contents are checked where it loads, so that a folder missing a graph (or written by
+    another version, with other files) is told which file it lacks."""
+    return (
+        (directory / onnx_files.MANIFEST).is_file()
+        and not (directory / OPTIONS).is_file()
+        and not manylangs_files.is_model_dir(directory)
+    )
 
 
 def is_onnx_export(options_path: Path, weights_path: Path) -> bool:

@@ -4,6 +4,7 @@ only as long as the row (segments of steps over the rows still running), the row
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,17 @@ def test_a_forked_child_computes_the_same(export):
     assert child.exitcode == 0
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_folder_missing_a_direction_is_told_which_file_it_lacks(export, tmp_path):
+    """A folder with the manifest but not every graph (e.g. one written with a single contextualizer graph) is an
+    export folder that load_bilm names the missing file of, in one line, not a folder of no known format."""
+    from spacy_elmo import load_bilm
+    from spacy_elmo.onnx import OnnxFolderError
+
+    folder = tmp_path / "one-graph"
+    shutil.copytree(export, folder)
+    (folder / GRAPH_FILES["forward"]).rename(folder / "contextualizer.onnx")
+    with pytest.raises(OnnxFolderError, match=f"no {GRAPH_FILES['forward']}, so not a whole ONNX export") as err:
+        load_bilm(folder)
+    assert "\n" not in str(err.value)
