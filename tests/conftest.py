@@ -23,17 +23,20 @@ CORPORA_HELP = (
 # The user cache directory the suite sees (platformdirs' XDG_CACHE_HOME) is a folder of its own, made before any test
 # runs: a code path that loses SPACY_ELMO_HOME lands there, where only the suite writes, and the user's real cache,
 # which other processes (a guide tried while the tests run) may write at any time, is neither touched nor watched.
-# the first lines of a child script that runs as if torch were not installed: a finder first on the meta path refuses
-# torch and its submodules with the ImportError a missing package gives
+# the first lines of a child script that runs as if torch were not installed: the path finder does not see torch and
+# its submodules (importlib.util.find_spec says None, as other packages ask; the import fails as a missing package's)
 REFUSE_TORCH = """
-import importlib.abc, sys
+import importlib.machinery, sys
 
-class RefuseTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
+class HideTorch(importlib.machinery.PathFinder):
+    # torch as if it were not installed: importlib.util.find_spec("torch") is None, `import torch` fails
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
         if name == "torch" or name.startswith("torch."):
-            raise ImportError(f"No module named {name!r} (refused by the test)")
+            return None
+        return super().find_spec(name, path, target)
 
-sys.meta_path.insert(0, RefuseTorch())
+sys.meta_path[:] = [HideTorch if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path]
 """
 SUITE_USER_CACHE = Path(tempfile.mkdtemp(prefix="spacy-elmo-suite-cache-"))
 os.environ["XDG_CACHE_HOME"] = str(SUITE_USER_CACHE)

@@ -61,6 +61,9 @@ WRITES_ALLOWED = {
     # checked, removed on SIGTERM / Ctrl-C by its handler
     "spacy_elmo.output.embed_file": "the embedding file, written under a .partial name and renamed once complete",
     "spacy_elmo.output.write_guard": "opens embed_file's .partial file for it",
+    # onnxruntime's quantizer reads and writes paths only: the graph goes through a private temporary folder that
+    # nobody else reads and that is removed with it; the export writes the result through atomic_path
+    "spacy_elmo.onnx.quantize": "the quantizer's input and output in its own temporary folder",
 }
 # functions that write to temporary paths handed to them by a caller's atomic_path(s) block (their docstrings say
 # so); every call to them must itself sit in such a block, which the scan checks as it checks a write
