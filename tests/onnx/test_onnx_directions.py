@@ -115,3 +115,18 @@ def test_a_folder_missing_a_direction_is_told_which_file_it_lacks(export, tmp_pa
     with pytest.raises(OnnxFolderError, match=f"no {GRAPH_FILES['forward']}, so not a whole ONNX export") as err:
         load_bilm(folder)
     assert "\n" not in str(err.value)
+
+
+def test_threads_calling_at_once_get_their_own_layers(export):
+    """Several threads share one runner (a web service's workers): the second-direction thread serves them in turn,
+    and each caller gets the layers of its own batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner = OnnxBiLM(export, token_cache_size=1000, threads=2)
+    batches = [_sentences(lengths) for lengths in ([3, 8, 1], [12], [5, 5, 5, 2], [9, 4], [1], [7, 11, 6])]
+    expected = [runner.layers(batch) for batch in batches]
+    with ThreadPoolExecutor(4) as callers:
+        got = list(callers.map(runner.layers, batches * 3))
+    for layers, reference in zip(got, expected * 3):
+        for a, b in zip(layers, reference):
+            np.testing.assert_array_equal(a, b)
