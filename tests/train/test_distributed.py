@@ -74,7 +74,7 @@ def spawning(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedPro
     command = [sys.executable, "-m", "spacy_elmo", "train", str(out), "--train", str(train_file)]
     command += ["--valid", str(valid_file), *TRAIN_ARGS, "--processes", "2", *args]
     cwd.mkdir(exist_ok=True)
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedProcess:
@@ -102,7 +102,7 @@ def torchrun(cwd: Path, out: Path, texts, *args: str) -> subprocess.CompletedPro
         *args,
     ]
     cwd.mkdir(exist_ok=True)
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
