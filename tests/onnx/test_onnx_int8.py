@@ -25,44 +25,12 @@ from spacy_elmo.onnx.graph import DIRECTIONS
 from spacy_elmo.onnx.manifest import GRAPH_FILES, MANIFEST, TOKEN_ENCODER, exported_precision, read_manifest
 from spacy_elmo.onnx.quantize import INT8_TOLERANCE
 from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
+from tests.bilm.test_precision import ORDINARY, wikitext_sentences
 from tests.conftest import DATA_DIR, REFUSE_TORCH
 
 REPO = Path(__file__).resolve().parents[2]
 
-# ordinary sentences (always there), then WikiText-2's first test sentences where the corpora are
-ORDINARY = [
-    text.split(" ")
-    for text in (
-        "The bank approved the loan after a long meeting with the board .",
-        "She said the river had flooded the lower part of the town twice this year , and nobody was surprised .",
-        "In 1998 the company moved its headquarters from Boston to a small town near Seattle .",
-        "Why would anyone leave a perfectly good job to sail around the world ?",
-        "The results , published on Monday , show a sharp rise in prices for food and energy across Europe .",
-        "He played the guitar .",
-    )
-]
-
-
-def wikitext_sentences(count: int) -> list[list[str]]:
-    """The first ``count`` sentences (3 to 60 tokens, cut at ".") of WikiText-2's test lines; [] without them."""
-    path = DATA_DIR / "wikitext-2" / "test.txt"
-    if not path.is_file():
-        return []
-    sentences: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        tokens = line.split()
-        if not tokens or tokens[0] == "=":
-            continue
-        current: list[str] = []
-        for token in tokens:
-            current.append(token)
-            if token == ".":
-                if 3 <= len(current) <= 60:
-                    sentences.append(current)
-                current = []
-        if len(sentences) >= count:
-            break
-    return sentences[:count]
+WIKITEXT_TEST = DATA_DIR / "wikitext-2" / "test.txt"
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +98,9 @@ def test_a_float32_export_records_float32_and_an_older_manifest_reads_as_float32
 def test_the_int8_error_on_real_sentences_is_within_the_documented_bound(int8_exports):
     """The bundled trained model on ordinary and WikiText-2 test sentences: each layer within INT8_TOLERANCE of its
     scale against the torch float32 path (measured about 0.04-0.06: benchmarks/RESULTS.md), and not float32."""
-    sentences = ORDINARY + wikitext_sentences(40)
+    # ordinary sentences (always there), then WikiText-2's first test sentences where the corpora are
+    sentences = [text.split(" ") for text in ORDINARY]
+    sentences += wikitext_sentences(WIKITEXT_TEST, 40, longest=60) if WIKITEXT_TEST.is_file() else []
     reference = load_bilm("default").embed(sentences)
     ours = load_bilm(int8_exports["default"]).embed(sentences)
     errors = layer_errors(ours, reference)
