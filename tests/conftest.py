@@ -1,7 +1,10 @@
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +41,17 @@ class HideTorch(importlib.machinery.PathFinder):
 
 sys.meta_path[:] = [HideTorch if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path]
 """
+
+
+def run_without_torch(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``code`` (dedented) run by this Python in a child process where torch is hidden (:data:`REFUSE_TORCH`), with
+    this checkout first on its path; the finished process, its output as text."""
+    repository = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repository, os.environ.get("PYTHONPATH")]))}
+    script = REFUSE_TORCH + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+
+
 SUITE_USER_CACHE = Path(tempfile.mkdtemp(prefix="spacy-elmo-suite-cache-"))
 os.environ["XDG_CACHE_HOME"] = str(SUITE_USER_CACHE)
 os.environ.pop(HOME_ENV, None)

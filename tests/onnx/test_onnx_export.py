@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +22,9 @@ from spacy_elmo.onnx import OnnxBiLM, OnnxFolderError
 from spacy_elmo.onnx import graph as onnx_graph
 from spacy_elmo.onnx.manifest import GRAPH_FILES, MANIFEST, TOKEN_ENCODER
 from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
-from tests.conftest import REFUSE_TORCH
+from tests.conftest import run_without_torch
 
 TOLERANCE = 1e-5  # of each layer's largest absolute value
-REPO = Path(__file__).resolve().parents[2]
 
 SENTENCES = [
     text.split(" ")
@@ -271,7 +267,7 @@ def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
     expected = torch_backends["default"].embed(sentences)
     np.savez(tmp_path / "expected.npz", *expected)
     (tmp_path / "sentences.json").write_text(json.dumps(sentences))
-    code = REFUSE_TORCH + textwrap.dedent(
+    done = run_without_torch(
         f"""
         import json
         import numpy as np
@@ -295,8 +291,6 @@ def test_the_runner_works_without_torch(exports, torch_backends, tmp_path):
         print("ok")
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ok")
 

@@ -4,10 +4,6 @@ as int8 and only as int8."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +22,7 @@ from spacy_elmo.onnx.manifest import GRAPH_FILES, MANIFEST, TOKEN_ENCODER, expor
 from spacy_elmo.onnx.quantize import INT8_TOLERANCE
 from spacy_elmo.output.onnx_export import OnnxExportError, export_onnx, layer_errors
 from tests.bilm.test_precision import ORDINARY, wikitext_sentences
-from tests.conftest import DATA_DIR, REFUSE_TORCH
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import DATA_DIR, run_without_torch
 
 WIKITEXT_TEST = DATA_DIR / "wikitext-2" / "test.txt"
 
@@ -183,7 +177,7 @@ def test_the_export_command_takes_precision_int8(tmp_path, fixture_dir):
 def test_quantizing_and_serving_int8_need_no_torch(int8_exports, tmp_path):
     """quantize_graph (onnx and onnxruntime only) and the int8 folder's runner, in a process where torch is refused."""
     folder = int8_exports["fixture"]
-    code = REFUSE_TORCH + textwrap.dedent(
+    done = run_without_torch(
         f"""
         import sys
         from pathlib import Path
@@ -198,8 +192,6 @@ def test_quantizing_and_serving_int8_need_no_torch(int8_exports, tmp_path):
         print("ok")
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ok")
 

@@ -4,11 +4,7 @@ torch-free runner spelling tokens as the torch encoder does (one function, bilm/
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +23,9 @@ from spacy_elmo.onnx import OnnxBiLM, OnnxFolderError
 from spacy_elmo.onnx.manifest import GRAPH_FILES, MANIFEST, TOKEN_ENCODER
 from spacy_elmo.output.onnx_export import OnnxExport, export_onnx, layer_errors
 from tests.bilm.test_manylangs import FIXTURES, KINDS, reference, sentences
-from tests.conftest import REFUSE_TORCH
+from tests.conftest import run_without_torch
 
 TOLERANCE = 1e-5  # of each layer's largest absolute value
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +100,7 @@ def test_the_runner_spells_manylangs_tokens_without_torch(exports, tmp_path):
     folder = exports["word_char"].folder
     np.savez(tmp_path / "expected.npz", *load_bilm(FIXTURES / "word_char").embed(sentences()))
     (tmp_path / "sentences.json").write_text(json.dumps(sentences()), encoding="utf-8")
-    code = REFUSE_TORCH + textwrap.dedent(
+    done = run_without_torch(
         f"""
         import json
         import numpy as np
@@ -121,8 +116,6 @@ def test_the_runner_spells_manylangs_tokens_without_torch(exports, tmp_path):
         print("ok")
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
