@@ -12,7 +12,6 @@ pool thread), as the torch path runs them.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -24,6 +23,8 @@ import numpy as np
 from ..bilm.engine import precisions
 from ..groundwork.file_names import PathLike
 from ..groundwork.fork_safety import ForkSafePool, in_forked_child
+from ..groundwork.machine import usable_cores
+from ..groundwork.number_checks import whole_number
 from .graph import DIRECTIONS, LAYERS, LENGTHS, TOKEN_ENCODER_ROLE, TOKEN_VECTORS, TOKENS
 from .manifest import ADVICE, GRAPH_FILES, MANIFEST, OnnxFolderError, exported_precision, read_manifest
 from .token_spelling import ELMO_CHARS, TokenSpelling, folder_spelling
@@ -39,14 +40,6 @@ BUCKET_ROWS = 256  # new words per char-CNN run, grouped by length so that short
 _second_direction = ForkSafePool(1, "spacy-elmo-onnx-direction")  # runs the backward stack beside the forward one
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity where the OS says, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (macOS, Windows)
-        return os.cpu_count() or 1
-
-
 def import_onnxruntime() -> Any:
     """The ``onnxruntime`` module, or an ImportError saying how to install it."""
     try:
@@ -59,12 +52,14 @@ def import_onnxruntime() -> Any:
 
 
 def check_threads(threads: Optional[int]) -> int:
-    """``threads`` checked, None read as :func:`available_cores`."""
+    """``threads`` checked, None read as the cores this process may use
+    (:func:`~spacy_elmo.groundwork.machine.usable_cores`)."""
     if threads is None:
-        return available_cores()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        return usable_cores()
+    count = whole_number(threads, 1)
+    if count is None:
         raise ValueError(f"threads must be a positive integer or None (the cores available), not {threads!r}")
-    return threads
+    return count
 
 
 def session_options(threads: int) -> onnxruntime.SessionOptions:
